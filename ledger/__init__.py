@@ -1,0 +1,39 @@
+"""transcript-ledger: an event-sourced transcript store for AI agents."""
+
+from ledger.errors import (
+    CommitFailed,
+    CommitUncertain,
+    Conflict,
+    CursorExpired,
+    HistoryDamaged,
+    InvalidCursor,
+    InvalidRow,
+    InvalidWorkspace,
+    LedgerError,
+    LockTimeout,
+    WindowChanged,
+    WorkspaceNotFound,
+)
+from ledger.history import AppendResult, History
+from ledger.rows import Row
+from ledger.store import Store
+
+__all__ = [
+    "AppendResult",
+    "CommitFailed",
+    "CommitUncertain",
+    "Conflict",
+    "CursorExpired",
+    "History",
+    "HistoryDamaged",
+    "InvalidCursor",
+    "InvalidRow",
+    "InvalidWorkspace",
+    "LedgerError",
+    "LockTimeout",
+    "Row",
+    "Store",
+    "WindowChanged",
+    "WorkspaceNotFound",
+]
+__version__ = "0.1.0"

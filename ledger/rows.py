@@ -1,0 +1,226 @@
+"""Canonical rows: the rules for what a caller may append, and the read side.
+
+Pure: no file is touched here. ``prepare_batch`` turns caller dicts into stored
+lines (checked, ordered, framed); :class:`Row` is what readers get back.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from ledger import format as fmt
+from ledger.errors import InvalidRow, RowTooLarge
+
+_STORE_ASSIGNED = ("seq", "batch", fmt.CHECKSUM_KEY)
+_CALLER_KINDS = frozenset({"message", "warning", "truncation"})
+
+
+def new_id(prefix: str) -> str:
+    """A unique, time-ordered id: ``prefix`` + 12 hex digits of ms + 16 random."""
+    return f"{prefix}{time.time_ns() // 1_000_000:012x}{secrets.token_hex(8)}"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Row:
+    """One stored row. ``to_dict()`` gives the canonical keys plus the caller's
+    unknown fields, in stored order, without storage-internal fields."""
+
+    __slots__ = ("_dict", "line", "offset", "segment")
+
+    def __init__(self, line: bytes, segment: int, offset: int, data: dict[str, Any]) -> None:
+        self.line = line
+        self.segment = segment
+        self.offset = offset
+        self._dict = data
+
+    @property
+    def seq(self) -> int:
+        return int(self._dict["seq"])
+
+    @property
+    def kind(self) -> str:
+        return str(self._dict.get("kind", ""))
+
+    @property
+    def role(self) -> str:
+        return str(self._dict.get("role", ""))
+
+    @property
+    def id(self) -> str:
+        return str(self._dict.get("id", ""))
+
+    @property
+    def batch(self) -> dict[str, Any]:
+        b = self._dict.get("batch")
+        return b if isinstance(b, dict) else {}
+
+    @property
+    def parts(self) -> list[Any]:
+        p = self._dict.get("parts")
+        return p if isinstance(p, list) else []
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        m = self._dict.get("meta")
+        return m if isinstance(m, dict) else {}
+
+    @property
+    def reset_reason(self) -> str | None:
+        if self.kind != "reset":
+            return None
+        info = self._dict.get("reset")
+        reason = info.get("reason") if isinstance(info, dict) else None
+        return reason if reason in fmt.RESET_REASONS else "manual"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self._dict)
+        out.pop(fmt.CHECKSUM_KEY, None)
+        return out
+
+    def __repr__(self) -> str:
+        return f"Row(seq={self._dict.get('seq')}, kind={self.kind!r}, role={self.role!r})"
+
+
+def is_empty_assistant(row: dict[str, Any]) -> bool:
+    """An empty, non-partial assistant record (a rejected request's husk)."""
+    return (
+        row.get("role") == "assistant"
+        and row.get("kind", "message") == "message"
+        and not row.get("parts")
+        and not row.get("partial", False)
+    )
+
+
+def _check_json_domain(row: dict[str, Any], index: int) -> bytes:
+    try:
+        body = fmt.encode_json(row)
+    except (TypeError, ValueError, OverflowError, UnicodeEncodeError) as exc:
+        raise InvalidRow(f"row {index}: not encodable as JSON: {exc}", index) from exc
+    try:
+        back = fmt.decode_json(body)
+    except msgspec.DecodeError as exc:  # pragma: no cover - msgspec round-trips
+        raise InvalidRow(f"row {index}: does not round-trip through JSON: {exc}", index) from exc
+    if back != row:
+        raise InvalidRow(
+            f"row {index}: does not round-trip through JSON unchanged (NaN/Infinity, "
+            "integers beyond 64 bits, non-string keys or tuples are outside the JSON domain)",
+            index,
+        )
+    return body
+
+
+def _check_parts(parts: Any, index: int) -> None:
+    if not isinstance(parts, list):
+        raise InvalidRow(f"row {index}: 'parts' must be a list, got {type(parts).__name__}", index)
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise InvalidRow(f"row {index}: part {j} must be an object with a string 'type'", index)
+        ptype = part["type"]
+        if ptype in ("text", "reasoning") and not isinstance(part.get("text"), str):
+            raise InvalidRow(f"row {index}: part {j} ({ptype}) needs a string 'text'", index)
+        if ptype == "tool_call" and not (
+            isinstance(part.get("id"), str) and isinstance(part.get("name"), str)
+        ):
+            raise InvalidRow(f"row {index}: part {j} (tool_call) needs string 'id' and 'name'", index)
+        if ptype == "tool_result" and not isinstance(part.get("id"), str):
+            raise InvalidRow(f"row {index}: part {j} (tool_result) needs a string 'id'", index)
+        if ptype == "media" and not isinstance(part.get("mime"), str):
+            raise InvalidRow(f"row {index}: part {j} (media) needs a string 'mime'", index)
+
+
+def check_caller_row(row: Any, index: int, *, internal: bool = False) -> None:
+    """Raise :class:`InvalidRow` naming ``index`` when ``row`` breaks the rules."""
+    if not isinstance(row, dict):
+        raise InvalidRow(f"row {index}: must be a JSON object, got {type(row).__name__}", index)
+    for key in _STORE_ASSIGNED:
+        if key in row:
+            raise InvalidRow(f"row {index}: '{key}' is assigned by the store", index)
+    kind = row.get("kind", "message")
+    allowed = fmt.KINDS if internal else _CALLER_KINDS
+    if kind not in allowed:
+        if kind in fmt.KINDS:
+            raise InvalidRow(
+                f"row {index}: kind {kind!r} is written only by clear_soft(), rollover(), "
+                "compact() and recovery",
+                index,
+            )
+        raise InvalidRow(f"row {index}: unknown kind {kind!r}", index)
+    if row.get("role") not in fmt.ROLES:
+        raise InvalidRow(
+            f"row {index}: role must be one of {sorted(fmt.ROLES)}, got {row.get('role')!r}", index
+        )
+    _check_parts(row.get("parts", []), index)
+    if "id" in row and (not isinstance(row["id"], str) or not row["id"]):
+        raise InvalidRow(f"row {index}: 'id' must be a non-empty string", index)
+    if "meta" in row and not isinstance(row["meta"], dict):
+        raise InvalidRow(f"row {index}: 'meta' must be an object", index)
+    if "partial" in row and not isinstance(row["partial"], bool):
+        raise InvalidRow(f"row {index}: 'partial' must be true or false", index)
+    if "ts" in row and (isinstance(row["ts"], bool) or not isinstance(row["ts"], int)):
+        raise InvalidRow(f"row {index}: 'ts' must be an integer (ms since the epoch)", index)
+    if kind == "reset":
+        info = row.get("reset")
+        if not isinstance(info, dict) or info.get("reason") not in fmt.RESET_REASONS:
+            raise InvalidRow(f"row {index}: a reset row needs reset.reason", index)
+
+
+def stored_row(
+    row: dict[str, Any], seq: int, batch_id: str, n: int, i: int, ts: int
+) -> dict[str, Any]:
+    """The stored dict for a checked caller row: canonical keys first, in order,
+    then ``reset``, then unknown fields in the caller's order."""
+    out: dict[str, Any] = {
+        "seq": seq,
+        "id": row.get("id") or new_id("r_"),
+        "kind": row.get("kind", "message"),
+        "role": row["role"],
+        "parts": row.get("parts", []),
+        "partial": row.get("partial", False),
+        "meta": row.get("meta", {}),
+        "ts": row.get("ts", ts),
+        "batch": {"id": batch_id, "n": n, "i": i},
+    }
+    if "reset" in row:
+        out["reset"] = row["reset"]
+    for key, value in row.items():
+        if key not in out:
+            out[key] = value
+    return out
+
+
+def prepare_batch(
+    rows: Sequence[Any],
+    first_seq: int,
+    batch_id: str,
+    max_row_bytes: int,
+    *,
+    internal: bool = False,
+) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """Check and encode a batch; raises InvalidRow (nothing is written)."""
+    if not isinstance(rows, Sequence) or isinstance(rows, (str, bytes, dict)):
+        raise InvalidRow("rows must be a list of row objects")
+    if not rows:
+        raise InvalidRow("a batch needs at least one row")
+    ts = now_ms()
+    n = len(rows)
+    stored: list[dict[str, Any]] = []
+    lines: list[bytes] = []
+    for i, row in enumerate(rows):
+        check_caller_row(row, i, internal=internal)
+        out = stored_row(row, first_seq + i, batch_id, n, i, ts)
+        body = _check_json_domain(out, i)
+        if len(body) + fmt.LINE_SUFFIX > max_row_bytes:
+            raise RowTooLarge(
+                f"row {i}: {len(body)} bytes encoded, above max_row_bytes={max_row_bytes}", i
+            )
+        stored.append(out)
+        lines.append(fmt.frame(body))
+    return stored, lines
