@@ -256,7 +256,7 @@ class AdmissionSnapshot:
 
     def revocation(self) -> str | None:
         """Why the snapshot may no longer be used (disposal, epoch), or None."""
-        for reg, epoch in zip(self._registrations, self._epochs):
+        for reg, epoch in zip(self._registrations, self._epochs, strict=True):
             if self._registry.is_disposed(reg.plugin):
                 return f"plugin {reg.plugin!r} (registration {reg.id!r}) was disposed"
             if self._registry.epoch(reg.plugin) != epoch:

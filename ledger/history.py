@@ -38,10 +38,11 @@ from ledger.errors import (
     WindowChanged,
     WorkspaceNotFound,
 )
+from ledger.index import BoundaryIndex, append_entry, scan_segment
 from ledger.lock import locked
 from ledger.receipt import read_receipt, write_receipt
 from ledger.rows import Row, new_id, prepare_batch
-from ledger.windows import Boundary, Entry, batch_boundaries, boundaries, provider_rows
+from ledger.windows import Boundary, batch_boundaries, provider_rows
 
 if TYPE_CHECKING:
     from ledger.store import Store
@@ -106,15 +107,6 @@ def _boundary_from_receipt(
     return Boundary(seq, segment, offset, reason, readable=seq != fmt.FLOOR_UNREADABLE)
 
 
-def entry_of(segment: int, line: segs.Line) -> Entry:
-    """Classify one line of the log (verification, reset, candidate)."""
-    row = fmt.decode_line(line.data) if line.complete else None
-    if row is not None:
-        return Entry(segment, line.offset, line.data, row, fmt.readable_row_is_reset(line.data, row),
-                     False)
-    return Entry(segment, line.offset, line.data, None, False, fmt.raw_may_be_reset(line.data))
-
-
 class History:
     """The history of one workspace. Get it from ``Store.history(ws)``."""
 
@@ -123,6 +115,7 @@ class History:
         self.workspace = workspace
         self.path = path
         self._derived: dict[bytes, State] = {}
+        self.index = BoundaryIndex(path)
 
     def __repr__(self) -> str:
         return f"History({self.workspace!r})"
@@ -205,17 +198,15 @@ class History:
         window: Boundary | None = None
         floor: Boundary | None = None
         seq_found = False
-        for number in reversed(numbers):
-            found = list(self._segment_boundaries(number))
-            if not seq_found:
-                for line in segs.iter_lines(segs.segment_path(self.path, number)):
-                    row = fmt.decode_line(line.data) if line.complete else None
-                    if row is not None and isinstance(row.get("seq"), int):
-                        max_seq = max(max_seq, row["seq"])
-                        seq_found = True
-            if found and window is None:
-                window = found[-1]
-            floors = [b for b in found if b.is_floor]
+        all_stamps = [*sealed, *([(numbers[-1], active_stamp)] if active_stamp else [])]
+        for number, stamp in reversed(all_stamps):
+            info = self.index.info(number, stamp)
+            if not seq_found and info.rows:
+                max_seq = max(max_seq, info.last_seq)
+                seq_found = True
+            if info.bounds and window is None:
+                window = info.bounds[-1]
+            floors = [b for b in info.bounds if b.is_floor]
             if floors:
                 floor = floors[-1]
             if floor is not None and seq_found:
@@ -234,10 +225,6 @@ class History:
             floor=floor,
             digest=digest,
         )
-
-    def _segment_boundaries(self, number: int) -> Iterator[Boundary]:
-        path = segs.segment_path(self.path, number)
-        yield from boundaries(entry_of(number, line) for line in segs.iter_lines(path))
 
     # --- public read side -----------------------------------------------------
 
@@ -576,6 +563,10 @@ class History:
         sealed = list(st.sealed)
         if new_file and active and st.active_stamp is not None:
             sealed.append((active, st.active_stamp))
+            try:
+                append_entry(self.path, scan_segment(self.path, active, st.active_stamp))
+            except OSError:
+                pass  # a projection: readers rebuild a missing entry
         count, sealed_dg = fmt.sealed_digest(sealed)
         if new_stamp is not None:
             receipt = fmt.Receipt(

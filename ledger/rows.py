@@ -129,7 +129,9 @@ def _check_parts(parts: Any, index: int) -> None:
         if ptype == "tool_call" and not (
             isinstance(part.get("id"), str) and isinstance(part.get("name"), str)
         ):
-            raise InvalidRow(f"row {index}: part {j} (tool_call) needs string 'id' and 'name'", index)
+            raise InvalidRow(
+                f"row {index}: part {j} (tool_call) needs string 'id' and 'name'", index
+            )
         if ptype == "tool_result" and not isinstance(part.get("id"), str):
             raise InvalidRow(f"row {index}: part {j} (tool_result) needs a string 'id'", index)
         if ptype == "media" and not isinstance(part.get("mime"), str):

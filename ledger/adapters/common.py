@@ -1,0 +1,264 @@
+"""What every provider adapter shares: which rows the model sees, and in which turns.
+
+The adapters are pure functions over canonical row dicts (DESIGN.md 3). Before an
+adapter maps anything to an API shape, :func:`conversation` turns the rows into
+*turns* that every API accepts:
+
+- Rows the model must never see are dropped: ``reset`` rows, empty assistant
+  records (rejected requests; their original sits in ``meta.quarantine``), any row
+  with ``meta.quarantine``, and rows of kinds this build does not know.
+  ``lead_in`` and ``warning`` rows are sent as ordinary messages in their own role:
+  the runtime wrote their text for the model. ``truncation`` rows are transcript
+  markers, never sent (as in ``History.provider_view``).
+- Consecutive rows of the same role become one turn (the APIs carry messages, not
+  our rows; Claude Code, for one, writes each block of one API message as its own
+  row).
+- ``tool_result`` parts form a ``tool`` turn wherever they were stored; the other
+  parts of that row follow as a ``user`` turn.
+- Tool calls and results stay paired and in order: right after an assistant turn
+  that calls tools comes one ``tool`` turn with a result for each call, in call
+  order, taken from wherever it was stored later. A call with no stored result gets
+  :data:`MISSING_RESULT` (an error result), since no API accepts an unanswered call
+  in the middle of a conversation. A result whose call is not before it becomes
+  user text (:func:`orphan_result_parts`), so nothing silently disappears.
+- A ``tool_call`` part outside an assistant row becomes user-visible text.
+
+Each adapter documents what it does with reasoning, media and parts it cannot carry.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import mimetypes
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+VISIBLE_KINDS = frozenset({"message", "lead_in", "warning"})
+KNOWN_PART_TYPES = frozenset({"text", "reasoning", "tool_call", "tool_result", "media"})
+MISSING_RESULT = "[no result was recorded for this tool call]"
+
+Row = Mapping[str, Any]
+Part = dict[str, Any]
+
+
+@dataclass
+class Turn:
+    """One message-to-be: ``role`` is ``system``, ``user``, ``assistant`` or ``tool``."""
+
+    role: str
+    parts: list[Part] = field(default_factory=list)
+
+
+def is_rejected(row: Row) -> bool:
+    """True for an empty, non-partial assistant record (a rejected request's husk)
+    or any row holding a quarantined original in ``meta.quarantine``."""
+    meta = row.get("meta")
+    if isinstance(meta, Mapping) and "quarantine" in meta:
+        return True
+    return (row.get("role") == "assistant" and row.get("kind", "message") == "message"
+            and not row.get("parts") and not row.get("partial", False))
+
+
+def visible_rows(rows: Iterable[Row]) -> Iterator[Row]:
+    """The rows an API request may contain, in order (see the module docstring)."""
+    for row in rows:
+        if row.get("kind", "message") not in VISIBLE_KINDS or is_rejected(row):
+            continue
+        yield row
+
+
+def json_text(value: Any) -> str:
+    """Compact JSON, non-ASCII kept, the form tool arguments are sent in."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def parse_arguments(text: str) -> Any:
+    """Tool arguments as JSON; text that is not JSON is kept as the string itself."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return text
+
+
+def is_parts_output(output: Any) -> bool:
+    """Whether a tool output is a list of canonical text/media parts (else it is JSON)."""
+    return (
+        isinstance(output, list)
+        and bool(output)
+        and all(
+            isinstance(p, Mapping)
+            and (
+                (p.get("type") == "text" and isinstance(p.get("text"), str))
+                or (p.get("type") == "media" and isinstance(p.get("mime"), str)
+                    and (isinstance(p.get("data"), str) or isinstance(p.get("url"), str)))
+            )
+            for p in output
+        )
+    )
+
+
+def output_text(output: Any) -> str:
+    """A tool output as one string: itself, or JSON when it is not a string."""
+    return output if isinstance(output, str) else json_text(output)
+
+
+def data_url(part: Mapping[str, Any]) -> str | None:
+    """``data:`` URL of a media part holding base64 data, else its ``url``."""
+    if isinstance(part.get("data"), str):
+        return f"data:{part.get('mime', 'application/octet-stream')};base64,{part['data']}"
+    url = part.get("url")
+    return url if isinstance(url, str) else None
+
+
+_DATA_URL = re.compile(r"^data:([^;,]+)(?:;[^,]*)?;base64,(.*)$", re.DOTALL)
+
+
+def media_from_url(url: str, default_mime: str) -> Part:
+    """A media part from an API's URL field: ``data:`` URLs become mime + data."""
+    m = _DATA_URL.match(url)
+    if m:
+        return {"type": "media", "mime": m.group(1), "data": m.group(2)}
+    guessed, _ = mimetypes.guess_type(url.split("?", 1)[0])
+    return {"type": "media", "mime": guessed or default_mime, "url": url}
+
+
+def b64_text(part: Mapping[str, Any]) -> str | None:
+    """The decoded text of a ``text/plain`` media part with base64 data."""
+    try:
+        return base64.b64decode(part["data"], validate=True).decode("utf-8")
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def placeholder(part: Mapping[str, Any]) -> Part:
+    """Text that stands for a media part an API cannot carry at that place."""
+    where = part.get("url") if isinstance(part.get("url"), str) else None
+    suffix = f" {where}" if where and not where.startswith("data:") else ""
+    return {"type": "text", "text": f"[media {part.get('mime', '?')} not sent{suffix}]"}
+
+
+def raw_part(api: str, obj: Mapping[str, Any]) -> Part:
+    """Keep an API object we do not map (``{"type": "<api>:<its type>", "raw": obj}``)."""
+    return {"type": f"{api}:{obj.get('type', 'unknown')}", "raw": dict(obj)}
+
+
+def raw_of(api: str, part: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The API object kept by :func:`raw_part` when ``part`` belongs to ``api``."""
+    kind = part.get("type")
+    if isinstance(kind, str) and kind.startswith(api + ":") and isinstance(part.get("raw"), dict):
+        return dict(part["raw"])
+    return None
+
+
+def orphan_result_parts(part: Mapping[str, Any]) -> list[Part]:
+    """User-visible parts for a tool result whose call is not before it."""
+    label = f"[result of tool call {part.get('id')}{' (error)' if part.get('error') else ''}]"
+    output = part.get("output")
+    if is_parts_output(output):
+        return [{"type": "text", "text": label}, *[dict(p) for p in output]]
+    return [{"type": "text", "text": f"{label}\n{output_text(output)}"}]
+
+
+def _stray_call_text(part: Mapping[str, Any]) -> Part:
+    return {
+        "type": "text",
+        "text": f"[tool call {part.get('name')} {part.get('id')}] {json_text(part.get('input'))}",
+    }
+
+
+def _segments(rows: Iterable[Row]) -> list[Turn]:
+    out: list[Turn] = []
+    for row in visible_rows(rows):
+        role = row.get("role")
+        parts = [dict(p) for p in row.get("parts") or [] if isinstance(p, Mapping)]
+        results = [p for p in parts if p.get("type") == "tool_result"]
+        rest = [p for p in parts if p.get("type") != "tool_result"]
+        if role == "assistant":
+            out.append(Turn("assistant", rest))
+            if results:
+                out.append(Turn("tool", results))
+            continue
+        rest = [_stray_call_text(p) if p.get("type") == "tool_call" else p for p in rest]
+        if results:
+            out.append(Turn("tool", results))
+        if rest:
+            out.append(Turn("system" if role == "system" else "user", rest))
+    return out
+
+
+def _merge(turns: Iterable[Turn]) -> list[Turn]:
+    out: list[Turn] = []
+    for turn in turns:
+        if not turn.parts:
+            continue
+        if out and out[-1].role == turn.role:
+            out[-1] = Turn(turn.role, [*out[-1].parts, *turn.parts])
+        else:
+            out.append(Turn(turn.role, list(turn.parts)))
+    return out
+
+
+def _pair(turns: list[Turn]) -> list[Turn]:
+    claimed: set[int] = set()
+    out: list[Turn] = []
+    for index, turn in enumerate(turns):
+        if turn.role == "tool":
+            leftover = [p for p in turn.parts if id(p) not in claimed]
+            orphans = [q for p in leftover for q in orphan_result_parts(p)]
+            if orphans:
+                out.append(Turn("user", orphans))
+            continue
+        out.append(turn)
+        calls = [p for p in turn.parts if turn.role == "assistant" and p.get("type") == "tool_call"]
+        if not calls:
+            continue
+        results: list[Part] = []
+        for call in calls:
+            found = None
+            for later in turns[index + 1 :]:
+                if later.role != "tool":
+                    continue
+                for p in later.parts:
+                    if id(p) not in claimed and p.get("id") == call.get("id"):
+                        found = p
+                        break
+                if found is not None:
+                    break
+            if found is None:
+                results.append(
+                    {"type": "tool_result", "id": call.get("id"), "output": MISSING_RESULT,
+                     "error": True}
+                )
+            else:
+                claimed.add(id(found))
+                results.append(found)
+        out.append(Turn("tool", results))
+    return out
+
+
+def conversation(rows: Iterable[Row]) -> list[Turn]:
+    """The turns an API request carries for ``rows`` (see the module docstring)."""
+    turns = _merge(_segments(rows))
+    while True:
+        paired = _merge(_pair(turns))
+        if [(t.role, t.parts) for t in paired] == [(t.role, t.parts) for t in turns]:
+            return paired
+        turns = paired
+
+
+def message_row(role: str, parts: list[Part]) -> dict[str, Any]:
+    """A canonical input row (kind, role, parts) as ``from_*`` functions return it."""
+    return {"kind": "message", "role": role, "parts": parts}
+
+
+def append_row(rows: list[dict[str, Any]], role: str, parts: list[Part]) -> None:
+    """Append ``parts`` to ``rows``, extending the last row when it has the same role."""
+    if not parts:
+        return
+    if rows and rows[-1]["role"] == role:
+        rows[-1]["parts"].extend(parts)
+    else:
+        rows.append(message_row(role, list(parts)))

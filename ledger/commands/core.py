@@ -1,0 +1,262 @@
+"""Core commands: append, clear, rows, context, stat, ls, history, demo."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import msgspec
+
+from ledger import format as fmt
+from ledger import segments as segs
+from ledger.errors import InvalidRow, LedgerError
+from ledger.receipt import read_receipt, receipt_status
+
+
+def _read_input(path: str | None) -> bytes:
+    if path is None or path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise LedgerError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def parse_jsonl_rows(data: bytes, source: str) -> list[dict[str, Any]]:
+    """Rows of a JSONL input; a bad line raises InvalidRow naming its number."""
+    rows = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = msgspec.json.decode(line)
+        except msgspec.DecodeError as exc:
+            raise InvalidRow(
+                f"{source} line {number}: not valid JSON ({exc}); nothing written"
+            ) from None
+        if not isinstance(row, dict):
+            raise InvalidRow(
+                f"{source} line {number}: a row must be a JSON object; nothing written"
+            )
+        rows.append(row)
+    if not rows:
+        raise InvalidRow(f"{source}: no rows to append; nothing written")
+    return rows
+
+
+def _result(ctx: Any, r: Any) -> int:
+    ctx.emit_json({"seqs": r.seqs, "epoch": r.epoch, "window": r.window})
+    return 0
+
+
+def cmd_append(args: argparse.Namespace, ctx: Any) -> int:
+    source = args.file if args.file not in (None, "-") else "stdin"
+    rows = parse_jsonl_rows(_read_input(args.file), source)
+    h = ctx.store(durability=args.durability).history(args.workspace)
+    try:
+        r = h.append_many(rows, batch_id=args.batch_id, expect_window=args.expect_window)
+    except InvalidRow as exc:
+        if exc.index is not None:
+            raise InvalidRow(f"{source} line {_line_of(rows, exc.index)}: {exc}") from exc
+        raise
+    return _result(ctx, r)
+
+
+def _line_of(rows: list[dict[str, Any]], index: int) -> int:
+    return index + 1
+
+
+def cmd_clear(args: argparse.Namespace, ctx: Any) -> int:
+    return _result(ctx, ctx.store().history(args.workspace).clear_soft())
+
+
+def cmd_rows(args: argparse.Namespace, ctx: Any) -> int:
+    h = ctx.store().history(args.workspace)
+    out = ctx.stdout
+    for row in h.rows(after_seq=args.after):
+        out.write(msgspec.json.encode(row.to_dict()).decode("utf-8") + "\n")
+    return 0
+
+
+def cmd_context(args: argparse.Namespace, ctx: Any) -> int:
+    h = ctx.store().history(args.workspace)
+    for row in h.provider_view():
+        ctx.stdout.write(msgspec.json.encode(row.to_dict()).decode("utf-8") + "\n")
+    return 0
+
+
+def stat_report(h: Any) -> dict[str, Any]:
+    """The stat document of a history (read-only)."""
+    st = h.snapshot()
+    receipt = read_receipt(h.path)
+    seg_list = []
+    total_bytes = 0
+    total_rows = 0
+    for number, stamp in [*st.sealed, *([(st.active, st.active_stamp)] if st.active else [])]:
+        path = segs.segment_path(h.path, number)
+        with open(path, "rb") as f:
+            lines = sum(chunk.count(b"\n") for chunk in iter(lambda f=f: f.read(1 << 20), b""))
+        seg_list.append({"name": fmt.segment_name(number), "bytes": stamp.size, "lines": lines})
+        total_bytes += stamp.size
+        total_rows += lines
+    quarantine = os.path.join(h.path, fmt.QUARANTINE_DIR)
+    q_bytes = 0
+    if os.path.isdir(quarantine):
+        for name in os.listdir(quarantine):
+            try:
+                q_bytes += os.stat(os.path.join(quarantine, name)).st_size
+            except OSError:
+                pass
+    floor = None
+    if st.floor is not None:
+        floor = {
+            "seq": st.floor.seq if st.floor.seq >= 0 else None,
+            "segment": fmt.segment_name(st.floor.segment),
+            "offset": st.floor.offset,
+        }
+    return {
+        "workspace": h.workspace,
+        "receipt": {
+            "status": receipt_status(h.path),
+            "epoch": receipt.epoch if receipt else None,
+            "next_seq": receipt.next_seq if receipt else None,
+            "stamps_match": st.verified,
+        },
+        "epoch": st.epoch,
+        "window": st.window_seq,
+        "next_seq": st.next_seq,
+        "floor": floor,
+        "segments": seg_list,
+        "rows": total_rows,
+        "bytes": total_bytes,
+        "quarantine_bytes": q_bytes,
+        "stray_temp_files": segs.stray_temps(h.path),
+    }
+
+
+def cmd_stat(args: argparse.Namespace, ctx: Any) -> int:
+    h = ctx.store().history(args.workspace)
+    h._require()
+    ctx.emit_json(stat_report(h))
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
+    for ws in ctx.store().workspaces():
+        ctx.emit_line(ws)
+    return 0
+
+
+def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger.retrieval import SessionHistory
+
+    h = ctx.store().history(args.workspace)
+    call: dict[str, Any] = {"action": args.action}
+    if args.query is not None:
+        if args.action == "search":
+            call["query"] = args.query
+        else:
+            raise LedgerError(f"QUERY is only for the search action, not {args.action!r}")
+    for key in ("window", "seq", "cursor", "limit", "offset"):
+        value = getattr(args, key)
+        if value is not None:
+            call[key] = value
+    text = SessionHistory(h).call(call)
+    ctx.stdout.write(text + "\n")
+    return 1 if text.startswith('{"error"') else 0
+
+
+def cmd_demo(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger.demo import run_demo
+
+    return run_demo(args.dir, ctx.stdout)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "append",
+        help="append JSONL rows from FILE or stdin as ONE batch",
+        description="Append the JSONL rows of FILE (or stdin) as one all-or-nothing batch.",
+        epilog="Example: tledger append ws-1 rows.jsonl",
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.add_argument("file", metavar="FILE", nargs="?")
+    p.add_argument("--batch-id", default=None, help="idempotency key: a retry writes nothing")
+    p.add_argument("--expect-window", type=int, default=None, help="fail if the window moved")
+    p.add_argument("--durability", choices=segs.DURABILITY_LEVELS, default="full")
+    p.set_defaults(handler=cmd_append)
+
+    p = sub.add_parser(
+        "clear",
+        help="manual soft clear: a new privacy floor",
+        description="Append a manual reset row (/clear --soft): the new privacy floor.",
+        epilog="Example: tledger clear ws-1",
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.set_defaults(handler=cmd_clear)
+
+    p = sub.add_parser(
+        "rows",
+        help="print rows in order as JSONL",
+        description="Print every row (or those after --after SEQ) as canonical JSONL.",
+        epilog="Example: tledger rows ws-1 --after 100",
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.add_argument("--after", type=int, default=None, metavar="SEQ")
+    p.set_defaults(handler=cmd_rows)
+
+    p = sub.add_parser(
+        "context",
+        help="print the provider view as JSONL",
+        description="Print the rows the model sees (the active window) as JSONL.",
+        epilog="Example: tledger context ws-1",
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.set_defaults(handler=cmd_context)
+
+    p = sub.add_parser(
+        "stat",
+        help="receipt, epoch, window, segments, rows, bytes, floor",
+        description="Show the receipt, whether the stamps match, epoch, window, floor, "
+        "segments, rows and bytes of a history (read-only).",
+        epilog="Example: tledger stat ws-1",
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.set_defaults(handler=cmd_stat)
+
+    p = sub.add_parser(
+        "ls",
+        help="list workspaces",
+        description="List the workspaces under the root, one id a line.",
+        epilog="Example: tledger --root ./.tledger ls",
+    )
+    p.set_defaults(handler=cmd_ls)
+
+    p = sub.add_parser(
+        "history",
+        help="one session_history tool call",
+        description="Run one session_history call (list, search, read) and print its JSON.",
+        epilog='Example: tledger history ws-1 search "stack trace"',
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.add_argument("action", choices=["list", "search", "read"])
+    p.add_argument("query", nargs="?", default=None, metavar="QUERY")
+    p.add_argument("--window", type=int, default=None)
+    p.add_argument("--seq", type=int, default=None)
+    p.add_argument("--cursor", default=None)
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--offset", type=int, default=None)
+    p.set_defaults(handler=cmd_history)
+
+    p = sub.add_parser(
+        "demo",
+        help="run the embedded demo (a few seconds)",
+        description="Create a store, append batches, SIGKILL a writer mid-stream, reopen, "
+        "show the rows, windows and a session_history search.",
+        epilog="Example: tledger demo /tmp/tledger-demo",
+    )
+    p.add_argument("dir", metavar="DIR", nargs="?", default=None)
+    p.set_defaults(handler=cmd_demo)

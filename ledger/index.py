@@ -1,0 +1,146 @@
+"""The boundary index: a projection of where every window starts.
+
+For each segment it records the seq range, the row count and every boundary
+(offset, seq, reason). Sealed segments never change, so their entries are
+computed once -- by the writer that seals them, appended to ``INDEX`` -- and
+trusted only while the segment's stamp still matches. Anything missing, stale
+or damaged is recomputed from the segment's bytes (in memory for readers, who
+never write). Deleting INDEX loses nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from ledger import format as fmt
+from ledger import segments as segs
+from ledger.windows import Boundary, Entry, boundaries
+
+_SEQ_PREFIX = re.compile(rb'\{"seq":(-?\d{1,19}),')
+
+
+def seq_prefix(line_start: bytes) -> int | None:
+    """The seq at the start of a stored line, read from its first bytes only."""
+    m = _SEQ_PREFIX.match(line_start)
+    return int(m.group(1)) if m else None
+
+
+def entry_of(segment: int, line: segs.Line) -> Entry:
+    """Classify one line of the log (verification, reset, candidate)."""
+    row = fmt.decode_line(line.data) if line.complete else None
+    if row is not None:
+        is_reset = fmt.readable_row_is_reset(line.data, row)
+        return Entry(segment, line.offset, line.data, row, is_reset, False)
+    return Entry(segment, line.offset, line.data, None, False, fmt.raw_may_be_reset(line.data))
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    number: int
+    stamp: fmt.Stamp
+    first_seq: int
+    last_seq: int
+    rows: int
+    bounds: tuple[Boundary, ...]
+
+
+def scan_segment(wsdir: str, number: int, stamp: fmt.Stamp) -> SegmentInfo:
+    """Compute a segment's entry from its bytes."""
+    first = last = -1
+    rows = 0
+    entries = []
+    for line in segs.iter_lines(segs.segment_path(wsdir, number)):
+        e = entry_of(number, line)
+        entries.append(e)
+        if e.row is not None and isinstance(e.row.get("seq"), int):
+            rows += 1
+            if first < 0:
+                first = e.row["seq"]
+            last = e.row["seq"]
+    found = tuple(boundaries(entries))
+    return SegmentInfo(number, stamp, first, last, rows, found)
+
+
+def to_entry(info: SegmentInfo) -> fmt.SegmentIndex:
+    s = info.stamp
+    return fmt.SegmentIndex(
+        number=info.number,
+        stamp=(s.dev, s.ino, s.size, s.mtime_ns, s.ctime_ns),
+        first_seq=info.first_seq,
+        last_seq=info.last_seq,
+        rows=info.rows,
+        floors=[(b.offset, b.seq) for b in info.bounds if b.is_floor],
+        bounds=[(b.offset, b.seq, b.reason) for b in info.bounds],
+    )
+
+
+def from_entry(e: fmt.SegmentIndex) -> SegmentInfo:
+    bounds = tuple(
+        Boundary(seq, e.number, off, reason, readable=seq != fmt.FLOOR_UNREADABLE)
+        for off, seq, reason in e.bounds
+    )
+    return SegmentInfo(e.number, fmt.Stamp(*e.stamp), e.first_seq, e.last_seq, e.rows, bounds)
+
+
+def append_entry(wsdir: str, info: SegmentInfo) -> None:
+    """Record a sealed segment's entry (writers, under the lock; no fsync: a
+    projection that is rebuilt when missing)."""
+    path = os.path.join(wsdir, fmt.INDEX_NAME)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        os.write(fd, fmt.encode_index_entry(to_entry(info)))
+    finally:
+        os.close(fd)
+
+
+def read_entries(wsdir: str) -> dict[int, SegmentInfo]:
+    path = os.path.join(wsdir, fmt.INDEX_NAME)
+    out: dict[int, SegmentInfo] = {}
+    try:
+        lines = segs.iter_lines(path)
+        for line in lines:
+            if not line.complete:
+                continue
+            e = fmt.decode_index_entry(line.data)
+            if e is not None:
+                out[e.number] = from_entry(e)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        return {}
+    return out
+
+
+class BoundaryIndex:
+    """Per-process cache of segment entries, validated by stamp."""
+
+    def __init__(self, wsdir: str) -> None:
+        self.wsdir = wsdir
+        self._cache: dict[int, SegmentInfo] = {}
+        self._index_stamp: fmt.Stamp | None = None
+
+    def _load(self) -> None:
+        st = segs.stamp(os.path.join(self.wsdir, fmt.INDEX_NAME))
+        if st is not None and st != self._index_stamp:
+            for number, info in read_entries(self.wsdir).items():
+                cached = self._cache.get(number)
+                if cached is None or cached.stamp != info.stamp:
+                    self._cache[number] = info
+            self._index_stamp = st
+
+    def info(self, number: int, stamp: fmt.Stamp) -> SegmentInfo:
+        cached = self._cache.get(number)
+        if cached is None or cached.stamp != stamp:
+            self._load()
+            cached = self._cache.get(number)
+        if cached is None or cached.stamp != stamp:
+            cached = scan_segment(self.wsdir, number, stamp)
+            self._cache[number] = cached
+        return cached
+
+    def all_bounds(self, stamps: list[tuple[int, fmt.Stamp]]) -> list[Boundary]:
+        out: list[Boundary] = []
+        for number, stamp in stamps:
+            out.extend(self.info(number, stamp).bounds)
+        return out
