@@ -18,7 +18,10 @@ protocol of DESIGN.md 6:
    tail is never written after).
 3. Track boundaries and privacy floors of every batch
    (``ledger.windows.batch_boundaries``) with their segment and offset.
-4. Publish a **stable** receipt with a **new epoch** (a bulk load is not an
+4. Record every segment it created, and the one it sealed, in the ``INDEX``
+   projection (from the rows it framed; only the sealed one is scanned, and
+   only when INDEX lacks it), so no later reader or append rescans them.
+5. Publish a **stable** receipt with a **new epoch** (a bulk load is not an
    append a cursor can verify page by page), the new next seq, window and
    floor, and the stamps of every segment, so ``History.state().verified``
    holds afterwards and the next ``append_many`` keeps that epoch.
@@ -46,6 +49,7 @@ from ledger import format as fmt
 from ledger import segments as segs
 from ledger.errors import CommitFailed, CommitUncertain, InvalidRow, LedgerError
 from ledger.history import _empty_receipt, _new_epoch, window_marker
+from ledger.index import SegmentInfo, append_entry, read_entries
 from ledger.lock import locked
 from ledger.receipt import write_receipt
 from ledger.rows import new_id, prepare_batch
@@ -78,10 +82,6 @@ class BulkResult:
     segments: list[int] = field(default_factory=list)  # segment numbers created
     epoch: int = 0
     window: int = 0
-
-
-class _Rollback(Exception):
-    """Internal: carries the original exception through the cleanup."""
 
 
 def bulk_load(
@@ -188,6 +188,11 @@ class _Loader:
         self.buffer: list[bytes] = []
         self.buffered = 0
         self.created: list[int] = []
+        # Per segment being filled: first seq, last seq, rows, boundaries.
+        self.seg_first = -1
+        self.seg_rows = 0
+        self.seg_bounds: list[Boundary] = []
+        self.infos: list[tuple[int, int, int, tuple[Boundary, ...]]] = []
         self.window: Boundary | None = st.window
         self.floor: Boundary | None = st.floor
         self.rows = 0
@@ -205,9 +210,13 @@ class _Loader:
             offset += len(line)
         for i, reason in batch_boundaries(stored):
             b = Boundary(int(stored[i]["seq"]), self.segment, positions[i], reason)
+            self.seg_bounds.append(b)
             self.window = b
             if b.is_floor:
                 self.floor = b
+        if self.seg_first < 0:
+            self.seg_first = self.next_seq
+        self.seg_rows += len(lines)
         self.buffer.extend(lines)
         self.buffered += size
         self.next_seq += len(lines)
@@ -226,9 +235,15 @@ class _Loader:
             self.history.path, fmt.segment_name(number), self.buffer,
             durability=self.durability, new_file=True,
         )
+        self.infos.append(
+            (self.seg_first, self.next_seq - 1, self.seg_rows, tuple(self.seg_bounds))
+        )
         self.buffer = []
         self.buffered = 0
         self.segment += 1
+        self.seg_first = -1
+        self.seg_rows = 0
+        self.seg_bounds = []
 
     def rollback(self, exc: BaseException) -> None:
         """Remove the segments this load created and put the old receipt back;
@@ -277,6 +292,7 @@ class _Loader:
         for number in self.created:
             s = segs.stamp(segs.segment_path(path, number))
             fresh.append((number, s if s is not None else fmt.ZERO_STAMP))
+        self._index(fresh)
         sealed.extend(fresh[:-1])
         active_number, active_stamp = fresh[-1]
         count, sealed_dg = fmt.sealed_digest(sealed)
@@ -301,7 +317,7 @@ class _Loader:
             write_receipt(path, receipt)
         except OSError:
             # The segments are committed; an unpublished receipt only expires
-            # cursors and makes the next writer re-baselines (DESIGN.md 6).
+            # cursors and makes the next writer re-baseline (DESIGN.md 6).
             pass
         return BulkResult(
             first_seq=self.first_seq,
@@ -313,3 +329,22 @@ class _Loader:
             epoch=epoch,
             window=window_marker(w),
         )
+
+    def _index(self, fresh: list[tuple[int, fmt.Stamp]]) -> None:
+        """Append INDEX entries (a projection: failures are ignored, readers
+        rebuild a missing entry). The new active segment gets one too, so the
+        append that later seals it finds it instead of scanning it."""
+        path = self.history.path
+        st = self.st
+        try:
+            known = read_entries(path)
+            if st.active and st.active_stamp is not None:
+                have = known.get(st.active)
+                if have is None or have.stamp != st.active_stamp:
+                    append_entry(path, self.history.index.info(st.active, st.active_stamp))
+            for (number, stamp), (first, last, rows, bounds) in zip(
+                fresh, self.infos, strict=True
+            ):
+                append_entry(path, SegmentInfo(number, stamp, first, last, rows, bounds))
+        except OSError:
+            pass

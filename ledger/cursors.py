@@ -61,7 +61,8 @@ class CursorData(msgspec.Struct, array_like=True, frozen=True):
     args: str
     binding: str
     floor: str
-    high: int
+    high: int  # the snapshot's high-water seq
+    end: Position  # the end of the log when the query's first page was served
     pos: Position
     window: int  # the window the scan is in (0 before any boundary)
     listing: ListState | None = None

@@ -45,6 +45,7 @@ from ledger.rows import Row, new_id, prepare_batch
 from ledger.windows import Boundary, batch_boundaries, provider_rows
 
 if TYPE_CHECKING:
+    from ledger.retrieval import SessionHistory
     from ledger.store import Store
 
 IDEMPOTENCY_SCAN_BYTES = 8 << 20
@@ -352,6 +353,12 @@ class History:
                         continue
                     out.append(Row(line.data, number, line.offset, data))
             return out
+
+    def session_history(self) -> SessionHistory:
+        """The ``session_history`` retrieval tool bound to this workspace."""
+        from ledger.retrieval import SessionHistory
+
+        return SessionHistory(self)
 
     def provider_view(self) -> list[Row]:
         """The rows the model sees: the active window minus reset rows, empty

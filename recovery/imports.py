@@ -1,0 +1,382 @@
+"""Import of agent transcripts (Claude Code, Codex CLI) into a history.
+
+Three steps, the first two pure:
+
+1. :func:`recovery.salvage.salvage_jsonl` reads the bytes: readable records out,
+   unreadable bytes to quarantine entries.
+2. A format module (:mod:`recovery.claude_code`, :mod:`recovery.codex`) turns the
+   records into :class:`Event`\\ s -- conversation rows, compactions, and
+   *bookkeeping* records that are not conversation -- and :func:`plan` turns those
+   into steps: append batches and compactions, each with a deterministic batch id.
+3. :func:`import_file` writes the quarantine, then the steps, skipping every
+   record an earlier import of the same bytes already wrote.
+
+Every readable record ends up somewhere: a conversation record is a row whose
+``meta.source`` is the original object; a bookkeeping record is kept whole in
+``meta.bookkeeping`` (a list) of the next conversation row, or of the last one
+when none follows (``meta.bookkeeping_after``). Only a file with no conversation
+record at all imports nothing, and the report says so. Each row's
+``meta.import`` names the format, the record's byte offset, length, line and a
+digest of its bytes; that is what makes a second import add nothing, and what
+lets a grown session file be imported again for only its new records.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import msgspec
+import xxhash
+
+from ledger.errors import RecoveryError
+from recovery.salvage import Quarantined, Record, Salvage, salvage_jsonl
+
+BATCH_ROWS = 256
+BATCH_BYTES = 4 << 20
+
+
+@dataclass
+class Event:
+    """One step of a converted transcript, in file order.
+
+    ``kind`` is ``"row"`` (``rows`` holds one conversation row), ``"compaction"``
+    (``rows`` holds the summary rows, possibly none) or ``"bookkeeping"``. ``records``
+    are the source records the event came from.
+    """
+
+    kind: str
+    records: list[Record]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Step:
+    """One write: ``append`` (one batch) or ``compact``; ``first``/``last`` are the
+    line numbers of the records it covers."""
+
+    action: str
+    rows: list[dict[str, Any]]
+    batch_id: str
+    first: int
+    last: int
+
+
+@dataclass
+class Plan:
+    """What an import will write, and what it read."""
+
+    format: str
+    digest: str
+    salvage: Salvage
+    steps: list[Step]
+    bookkeeping: int
+    unattached: int
+
+    @property
+    def rows(self) -> int:
+        return sum(len(s.rows) for s in self.steps)
+
+
+def parse_ts(value: Any) -> int | None:
+    """Milliseconds since the epoch for an ISO-8601 timestamp, else None."""
+    if not isinstance(value, str) or not value:
+        return None
+    text = value[:-1] + "+00:00" if value.endswith("Z") else value
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        return None
+    return int(moment.timestamp() * 1000)
+
+
+def record_digest(data: bytes, record: Record) -> str:
+    """A digest of a record's bytes (its span in the source)."""
+    return xxhash.xxh3_64_hexdigest(data[record.offset : record.offset + record.length])
+
+
+def source_row(
+    role: str, parts: list[dict[str, Any]], record: Record, fmt: str, **meta: Any
+) -> dict[str, Any]:
+    """A canonical row for a conversation record; ``meta.import`` is filled by plan()."""
+    row: dict[str, Any] = {"kind": "message", "role": role, "parts": parts,
+                           "meta": {"source": record.value, **meta}}
+    ts = parse_ts(record.value.get("timestamp"))
+    if ts is not None:
+        row["ts"] = ts
+    return row
+
+
+def _mark(row: dict[str, Any], fmt: str, data: bytes, record: Record) -> None:
+    row["meta"]["import"] = {"format": fmt, "offset": record.offset, "length": record.length,
+                             "line": record.line, "digest": record_digest(data, record)}
+
+
+def _size(row: dict[str, Any]) -> int:
+    return len(msgspec.json.encode(row))
+
+
+def plan(data: bytes, fmt: str, events: Sequence[Event], salvage: Salvage) -> Plan:
+    """Steps that write ``events``: rows batched between compactions (at most
+    BATCH_ROWS rows or about BATCH_BYTES each), bookkeeping attached to rows."""
+    digest = xxhash.xxh3_128_hexdigest(data)
+    pending: list[Any] = []
+    bookkeeping = 0
+    # (action, row, first line, last line); each "compact" item carries its rows.
+    items: list[tuple[str, list[dict[str, Any]], int, int]] = []
+    last_row: dict[str, Any] | None = None
+    for event in events:
+        if event.kind == "bookkeeping":
+            pending.extend(r.value for r in event.records)
+            bookkeeping += len(event.records)
+            continue
+        rows = [dict(r, meta=dict(r.get("meta", {}))) for r in event.rows]
+        anchor = event.records[-1]
+        for row in rows:
+            _mark(row, fmt, data, anchor)
+        if rows and pending:
+            rows[0]["meta"]["bookkeeping"] = pending
+            pending = []
+        if rows:
+            last_row = rows[-1]
+        first, last = event.records[0].line, event.records[-1].line
+        if event.kind == "compaction":
+            if not rows:
+                # A compaction whose summary did not survive: the boundary record
+                # rides on the next row as bookkeeping.
+                pending.extend(r.value for r in event.records)
+                bookkeeping += len(event.records)
+            items.append(("compact", rows, first, last))
+        else:
+            items.extend(("append", [row], first, last) for row in rows)
+    unattached = 0
+    if pending:
+        if last_row is not None:
+            last_row["meta"]["bookkeeping_after"] = pending
+        else:
+            unattached = len(pending)
+    steps: list[Step] = []
+    batch: list[dict[str, Any]] = []
+    size = 0
+    span = [0, 0]
+
+    def flush() -> None:
+        nonlocal batch, size
+        if batch:
+            steps.append(Step("append", batch, _batch_id(digest, "a", span), span[0], span[1]))
+        batch, size = [], 0
+
+    for action, rows, first, last in items:
+        if action == "compact":
+            flush()
+            steps.append(Step("compact", rows, _batch_id(digest, "c", [first, last]), first, last))
+            continue
+        row_size = sum(_size(r) for r in rows)
+        if batch and (len(batch) + len(rows) > BATCH_ROWS or size + row_size > BATCH_BYTES):
+            flush()
+        if not batch:
+            span[0] = first
+        batch.extend(rows)
+        size += row_size
+        span[1] = last
+    flush()
+    return Plan(fmt, digest, salvage, steps, bookkeeping, unattached)
+
+
+def _batch_id(digest: str, kind: str, span: Sequence[int]) -> str:
+    return f"imp-{kind}-" + xxhash.xxh3_128_hexdigest(f"{digest}:{span[0]}-{span[1]}".encode())
+
+
+def plan_file(
+    data: bytes,
+    fmt: str,
+    convert: Callable[[list[Record]], list[Event]],
+    looks_like_record: Callable[[dict[str, Any]], bool],
+) -> Plan:
+    """Salvage, convert and plan one file's bytes (pure)."""
+    salvage = salvage_jsonl(data, looks_like_record)
+    return plan(data, fmt, convert(salvage.records), salvage)
+
+
+# --- the store side -----------------------------------------------------------
+
+
+def write_quarantine(
+    root: str | os.PathLike[str], workspace: str, source: str, entries: Iterable[Quarantined]
+) -> str | None:
+    """Put quarantined import bytes aside; returns the manifest path (None if none).
+
+    Each entry's bytes go to ``<root>/<ws>/quarantine/import-<digest>.bin`` (named
+    by content, so a second import writes nothing new) and one JSON line
+    ``{source, offset, length, reason, digest}`` is appended to ``MANIFEST.jsonl``
+    unless that exact line is there already. Kept in one function so that the
+    recovery engineer's quarantine module can replace it.
+    """
+    entries = list(entries)
+    if not entries:
+        return None
+    folder = os.path.join(os.fspath(root), workspace, "quarantine")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    manifest = os.path.join(folder, "MANIFEST.jsonl")
+    try:
+        with open(manifest, "rb") as f:
+            seen = set(f.read().splitlines())
+    except FileNotFoundError:
+        seen = set()
+    lines: list[bytes] = []
+    for entry in entries:
+        path = os.path.join(folder, f"import-{entry.digest}.bin")
+        if not os.path.exists(path):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, entry.data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        line = msgspec.json.encode(entry.manifest(source))
+        if line not in seen:
+            seen.add(line)
+            lines.append(line + b"\n")
+    if lines:
+        fd = os.open(manifest, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, b"".join(lines))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return manifest
+
+
+@dataclass
+class ImportReport:
+    """What an import did (``to_dict()`` is what the CLI prints)."""
+
+    source: str
+    format: str
+    workspace: str
+    records: int  # readable records (salvaged ones included)
+    imported: int  # records kept in the history: rows' sources and bookkeeping
+    salvaged: int  # records recovered from a damaged line
+    quarantined: int  # quarantine entries
+    quarantined_bytes: int
+    bookkeeping: int  # records kept in meta rather than as rows
+    rows: int  # rows the file maps to
+    written: int  # rows written by this run
+    already_present: int  # rows an earlier import wrote (skipped)
+    compactions: int  # compactions written by this run
+    manifest: str | None
+    quarantine: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _present(history: Any, fmt: str) -> tuple[set[tuple[int, str]], set[str]]:
+    """(offset, digest) of every record an earlier import wrote, and batch ids."""
+    records: set[tuple[int, str]] = set()
+    batches: set[str] = set()
+    if not history.exists():
+        return records, batches
+    for row in history.rows():
+        batch = row.batch.get("id")
+        if isinstance(batch, str) and batch.startswith("imp-"):
+            batches.add(batch)
+        info = row.meta.get("import")
+        if isinstance(info, dict) and info.get("format") == fmt:
+            records.add((info.get("offset"), info.get("digest")))
+    return records, batches
+
+
+def _format_module(fmt: str) -> Any:
+    from recovery import claude_code, codex
+
+    modules = {"claude-code": claude_code, "codex": codex}
+    if fmt not in modules:
+        raise RecoveryError(f"unknown import format {fmt!r}; use one of {sorted(modules)}")
+    return modules[fmt]
+
+
+def plan_bytes(data: bytes, fmt: str) -> Plan:
+    """The pure plan for ``data`` in format ``claude-code`` or ``codex``."""
+    module = _format_module(fmt)
+    return plan_file(data, fmt, module.convert, module.looks_like_record)
+
+
+def import_file(store: Any, workspace: str, path: str | os.PathLike[str], fmt: str) -> ImportReport:
+    """Import one transcript file into ``workspace`` of ``store``; idempotent.
+
+    Quarantined bytes are written first (so evidence exists even if a write
+    fails later), then every step whose records are not in the history yet. A
+    failure raises the store's error; running the same import again resumes.
+    """
+    history = store.history(workspace)
+    source = os.fspath(path)
+    try:
+        with open(source, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise RecoveryError(f"cannot read {source}: {exc.strerror}") from exc
+    result = plan_bytes(data, fmt)
+    records = len(result.salvage.records)
+    if result.unattached and not result.steps:
+        raise RecoveryError(
+            f"{source}: {result.unattached} records but no conversation record: nothing to "
+            f"import (is this a {fmt} transcript?)"
+        )
+    present, batches = _present(history, fmt)
+    written = 0
+    skipped = 0
+    compactions = 0
+    new_steps: list[Step] = []
+    for step in result.steps:
+        fresh = [r for r in step.rows
+                 if (r["meta"]["import"]["offset"], r["meta"]["import"]["digest"]) not in present]
+        if step.batch_id in batches or (step.rows and not fresh):
+            skipped += len(step.rows)
+            continue
+        if step.action == "compact" and len(fresh) != len(step.rows):
+            skipped += len(step.rows)
+            continue
+        skipped += len(step.rows) - len(fresh)
+        new_steps.append(Step(step.action, fresh, step.batch_id, step.first, step.last))
+    manifest = None
+    if result.salvage.quarantine and not history.exists() and not new_steps:
+        raise RecoveryError(
+            f"{source}: no readable record; {result.salvage.quarantined_bytes} bytes are "
+            "unreadable and nothing was written"
+        )
+    if new_steps and not history.exists():
+        # The workspace directory appears with its first commit; write that first
+        # so the quarantine lands inside an existing workspace.
+        first = new_steps.pop(0)
+        written += _write(history, first)
+        compactions += first.action == "compact"
+    if result.salvage.quarantine:
+        manifest = write_quarantine(store.root, workspace, source, result.salvage.quarantine)
+    for step in new_steps:
+        written += _write(history, step)
+        compactions += step.action == "compact"
+    return ImportReport(
+        source=source, format=fmt, workspace=workspace, records=records,
+        imported=records - result.unattached, salvaged=result.salvage.salvaged,
+        quarantined=len(result.salvage.quarantine),
+        quarantined_bytes=result.salvage.quarantined_bytes, bookkeeping=result.bookkeeping,
+        rows=result.rows, written=written, already_present=skipped, compactions=compactions,
+        manifest=manifest,
+        quarantine=[q.manifest(source) for q in result.salvage.quarantine],
+    )
+
+
+def _write(history: Any, step: Step) -> int:
+    if step.action == "compact":
+        history.compact(step.rows, batch_id=step.batch_id)
+    else:
+        history.append_many(step.rows, batch_id=step.batch_id)
+    return len(step.rows)
