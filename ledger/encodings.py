@@ -306,7 +306,7 @@ def _parse_ranks(name: str, data: bytes) -> dict[bytes, int]:
 def load_encoding(
     name: str,
     *,
-    cache: Path | None | bool = True,
+    cache: Path | bool | None = True,
     data_dir: Path | None = None,
 ) -> tiktoken.Encoding:
     """Build the tiktoken encoding ``name`` from offline data, uncached.

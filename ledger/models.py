@@ -85,18 +85,48 @@ class Family(msgspec.Struct, frozen=True, kw_only=True):
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family(name="openai", encoding="o200k_base", exact=True, safety_factor=1.0,
-               note="public tiktoken encodings"),
-        Family(name="anthropic", encoding="cl100k_base", exact=False, safety_factor=1.35,
-               note="Claude tokenizers run ~15-30% above cl100k on English and code"),
-        Family(name="google", encoding="cl100k_base", exact=False, safety_factor=1.25,
-               note="Gemini SentencePiece; cl100k counts are close or above"),
-        Family(name="meta", encoding="cl100k_base", exact=False, safety_factor=1.25,
-               note="Llama 3 BPE (128k) extends cl100k"),
-        Family(name="mistral", encoding="cl100k_base", exact=False, safety_factor=1.25,
-               note="Tekken BPE, similar size"),
-        Family(name="deepseek", encoding="cl100k_base", exact=False, safety_factor=1.25,
-               note="128k BPE, similar size"),
+        Family(
+            name="openai",
+            encoding="o200k_base",
+            exact=True,
+            safety_factor=1.0,
+            note="public tiktoken encodings",
+        ),
+        Family(
+            name="anthropic",
+            encoding="cl100k_base",
+            exact=False,
+            safety_factor=1.35,
+            note="Claude tokenizers run ~15-30% above cl100k on English and code",
+        ),
+        Family(
+            name="google",
+            encoding="cl100k_base",
+            exact=False,
+            safety_factor=1.25,
+            note="Gemini SentencePiece; cl100k counts are close or above",
+        ),
+        Family(
+            name="meta",
+            encoding="cl100k_base",
+            exact=False,
+            safety_factor=1.25,
+            note="Llama 3 BPE (128k) extends cl100k",
+        ),
+        Family(
+            name="mistral",
+            encoding="cl100k_base",
+            exact=False,
+            safety_factor=1.25,
+            note="Tekken BPE, similar size",
+        ),
+        Family(
+            name="deepseek",
+            encoding="cl100k_base",
+            exact=False,
+            safety_factor=1.25,
+            note="128k BPE, similar size",
+        ),
     )
 }
 
@@ -286,7 +316,7 @@ class ModelRegistry:
                 parsed = msgspec.json.decode(raw, type=_File)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise ModelConfigError(
-                f"model file {file}: {exc} (expected a table [models.\"<id>\"] with family, "
+                f'model file {file}: {exc} (expected a table [models."<id>"] with family, '
                 "context_limit, output_reserve and optional encoding, exact, safety_factor)"
             ) from exc
         except ImportError as exc:  # msgspec.toml needs tomli before Python 3.11
@@ -332,7 +362,7 @@ class ModelRegistry:
                 f"unknown model {model!r}: register it in code with "
                 f"ledger.models.register(ModelSpec(id={model!r}, family=..., "
                 "encoding='o200k_base', context_limit=..., output_reserve=...)) or in a "
-                f"TOML/JSON file ([models.\"{model}\"] family = ..., context_limit = ..., "
+                f'TOML/JSON file ([models."{model}"] family = ..., context_limit = ..., '
                 f"output_reserve = ...) named by ${MODELS_ENV} or `tledger count --models FILE`"
             )
         return found

@@ -1,0 +1,857 @@
+"""Token accounting: text, JSON, canonical rows and tool schemas.
+
+**Text.** A string is counted with the resolved tiktoken encoding
+(``encode_ordinary``: special-token text is ordinary text). A string longer than
+``CHUNK_CHARS`` code points is cut into chunks, and only where tiktoken's
+pre-tokenizer (the encoding's ``pat_str``) has a piece boundary, so each chunk
+splits into exactly the pieces the whole text would and the count is exact.
+Boundaries are found locally: for ``o200k_base`` and ``cl100k_base`` a
+non-space character followed by a space or tab, and a letter/digit transition,
+are always piece boundaries (no pattern alternative spans them and the pattern
+has no lookbehind); where a chunk has none, the pattern itself is run from the
+last cut. A single piece longer than ``CHUNK_CHARS`` (a 6 MB run of one letter,
+a huge whitespace run) is force-cut on code point boundaries; each cut adds
+``FORCE_CUT_SLACK`` tokens (shown sufficient by the fuzz test in
+``tests/test_tokens_text.py``) and marks the count ``exact: false``. Work per
+chunk is bounded, so time is linear on any input, and tiktoken never sees more
+than a chunk at once (on a 1 MB whitespace run its regex overflows its stack).
+
+**JSON.** Every string (key or value) is encoded; the rest of the compact
+canonical JSON (quotes, braces, commas, colons, numbers, literals, and the
+expansion of escapes such as ``\\n`` or ``\\u0000``) is charged
+``ceil(bytes / JSON_BYTES_PER_TOKEN)``. JSON counts are ``exact: false``.
+
+**Rows** (the canonical row of DESIGN.md 3, until provider adapters exist):
+``MESSAGE_FRAMING`` per row plus, per part, ``PART_FRAMING[type]`` and:
+``text``/``reasoning`` the text; ``tool_call`` name, id and input (JSON, or
+text when a string); ``tool_result`` id, error text and output (text when a
+string, else JSON); ``media`` a media allowance; an unknown part type the whole
+part as JSON. ``reset`` rows and rows of unknown kinds are never
+provider-visible and count 0. Row counts are ``exact: false`` (framing is an
+allowance). Only genuine media get media allowances: a ``media`` part, or a
+media block inside a tool_result output of one of these shapes: a list of
+blocks, ``{"content": [blocks], ...}`` (MCP), ``{"type": "content",
+"value": [blocks]}`` (AI SDK) or a single block, where a media block is
+``{"type": "media", "mime"|"mediaType", "data"|"url"}``, ``{"type": "image" |
+"audio", "data", "mimeType"}`` (MCP), ``{"type": "image" | "document",
+"source": {...}}`` (Anthropic), ``{"type": "image_url" | "input_image",
+"image_url"}`` or ``{"type": "input_file", "file_data"}`` (OpenAI). Text and
+JSON anywhere else stay text, data URLs and media-shaped objects included.
+
+**Media allowances** (per image, by family): openai ``85 + 170 x tiles`` (512 px
+tiles after fitting 2048 px and a 768 px short side; 1,445 when the size is
+unknown); anthropic ``w x h / 750`` after fitting 1,568 px and 1.15 MP, at most
+1,600; google ``max(1120, 258 x 768-px tiles)``, 1,548 unknown; other families
+the largest of the three. Sizes come from ``width``/``height`` or the PNG/GIF
+header of inline data. PDFs: ``PDF_PAGE_TOKENS`` per page (``pages`` field,
+else ``/Type /Page`` objects in inline data, else ``PDF_DEFAULT_PAGES``); other
+media ``MEDIA_OTHER_TOKENS``.
+
+**Modes.** ``"encoding"`` uses the resolved encoding; ``"approx"`` charges
+``ceil(utf8 bytes / 4)`` per string, loads nothing, and is for ordinary
+estimates only: the hard guards in ``ledger.budget`` never use it.
+
+**Cache.** Row costs are a projection, kept in a :class:`RowTokenCache` (an LRU
+keyed by counting profile and the xxh3-128 digest of the row's kind, role and
+parts), so re-counting a window after an append costs a digest per old row and
+an encode per new row. tiktoken and ``regex`` are imported on first use.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+import msgspec
+import xxhash
+
+from ledger.encodings import encoding_source, get_encoding
+from ledger.errors import InvalidRow, LedgerError, TokenizerError
+from ledger.models import ModelRegistry, ModelSpec, resolve
+
+__all__ = [
+    "CHUNK_CHARS",
+    "FORCE_CUT_SLACK",
+    "JSON_BYTES_PER_TOKEN",
+    "MESSAGE_FRAMING",
+    "PART_FRAMING",
+    "REQUEST_FRAMING",
+    "TOOLS_FRAMING",
+    "TOOL_FRAMING",
+    "Count",
+    "InvalidTools",
+    "Mode",
+    "RowShape",
+    "RowTokenCache",
+    "TextCounter",
+    "TokenCount",
+    "TokenCounter",
+    "approx_tokens",
+    "count_rows",
+    "count_text",
+    "image_tokens",
+    "text_counter",
+]
+
+Mode = Literal["encoding", "approx"]
+
+CHUNK_CHARS = 8192
+"""Largest string (code points) handed to tiktoken at once."""
+
+FORCE_CUT_SLACK = 4
+"""Tokens added per forced cut inside one pre-tokenizer piece. BPE on a cut
+piece can merge differently near the cut; the fuzz test measures at most 1."""
+
+JSON_BYTES_PER_TOKEN = 2
+"""JSON punctuation, numbers, literals and escape expansion: one token per this
+many bytes (compact JSON; measured on real transcripts, see the tests)."""
+
+MESSAGE_FRAMING = 4
+"""Per row: role and message delimiters."""
+
+REQUEST_FRAMING = 3
+"""Per request: reply priming."""
+
+PART_FRAMING: dict[str, int] = {
+    "text": 1,
+    "reasoning": 2,
+    "tool_call": 10,
+    "tool_result": 10,
+    "media": 4,
+}
+"""Per part, by type; an unknown type gets ``PART_FRAMING_OTHER``."""
+
+PART_FRAMING_OTHER = 4
+TOOL_FRAMING = 8
+"""Per advertised tool schema."""
+
+TOOLS_FRAMING = 12
+"""Once per request that advertises any tool."""
+
+PDF_PAGE_TOKENS = 3000
+PDF_DEFAULT_PAGES = 10
+MEDIA_OTHER_TOKENS = 2000
+
+APPROX_BYTES_PER_TOKEN = 4
+
+
+class Count(msgspec.Struct, frozen=True):
+    """Raw tokens of the counting encoding (no safety factor) and exactness."""
+
+    tokens: int
+    exact: bool = True
+
+    def __add__(self, other: Count) -> Count:
+        return Count(self.tokens + other.tokens, self.exact and other.exact)
+
+
+ZERO = Count(0, True)
+
+
+class TokenCount(msgspec.Struct, frozen=True, kw_only=True):
+    """A count for a model: ``tokens`` includes the safety factor (rounded up);
+    ``raw_tokens`` is the encoding's own count."""
+
+    tokens: int
+    encoding: str
+    exact: bool
+    model: str
+    family: str
+    safety_factor: float
+    mode: str
+    raw_tokens: int
+
+
+class InvalidTools(LedgerError):
+    """Tool schemas or an advertised set that cannot be counted."""
+
+
+# --------------------------------------------------------------------------- text
+
+# Positions that are pre-tokenizer piece boundaries whatever surrounds them, for
+# the o200k/cl100k/r50k family of patterns: no alternative joins a non-space to
+# a following horizontal space (the punctuation alternative may take trailing
+# \r\n, so those are excluded) or a letter to a digit either way. Matched as a
+# two-character window; the cut is between the two.
+_SYNC = r"(?r)(?:\S[^\S\r\n]|\p{L}\p{N}|\p{N}\p{L})"
+_SYNC_SAFE = frozenset({"o200k_base", "o200k_harmony", "cl100k_base"})
+
+
+def _len_utf8(text: str) -> int:
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _fix_surrogates(text: str) -> str:
+    # What tiktoken does to the whole text, done before cutting so a surrogate
+    # pair is never split between chunks.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+class TextCounter:
+    """Exact, chunked ``encode_ordinary`` counts for one encoding."""
+
+    def __init__(self, encoding: str, *, chunk_chars: int = CHUNK_CHARS) -> None:
+        if chunk_chars < 1:
+            raise ValueError("chunk_chars must be >= 1")
+        import regex
+
+        self.encoding = encoding
+        self.chunk_chars = chunk_chars
+        source = encoding_source(encoding)
+        self._encode = get_encoding(encoding).encode_ordinary
+        self._pieces = regex.compile(source.pat_str)
+        self._sync = regex.compile(_SYNC) if encoding in _SYNC_SAFE else None
+
+    def _tokens(self, text: str) -> int:
+        try:
+            return len(self._encode(text))
+        except BaseException as exc:
+            # tiktoken's Rust side reports a panic as pyo3's PanicException, which
+            # is a BaseException; only genuine interpreter exits pass through.
+            if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                raise
+            raise TokenizerError(
+                f"encoding {self.encoding!r} failed on a {len(text)}-character chunk: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    def count(self, text: str) -> Count:
+        """Tokens of ``text``; exact unless a single piece had to be force-cut."""
+        size = self.chunk_chars
+        if len(text) <= size:
+            return Count(self._tokens(text), True)
+        text = _fix_surrogates(text)
+        n = len(text)
+        total = cuts = pos = 0
+        while pos < n:
+            end = pos + size
+            if end >= n:
+                total += self._tokens(text[pos:])
+                break
+            cut = self._sync_cut(text, pos, end)
+            if cut < 0:
+                cut, piece_end = self._piece_cut(text, pos, end)
+                if cut < 0:
+                    tokens, forced = self._force(text, pos, piece_end)
+                    total += tokens
+                    cuts += forced
+                    pos = piece_end
+                    continue
+            total += self._tokens(text[pos:cut])
+            pos = cut
+        return Count(total + cuts * FORCE_CUT_SLACK, cuts == 0)
+
+    def _sync_cut(self, text: str, pos: int, end: int) -> int:
+        """The last always-boundary in (pos + size/2, end], or -1."""
+        if self._sync is None:
+            return -1
+        lo = pos + max(1, self.chunk_chars // 2) - 1
+        found = self._sync.search(text, lo, end + 1)
+        return found.start() + 1 if found else -1
+
+    def _piece_cut(self, text: str, pos: int, end: int) -> tuple[int, int]:
+        """Run the pattern from ``pos`` (a known boundary): the last piece end in
+        (pos, end], or (-1, end of the first piece) when that piece is too long."""
+        last = -1
+        for match in self._pieces.finditer(text, pos):
+            stop = match.end()
+            if stop > end:
+                return (last, stop) if last < 0 else (last, -1)
+            last = stop
+        return last, -1  # pragma: no cover - end < len(text), so a piece crosses it
+
+    def _force(self, text: str, start: int, stop: int) -> tuple[int, int]:
+        size = self.chunk_chars
+        tokens = sum(self._tokens(text[i : min(i + size, stop)]) for i in range(start, stop, size))
+        return tokens, (stop - start - 1) // size
+
+
+_counters: dict[tuple[str, int], TextCounter] = {}
+_counters_lock = threading.Lock()
+
+
+def text_counter(encoding: str, *, chunk_chars: int = CHUNK_CHARS) -> TextCounter:
+    """The shared :class:`TextCounter` of an encoding (loads it on first use)."""
+    key = (encoding, chunk_chars)
+    found = _counters.get(key)
+    if found is None:
+        with _counters_lock:
+            found = _counters.get(key)
+            if found is None:
+                found = TextCounter(encoding, chunk_chars=chunk_chars)
+                _counters[key] = found
+    return found
+
+
+def approx_tokens(text: str) -> Count:
+    """The cheap estimate: ``ceil(utf8 bytes / 4)``; never for a hard guard."""
+    return Count(-(-_len_utf8(text) // APPROX_BYTES_PER_TOKEN), False)
+
+
+# --------------------------------------------------------------------------- JSON
+
+TextFn = Callable[[str], Count]
+MediaHook = Callable[[Mapping[str, Any], tuple[Any, ...]], "int | None"]
+"""Called on each object of a provider body with its path; returns a media
+allowance for a genuine media node (its subtree is then not counted as text)."""
+
+
+def _json_bytes(obj: Any) -> int:
+    try:
+        return len(msgspec.json.encode(obj))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TokenizerError(f"cannot count a value outside the JSON domain: {exc}") from exc
+
+
+def json_cost(obj: Any, text: TextFn, media: MediaHook | None = None) -> Count:
+    """Strings encoded, the rest of the compact JSON charged by bytes."""
+    tokens = 0
+    exact = True
+    string_bytes = 0
+    media_bytes = 0
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(obj, ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            counted = text(node)
+            tokens += counted.tokens
+            exact = exact and counted.exact
+            string_bytes += _len_utf8(node)
+        elif isinstance(node, Mapping):
+            if media is not None:
+                allowance = media(node, path)
+                if allowance is not None:
+                    tokens += allowance
+                    media_bytes += _json_bytes(node)
+                    continue
+            for key, value in node.items():
+                if isinstance(key, str):
+                    stack.append((key, path))
+                stack.append((value, (*path, key) if media is not None else path))
+        elif isinstance(node, (list, tuple)):
+            if media is not None:
+                stack.extend((v, (*path, i)) for i, v in enumerate(node))
+            else:
+                stack.extend((v, path) for v in node)
+    rest = _json_bytes(obj) - string_bytes - media_bytes
+    tokens += -(-max(rest, 0) // JSON_BYTES_PER_TOKEN)
+    return Count(tokens, False)
+
+
+# -------------------------------------------------------------------------- media
+
+_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
+
+
+def image_tokens(profile: str, width: int | None, height: int | None) -> int:
+    """The image allowance of a media profile (``openai``, ``anthropic``,
+    ``google`` or anything else = the largest of the three)."""
+    known = width is not None and height is not None and width > 0 and height > 0
+    if profile == "openai":
+        if not known:
+            return 1445
+        assert width is not None and height is not None
+        w, h = float(width), float(height)
+        scale = min(1.0, 2048 / max(w, h))
+        w, h = w * scale, h * scale
+        scale = min(1.0, 768 / min(w, h))
+        w, h = w * scale, h * scale
+        return 85 + 170 * math.ceil(w / 512) * math.ceil(h / 512)
+    if profile == "anthropic":
+        if not known:
+            return 1600
+        assert width is not None and height is not None
+        w, h = float(width), float(height)
+        scale = min(1.0, 1568 / max(w, h), math.sqrt(1_150_000 / (w * h)))
+        return min(1600, math.ceil(w * scale * h * scale / 750))
+    if profile == "google":
+        if not known:
+            return 1548
+        assert width is not None and height is not None
+        small = width <= 384 and height <= 384
+        tiles = 1 if small else math.ceil(width / 768) * math.ceil(height / 768)
+        return max(1120, 258 * tiles)
+    return max(image_tokens(p, width, height) for p in ("openai", "anthropic", "google"))
+
+
+def _b64_prefix(data: str, want: int) -> bytes:
+    if data.startswith("data:"):
+        comma = data.find(",")
+        data = data[comma + 1 :] if comma >= 0 else ""
+    head = data[: -(-want // 3) * 4]
+    try:
+        return base64.b64decode(head + "=" * (-len(head) % 4))
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _sniff_size(data: str) -> tuple[int | None, int | None]:
+    head = _b64_prefix(data, 24)
+    if head.startswith(b"\x89PNG\r\n\x1a\n") and len(head) >= 24:
+        return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
+        return int.from_bytes(head[6:8], "little"), int.from_bytes(head[8:10], "little")
+    return None, None
+
+
+def _pdf_pages(data: str | None, pages: Any) -> int:
+    if isinstance(pages, int) and not isinstance(pages, bool) and pages > 0:
+        return pages
+    if data:
+        raw = _b64_prefix(data, len(data))
+        found = len(_PAGE.findall(raw))
+        if found:
+            return found
+    return PDF_DEFAULT_PAGES
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def media_tokens(
+    profile: str,
+    mime: str,
+    *,
+    data: str | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    pages: Any = None,
+) -> int:
+    """The allowance for one genuine media item."""
+    mime = mime.lower()
+    if mime.startswith("image/"):
+        if (width is None or height is None) and data:
+            width, height = _sniff_size(data)
+        return image_tokens(profile, width, height)
+    if mime == "application/pdf":
+        return PDF_PAGE_TOKENS * _pdf_pages(data, pages)
+    return MEDIA_OTHER_TOKENS
+
+
+_MEDIA_MIME = ("image/", "audio/", "video/", "application/pdf")
+
+
+def _media_block(block: Any) -> dict[str, Any] | None:
+    """``{"mime", "data", "width", "height", "pages"}`` for a supported media
+    block shape, else None (the block is then text/JSON)."""
+    if not isinstance(block, Mapping):
+        return None
+    kind = block.get("type")
+    mime: Any = None
+    data: Any = None
+    if kind == "media":
+        mime = block.get("mime") or block.get("mediaType")
+        data = block.get("data")
+        if not isinstance(data, str) and not isinstance(block.get("url"), str):
+            return None
+        if not isinstance(mime, str):
+            mime = "application/octet-stream"
+        return {
+            "mime": mime,
+            "data": data if isinstance(data, str) else None,
+            "width": _int_or_none(block.get("width")),
+            "height": _int_or_none(block.get("height")),
+            "pages": block.get("pages"),
+        }
+    if kind in ("image", "audio") and isinstance(block.get("data"), str):
+        mime, data = block.get("mimeType") or block.get("mime_type"), block["data"]
+    elif kind in ("image", "document") and isinstance(block.get("source"), Mapping):
+        source = block["source"]
+        data = source.get("data")
+        if not isinstance(data, str) and not isinstance(source.get("url"), str):
+            return None
+        mime = source.get("media_type") or ("image/*" if kind == "image" else "application/pdf")
+    elif kind in ("image_url", "input_image"):
+        ref = block.get("image_url")
+        url = ref.get("url") if isinstance(ref, Mapping) else ref
+        if not isinstance(url, str) and not isinstance(block.get("file_id"), str):
+            return None
+        mime, data = "image/*", url if isinstance(url, str) and url.startswith("data:") else None
+    elif kind == "input_file" and isinstance(block.get("file_data"), str):
+        data = block["file_data"]
+        mime = "application/pdf"
+    else:
+        return None
+    if not isinstance(mime, str) or not mime.lower().startswith(_MEDIA_MIME):
+        return None
+    return {
+        "mime": mime,
+        "data": data if isinstance(data, str) else None,
+        "width": None,
+        "height": None,
+        "pages": None,
+    }
+
+
+# --------------------------------------------------------------------------- rows
+
+VISIBLE_KINDS = frozenset({"message", "lead_in", "warning", "truncation"})
+
+
+class Accountant:
+    """The counting primitives a :class:`RowShape` uses: text, JSON and media
+    under one encoding (or the approximation) and one media profile."""
+
+    def __init__(self, text: TextFn, media_profile: str) -> None:
+        self.text = text
+        self.media_profile = media_profile
+
+    def json(self, obj: Any, media: MediaHook | None = None) -> Count:
+        return json_cost(obj, self.text, media)
+
+    def value(self, obj: Any) -> Count:
+        """A string as text, anything else as JSON, None as nothing."""
+        if obj is None:
+            return ZERO
+        return self.text(obj) if isinstance(obj, str) else self.json(obj)
+
+    def media(self, info: Mapping[str, Any]) -> Count:
+        tokens = media_tokens(
+            self.media_profile,
+            info["mime"],
+            data=info.get("data"),
+            width=info.get("width"),
+            height=info.get("height"),
+            pages=info.get("pages"),
+        )
+        return Count(tokens, False)
+
+    def tool_output(self, output: Any) -> Count:
+        if output is None:
+            return ZERO
+        if isinstance(output, str):
+            return self.text(output)
+        blocks: Any = None
+        rest: dict[str, Any] | None = None
+        if isinstance(output, list):
+            blocks = output
+        elif isinstance(output, Mapping):
+            if isinstance(output.get("content"), list):
+                blocks = output["content"]
+                rest = {k: v for k, v in output.items() if k != "content"}
+            elif output.get("type") == "content" and isinstance(output.get("value"), list):
+                blocks = output["value"]
+            else:
+                blocks = [output]
+        if not blocks or not any(_media_block(b) is not None for b in blocks):
+            return self.json(output)
+        total = self.json(rest) if rest else Count(2, False)
+        for block in blocks:
+            info = _media_block(block)
+            if info is not None:
+                total += Count(PART_FRAMING["media"], False) + self.media(info)
+            elif (
+                isinstance(block, Mapping)
+                and block.get("type") == "text"
+                and isinstance(block.get("text"), str)
+            ):
+                total += Count(PART_FRAMING["text"], False) + self.text(block["text"])
+            else:
+                total += self.json(block)
+        return total
+
+
+class RowShape(Protocol):
+    """How rows reach the provider. ``key`` joins the cache key: change it when
+    ``measure`` changes. Provider adapters implement this with the
+    :class:`Accountant` primitives (``acct.json(body, media=hook)`` counts an
+    adapter-produced request body with a path-aware media hook)."""
+
+    key: str
+
+    def measure(self, row: Mapping[str, Any], acct: Accountant) -> Count: ...
+
+
+class CanonicalShape:
+    """The canonical JSON row, as documented in this module."""
+
+    key = "canonical-1"
+
+    def measure(self, row: Mapping[str, Any], acct: Accountant) -> Count:
+        kind = row.get("kind", "message")
+        if kind not in VISIBLE_KINDS:
+            return ZERO
+        parts = row.get("parts", [])
+        if not isinstance(parts, list):
+            raise InvalidRow(f"row seq={row.get('seq')}: parts must be a list")
+        total = Count(MESSAGE_FRAMING, False)
+        for part in parts:
+            total += self._part(part, acct)
+        return total
+
+    def _part(self, part: Any, acct: Accountant) -> Count:
+        if not isinstance(part, Mapping):
+            return Count(PART_FRAMING_OTHER, False) + acct.json(part)
+        kind = part.get("type")
+        framing = Count(PART_FRAMING.get(kind, PART_FRAMING_OTHER), False)  # type: ignore[arg-type]
+        if kind in ("text", "reasoning") and isinstance(part.get("text"), str):
+            return framing + acct.text(part["text"])
+        if kind == "tool_call":
+            name, call_id = acct.value(part.get("name")), acct.value(part.get("id"))
+            return framing + name + call_id + acct.value(part.get("input"))
+        if kind == "tool_result":
+            error = part.get("error")
+            return (
+                framing
+                + acct.value(part.get("id"))
+                + (acct.text(error) if isinstance(error, str) else ZERO)
+                + acct.tool_output(part.get("output"))
+            )
+        if kind == "media":
+            info = _media_block(part)
+            if info is not None:
+                return framing + acct.media(info)
+        return framing + acct.json(part)
+
+
+class RenderedShape:
+    """Rows rendered by a provider adapter into its own JSON (one message object
+    or a list of them per row), counted as JSON with a media hook."""
+
+    def __init__(
+        self,
+        key: str,
+        render: Callable[[Mapping[str, Any]], Any],
+        media: MediaHook | None = None,
+    ) -> None:
+        self.key = key
+        self._render = render
+        self._media = media
+
+    def measure(self, row: Mapping[str, Any], acct: Accountant) -> Count:
+        return Count(MESSAGE_FRAMING, False) + acct.json(self._render(row), self._media)
+
+
+CANONICAL = CanonicalShape()
+
+
+class RowTokenCache:
+    """An LRU of row costs: derived data, safe to drop at any time."""
+
+    def __init__(self, maxsize: int = 65536) -> None:
+        self.maxsize = maxsize
+        self._data: OrderedDict[tuple[str, bytes], Count] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[str, bytes]) -> Count | None:
+        with self._lock:
+            found = self._data.get(key)
+            if found is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+                self._data.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[str, bytes], value: Count) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+DEFAULT_CACHE = RowTokenCache()
+
+_row_encoder = msgspec.json.Encoder()
+
+
+def _row_digest(row: Mapping[str, Any]) -> bytes | None:
+    try:
+        raw = _row_encoder.encode((row.get("kind"), row.get("role"), row.get("parts")))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return xxhash.xxh3_128_digest(raw)
+
+
+# ------------------------------------------------------------------------ counter
+
+
+def _normalize_tools(tools: Any) -> dict[str, Any]:
+    if tools is None:
+        return {}
+    if isinstance(tools, Mapping):
+        return dict(tools)
+    out: dict[str, Any] = {}
+    for schema in tools:
+        name = None
+        if isinstance(schema, Mapping):
+            name = schema.get("name")
+            inner = schema.get("function")
+            if name is None and isinstance(inner, Mapping):
+                name = inner.get("name")
+        if not isinstance(name, str):
+            raise InvalidTools(f"tool schema without a name: {str(schema)[:80]}")
+        out[name] = schema
+    return out
+
+
+class TokenCounter:
+    """Counts for one model: its resolved encoding (or the approximation), its
+    media profile and its safety factor.
+
+    ``mode="encoding"`` loads the encoding on first use and raises
+    :class:`~ledger.errors.TokenizerError` when it cannot; ``"approx"`` never loads
+    anything and every count it gives is ``exact: false``.
+    """
+
+    def __init__(
+        self,
+        model: str | ModelSpec = "gpt-4o",
+        *,
+        mode: Mode = "encoding",
+        registry: ModelRegistry | None = None,
+        cache: RowTokenCache | None = DEFAULT_CACHE,
+        chunk_chars: int = CHUNK_CHARS,
+    ) -> None:
+        if mode not in ("encoding", "approx"):
+            raise ValueError(f"mode must be 'encoding' or 'approx', not {mode!r}")
+        self.spec = resolve(model, registry)
+        self.model = model if isinstance(model, str) else model.id
+        self.mode: Mode = mode
+        self.cache = cache
+        self.chunk_chars = chunk_chars
+        self._text: TextFn | None = None
+        family = self.spec.family
+        profile = family if family in ("openai", "anthropic", "google") else "generic"
+        self.media_profile = profile
+        self.profile_key = f"{self.spec.encoding}|{profile}|{mode}|{chunk_chars}"
+
+    @property
+    def text_fn(self) -> TextFn:
+        if self._text is None:
+            if self.mode == "approx":
+                self._text = approx_tokens
+            else:
+                self._text = text_counter(self.spec.encoding, chunk_chars=self.chunk_chars).count
+        return self._text
+
+    def accountant(self) -> Accountant:
+        return Accountant(self.text_fn, self.media_profile)
+
+    def scaled(self, raw: Count) -> TokenCount:
+        """Apply the safety factor and label a raw count."""
+        factor = self.spec.safety_factor
+        tokens = raw.tokens if factor == 1.0 else math.ceil(raw.tokens * factor)
+        return TokenCount(
+            tokens=tokens,
+            encoding=self.spec.encoding,
+            exact=raw.exact and self.spec.exact and self.mode == "encoding",
+            model=self.model,
+            family=self.spec.family,
+            safety_factor=factor,
+            mode=self.mode,
+            raw_tokens=raw.tokens,
+        )
+
+    # raw counts ------------------------------------------------------------
+
+    def raw_text(self, text: str) -> Count:
+        if not isinstance(text, str):
+            raise TokenizerError(f"can only count text, not {type(text).__name__}")
+        return self.text_fn(text)
+
+    def raw_row(self, row: Mapping[str, Any], shape: RowShape = CANONICAL) -> Count:
+        if not isinstance(row, Mapping):
+            raise InvalidRow(f"a row must be an object, not {type(row).__name__}")
+        digest = _row_digest(row) if self.cache is not None else None
+        key = (f"{self.profile_key}|{shape.key}", digest) if digest is not None else None
+        if key is not None:
+            assert self.cache is not None
+            found = self.cache.get(key)
+            if found is not None:
+                return found
+        counted = shape.measure(row, self.accountant())
+        if key is not None:
+            assert self.cache is not None
+            self.cache.put(key, counted)
+        return counted
+
+    def raw_rows(self, rows: Iterable[Mapping[str, Any]], shape: RowShape = CANONICAL) -> Count:
+        total = ZERO
+        for index, row in enumerate(rows):
+            try:
+                total += self.raw_row(row, shape)
+            except InvalidRow as exc:
+                if exc.index is None:
+                    raise InvalidRow(f"row {index}: {exc}", index=index) from exc
+                raise
+        return total
+
+    def raw_tools(self, tools: Any, advertised: Collection[str] | None = None) -> Count:
+        table = _normalize_tools(tools)
+        names = list(table) if advertised is None else list(dict.fromkeys(advertised))
+        missing = [name for name in names if name not in table]
+        if missing:
+            raise InvalidTools(f"advertised tools without a schema: {', '.join(sorted(missing))}")
+        if not names:
+            return ZERO
+        acct = self.accountant()
+        total = Count(TOOLS_FRAMING, False)
+        for name in names:
+            total += Count(TOOL_FRAMING, False) + acct.json(table[name])
+        return total
+
+    # model counts ----------------------------------------------------------
+
+    def text(self, text: str) -> TokenCount:
+        """A plain string, ``encode_ordinary`` semantics."""
+        return self.scaled(self.raw_text(text))
+
+    def json(self, obj: Any) -> TokenCount:
+        return self.scaled(json_cost(obj, self.text_fn))
+
+    def rows(self, rows: Iterable[Mapping[str, Any]], shape: RowShape = CANONICAL) -> TokenCount:
+        """Rows as the provider receives them (see the module docstring)."""
+        return self.scaled(self.raw_rows(rows, shape))
+
+    def tools(self, tools: Any, advertised: Collection[str] | None = None) -> TokenCount:
+        """Tool schemas as advertised: all of ``tools`` (a name -> schema map or a
+        list of schemas), or with tool search only the ``advertised`` names."""
+        return self.scaled(self.raw_tools(tools, advertised))
+
+
+def count_text(
+    text: str,
+    model: str | ModelSpec = "gpt-4o",
+    *,
+    mode: Mode = "encoding",
+    registry: ModelRegistry | None = None,
+) -> TokenCount:
+    """Tokens of a plain string for ``model``."""
+    return TokenCounter(model, mode=mode, registry=registry, cache=None).text(text)
+
+
+def count_rows(
+    rows: Sequence[Mapping[str, Any]] | Iterable[Mapping[str, Any]],
+    model: str | ModelSpec = "gpt-4o",
+    *,
+    mode: Mode = "encoding",
+    registry: ModelRegistry | None = None,
+    cache: RowTokenCache | None = DEFAULT_CACHE,
+    shape: RowShape = CANONICAL,
+) -> TokenCount:
+    """Tokens of canonical rows for ``model`` (cached per row)."""
+    return TokenCounter(model, mode=mode, registry=registry, cache=cache).rows(rows, shape)
