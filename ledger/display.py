@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+_CANONICAL_KEYS = frozenset(
+    {"seq", "id", "kind", "role", "parts", "partial", "meta", "ts", "batch", "reset"}
+)
 _BOUNDARY_LABELS = {
     "manual": "cleared (/clear --soft)",
     "rollover": "rollover: new context window",
@@ -204,9 +207,10 @@ def layout(
                         _body(row, **options))
             continue
         if kind != "message":
-            body = {k: v for k, v in row.items() if k not in ("seq", "batch")}
+            extra = {k: v for k, v in row.items() if k not in _CANONICAL_KEYS}
+            note = [Line("note", f"[other fields] {_json(extra)}")] if extra else []
             yield Block("unknown", seq, role, _title(seq, f"unknown kind {kind!r}", ts=ts),
-                        [Line("note", _json(body))])
+                        [*_body(row, **options), *note])
             continue
         parts = row.get("parts")
         if role == "assistant" and not parts and not row.get("partial", False):

@@ -402,7 +402,8 @@ class SegmentIndex(msgspec.Struct, array_like=True):
     """What a sealed segment holds, derived from its bytes (a projection).
 
     ``floors`` are ``[offset, seq]`` of privacy floors (seq -2 when the line
-    is unreadable); ``bounds`` are ``[offset, seq, reason]`` of every boundary.
+    is unreadable); ``bounds`` are ``[offset, seq, reason, after]`` of every
+    boundary, ``after`` being the last readable seq before it.
     """
 
     number: int
@@ -411,7 +412,7 @@ class SegmentIndex(msgspec.Struct, array_like=True):
     last_seq: int
     rows: int
     floors: list[tuple[int, int]]
-    bounds: list[tuple[int, int, str]]
+    bounds: list[tuple[int, int, str, int]]
 
 
 def encode_index_entry(entry: SegmentIndex) -> bytes:

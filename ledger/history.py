@@ -95,9 +95,11 @@ class State:
 
 
 def window_marker(b: Boundary | None) -> int:
+    """The window marker of a boundary: its seq, or for an unreadable reset
+    candidate the seq it most likely had (one past the last readable row)."""
     if b is None:
         return 0
-    return b.seq if b.seq >= 0 else 0
+    return b.seq if b.seq >= 0 else b.after + 1
 
 
 def _boundary_from_receipt(
@@ -132,6 +134,7 @@ class History:
                 f"workspace {self.workspace!r} has no history under {self.store.root} "
                 "(nothing has been written to it)"
             )
+        self._check_format()
 
     def _check_format(self) -> None:
         path = os.path.join(self.path, fmt.FORMAT_NAME)
@@ -247,18 +250,23 @@ class History:
         """Every row in log order (after ``after_seq`` if given), streaming.
 
         Memory stays flat in history size: one segment is read at a time in
-        chunks. Raises HistoryDamaged at a line that fails verification.
+        chunks. Raises WorkspaceNotFound at once for a missing workspace, and
+        HistoryDamaged at a line that fails verification.
         """
         self._require()
+        return self._rows(after_seq)
+
+    def _rows(self, after_seq: int | None) -> Iterator[Row]:
         with locked(self.path, self.workspace, self.store.lock_timeout, shared=True):
             numbers = segs.list_segments(self.path)
+            segs.stamps(self.path, numbers)  # HistoryDamaged for a non-file entry
         start = 0
         if after_seq is not None and numbers:
             start = self._first_segment_for(numbers, after_seq + 1)
         for number in numbers[start:]:
             path = segs.segment_path(self.path, number)
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
             except FileNotFoundError:
                 raise HistoryDamaged(
                     f"workspace {self.workspace!r}: segment {fmt.segment_name(number)} vanished "
@@ -307,8 +315,7 @@ class History:
 
     def get(self, seq: int) -> Row | None:
         """The row with ``seq``, or None."""
-        if not self.exists():
-            return None
+        self._require()
         numbers = segs.list_segments(self.path)
         if not numbers:
             return None
@@ -368,21 +375,32 @@ class History:
     # --- write side -------------------------------------------------------------
 
     def _ensure_dir(self) -> None:
+        """Create the workspace directory (not its files: those are written
+        under the lock by the first writer)."""
         if os.path.isdir(self.path):
-            self._check_format()
             return
         self.store._ensure_root()
+        if self.store._tombstoned(self.workspace):
+            raise CommitFailed(f"workspace {self.workspace!r} is being deleted; nothing written")
         try:
             os.mkdir(self.path, 0o700)
         except FileExistsError:
             pass
-        if self.store._tombstoned(self.workspace):
-            raise CommitFailed(f"workspace {self.workspace!r} is being deleted")
-        if not os.path.exists(os.path.join(self.path, fmt.FORMAT_NAME)):
+
+    def _ensure_format(self) -> None:
+        """Under the exclusive lock: write FORMAT when missing, else check it."""
+        if os.path.exists(os.path.join(self.path, fmt.FORMAT_NAME)):
+            self._check_format()
+            return
+        try:
             segs.commit_file(
                 self.path, fmt.FORMAT_NAME, [fmt.FORMAT_TEXT],
                 durability=self.store.durability, new_file=True,
             )
+        except segs.CommitStepError as exc:
+            raise CommitFailed(
+                f"workspace {self.workspace!r}: could not write FORMAT ({exc}); nothing written"
+            ) from exc
 
     def append(self, row: dict[str, Any], **kwargs: Any) -> AppendResult:
         """Append a one-row batch; same result and options as ``append_many``."""
@@ -483,12 +501,22 @@ class History:
         internal: bool,
         before_encode: Any,
     ) -> AppendResult:
+        if self.store._tombstoned(self.workspace):
+            raise CommitFailed(f"workspace {self.workspace!r} is being deleted; nothing written")
         segs.remove_stray_temps(self.path)
+        self._ensure_format()
         st = self.state()
         if caller_id:
             found = self._find_batch(st, bid)
             if found is not None:
-                return AppendResult(found, st.epoch, st.window_seq, bid)
+                epoch = st.epoch
+                if not st.verified:
+                    # The batch landed but its stable receipt did not: publish one now.
+                    try:
+                        epoch = self._rebaseline_locked(st, force_new_epoch=True)
+                    except OSError:
+                        pass
+                return AppendResult(found, epoch, st.window_seq, bid)
         if expect_next_seq is not None and expect_next_seq != st.next_seq:
             raise Conflict(
                 f"workspace {self.workspace!r}: expected next seq {expect_next_seq}, the history "
@@ -580,7 +608,7 @@ class History:
                 state=fmt.STABLE,
                 epoch=epoch,
                 next_seq=seqs[-1] + 1,
-                window=window.seq if window is not None else 0,
+                window=window_marker(window),
                 window_segment=window.segment if window is not None else 0,
                 window_offset=window.offset if window is not None else 0,
                 floor_seq=floor.seq if floor is not None else fmt.NO_FLOOR,
@@ -653,7 +681,7 @@ class History:
             state=fmt.STABLE,
             epoch=epoch,
             next_seq=fresh.next_seq,
-            window=w.seq if w is not None else 0,
+            window=window_marker(w),
             window_segment=w.segment if w is not None else 0,
             window_offset=w.offset if w is not None else 0,
             floor_seq=f.seq if f is not None else fmt.NO_FLOOR,

@@ -72,14 +72,14 @@ def to_entry(info: SegmentInfo) -> fmt.SegmentIndex:
         last_seq=info.last_seq,
         rows=info.rows,
         floors=[(b.offset, b.seq) for b in info.bounds if b.is_floor],
-        bounds=[(b.offset, b.seq, b.reason) for b in info.bounds],
+        bounds=[(b.offset, b.seq, b.reason, b.after) for b in info.bounds],
     )
 
 
 def from_entry(e: fmt.SegmentIndex) -> SegmentInfo:
     bounds = tuple(
-        Boundary(seq, e.number, off, reason, readable=seq != fmt.FLOOR_UNREADABLE)
-        for off, seq, reason in e.bounds
+        Boundary(seq, e.number, off, reason, readable=seq != fmt.FLOOR_UNREADABLE, after=after)
+        for off, seq, reason, after in e.bounds
     )
     return SegmentInfo(e.number, fmt.Stamp(*e.stamp), e.first_seq, e.last_seq, e.rows, bounds)
 

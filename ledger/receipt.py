@@ -20,6 +20,7 @@ exactly RECEIPT_SIZE bytes, and at most RECEIPT_SIZE + 1 bytes are read.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -70,7 +71,12 @@ def write_receipt(wsdir: str, receipt: fmt.Receipt) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, 0o600)
-    except OSError:
+    except OSError as exc:
+        # Only something that is not a regular file is replaced (a symlink:
+        # ELOOP; a FIFO without reader: ENXIO; a directory: EISDIR). Any
+        # other error (EIO, ENOSPC, EMFILE) leaves the receipt as it is.
+        if exc.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise
         _remove_odd(path)
         fd = os.open(path, flags, 0o600)
     try:
@@ -81,6 +87,8 @@ def write_receipt(wsdir: str, receipt: fmt.Receipt) -> None:
             _remove_odd(path)
             fd = os.open(path, flags, 0o600)
             st = os.fstat(fd)
+        if st.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
         if os.pwrite(fd, data, 0) != len(data):
             raise OSError(f"short write of {path}")
         if st.st_size != fmt.RECEIPT_SIZE:

@@ -213,7 +213,7 @@ class Scan:
             skip = pos.skip if first else False
             path = segs.segment_path(self.wsdir, number)
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
             except FileNotFoundError:
                 raise CursorExpired("a segment vanished; start a new query") from None
             try:
@@ -835,7 +835,7 @@ class SessionHistory:
         short forward scan, within the per-call budget."""
         path = segs.segment_path(self.history.path, number)
         budget = Budget()
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
             lo, hi = 0, size
             probe_bytes = 64 * 1024

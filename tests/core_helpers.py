@@ -27,13 +27,16 @@ def subprocess_env() -> dict[str, str]:
     """Environment for child interpreters: the repo first on sys.path, so the
     checkout is imported whatever the state of the editable install."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    rest = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + rest if rest else "")
     env.pop("TLEDGER_ROOT", None)
     return env
 
 
 def msg(text: str = "hello", role: str = "user", **extra: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {"kind": "message", "role": role, "parts": [{"type": "text", "text": text}]}
+    row: dict[str, Any] = {
+        "kind": "message", "role": role, "parts": [{"type": "text", "text": text}]
+    }
     row.update(extra)
     return row
 
@@ -51,7 +54,8 @@ def tree(path: Path) -> dict[str, tuple[str, int, int, int, bytes | None]]:
             if os.path.isdir(full) and not os.path.islink(full):
                 out[rel] = ("dir", st.st_mode, st.st_mtime_ns, st.st_ino, None)
             elif os.path.islink(full):
-                out[rel] = ("link", st.st_mode, st.st_mtime_ns, st.st_ino, os.readlink(full).encode())
+                target = os.readlink(full).encode()
+                out[rel] = ("link", st.st_mode, st.st_mtime_ns, st.st_ino, target)
             else:
                 with open(full, "rb") as f:
                     out[rel] = ("file", st.st_mode, st.st_mtime_ns, st.st_ino, f.read())
@@ -142,7 +146,8 @@ class Faults:
         self._tmp: set[int] = set()
         self._dir: set[int] = set()
         self._receipt: set[int] = set()
-        self._real = {n: getattr(os, n) for n in ("open", "write", "fsync", "rename", "pwrite", "close")}
+        names = ("open", "write", "fsync", "rename", "pwrite", "close")
+        self._real = {n: getattr(os, n) for n in names}
         for name in self._real:
             monkeypatch.setattr(os, name, getattr(self, "_" + name))
 

@@ -172,6 +172,11 @@ class FakeHistory:
             raise WindowChanged(f"expected window {expect_window}, now {self.window}")
         return self._write(rows)
 
+    def clear_soft(self) -> Result:
+        return self._write(
+            [{"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "manual"}}]
+        )
+
     def rollover(
         self,
         trigger_rows: Sequence[dict[str, Any]],

@@ -4,9 +4,10 @@ To the API (after :func:`ledger.adapters.common.conversation`), in order:
 
 - ``system`` / ``user`` turns: one ``message`` item each (``system_role`` may be
   ``developer``), content ``input_text`` / ``input_image`` / ``input_file``.
-- ``assistant`` turns: each text part is one assistant ``message`` item; each call
-  is a ``function_call`` item (``arguments`` is compact JSON of ``input``); media in
-  an assistant turn becomes a text placeholder.
+- ``assistant`` turns: each text part is one assistant ``message`` item, in order
+  with the turn's reasoning; then each call is a ``function_call`` item
+  (``arguments`` is compact JSON of ``input``), so that the outputs follow the calls
+  directly; media in an assistant turn becomes a text placeholder.
 - Reasoning is kept when the API can take it back: a reasoning part that carries
   the reasoning item's ``id`` becomes a ``reasoning`` item with its ``summary``
   (or the part's text as one ``summary_text``), ``encrypted_content`` and
@@ -90,6 +91,7 @@ def to_input(rows: Iterable[Row], *, system_role: str = "system") -> list[dict[s
                 role = system_role if turn.role == "system" else "user"
                 items.append({"type": "message", "role": role, "content": content})
         elif turn.role == "assistant":
+            calls: list[dict[str, Any]] = []
             for part in turn.parts:
                 kind = part.get("type")
                 if kind == "text":
@@ -99,7 +101,7 @@ def to_input(rows: Iterable[Row], *, system_role: str = "system") -> list[dict[s
                     items.append({"type": "message", "role": "assistant",
                                   "content": placeholder(part)["text"]})
                 elif kind == "tool_call":
-                    items.append({"type": "function_call", "call_id": str(part.get("id")),
+                    calls.append({"type": "function_call", "call_id": str(part.get("id")),
                                   "name": str(part.get("name")),
                                   "arguments": json_text(part.get("input"))})
                 elif kind == "reasoning":
@@ -107,6 +109,7 @@ def to_input(rows: Iterable[Row], *, system_role: str = "system") -> list[dict[s
                         items.append(item)
                 elif (raw := raw_of(API, part)) is not None:
                     items.append(raw)
+            items.extend(calls)
         else:
             for result in turn.parts:
                 output = result.get("output")

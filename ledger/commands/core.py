@@ -27,6 +27,11 @@ def _read_input(path: str | None) -> bytes:
 
 def parse_jsonl_rows(data: bytes, source: str) -> list[dict[str, Any]]:
     """Rows of a JSONL input; a bad line raises InvalidRow naming its number."""
+    return [row for _, row in numbered_jsonl_rows(data, source)]
+
+
+def numbered_jsonl_rows(data: bytes, source: str) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, row) of each non-blank line of a JSONL input."""
     rows = []
     for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
@@ -41,7 +46,7 @@ def parse_jsonl_rows(data: bytes, source: str) -> list[dict[str, Any]]:
             raise InvalidRow(
                 f"{source} line {number}: a row must be a JSON object; nothing written"
             )
-        rows.append(row)
+        rows.append((number, row))
     if not rows:
         raise InvalidRow(f"{source}: no rows to append; nothing written")
     return rows
@@ -54,19 +59,17 @@ def _result(ctx: Any, r: Any) -> int:
 
 def cmd_append(args: argparse.Namespace, ctx: Any) -> int:
     source = args.file if args.file not in (None, "-") else "stdin"
-    rows = parse_jsonl_rows(_read_input(args.file), source)
+    numbered = numbered_jsonl_rows(_read_input(args.file), source)
+    rows = [row for _, row in numbered]
     h = ctx.store(durability=args.durability).history(args.workspace)
     try:
         r = h.append_many(rows, batch_id=args.batch_id, expect_window=args.expect_window)
     except InvalidRow as exc:
         if exc.index is not None:
-            raise InvalidRow(f"{source} line {_line_of(rows, exc.index)}: {exc}") from exc
+            line = numbered[exc.index][0]
+            raise InvalidRow(f"{source} line {line}: {exc}; nothing written") from exc
         raise
     return _result(ctx, r)
-
-
-def _line_of(rows: list[dict[str, Any]], index: int) -> int:
-    return index + 1
 
 
 def cmd_clear(args: argparse.Namespace, ctx: Any) -> int:

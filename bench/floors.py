@@ -1,0 +1,122 @@
+"""Physical floors: the same work as the product, with nothing else.
+
+Each floor does the one job a ledger operation cannot avoid, over the same
+bytes, so a ratio product/floor shows what the product adds:
+
+``rename_floor``    temp file + write the same framed batch + fsync + rename
+                    + directory fsync (durability ``full``; ``normal`` skips
+                    the directory fsync, ``off`` both fsyncs), as ``append``.
+``read_decode``     read the same bytes once and msgspec-decode every line
+                    (the provider view and ``check``).
+``scan_fold_find``  the search floor: read, decode each line, take the
+                    searchable text of every part (text; tool_call name + JSON
+                    input; tool_result output; never reasoning), Unicode
+                    case-fold it and ``str.find`` the folded query.
+``raw_find``        ``bytes.find`` of the query over the raw bytes: no decoding,
+                    no case folding -- the absolute floor, shown beside.
+``tiktoken_raw``    tiktoken's own ``encode_ordinary`` of the same text.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+_dec = msgspec.json.Decoder()
+_enc = msgspec.json.Encoder()
+READ_CHUNK = 16 << 20
+
+
+def rename_floor(directory: str, data: Sequence[bytes], durability: str = "full") -> None:
+    tmp = os.path.join(directory, f".tmp-{secrets.token_hex(6)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        for chunk in data:
+            os.write(fd, chunk)
+        if durability != "off":
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, os.path.join(directory, "target"))
+    if durability == "full":
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def _chunks(path: str, start: int = 0) -> Any:
+    """Whole lines of ``path`` from ``start``, in chunks of about READ_CHUNK."""
+    with open(path, "rb", buffering=0) as f:
+        f.seek(start)
+        rest = b""
+        while True:
+            data = f.read(READ_CHUNK)
+            if not data:
+                break
+            data = rest + data if rest else data
+            cut = data.rfind(b"\n") + 1
+            rest = data[cut:]
+            yield data[:cut]
+        if rest:
+            yield rest
+
+
+def read_decode(spans: Sequence[tuple[str, int]]) -> int:
+    """Decode every line of the files from their offsets; returns the rows."""
+    n = 0
+    for path, start in spans:
+        for data in _chunks(path, start):
+            for line in data.splitlines():
+                _dec.decode(line)
+                n += 1
+    return n
+
+
+def _searchable(part: Any) -> str:
+    t = part.get("type") if isinstance(part, dict) else None
+    if t == "text":
+        return str(part.get("text", ""))
+    if t == "tool_call":
+        return f"{part.get('name', '')} {_enc.encode(part.get('input')).decode('utf-8')}"
+    if t == "tool_result":
+        out = part.get("output")
+        return out if isinstance(out, str) else _enc.encode(out).decode("utf-8")
+    if t == "media":
+        return "[media]"
+    return ""
+
+
+def scan_fold_find(spans: Sequence[tuple[str, int]], query: str) -> int:
+    """Count the rows whose searchable text holds ``query`` (case-folded)."""
+    folded = query.casefold()
+    hits = 0
+    for path, start in spans:
+        for data in _chunks(path, start):
+            for line in data.splitlines():
+                row = _dec.decode(line)
+                text = "\n".join(_searchable(p) for p in row.get("parts") or ())
+                if text.casefold().find(folded) >= 0:
+                    hits += 1
+    return hits
+
+
+def raw_find(spans: Sequence[tuple[str, int]], query: str) -> int:
+    needle = query.encode("utf-8")
+    hits = 0
+    for path, start in spans:
+        for data in _chunks(path, start):
+            pos = data.find(needle)
+            while pos >= 0:
+                hits += 1
+                pos = data.find(needle, pos + 1)
+    return hits
+
+
+def tiktoken_raw(encoding: Any, text: str) -> int:
+    return len(encoding.encode_ordinary(text))

@@ -1,0 +1,183 @@
+"""Interop commands: export, show, import-claude-code, import-codex.
+
+Part of the CLI face (like ``ledger.cli``): the import commands call
+``recovery.imports``, imported inside the handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import msgspec
+
+from ledger import display
+from ledger.segments import DURABILITY_LEVELS
+
+API_FORMATS = ("openai-chat", "openai-responses", "anthropic")
+EXPORT_FORMATS = (*API_FORMATS, "markdown", "jsonl")
+
+
+def cmd_export(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger.adapters import to_request
+
+    h = ctx.store().history(args.workspace)
+    if args.format in API_FORMATS:
+        options: dict[str, Any] = {}
+        if args.model:
+            options["model"] = args.model
+        if args.format == "anthropic":
+            options["max_tokens"] = args.max_tokens
+        else:
+            options["system_role"] = args.system_role
+        body = to_request(args.format, [r.to_dict() for r in h.provider_view()], **options)
+        ctx.emit_json(body)
+        return 0
+    if args.format == "jsonl":
+        for row in h.rows():
+            ctx.stdout.write(msgspec.json.encode(row.to_dict()).decode("utf-8") + "\n")
+        return 0
+    blocks = display.layout(
+        (r.to_dict() for r in h.rows()), reasoning=not args.no_reasoning, max_lines=None
+    )
+    for line in display.render_markdown(blocks, title=f"Transcript: {args.workspace}"):
+        ctx.emit_line(line)
+    return 0
+
+
+def _use_color(choice: str, stream: Any) -> bool:
+    if choice == "always":
+        return True
+    if choice == "never" or os.environ.get("NO_COLOR"):
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def cmd_show(args: argparse.Namespace, ctx: Any) -> int:
+    h = ctx.store().history(args.workspace)
+    rows = (r.to_dict() for r in h.rows())
+    blocks = display.layout(
+        rows, reasoning=not args.no_reasoning, max_lines=None if args.full else args.max_lines
+    )
+    rich_ok = True
+    if _use_color(args.color, ctx.stdout):
+        try:
+            from rich.console import Console
+        except ImportError:  # rich is optional at run time: plain text still works
+            rich_ok = False
+        if rich_ok:
+            console = Console(
+                file=ctx.stdout, force_terminal=True, highlight=False, soft_wrap=False
+            )
+            page = not args.no_pager and ctx.stdout is sys.stdout and sys.stdout.isatty()
+            if page:
+                # less needs -R for colours; -F quits at once when the text fits
+                # on one screen and -X keeps it on screen afterwards (git's default).
+                os.environ.setdefault("LESS", "FRX")
+                with console.pager(styles=True):
+                    for renderable in display.render_rich(blocks):
+                        console.print(renderable)
+            else:
+                for renderable in display.render_rich(blocks):
+                    console.print(renderable)
+            return 0
+    width = os.get_terminal_size().columns if _is_tty(ctx.stdout) else 80
+    for line in display.render_text(blocks, width=min(width, 120)):
+        ctx.emit_line(line)
+    return 0
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty()) and stream is sys.stdout
+    except (AttributeError, ValueError):
+        return False
+
+
+def _import(fmt: str) -> Any:
+    def handler(args: argparse.Namespace, ctx: Any) -> int:
+        from ledger.errors import RecoveryError
+        from recovery.imports import import_file, plan_bytes
+
+        if args.strict:
+            try:
+                with open(args.file, "rb") as f:
+                    planned = plan_bytes(f.read(), fmt)
+            except OSError as exc:
+                raise RecoveryError(f"cannot read {args.file}: {exc.strerror}") from exc
+            if planned.salvage.quarantine:
+                first = planned.salvage.quarantine[0]
+                raise RecoveryError(
+                    f"{args.file}: {len(planned.salvage.quarantine)} unreadable ranges "
+                    f"({planned.salvage.quarantined_bytes} bytes; first at offset "
+                    f"{first.offset}, {first.reason}); --strict imports nothing"
+                )
+        store = ctx.store(durability=args.durability)
+        report = import_file(store, args.workspace, args.file, fmt)
+        ctx.emit_json(report.to_dict())
+        return 0
+
+    return handler
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "export",
+        help="print the provider view as an API request body, or the history",
+        description="Print the provider view as the request body of an API (openai-chat, "
+        "openai-responses, anthropic), or the whole history as markdown or jsonl.",
+        epilog="Example: tledger export ws-1 --format anthropic --model claude-sonnet-4-5",
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.add_argument("--format", choices=EXPORT_FORMATS, required=True)
+    p.add_argument("--model", default=None, help="model in the request body")
+    p.add_argument("--max-tokens", type=int, default=4096, help="anthropic max_tokens")
+    p.add_argument(
+        "--system-role",
+        choices=("system", "developer"),
+        default="system",
+        help="role of system rows for the OpenAI APIs",
+    )
+    p.add_argument("--no-reasoning", action="store_true", help="markdown: leave reasoning out")
+    p.set_defaults(handler=cmd_export)
+
+    p = sub.add_parser(
+        "show",
+        help="render the whole history for people",
+        description="Render every window of a history: boundaries as separators, lead-ins "
+        "hidden, warnings as machine messages, rejected requests restored and marked. "
+        "Colour and a pager in a terminal; plain text when piped.",
+        epilog="Example: tledger show ws-1 --full",
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    p.add_argument("--no-pager", action="store_true")
+    p.add_argument("--full", action="store_true", help="do not cut long tool input/output")
+    p.add_argument("--max-lines", type=int, default=40, help="lines per tool input/output")
+    p.add_argument("--no-reasoning", action="store_true", help="leave reasoning out")
+    p.set_defaults(handler=cmd_show)
+
+    for name, fmt, what in (
+        ("import-claude-code", "claude-code", "a Claude Code session JSONL"),
+        ("import-codex", "codex", "a Codex CLI rollout JSONL"),
+    ):
+        p = sub.add_parser(
+            name,
+            help=f"import {what} (salvaging damage)",
+            description=f"Import {what} into WS. Readable records become rows (the original "
+            "in meta.source) or bookkeeping in meta; unreadable bytes go to quarantine with "
+            "their offsets. Importing the same file again adds nothing. Prints a report.",
+            epilog=f"Example: tledger {name} session.jsonl ws-1",
+        )
+        p.add_argument("file", metavar="FILE")
+        p.add_argument("workspace", metavar="WS")
+        p.add_argument(
+            "--strict",
+            action="store_true",
+            help="import nothing (exit 1) if any byte would be quarantined",
+        )
+        p.add_argument("--durability", choices=DURABILITY_LEVELS, default="full")
+        p.set_defaults(handler=_import(fmt))

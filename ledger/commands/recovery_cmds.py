@@ -1,0 +1,278 @@
+"""Recovery and retention commands: check, repair, import-legacy, purge,
+truncate, reject, delete, backup.
+
+Each opens the store, calls one function of ``recovery`` or ``ledger.rewrite``
+/ ``ledger.retention`` and prints its report (text, or JSON with ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ledger.errors import LedgerError
+
+Progress = Callable[[int, int], None]
+
+
+@contextlib.contextmanager
+def _progress_bar(ctx: Any, desc: str) -> Iterator[Progress | None]:
+    """A progress bar on stderr for long runs, only when stderr is a terminal.
+
+    tqdm draws it (maintained, handles terminal width and rate display); it
+    appears after one second, so short runs print nothing. Without tqdm, or
+    off a terminal, there is no bar.
+    """
+    stream = ctx.stderr
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        yield None
+        return
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        yield None
+        return
+    bar = tqdm(total=0, unit="B", unit_scale=True, unit_divisor=1024, file=stream, delay=1.0,
+               leave=False, desc=desc, mininterval=0.25)
+
+    def update(done: int, total: int) -> None:
+        if bar.total != total:
+            bar.total = total
+        bar.update(done - bar.n)
+
+    try:
+        yield update
+    finally:
+        bar.close()
+
+
+def _emit(ctx: Any, args: argparse.Namespace, report: Any) -> None:
+    if getattr(args, "json", False):
+        ctx.emit_json(report.to_dict() if hasattr(report, "to_dict") else report)
+    elif hasattr(report, "text"):
+        ctx.emit_line(report.text())
+    else:
+        for key, value in report.items():
+            ctx.emit_line(f"{key}: {value}")
+
+
+def cmd_check(args: argparse.Namespace, ctx: Any) -> int:
+    from recovery.check import check
+
+    h = ctx.store().history(args.workspace)
+    with _progress_bar(ctx, "check") as progress:
+        report = check(h, progress=progress)
+    _emit(ctx, args, report)
+    return 0 if report.ok else 1
+
+
+def cmd_repair(args: argparse.Namespace, ctx: Any) -> int:
+    from recovery.repair import repair
+
+    h = ctx.store().history(args.workspace)
+    with _progress_bar(ctx, "repair") as progress:
+        report = repair(h, policy=args.policy, dry_run=args.dry_run, progress=progress)
+    _emit(ctx, args, report)
+    return report.exit_code()
+
+
+def cmd_import_legacy(args: argparse.Namespace, ctx: Any) -> int:
+    from recovery.check import check
+    from recovery.legacy import import_legacy
+
+    h = ctx.store().history(args.workspace)
+    report = import_legacy(h, args.dir)
+    after = check(h)
+    report.check_ok = after.ok
+    _emit(ctx, args, report)
+    return 0 if after.ok else 1
+
+
+def cmd_purge(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger import rewrite
+    from ledger.retention import clean_quarantine
+
+    h = ctx.store().history(args.workspace)
+    out: dict[str, Any] = {"workspace": args.workspace}
+    if not args.quarantine_only:
+        out["rows"] = rewrite.purge_before_floor(h)
+    if args.quarantine_older_than is not None:
+        if args.quarantine_older_than < 0:
+            raise LedgerError("--quarantine-older-than takes a number of days >= 0")
+        out["quarantine"] = clean_quarantine(h, args.quarantine_older_than * 86400.0)
+    if args.json:
+        ctx.emit_json(out)
+    else:
+        rows = out.get("rows")
+        if rows is not None:
+            floor = rows["floor"]
+            where = (f"at or before the privacy floor (seq {floor['seq']})" if floor
+                     else "(no privacy floor: nothing to purge)")
+            ctx.emit_line(f"{args.workspace}: purged {rows['purged_rows']} rows, "
+                          f"{rows['purged_bytes']} bytes {where}")
+        q = out.get("quarantine")
+        if q is not None:
+            ctx.emit_line(f"{args.workspace}: removed {q['removed']} quarantine entries, "
+                          f"{q['bytes']} bytes")
+    return 0
+
+
+def cmd_truncate(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger import rewrite
+
+    h = ctx.store().history(args.workspace)
+    out = rewrite.truncate_after(h, args.after)
+    if args.json:
+        ctx.emit_json(out)
+    else:
+        ctx.emit_line(f"{args.workspace}: removed {out['removed_rows']} rows after seq "
+                      f"{args.after} ({out['removed_bytes']} bytes to quarantine)")
+    return 0
+
+
+def cmd_reject(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger import rewrite
+
+    h = ctx.store().history(args.workspace)
+    out = rewrite.reject(h, args.seqs)
+    if args.json:
+        ctx.emit_json(out)
+    else:
+        ctx.emit_line(f"{args.workspace}: rejected seqs {out['rejected']}"
+                      + (f" (already rejected: {out['already']})" if out["already"] else ""))
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger.cli import UsageError
+    from ledger.retention import delete_workspace
+
+    if not args.yes:
+        raise UsageError(f"delete removes workspace {args.workspace!r} for good; add --yes")
+    deleted = delete_workspace(ctx.store(), args.workspace)
+    ctx.emit_line(f"{args.workspace}: " + ("deleted" if deleted else "nothing to delete"))
+    return 0
+
+
+def cmd_backup(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger.retention import backup
+
+    h = ctx.store().history(args.workspace)
+    out = backup(h, args.dest)
+    if args.json:
+        ctx.emit_json(out)
+    else:
+        ctx.emit_line(f"{args.workspace}: copied {out['files']} files, {out['bytes']} bytes "
+                      f"to {out['dest']}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "check",
+        help="read-only verification of a history",
+        description="Verify framing, every row's checksum, UTF-8, batch completeness, "
+        "sequences, the receipt and stamps, and stray temp files, without writing anything. "
+        "Exit 1 when damage is found (notices alone exit 0).",
+        epilog="Example: tledger check ws-1 --json",
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=cmd_check)
+
+    p = sub.add_parser(
+        "repair",
+        help="repair a damaged history (removed bytes go to quarantine)",
+        description="Settle an interrupted rewrite, then remove what fails verification "
+        "according to --policy: salvage (keep every verified complete batch), tail (cut only "
+        "a damaged tail), prefix (keep what precedes the first damage), strict (refuse if "
+        "anything is damaged). Removed bytes go to quarantine/. Exit 0 when the history is "
+        "consistent afterwards; with --dry-run, 0 when nothing would change.",
+        epilog="Example: tledger repair ws-1 --dry-run --policy tail",
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.add_argument("--policy", choices=["salvage", "tail", "prefix", "strict"],
+                   default="salvage")
+    p.add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=cmd_repair)
+
+    p = sub.add_parser(
+        "import-legacy",
+        help="import a legacy session directory (chat.jsonl, chat-archive.jsonl)",
+        description="Import the reference design's session directory DIR into workspace WS: "
+        "rows get fresh seqs (legacy sequences are kept in meta), damaged lines go to "
+        "quarantine, a crashed truncation is settled. Importing the same directory again adds "
+        "nothing. The source directory is only read.",
+        epilog="Example: tledger import-legacy ~/.mux/sessions/ws-1 ws-1",
+    )
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("workspace", metavar="WS")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=cmd_import_legacy)
+
+    p = sub.add_parser(
+        "purge",
+        help="delete rows at or before the privacy floor for good",
+        description="Really delete every row at or before the newest manual reset (no "
+        "quarantine); unreadable lines that may be resets are kept. With "
+        "--quarantine-older-than, also remove quarantine entries older than DAYS days.",
+        epilog="Example: tledger purge ws-1 --quarantine-older-than 30",
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.add_argument("--quarantine-older-than", type=float, default=None, metavar="DAYS")
+    p.add_argument("--quarantine-only", action="store_true",
+                   help="only clean the quarantine; leave the rows")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(handler=cmd_purge)
+
+    p = sub.add_parser(
+        "truncate",
+        help="drop every row after a seq (to quarantine)",
+        description="Drop every row after SEQ (which must end its batch). The dropped bytes "
+        "go to quarantine/; a new epoch.",
+        epilog="Example: tledger truncate ws-1 --after 41",
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.add_argument("--after", type=int, required=True, metavar="SEQ")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(handler=cmd_truncate)
+
+    p = sub.add_parser(
+        "reject",
+        help="quarantine persisted requests as empty assistant records",
+        description="Rewrite the requests SEQ... (and the synthetic prelude rows they own) as "
+        "empty assistant records holding the original under meta.quarantine: hidden from "
+        "the model, shown by display and export.",
+        epilog="Example: tledger reject ws-1 57",
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.add_argument("seqs", type=int, nargs="+", metavar="SEQ")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(handler=cmd_reject)
+
+    p = sub.add_parser(
+        "delete",
+        help="delete a workspace for good",
+        description="Delete workspace WS and its quarantine. A tombstone is written first, "
+        "so a concurrent writer fails instead of recreating it; running it again after a "
+        "crash finishes the job.",
+        epilog="Example: tledger delete ws-1 --yes",
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.add_argument("--yes", action="store_true", help="confirm: this cannot be undone")
+    p.set_defaults(handler=cmd_delete)
+
+    p = sub.add_parser(
+        "backup",
+        help="consistent copy of a workspace into a new directory",
+        description="Copy workspace WS (segments, quarantine, a fresh receipt) into the new "
+        "directory DEST under the lock. Restore by copying DEST back as ROOT/WS.",
+        epilog="Example: tledger backup ws-1 /backups/ws-1-2025-06-01",
+    )
+    p.add_argument("workspace", metavar="WS")
+    p.add_argument("dest", metavar="DEST")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(handler=cmd_backup)

@@ -1,0 +1,110 @@
+"""``tledger count``: token counts of plain text or canonical JSONL rows."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import msgspec
+
+from ledger.errors import InvalidRow, LedgerError, TokenizerError
+from ledger.models import MODELS_ENV, ModelRegistry, default_registry
+from ledger.tokens import TokenCounter
+
+
+def _read(path: str | None) -> tuple[bytes, str]:
+    if path is None or path == "-":
+        return sys.stdin.buffer.read(), "stdin"
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(), path
+    except OSError as exc:
+        raise LedgerError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _text(data: bytes, source: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TokenizerError(
+            f"{source} is not valid UTF-8 (byte {exc.start}): only text can be counted"
+        ) from None
+
+
+def _rows(data: bytes, source: str) -> list[dict[str, Any]]:
+    rows = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = msgspec.json.decode(line)
+        except msgspec.DecodeError as exc:
+            raise InvalidRow(f"{source} line {number}: not valid JSON ({exc})") from None
+        if not isinstance(row, dict):
+            raise InvalidRow(f"{source} line {number}: a row must be a JSON object")
+        if not isinstance(row.get("parts", []), list):
+            raise InvalidRow(f"{source} line {number}: parts must be a list")
+        rows.append(row)
+    return rows
+
+
+def _registry(models_file: str | None) -> ModelRegistry:
+    if models_file is None:
+        return default_registry()
+    registry = ModelRegistry()
+    if os.environ.get(MODELS_ENV):
+        registry.load_file(os.environ[MODELS_ENV])
+    registry.load_file(models_file)
+    return registry
+
+
+def cmd_count(args: argparse.Namespace, ctx: Any) -> int:
+    counter = TokenCounter(args.model, registry=_registry(args.models))
+    data, source = _read(args.file)
+    out: dict[str, Any]
+    if args.rows:
+        rows = _rows(data, source)
+        counted = counter.rows(rows)
+        out = {"rows": len(rows)}
+    else:
+        counted = counter.text(_text(data, source))
+        out = {}
+    ctx.emit_json(
+        {
+            "tokens": counted.tokens,
+            "encoding": counted.encoding,
+            "exact": counted.exact,
+            "model": counted.model,
+            "family": counted.family,
+            "safety_factor": counted.safety_factor,
+            **out,
+        }
+    )
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "count",
+        help="token count of plain text, or with --rows of canonical JSONL rows",
+        description=(
+            "Count tokens offline with the model's tokenizer. Plain text is counted like "
+            "tiktoken's encode_ordinary; --rows counts canonical JSONL rows as the model "
+            "receives them (framing, JSON and media allowances; exact is then false). "
+            "Models without a public tokenizer use a proxy encoding times a safety factor "
+            "and always say exact: false."
+        ),
+        epilog="Example: tledger count --model gpt-4o notes.md",
+    )
+    p.add_argument("file", nargs="?", default=None, help="input file (default: stdin)")
+    p.add_argument("--model", default="gpt-4o", help="model id (default: gpt-4o)")
+    p.add_argument("--rows", action="store_true", help="FILE holds canonical JSONL rows")
+    p.add_argument(
+        "--models",
+        default=None,
+        metavar="MODELS_FILE",
+        help=f"TOML or JSON file of extra models (also ${MODELS_ENV})",
+    )
+    p.set_defaults(handler=cmd_count)

@@ -1,0 +1,194 @@
+"""Reads: read-only copies, no file created by a read, missing and invalid
+workspaces, permissions, rows(after_seq) and get(seq) across many segments."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from core_helpers import dicts, msg, segment_files, tree
+
+from ledger import InvalidWorkspace, Store, WorkspaceNotFound
+from ledger.commands.core import stat_report
+
+
+def _filled(root: Path, segment_bytes: int = 1 << 16) -> Any:
+    h = Store(root, durability="off", segment_bytes=segment_bytes).history("ws")
+    h.append_many([msg("one"), msg("two", role="assistant")])
+    h.clear_soft()
+    h.append_many([msg("three"), msg("four", role="assistant")])
+    h.rollover([msg("five")])
+    h.append(msg("six", role="assistant"))
+    return h
+
+
+def _read_everything(h: Any) -> dict[str, Any]:
+    return {
+        "rows": dicts(h),
+        "after": dicts(h, after_seq=3),
+        "get": [h.get(s).to_dict() if h.get(s) else None for s in range(0, 12)],
+        "view": [r.to_dict() for r in h.provider_view()],
+        "epoch": h.epoch,
+        "window": h.window,
+        "snapshot": h.snapshot(),
+        "stat": stat_report(h),
+        "workspaces": h.store.workspaces(),
+    }
+
+
+def _chmod_tree(path: Path, writable: bool) -> None:
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in [*dirnames, *filenames]:
+            p = os.path.join(dirpath, name)
+            mode = os.lstat(p).st_mode
+            os.chmod(p, (mode | stat.S_IWUSR) if writable else (mode & ~0o222))
+    mode = os.lstat(path).st_mode
+    os.chmod(path, (mode | stat.S_IWUSR) if writable else (mode & ~0o222))
+
+
+@pytest.mark.parametrize("segment_bytes", [1 << 16, 200])
+def test_read_only_copy_reads_the_same_and_creates_nothing(
+    tmp_path: Path, segment_bytes: int
+) -> None:
+    src = tmp_path / "src"
+    h = _filled(src, segment_bytes)
+    original = _read_everything(h)
+    copy = tmp_path / "copy"
+    shutil.copytree(src, copy)
+    _chmod_tree(copy, writable=False)
+    try:
+        before = tree(copy)
+        hc = Store(copy).history("ws")
+        got = _read_everything(hc)
+        after = tree(copy)
+    finally:
+        _chmod_tree(copy, writable=True)
+    assert after == before, "a read created, changed or touched a file"
+    for key in ("rows", "after", "get", "view", "epoch", "window", "workspaces"):
+        assert got[key] == original[key], key
+    # A copy has other inodes: it reads fine but is not the verified original.
+    assert got["rows"][-1]["parts"][0]["text"] == "six"
+
+
+def test_reads_create_nothing_on_a_writable_store(store_root: Path) -> None:
+    h = _filled(store_root)
+    before = tree(store_root)
+    _read_everything(h)
+    assert tree(store_root) == before
+
+
+def test_reads_without_a_lock_file(tmp_path: Path) -> None:
+    """A copy that lost its LOCK (or never had one) still reads, and the read
+    does not create LOCK."""
+    src = tmp_path / "src"
+    h = _filled(src)
+    want = dicts(h)
+    (src / "ws" / "LOCK").unlink()
+    before = tree(src)
+    assert dicts(h) == want and h.snapshot() is not None
+    assert tree(src) == before
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda h: list(h.rows()),
+        lambda h: list(h.rows(after_seq=3)),
+        lambda h: h.provider_view(),
+        lambda h: h.snapshot(),
+        lambda h: h.epoch,
+        lambda h: h.window,
+        stat_report,
+    ],
+    ids=["rows", "rows-after", "provider_view", "snapshot", "epoch", "window", "stat"],
+)
+def test_missing_workspace_is_workspace_not_found(store_root: Path, read: Any) -> None:
+    store = Store(store_root)
+    Store(store_root, durability="off").history("other").append(msg())
+    before = tree(store_root)
+    with pytest.raises(WorkspaceNotFound) as info:
+        read(store.history("nosuch"))
+    assert "nosuch" in str(info.value)
+    assert tree(store_root) == before
+    # And on a root that does not exist at all, nothing is created.
+    fresh = store_root.parent / "no-root"
+    with pytest.raises(WorkspaceNotFound):
+        read(Store(fresh).history("nosuch"))
+    assert not fresh.exists()
+    assert Store(fresh).workspaces() == []
+    assert not fresh.exists()
+
+
+INVALID_IDS = ["", ".", "..", "../x", "a/b", "a\\b", "/abs", "a\x00b", "x" * 129, ".hidden",
+               ".tledger", "a\nb", "a b", "ü", "a/../b", None, 5, b"ws"]
+
+
+@pytest.mark.parametrize("ws", INVALID_IDS, ids=repr)
+def test_invalid_workspace_id(store_root: Path, ws: Any) -> None:
+    store = Store(store_root)
+    with pytest.raises(InvalidWorkspace):
+        store.history(ws).append(msg())
+    assert not store_root.exists()
+    assert not (store_root.parent / "x").exists() and not (store_root.parent / "b").exists()
+
+
+@pytest.mark.parametrize("ws", ["a", "ws-1", "A.b_c@d+e=f-g", "x" * 128, "a..b"])
+def test_valid_workspace_ids(store_root: Path, ws: str) -> None:
+    h = Store(store_root, durability="off").history(ws)
+    assert not store_root.exists()  # nothing is created before the first write
+    h.append(msg())
+    assert Store(store_root).workspaces() == [ws]
+    assert (store_root / ws).is_dir()
+
+
+def test_files_0600_and_dirs_0700(store_root: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        h = _filled(store_root, segment_bytes=200)
+    finally:
+        os.umask(old)
+    ws = store_root / "ws"
+    assert stat.S_IMODE(store_root.stat().st_mode) == 0o700
+    assert stat.S_IMODE(ws.stat().st_mode) == 0o700
+    names = sorted(os.listdir(ws))
+    assert {"LOCK", "RECEIPT", "FORMAT"} <= set(names) and len(segment_files(ws)) > 1
+    for name in names:
+        mode = stat.S_IMODE((ws / name).stat().st_mode)
+        want = 0o700 if (ws / name).is_dir() else 0o600
+        assert mode == want, f"{name}: {oct(mode)}"
+    assert h.workspace == "ws"
+
+
+def test_rows_after_and_get_across_many_small_segments(store_root: Path) -> None:
+    h = Store(store_root, durability="off", segment_bytes=256).history("ws")
+    sizes = [1, 3, 2, 1, 4, 1, 1, 2, 5, 1, 3, 1, 2, 1, 1, 2]
+    for k, n in enumerate(sizes):
+        h.append_many([msg(f"b{k} r{i} " + "x" * (k * 7 % 90)) for i in range(n)])
+    total = sum(sizes)
+    assert len(segment_files(store_root / "ws")) >= 8
+    rows = dicts(h)
+    assert [r["seq"] for r in rows] == list(range(1, total + 1))
+    for after in [None, -5, 0, *range(1, total + 2), 10**6]:
+        got = [r.seq for r in h.rows(after_seq=after)]
+        lo = 0 if after is None else max(after, 0)
+        assert got == list(range(lo + 1, total + 1)), f"after_seq={after}"
+    for seq in range(1, total + 1):
+        row = h.get(seq)
+        assert row is not None and row.to_dict() == rows[seq - 1], f"get({seq})"
+    for seq in [0, -1, total + 1, 10**9]:
+        assert h.get(seq) is None, f"get({seq})"
+
+
+def test_rows_streams_lazily(store_root: Path) -> None:
+    """rows() is an iterator: taking the first row does not read the rest."""
+    h = Store(store_root, durability="off", segment_bytes=256).history("ws")
+    for k in range(20):
+        h.append_many([msg(f"r{k}")])
+    it = h.rows()
+    first = next(it)
+    assert first.seq == 1
+    assert next(it).seq == 2
