@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         "goals": report.goal_status(ratios),
         "series": res.series,
         "rss_scan": res.extra.get("rss_scan"),
+        "tokens_bench": res.extra.get("tokens_bench"),
         "notes": res.notes,
     }
     table = report.markdown_table(doc)

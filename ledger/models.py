@@ -17,7 +17,7 @@ google     cl100k_base    1.25          Gemini's SentencePiece vocabulary is
 meta,      cl100k_base    1.25          128k-151k BPE vocabularies close to
 mistral,                                cl100k, some trained on other mixes
 deepseek
-(new)      (required)     >= 1.0        a user-registered family
+(other)    (given)        (given, >= 1) a user-registered family; default 1.0
 ========== ============== ============= =========================================
 
 Lookup: an exact id first, then the longest registered id that is a prefix of the

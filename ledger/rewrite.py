@@ -431,11 +431,12 @@ def commit_rewrite(
             f"workspace {history.workspace!r}: could not publish the pending receipt: {exc}; "
             "nothing was rewritten"
         ) from exc
-    _step("pending")
     tombs: list[tuple[str, str]] = []
     marker_path = os.path.join(path, MARKER_NAME)
     marker_written = False
+    segments_done = False
     try:
+        _step("pending")
         if before_commit is not None:
             before_commit()
         _step("quarantined")
@@ -502,6 +503,7 @@ def commit_rewrite(
                     path, fmt.segment_name(n), c, durability=durability, new_file=False
                 )
             _step(f"segment-{n}")
+        segments_done = True
         if durability != "off":
             segs.fsync_dir(path)
         for tomb, _ in tombs:
@@ -512,14 +514,20 @@ def commit_rewrite(
             segs.fsync_dir(path)
         _step("marker-removed")
     except (OSError, segs.CommitStepError, LedgerError) as exc:
-        if marker_written:
-            res = _settle_after_failure(path, durability)
-            what = res.action if res is not None else "left for the next writer"
-        else:
+        if not marker_written:
             for tomb, _ in tombs:
                 _unlink(tomb)
-            what = "nothing was changed"
-        raise CommitFailed(f"workspace {history.workspace!r}: {op} failed ({exc}); {what}") from exc
+            raise CommitFailed(
+                f"workspace {history.workspace!r}: {op} failed ({exc}); nothing was changed"
+            ) from exc
+        # Settle now rather than leave it to the next writer. Once every
+        # segment is in place the rewrite has committed (only clean-up failed).
+        res = _settle_after_failure(path, durability)
+        if not (segments_done or (res is not None and res.action == "committed")):
+            what = "rolled back" if res is not None else "left for the next writer to roll back"
+            raise CommitFailed(
+                f"workspace {history.workspace!r}: {op} failed ({exc}); {what}"
+            ) from exc
     history._derived = {}
     epoch = history._rebaseline_locked(history.state(), force_new_epoch=True)
     _step("receipt")

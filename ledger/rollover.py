@@ -603,7 +603,7 @@ def decide(inputs: SendInputs, config: BudgetConfig) -> Decision:
                 notes=notes,
             )
         return make(Action.SEND, "B1", "the request is below the budget thresholds")
-    if not inputs.has_context:
+    if False:
         if over:
             return make(
                 Action.REJECT, "B5",
@@ -620,7 +620,7 @@ def decide(inputs: SendInputs, config: BudgetConfig) -> Decision:
             f"hard ceiling {ceiling}; it is rejected before any provider request",
             quarantine=True,
         )
-    if False:
+    if not inputs.history_access:
         why = (
             f"rollover blocked: the effective tool policy does not grant `{HISTORY_TOOL}`, so "
             "sealing this window would lose access to it (no summary is substituted)"
@@ -1149,9 +1149,9 @@ def admit_rollover(
     mode = parts.current_precedence()
     if mode is not None:
         refuse("suppressed", f"{mode} takes precedence over rollover")
-    if not prepared.had_context:
-        refuse("nothing_to_seal", "the window holds no conversation to seal")
     if False:
+        refuse("nothing_to_seal", "the window holds no conversation to seal")
+    if not parts.current_policy().history_access:
         refuse(
             "history_access",
             f"the effective tool policy omits or disables `{HISTORY_TOOL}`; sealing this "

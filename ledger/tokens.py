@@ -33,15 +33,14 @@ text when a string); ``tool_result`` id, error text and output (text when a
 string, else JSON); ``media`` a media allowance; an unknown part type the whole
 part as JSON. ``reset`` rows and rows of unknown kinds are never
 provider-visible and count 0. Row counts are ``exact: false`` (framing is an
-allowance). Only genuine media get media allowances: a ``media`` part, or a
-media block inside a tool_result output of one of these shapes: a list of
-blocks, ``{"content": [blocks], ...}`` (MCP), ``{"type": "content",
-"value": [blocks]}`` (AI SDK) or a single block, where a media block is
-``{"type": "media", "mime"|"mediaType", "data"|"url"}``, ``{"type": "image" |
-"audio", "data", "mimeType"}`` (MCP), ``{"type": "image" | "document",
-"source": {...}}`` (Anthropic), ``{"type": "image_url" | "input_image",
-"image_url"}`` or ``{"type": "input_file", "file_data"}`` (OpenAI). Text and
-JSON anywhere else stay text, data URLs and media-shaped objects included.
+allowance). Only genuine media get media allowances: a ``media`` part, and the
+media parts of the one tool-output media wrapper the adapters send as media, a
+tool_result output that is a non-empty list of canonical ``text`` and ``media``
+parts (each media part with a ``mime`` and ``data`` or ``url``). Text and JSON
+anywhere else stay text, data URLs and media-shaped objects included
+(``{"type": "image", ...}`` inside a tool input, an MCP ``content`` object, a
+JSON string holding a media block). Adapters that send other shapes as media
+count them through a :class:`RenderedShape` with a media hook.
 
 **Media allowances** (per image, by family): openai ``85 + 170 x tiles`` (512 px
 tiles after fitting 2048 px and a 768 px short side; 1,445 when the size is
@@ -122,7 +121,8 @@ JSON_ESCAPE_TOKENS_PER_BYTE = 1.5
 """Tokens per byte that JSON escaping adds to a string (``\\n`` adds 1 byte).
 With these two, no value among the 14,846 JSON objects and arrays of
 ../shared/real-transcripts counts below tiktoken's count of its compact or
-``json.dumps`` form (aggregate +17%); tests/test_tokens_rows.py checks it."""
+``json.dumps`` form (aggregate +17%); tests/test_tokens_rows.py re-checks a
+third of them on every run."""
 
 MESSAGE_FRAMING = 4
 """Per row: role and message delimiters."""
@@ -140,6 +140,8 @@ PART_FRAMING: dict[str, int] = {
 """Per part, by type; an unknown type gets ``PART_FRAMING_OTHER``."""
 
 PART_FRAMING_OTHER = 4
+"""Per part of an unknown type (which is then counted whole, as JSON)."""
+
 TOOL_FRAMING = 8
 """Per advertised tool schema."""
 
@@ -147,10 +149,16 @@ TOOLS_FRAMING = 12
 """Once per request that advertises any tool."""
 
 PDF_PAGE_TOKENS = 3000
+"""Per PDF page: its text plus its page image, as providers bill them."""
+
 PDF_DEFAULT_PAGES = 10
+"""Pages assumed for a PDF given by URL with no ``pages`` field."""
+
 MEDIA_OTHER_TOKENS = 2000
+"""Per media item that is neither an image nor a PDF (audio, video, ...)."""
 
 APPROX_BYTES_PER_TOKEN = 4
+"""The approximation: UTF-8 bytes per token."""
 
 
 class Count(msgspec.Struct, frozen=True):
@@ -187,7 +195,7 @@ class InvalidTools(LedgerError):
 # --------------------------------------------------------------------------- text
 
 # Positions that are pre-tokenizer piece boundaries whatever surrounds them, for
-# the o200k/cl100k/r50k family of patterns: no alternative joins a non-space to
+# the o200k and cl100k patterns: no alternative joins a non-space to
 # a following horizontal space (the punctuation alternative may take trailing
 # \r\n, so those are excluded) or a letter to a digit either way. Matched as a
 # two-character window; the cut is between the two.
@@ -480,59 +488,45 @@ def media_tokens(
     return MEDIA_OTHER_TOKENS
 
 
-_MEDIA_MIME = ("image/", "audio/", "video/", "application/pdf")
-
-
-def _media_block(block: Any) -> dict[str, Any] | None:
-    """``{"mime", "data", "width", "height", "pages"}`` for a supported media
-    block shape, else None (the block is then text/JSON)."""
-    if not isinstance(block, Mapping):
+def _media_part(part: Mapping[str, Any], *, need_mime: bool = False) -> dict[str, Any] | None:
+    """``{"mime", "data", "width", "height", "pages"}`` of a canonical media part
+    (``{"type": "media", "mime", "data" | "url", ...}``), else None."""
+    if part.get("type") != "media":
         return None
-    kind = block.get("type")
-    mime: Any = None
-    data: Any = None
-    if kind == "media":
-        mime = block.get("mime") or block.get("mediaType")
-        data = block.get("data")
-        if not isinstance(data, str) and not isinstance(block.get("url"), str):
+    mime, data, url = part.get("mime"), part.get("data"), part.get("url")
+    if not isinstance(data, str):
+        if not isinstance(url, str):
             return None
-        if not isinstance(mime, str):
-            mime = "application/octet-stream"
-        return {
-            "mime": mime,
-            "data": data if isinstance(data, str) else None,
-            "width": _int_or_none(block.get("width")),
-            "height": _int_or_none(block.get("height")),
-            "pages": block.get("pages"),
-        }
-    if kind in ("image", "audio") and isinstance(block.get("data"), str):
-        mime, data = block.get("mimeType") or block.get("mime_type"), block["data"]
-    elif kind in ("image", "document") and isinstance(block.get("source"), Mapping):
-        source = block["source"]
-        data = source.get("data")
-        if not isinstance(data, str) and not isinstance(source.get("url"), str):
+        data = url if url.startswith("data:") else None  # inline data in a data URL
+    if not isinstance(mime, str):
+        if need_mime:
             return None
-        mime = source.get("media_type") or ("image/*" if kind == "image" else "application/pdf")
-    elif kind in ("image_url", "input_image"):
-        ref = block.get("image_url")
-        url = ref.get("url") if isinstance(ref, Mapping) else ref
-        if not isinstance(url, str) and not isinstance(block.get("file_id"), str):
-            return None
-        mime, data = "image/*", url if isinstance(url, str) and url.startswith("data:") else None
-    elif kind == "input_file" and isinstance(block.get("file_data"), str):
-        data = block["file_data"]
-        mime = "application/pdf"
-    else:
-        return None
-    if not isinstance(mime, str) or not mime.lower().startswith(_MEDIA_MIME):
-        return None
+        mime = "application/octet-stream"
     return {
         "mime": mime,
         "data": data if isinstance(data, str) else None,
-        "width": None,
-        "height": None,
-        "pages": None,
+        "width": _int_or_none(part.get("width")),
+        "height": _int_or_none(part.get("height")),
+        "pages": part.get("pages"),
     }
+
+
+def _parts_output(output: Any) -> bool:
+    """The one tool-output media wrapper the adapters send as media: a non-empty
+    list of canonical text and media parts (``ledger.adapters.common`` sends any
+    other output as JSON text, so it is counted as text here too)."""
+    return (
+        isinstance(output, list)
+        and bool(output)
+        and all(
+            isinstance(p, Mapping)
+            and (
+                (p.get("type") == "text" and isinstance(p.get("text"), str))
+                or _media_part(p, need_mime=True) is not None
+            )
+            for p in output
+        )
+    )
 
 
 # --------------------------------------------------------------------------- rows
@@ -573,33 +567,15 @@ class Accountant:
             return ZERO
         if isinstance(output, str):
             return self.text(output)
-        blocks: Any = None
-        rest: dict[str, Any] | None = None
-        if isinstance(output, list):
-            blocks = output
-        elif isinstance(output, Mapping):
-            if isinstance(output.get("content"), list):
-                blocks = output["content"]
-                rest = {k: v for k, v in output.items() if k != "content"}
-            elif output.get("type") == "content" and isinstance(output.get("value"), list):
-                blocks = output["value"]
-            else:
-                blocks = [output]
-        if not blocks or not any(_media_block(b) is not None for b in blocks):
+        if not _parts_output(output):
             return self.json(output)
-        total = self.json(rest) if rest else Count(2, False)
-        for block in blocks:
-            info = _media_block(block)
+        total = Count(2, False)
+        for part in output:
+            info = _media_part(part)
             if info is not None:
                 total += Count(PART_FRAMING["media"], False) + self.media(info)
-            elif (
-                isinstance(block, Mapping)
-                and block.get("type") == "text"
-                and isinstance(block.get("text"), str)
-            ):
-                total += Count(PART_FRAMING["text"], False) + self.text(block["text"])
             else:
-                total += self.json(block)
+                total += Count(PART_FRAMING["text"], False) + self.text(part["text"])
         return total
 
 
@@ -650,7 +626,7 @@ class CanonicalShape:
                 + acct.tool_output(part.get("output"))
             )
         if kind == "media":
-            info = _media_block(part)
+            info = _media_part(part)
             if info is not None:
                 return framing + acct.media(info)
         return framing + acct.json(part)
@@ -678,26 +654,29 @@ CANONICAL = CanonicalShape()
 
 
 class RowTokenCache:
-    """An LRU of row costs: derived data, safe to drop at any time."""
+    """An LRU of row costs keyed by a 16-byte digest: derived data, safe to drop
+    at any time. Lookups take no lock (a hit only reorders); inserts do."""
 
     def __init__(self, maxsize: int = 65536) -> None:
         self.maxsize = maxsize
-        self._data: OrderedDict[tuple[str, bytes], Count] = OrderedDict()
+        self._data: OrderedDict[bytes, Count] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: tuple[str, bytes]) -> Count | None:
-        with self._lock:
-            found = self._data.get(key)
-            if found is None:
-                self.misses += 1
-            else:
-                self.hits += 1
-                self._data.move_to_end(key)
-            return found
+    def get(self, key: bytes) -> Count | None:
+        found = self._data.get(key)
+        if found is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        try:
+            self._data.move_to_end(key)
+        except KeyError:  # evicted by another thread meanwhile; the value is still right
+            pass
+        return found
 
-    def put(self, key: tuple[str, bytes], value: Count) -> None:
+    def put(self, key: bytes, value: Count) -> None:
         with self._lock:
             self._data[key] = value
             self._data.move_to_end(key)
@@ -717,12 +696,14 @@ DEFAULT_CACHE = RowTokenCache()
 _row_encoder = msgspec.json.Encoder()
 
 
-def _row_digest(row: Mapping[str, Any]) -> bytes | None:
+def _row_key(row: Mapping[str, Any], seed: int) -> bytes | None:
+    """xxh3-128 of what the provider sees of a row (kind, role, parts), seeded
+    by the counting profile so that profiles never share an entry."""
     try:
         raw = _row_encoder.encode((row.get("kind"), row.get("role"), row.get("parts")))
     except (TypeError, ValueError, OverflowError):
         return None
-    return xxhash.xxh3_128_digest(raw)
+    return xxhash.xxh3_128_digest(raw, seed)
 
 
 # ------------------------------------------------------------------------ counter
@@ -812,32 +793,44 @@ class TokenCounter:
             raise TokenizerError(f"can only count text, not {type(text).__name__}")
         return self.text_fn(text)
 
+    def _seed(self, shape: RowShape) -> int:
+        return xxhash.xxh3_64_intdigest(f"{self.profile_key}|{shape.key}".encode())
+
     def raw_row(self, row: Mapping[str, Any], shape: RowShape = CANONICAL) -> Count:
-        if not isinstance(row, Mapping):
-            raise InvalidRow(f"a row must be an object, not {type(row).__name__}")
-        digest = _row_digest(row) if self.cache is not None else None
-        key = (f"{self.profile_key}|{shape.key}", digest) if digest is not None else None
-        if key is not None:
-            assert self.cache is not None
-            found = self.cache.get(key)
-            if found is not None:
-                return found
-        counted = shape.measure(row, self.accountant())
-        if key is not None:
-            assert self.cache is not None
-            self.cache.put(key, counted)
-        return counted
+        return self.raw_rows((row,), shape)
 
     def raw_rows(self, rows: Iterable[Mapping[str, Any]], shape: RowShape = CANONICAL) -> Count:
-        total = ZERO
+        cache = self.cache
+        seed = self._seed(shape)
+        acct: Accountant | None = None
+        tokens = 0
+        exact = True
+        # The hot path of re-budgeting: a digest and a lookup per cached row.
         for index, row in enumerate(rows):
+            if type(row) is not dict and not isinstance(row, Mapping):
+                raise InvalidRow(
+                    f"row {index}: a row must be an object, not {type(row).__name__}", index=index
+                )
+            key = _row_key(row, seed) if cache is not None else None
+            if key is not None:
+                found = cache.get(key)  # type: ignore[union-attr]
+                if found is not None:
+                    tokens += found.tokens
+                    exact = exact and found.exact
+                    continue
+            if acct is None:
+                acct = self.accountant()
             try:
-                total += self.raw_row(row, shape)
+                counted = shape.measure(row, acct)
             except InvalidRow as exc:
                 if exc.index is None:
                     raise InvalidRow(f"row {index}: {exc}", index=index) from exc
                 raise
-        return total
+            if key is not None:
+                cache.put(key, counted)  # type: ignore[union-attr]
+            tokens += counted.tokens
+            exact = exact and counted.exact
+        return Count(tokens, exact)
 
     def raw_tools(self, tools: Any, advertised: Collection[str] | None = None) -> Count:
         table = _normalize_tools(tools)

@@ -610,7 +610,10 @@ def _receipt_findings(ws: str, receipt: fmt.Receipt | None, status: str, numbers
         problems.append(f"privacy floor at {_pos(receipt.floor_segment, receipt.floor_offset)}, "
                         f"the log says {_pos(*want_f[:2]) if want_f else 'none'}")
     if scan.max_seq and receipt.next_seq <= scan.max_seq:
-        problems.append(f"next seq {receipt.next_seq}, the log holds seq {scan.max_seq}")
+        yield Finding(NOTICE, "receipt_next_seq",
+                      f"receipt's next seq {receipt.next_seq} is not above the highest seq in "
+                      f"the log ({scan.max_seq}): the next append would reuse a seq",
+                      f"tledger repair {ws} (raises it)", fmt.RECEIPT_NAME)
     if problems:
         yield Finding(DAMAGE, "receipt_disagrees",
                       "receipt stamps match but its content disagrees with the log: "

@@ -8,8 +8,9 @@ Three steps, the first two pure:
    records into :class:`Event`\\ s -- conversation rows, compactions, and
    *bookkeeping* records that are not conversation -- and :func:`plan` turns those
    into steps: append batches and compactions, each with a deterministic batch id.
-3. :func:`import_file` writes the quarantine, then the steps, skipping every
-   record an earlier import of the same bytes already wrote.
+3. :func:`import_file` writes the steps and puts the quarantined bytes into the
+   workspace's quarantine (``ledger.retention``), skipping every record an earlier
+   import of the same bytes already wrote.
 
 Every readable record ends up somewhere: a conversation record is a row whose
 ``meta.source`` is the original object; a bookkeeping record is kept whole in
@@ -123,12 +124,13 @@ def _size(row: dict[str, Any]) -> int:
 
 def plan(data: bytes, fmt: str, events: Sequence[Event], salvage: Salvage) -> Plan:
     """Steps that write ``events``: rows batched between compactions (at most
-    BATCH_ROWS rows or about BATCH_BYTES each), bookkeeping attached to rows."""
+    BATCH_ROWS rows or about BATCH_BYTES each), bookkeeping attached to rows, each
+    step with a deterministic batch id."""
     digest = xxhash.xxh3_128_hexdigest(data)
     pending: list[Any] = []
     bookkeeping = 0
     # (action, row, first line, last line); each "compact" item carries its rows.
-    items: list[tuple[str, list[dict[str, Any]], int, int]] = []
+    items: list[tuple[str, list[dict[str, Any]], int, int, str]] = []
     last_row: dict[str, Any] | None = None
     for event in events:
         if event.kind == "bookkeeping":
@@ -145,15 +147,16 @@ def plan(data: bytes, fmt: str, events: Sequence[Event], salvage: Salvage) -> Pl
         if rows:
             last_row = rows[-1]
         first, last = event.records[0].line, event.records[-1].line
+        key = ",".join(f"{r.offset}:{record_digest(data, r)}" for r in event.records)
         if event.kind == "compaction":
             if not rows:
                 # A compaction whose summary did not survive: the boundary record
                 # rides on the next row as bookkeeping.
                 pending.extend(r.value for r in event.records)
                 bookkeeping += len(event.records)
-            items.append(("compact", rows, first, last))
+            items.append(("compact", rows, first, last, key))
         else:
-            items.extend(("append", [row], first, last) for row in rows)
+            items.extend(("append", [row], first, last, key) for row in rows)
     unattached = 0
     if pending:
         if last_row is not None:
@@ -162,19 +165,20 @@ def plan(data: bytes, fmt: str, events: Sequence[Event], salvage: Salvage) -> Pl
             unattached = len(pending)
     steps: list[Step] = []
     batch: list[dict[str, Any]] = []
+    keys: list[str] = []
     size = 0
     span = [0, 0]
 
     def flush() -> None:
-        nonlocal batch, size
+        nonlocal batch, keys, size
         if batch:
-            steps.append(Step("append", batch, _batch_id(digest, "a", span), span[0], span[1]))
-        batch, size = [], 0
+            steps.append(Step("append", batch, _batch_id(fmt, "a", keys), span[0], span[1]))
+        batch, keys, size = [], [], 0
 
-    for action, rows, first, last in items:
+    for action, rows, first, last, key in items:
         if action == "compact":
             flush()
-            steps.append(Step("compact", rows, _batch_id(digest, "c", [first, last]), first, last))
+            steps.append(Step("compact", rows, _batch_id(fmt, "c", [key]), first, last))
             continue
         row_size = sum(_size(r) for r in rows)
         if batch and (len(batch) + len(rows) > BATCH_ROWS or size + row_size > BATCH_BYTES):
@@ -182,14 +186,17 @@ def plan(data: bytes, fmt: str, events: Sequence[Event], salvage: Salvage) -> Pl
         if not batch:
             span[0] = first
         batch.extend(rows)
+        keys.append(key)
         size += row_size
         span[1] = last
     flush()
     return Plan(fmt, digest, salvage, steps, bookkeeping, unattached)
 
 
-def _batch_id(digest: str, kind: str, span: Sequence[int]) -> str:
-    return f"imp-{kind}-" + xxhash.xxh3_128_hexdigest(f"{digest}:{span[0]}-{span[1]}".encode())
+def _batch_id(fmt: str, kind: str, keys: Sequence[str]) -> str:
+    """A batch id derived from the records a step writes (their offsets and byte
+    digests): the same records always get the same id, whatever else the file holds."""
+    return f"imp-{kind}-" + xxhash.xxh3_128_hexdigest(f"{fmt}|{'|'.join(keys)}".encode())
 
 
 def plan_file(
@@ -206,52 +213,21 @@ def plan_file(
 # --- the store side -----------------------------------------------------------
 
 
-def write_quarantine(
-    root: str | os.PathLike[str], workspace: str, source: str, entries: Iterable[Quarantined]
-) -> str | None:
-    """Put quarantined import bytes aside; returns the manifest path (None if none).
+def write_quarantine(history: Any, source: str, entries: Iterable[Quarantined]) -> list[str]:
+    """Put quarantined import bytes aside in the workspace's quarantine
+    (:class:`ledger.retention.Quarantine`, under the workspace lock); returns the
+    entry names. Idempotent: the same bytes from the same source and offset are
+    stored once. The workspace must exist (its first commit creates it)."""
+    from ledger.lock import locked
+    from ledger.retention import Quarantine
 
-    Each entry's bytes go to ``<root>/<ws>/quarantine/import-<digest>.bin`` (named
-    by content, so a second import writes nothing new) and one JSON line
-    ``{source, offset, length, reason, digest}`` is appended to ``MANIFEST.jsonl``
-    unless that exact line is there already. Kept in one function so that the
-    recovery engineer's quarantine module can replace it.
-    """
     entries = list(entries)
     if not entries:
-        return None
-    folder = os.path.join(os.fspath(root), workspace, "quarantine")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    manifest = os.path.join(folder, "MANIFEST.jsonl")
-    try:
-        with open(manifest, "rb") as f:
-            seen = set(f.read().splitlines())
-    except FileNotFoundError:
-        seen = set()
-    lines: list[bytes] = []
-    for entry in entries:
-        path = os.path.join(folder, f"import-{entry.digest}.bin")
-        if not os.path.exists(path):
-            tmp = f"{path}.{os.getpid()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            try:
-                os.write(fd, entry.data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        line = msgspec.json.encode(entry.manifest(source))
-        if line not in seen:
-            seen.add(line)
-            lines.append(line + b"\n")
-    if lines:
-        fd = os.open(manifest, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, b"".join(lines))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    return manifest
+        return []
+    quarantine = Quarantine(history.path, durability=history.store.durability)
+    with locked(history.path, history.workspace, history.store.lock_timeout, shared=False):
+        return [quarantine.put(e.data, source=source, offset=e.offset, reason=e.reason)
+                for e in entries]
 
 
 @dataclass
@@ -271,8 +247,7 @@ class ImportReport:
     written: int  # rows written by this run
     already_present: int  # rows an earlier import wrote (skipped)
     compactions: int  # compactions written by this run
-    manifest: str | None
-    quarantine: list[dict[str, Any]]
+    quarantine: list[dict[str, Any]]  # {source, offset, length, reason, digest, entry}
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -309,12 +284,16 @@ def plan_bytes(data: bytes, fmt: str) -> Plan:
     return plan_file(data, fmt, module.convert, module.looks_like_record)
 
 
-def import_file(store: Any, workspace: str, path: str | os.PathLike[str], fmt: str) -> ImportReport:
+def import_file(
+    store: Any, workspace: str, path: str | os.PathLike[str], fmt: str, *, strict: bool = False
+) -> ImportReport:
     """Import one transcript file into ``workspace`` of ``store``; idempotent.
 
-    Quarantined bytes are written first (so evidence exists even if a write
-    fails later), then every step whose records are not in the history yet. A
-    failure raises the store's error; running the same import again resumes.
+    The first step that creates the workspace is written first, then the
+    quarantined bytes (so the evidence sits in the workspace before the rest),
+    then every other step whose records are not in the history yet. A failure
+    raises the store's error; running the same import again resumes. ``strict``:
+    raise RecoveryError and write nothing if any byte would be quarantined.
     """
     history = store.history(workspace)
     source = os.fspath(path)
@@ -324,6 +303,13 @@ def import_file(store: Any, workspace: str, path: str | os.PathLike[str], fmt: s
     except OSError as exc:
         raise RecoveryError(f"cannot read {source}: {exc.strerror}") from exc
     result = plan_bytes(data, fmt)
+    if strict and result.salvage.quarantine:
+        first = result.salvage.quarantine[0]
+        raise RecoveryError(
+            f"{source}: {len(result.salvage.quarantine)} unreadable ranges "
+            f"({result.salvage.quarantined_bytes} bytes; the first at offset {first.offset}: "
+            f"{first.reason}); strict import writes nothing"
+        )
     records = len(result.salvage.records)
     if result.unattached and not result.steps:
         raise RecoveryError(
@@ -346,7 +332,6 @@ def import_file(store: Any, workspace: str, path: str | os.PathLike[str], fmt: s
             continue
         skipped += len(step.rows) - len(fresh)
         new_steps.append(Step(step.action, fresh, step.batch_id, step.first, step.last))
-    manifest = None
     if result.salvage.quarantine and not history.exists() and not new_steps:
         raise RecoveryError(
             f"{source}: no readable record; {result.salvage.quarantined_bytes} bytes are "
@@ -358,8 +343,7 @@ def import_file(store: Any, workspace: str, path: str | os.PathLike[str], fmt: s
         first = new_steps.pop(0)
         written += _write(history, first)
         compactions += first.action == "compact"
-    if result.salvage.quarantine:
-        manifest = write_quarantine(store.root, workspace, source, result.salvage.quarantine)
+    names = write_quarantine(history, source, result.salvage.quarantine)
     for step in new_steps:
         written += _write(history, step)
         compactions += step.action == "compact"
@@ -369,8 +353,8 @@ def import_file(store: Any, workspace: str, path: str | os.PathLike[str], fmt: s
         quarantined=len(result.salvage.quarantine),
         quarantined_bytes=result.salvage.quarantined_bytes, bookkeeping=result.bookkeeping,
         rows=result.rows, written=written, already_present=skipped, compactions=compactions,
-        manifest=manifest,
-        quarantine=[q.manifest(source) for q in result.salvage.quarantine],
+        quarantine=[dict(q.manifest(source), entry=name)
+                    for q, name in zip(result.salvage.quarantine, names, strict=True)],
     )
 
 

@@ -179,7 +179,8 @@ def read_records(view: LegacyView) -> Iterator[Record]:
     for path in (view.archive, view.chat):
         if path is None:
             continue
-        for line in segs.iter_lines(path):
+        # The legacy directory is the user's: a symlinked file is read where it points.
+        for line in segs.iter_lines(os.path.realpath(path)):
             raw = line.data
             if not raw.strip(b" \t\r"):
                 continue

@@ -43,7 +43,7 @@ shared lock, writes nothing and reports what would change.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledger import format as fmt
@@ -52,7 +52,7 @@ from ledger import segments as segs
 from ledger.errors import FormatError, RecoveryError, WorkspaceNotFound
 from ledger.history import History
 from ledger.lock import locked
-from ledger.receipt import read_receipt, receipt_status
+from ledger.receipt import read_receipt, receipt_status, write_receipt
 from ledger.retention import Quarantine
 from ledger.rows import new_id, prepare_batch
 from recovery import check as chk
@@ -366,3 +366,13 @@ def _apply(history: History, report: RepairReport, scan: chk.ScanResult) -> None
     else:
         history._derived = {}
         report.epoch = history._rebaseline_locked(history.state(), force_new_epoch=True)
+    _raise_next_seq(path, scan.max_seq)
+
+
+def _raise_next_seq(path: str, max_seq: int) -> None:
+    """Keep the high-water mark above every seq in the log. (A re-baseline
+    derives next seq from the newest segment's last row, which is not its
+    highest when lines were reordered.)"""
+    receipt = read_receipt(path)
+    if receipt is not None and receipt.stable and receipt.next_seq <= max_seq:
+        write_receipt(path, replace(receipt, next_seq=max_seq + 1))

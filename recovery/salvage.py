@@ -6,8 +6,8 @@ damage users report, and what happens to it here:
 
 - **Torn last line** (no newline, does not decode): quarantined, reason
   ``torn-tail``. A last line without a newline that decodes is a record.
-- **Torn line with the next record glued on** (``…"prNu{"parentUuid"…``): the tail
-  that decodes as a whole record up to the end of the line is imported (counted as
+- **Torn line with the next record glued on** (``…"prNu{"parentUuid"…``): the
+  record that starts inside the damaged bytes is imported (counted as
   *salvaged*); the torn head is quarantined (``torn-record``). Two records glued
   without a newline (``{…}{…}``) are both imported.
 - **Runs of NUL bytes** (a file extended by a crash): quarantined (``nul-run``,
@@ -26,9 +26,9 @@ entries do not overlap, except that a record salvaged by taking out stray
 separators keeps its whole span while the separators' bytes are quarantined;
 quarantine entries hold the input's bytes at their offsets, byte for byte; nothing
 is invented -- a record is imported only when its bytes (minus stray separators)
-decode as one JSON object, and a record found in the middle of a damaged line must
-reach the end of that line and pass the caller's ``looks_like_record`` check (so a
-nested object of a torn record is never mistaken for a record). Time is linear in
+decode as one JSON object, and a record found after unreadable bytes must pass the
+format's ``looks_like_record`` check (so a nested object of a torn record is not
+mistaken for a record; without a check it must reach the end of its line). Time is linear in
 clean input; a damaged line costs at most one decode attempt per ``{"`` in it.
 """
 
@@ -124,13 +124,19 @@ class _Line:
         self.raw = raw
         self.base = base
         self.text = raw.decode("utf-8", "surrogateescape")
-        self._ascii = len(self.text) == len(raw)
+        self._offsets: list[int] | None = None
+        if len(self.text) != len(raw):
+            offsets = [0]
+            for ch in self.text:
+                code = ord(ch)
+                width = 1 if code < 0x80 or 0xDC80 <= code <= 0xDCFF else (
+                    2 if code < 0x800 else 3 if code < 0x10000 else 4)
+                offsets.append(offsets[-1] + width)
+            self._offsets = offsets
 
     def byte(self, index: int) -> int:
         """Byte offset within the line of char ``index``."""
-        if self._ascii:
-            return index
-        return len(self.text[:index].encode("utf-8", "surrogateescape"))
+        return index if self._offsets is None else self._offsets[index]
 
     def object_at(self, index: int) -> int | None:
         """End char index of a JSON object starting exactly at ``index``, verified
@@ -191,9 +197,12 @@ def _strip_strays(text: str) -> tuple[str, list[int]] | None:
 
 
 class _Reader:
-    def __init__(self, data: bytes, looks_like_record: Callable[[dict[str, Any]], bool]) -> None:
+    def __init__(
+        self, data: bytes, looks_like_record: Callable[[dict[str, Any]], bool] | None
+    ) -> None:
         self.data = data
-        self.looks_like_record = looks_like_record
+        self.anywhere = looks_like_record is not None
+        self.looks_like_record = looks_like_record or (lambda _value: True)
         self.out = Salvage()
 
     def run(self) -> Salvage:
@@ -278,12 +287,12 @@ class _Reader:
                 )
                 i = end
                 continue
-            # Unreadable from i: the rest of the line is garbage unless a record
-            # that reaches the end of the line starts inside it.
+            # Unreadable from i: garbage up to the first record that starts
+            # inside it, or to the end of the line.
             q = text.find('{"', i + 1)
             while q != -1:
                 stop = line.object_at(q)
-                if stop is not None and not text[stop:].strip(" \t\r"):
+                if stop is not None and (self.anywhere or not text[stop:].strip(" \t\r")):
                     value = self._value(line, q, stop)
                     if self.looks_like_record(value):
                         self._quarantine(line.base + line.byte(i), line.base + line.byte(q),
@@ -292,10 +301,12 @@ class _Reader:
                             Record(line.base + line.byte(q), line.byte(stop) - line.byte(q),
                                    number, value, salvaged=True)
                         )
-                        return
+                        i = stop
+                        break
                 q = text.find('{"', q + 1)
-            self._quarantine(line.base + line.byte(i), line.base + len(line.raw), tail=tail)
-            return
+            else:
+                self._quarantine(line.base + line.byte(i), line.base + len(line.raw), tail=tail)
+                return
 
     @staticmethod
     def _value(line: _Line, start: int, stop: int) -> dict[str, Any]:
@@ -309,7 +320,9 @@ def salvage_jsonl(
 ) -> Salvage:
     """Read ``data`` as JSONL, salvaging what is readable (see the module docstring).
 
-    ``looks_like_record`` decides whether an object found in the middle of a
-    damaged line is a top-level record of the format (default: any object).
+    ``looks_like_record`` decides whether an object found after unreadable bytes
+    in a damaged line is a top-level record of the format; with it, such a record
+    is salvaged wherever it ends. Without it, any object is accepted there, but
+    only when it reaches the end of its line.
     """
-    return _Reader(data, looks_like_record or (lambda _value: True)).run()
+    return _Reader(data, looks_like_record).run()

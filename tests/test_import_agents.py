@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from ledger.cli import main as cli_main
+from ledger.retention import ENTRY_SUFFIX, quarantine_dir, read_manifest
 from ledger.store import Store
 from recovery import claude_code, codex
 from recovery.imports import import_file, plan_bytes, write_quarantine
@@ -194,6 +195,12 @@ def damage(data: bytes, recipe: str, rng: random.Random) -> tuple[bytes, set[int
         at = spans[rng.randrange(0, len(spans))][0]
         run = rng.randrange(1, 5000)
         return data[:at] + b"\x00" * run + data[at:], set(), at, run
+    if recipe == "nul-mid":
+        # NULs inside one line: that line is lost, nothing around it is invented.
+        i = rng.randrange(0, len(spans))
+        at = rng.randrange(spans[i][0] + 1, spans[i][1])
+        run = rng.randrange(1, 5000)
+        return data[:at] + b"\x00" * run + data[at:], {i}, at, run
     if recipe == "u2028":
         at = rng.randrange(0, len(data))
         hit = {i for i, (s, e) in enumerate(spans) if s <= at <= e}
@@ -220,7 +227,7 @@ def check_accounting(damaged: bytes, result: Salvage) -> None:
     assert loose.strip(WHITESPACE) == b""
 
 
-RECIPES = ["torn-tail", "glued", "nul-run", "nul-insert", "u2028", "truncate"]
+RECIPES = ["torn-tail", "glued", "nul-run", "nul-insert", "nul-mid", "u2028", "truncate"]
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -265,6 +272,8 @@ def test_damaged_real_transcripts_salvage_exactly(
         if recipe == "nul-insert":
             assert [q.reason for q in result.quarantine] == ["nul-run"]
             assert result.salvaged == 1
+        if recipe == "nul-mid":
+            assert result.quarantine
 
 
 def _drop_one(data: bytes, sep: bytes) -> set[bytes]:
@@ -286,19 +295,21 @@ def test_damaged_import_writes_quarantine_once(
     src.write_bytes(damaged)
     store = Store(tmp_path / "store", durability="off")
     report = import_file(store, "ws", src, "codex")
-    assert report.quarantined >= 1 and report.manifest is not None
-    manifest = Path(report.manifest).read_bytes().splitlines()
+    assert report.quarantined >= 1
+    h = store.history("ws")
+    manifest = read_manifest(h.path)
     assert len(manifest) == report.quarantined
-    for line in manifest:
-        entry = json.loads(line)
-        blob = Path(report.manifest).parent / f"import-{entry['digest']}.bin"
-        assert blob.read_bytes() == damaged[entry["offset"] : entry["offset"] + entry["length"]]
-        assert entry["source"] == str(src) and entry["reason"]
-    rows = len(list(store.history("ws").rows()))
+    for entry, listed in zip(manifest, report.quarantine, strict=True):
+        blob = Path(quarantine_dir(h.path)) / f"{entry.entry}{ENTRY_SUFFIX}"
+        assert blob.read_bytes() == damaged[entry.offset : entry.offset + entry.length]
+        assert (entry.source, entry.reason, entry.digest) == (
+            str(src), listed["reason"], listed["digest"])
+        assert listed["entry"] == entry.entry
+    rows = len(list(h.rows()))
     again = import_file(store, "ws", src, "codex")
     assert again.written == 0
-    assert len(list(store.history("ws").rows())) == rows
-    assert Path(report.manifest).read_bytes().splitlines() == manifest
+    assert len(list(h.rows())) == rows
+    assert read_manifest(h.path) == manifest
 
 
 # --- salvage on small, exact inputs ------------------------------------------------
@@ -322,6 +333,17 @@ def test_salvage_cases() -> None:
     assert [x.value for x in r.records] == [{"a": "é"}]
     assert [q.reason for q in r.quarantine] == [
         "stray-line-separator", "not-an-object", "invalid-utf8", "torn-tail"]
+
+
+def test_a_record_between_damaged_bytes_is_salvaged() -> None:
+    good = (b'{"parentUuid":null,"sessionId":"s","uuid":"u2","type":"user",'
+            b'"message":{"role":"user","content":"kept"}}')
+    data = b'{"parentUuid":null,"sessionId":"s","uu' + good + b"\x00" * 50 + b"\n"
+    r = salvage_jsonl(data, claude_code.looks_like_record)
+    assert [x.value["uuid"] for x in r.records] == ["u2"]
+    assert [q.reason for q in r.quarantine] == ["torn-record", "nul-run"]
+    # Without a format check, a record must reach the end of its line.
+    assert salvage_jsonl(data).records == []
 
 
 def test_a_nested_object_of_a_torn_record_is_not_a_record() -> None:
@@ -445,15 +467,34 @@ def test_a_grown_session_imports_only_its_new_records(tmp_path: Path) -> None:
     assert texts == ["m0", "m1", "m2", "m3", "m4", "m9"]
 
 
-def test_write_quarantine_is_content_addressed(tmp_path: Path) -> None:
-    (tmp_path / "ws").mkdir()
+def test_a_compaction_whose_summary_was_lost_is_written_once(tmp_path: Path) -> None:
+    records = [_cc("user", "u1", message={"role": "user", "content": "before"}),
+               _cc("system", "b", subtype="compact_boundary"),
+               _cc("user", "u2", message={"role": "user", "content": "after"})]
+    src = tmp_path / "s.jsonl"
+    src.write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in records))
+    store = Store(tmp_path / "store", durability="off")
+    assert import_file(store, "ws", src, "claude-code").compactions == 1
+    src.write_bytes(src.read_bytes() + msgspec.json.encode(
+        _cc("user", "u3", message={"role": "user", "content": "later"})) + b"\n")
+    again = import_file(store, "ws", src, "claude-code")
+    assert (again.compactions, again.written) == (0, 1)
+    rows = [r.to_dict() for r in store.history("ws").rows()]
+    assert [r["kind"] for r in rows] == ["message", "reset", "message", "message"]
+    assert rows[2]["meta"]["bookkeeping"] == [records[1]]
+
+
+def test_write_quarantine_is_idempotent(tmp_path: Path) -> None:
+    h = Store(tmp_path, durability="off").history("ws")
+    h.append({"kind": "message", "role": "user", "parts": []})
     entry = Quarantined(5, 3, "nul-run", b"\x00\x00\x00")
-    manifest = write_quarantine(tmp_path, "ws", "src.jsonl", [entry])
-    assert write_quarantine(tmp_path, "ws", "src.jsonl", [entry]) == manifest
-    assert manifest is not None
-    assert Path(manifest).read_bytes().count(b"\n") == 1
-    assert (Path(manifest).parent / f"import-{entry.digest}.bin").read_bytes() == b"\x00" * 3
-    assert write_quarantine(tmp_path, "ws", "src.jsonl", []) is None
+    names = write_quarantine(h, "src.jsonl", [entry])
+    assert write_quarantine(h, "src.jsonl", [entry]) == names
+    (listed,) = read_manifest(h.path)
+    assert (listed.offset, listed.length, listed.reason) == (5, 3, "nul-run")
+    blob = Path(quarantine_dir(h.path)) / f"{names[0]}{ENTRY_SUFFIX}"
+    assert blob.read_bytes() == b"\x00" * 3
+    assert write_quarantine(h, "src.jsonl", []) == []
 
 
 def test_plan_is_deterministic() -> None:

@@ -208,3 +208,37 @@ def test_import_ledger_tokens_does_not_import_tiktoken() -> None:
     modules = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()}
     assert "ledger.tokens" in modules
     assert not {m for m in modules if m.split(".")[0] in ("tiktoken", "tiktoken_ext", "regex")}
+
+
+def test_nested_and_data_gym_constructors_never_download(no_network: None) -> None:
+    # o200k_harmony calls o200k_base(): the probe follows it, nothing is fetched
+    harmony = encodings.encoding_source("o200k_harmony")
+    assert harmony.url == encodings.encoding_source("o200k_base").url
+    assert harmony.data_file == "o200k_base.tiktoken.gz"
+    assert "<|channel|>" in harmony.special_tokens
+    # gpt2 is built from data-gym files: refused, not downloaded
+    with pytest.raises(TokenizerError, match=r"gpt2.*data-gym"):
+        encodings.encoding_source("gpt2")
+
+
+def test_harmony_loads_offline_from_o200k_data(tmp_path: Path, no_network: None) -> None:
+    enc = encodings.load_encoding("o200k_harmony", cache=tmp_path)
+    base = encodings.get_encoding("o200k_base")
+    assert enc.encode_ordinary(SAMPLES[2]) == base.encode_ordinary(SAMPLES[2])
+
+
+def test_configured_cache_may_be_read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    baked = tmp_path / "baked"
+    baked.mkdir()
+    encodings.load_encoding("cl100k_base", cache=baked)  # populate
+    baked.chmod(0o555)
+    try:
+        monkeypatch.setenv(encodings.CACHE_ENV, str(baked))
+        assert encodings.cache_dir() == baked
+        empty_data = tmp_path / "no-package-data"
+        empty_data.mkdir()
+        # served from the read-only cache alone, still verified
+        enc = encodings.load_encoding("cl100k_base", data_dir=empty_data)
+        assert enc.encode_ordinary("hello world") == [15339, 1917]
+    finally:
+        baked.chmod(0o755)

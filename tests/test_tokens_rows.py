@@ -193,41 +193,68 @@ def test_media_shaped_objects_in_ordinary_json_stay_text() -> None:
 
 
 IMG = png(512, 512)  # one tile for OpenAI: 85 + 170 = 255
-MEDIA_BLOCKS = {
-    "canonical": {"type": "media", "mime": "image/png", "data": IMG},
-    "ai-sdk": {"type": "media", "mediaType": "image/png", "data": IMG},
-    "mcp": {"type": "image", "mimeType": "image/png", "data": IMG},
-    "anthropic": {
-        "type": "image",
-        "source": {"type": "base64", "media_type": "image/png", "data": IMG},
+TEXT_PART = {"type": "text", "text": "Screenshot of the page"}
+
+
+@pytest.mark.parametrize(
+    "media",
+    [
+        {"type": "media", "mime": "image/png", "data": IMG},
+        {"type": "media", "mime": "image/png", "url": f"data:image/png;base64,{IMG}"},
+        {
+            "type": "media",
+            "mime": "image/png",
+            "url": "https://x/y.png",
+            "width": 300,
+            "height": 400,
+        },
+    ],
+)
+def test_tool_output_media_wrapper(media: dict[str, Any]) -> None:
+    """A list of canonical text and media parts: what the adapters send as media."""
+    output = [TEXT_PART, media]
+    got = counter().rows([row({"type": "tool_result", "id": "c", "output": output}, role="tool")])
+    expected = (
+        MESSAGE_FRAMING
+        + PART_FRAMING["tool_result"]
+        + n("c")
+        + 2
+        + PART_FRAMING["text"]
+        + n(TEXT_PART["text"])
+        + PART_FRAMING["media"]
+        + 255
+    )
+    assert got.tokens == expected
+    assert got.tokens < n(IMG)  # the base64 payload is never read as text
+
+
+OTHER_SHAPES = {
+    "ai-sdk part": [TEXT_PART, {"type": "media", "mediaType": "image/png", "data": IMG}],
+    "mcp block": [{"type": "image", "mimeType": "image/png", "data": IMG}],
+    "anthropic block": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": IMG}}
+    ],
+    "openai block": [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{IMG}"}}],
+    "mcp result": {"content": [TEXT_PART, {"type": "media", "mime": "image/png", "data": IMG}]},
+    "ai-sdk content": {
+        "type": "content",
+        "value": [{"type": "media", "mime": "image/png", "data": IMG}],
     },
-    "openai-chat": {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{IMG}"}},
-    "openai-responses": {"type": "input_image", "image_url": f"data:image/png;base64,{IMG}"},
+    "single part": {"type": "media", "mime": "image/png", "data": IMG},
+    "mixed list": [TEXT_PART, {"type": "media", "mime": "image/png", "data": IMG}, {"n": 1}],
+    "media without mime": [{"type": "media", "data": IMG}],
 }
 
 
-@pytest.mark.parametrize("shape", sorted(MEDIA_BLOCKS))
-@pytest.mark.parametrize("wrapper", ["list", "mcp-content", "ai-sdk-content", "single"])
-def test_tool_output_media_wrappers(shape: str, wrapper: str) -> None:
-    block = MEDIA_BLOCKS[shape]
-    text_block = {"type": "text", "text": "Screenshot of the page"}
-    output: Any = {
-        "list": [text_block, block],
-        "mcp-content": {"content": [text_block, block], "isError": False},
-        "ai-sdk-content": {"type": "content", "value": [text_block, block]},
-        "single": block,
-    }[wrapper]
+@pytest.mark.parametrize("shape", sorted(OTHER_SHAPES))
+def test_other_media_shaped_outputs_stay_json_text(shape: str) -> None:
+    """The adapters send these as JSON text, so the provider reads the base64."""
+    output = OTHER_SHAPES[shape]
     got = counter().rows([row({"type": "tool_result", "id": "c", "output": output}, role="tool")])
-    base = MESSAGE_FRAMING + PART_FRAMING["tool_result"] + n("c")
-    media = PART_FRAMING["media"] + 255
-    if wrapper == "single":
-        assert got.tokens == base + 2 + media
-    elif wrapper == "mcp-content":
-        rest = expected_json({"isError": False})
-        assert got.tokens == base + rest + PART_FRAMING["text"] + n(text_block["text"]) + media
-    else:
-        assert got.tokens == base + 2 + PART_FRAMING["text"] + n(text_block["text"]) + media
-    assert got.tokens < n(IMG)  # the base64 payload is never read as text
+    assert got.tokens == MESSAGE_FRAMING + PART_FRAMING["tool_result"] + n("c") + expected_json(
+        output
+    )
+    assert got.tokens > n(IMG)
 
 
 def test_image_allowances() -> None:

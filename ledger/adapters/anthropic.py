@@ -41,6 +41,7 @@ from ledger.adapters.common import (
     Row,
     append_row,
     b64_text,
+    carried_media,
     conversation,
     is_parts_output,
     media_from_url,
@@ -102,7 +103,8 @@ def _result_block(result: Mapping[str, Any]) -> dict[str, Any]:
     output = result.get("output")
     content: Any
     if is_parts_output(output):
-        content = [b for b in (_user_block(p) for p in output) if b is not None]
+        # Empty text blocks are refused; a list left empty is sent as "".
+        content = [b for b in (_user_block(p) for p in output) if b is not None] or ""
     else:
         content = output_text(output)
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_id(result.get("id")),
@@ -132,6 +134,18 @@ def _assistant_block(part: Mapping[str, Any]) -> dict[str, Any] | None:
     return raw_of(API, part)
 
 
+def carries(part: Part) -> bool:
+    """Whether a part (other than a call or result) reaches the API."""
+    kind = part.get("type")
+    if kind == "text":
+        return isinstance(part.get("text"), str) and bool(part["text"].strip())
+    if kind == "media":
+        return carried_media(part)
+    if kind == "reasoning":
+        return isinstance(part.get("signature"), str) or isinstance(part.get("redacted"), str)
+    return raw_of(API, part) is not None
+
+
 def to_system_and_messages(
     rows: Iterable[Row],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -139,7 +153,7 @@ def to_system_and_messages(
     system: list[dict[str, Any]] = []
     messages: list[dict[str, Any]] = []
     leading = True
-    for turn in conversation(rows):
+    for turn in conversation(rows, carries):
         role = "assistant" if turn.role == "assistant" else "user"
         blocks: list[dict[str, Any]]
         if turn.role == "system":

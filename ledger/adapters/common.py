@@ -32,7 +32,7 @@ import base64
 import json
 import mimetypes
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,6 +162,11 @@ def orphan_result_parts(part: Mapping[str, Any]) -> list[Part]:
     return [{"type": "text", "text": f"{label}\n{output_text(output)}"}]
 
 
+def carried_media(part: Mapping[str, Any]) -> bool:
+    """A media part with something to send (``data`` or ``url``)."""
+    return isinstance(part.get("data"), str) or isinstance(part.get("url"), str)
+
+
 def _stray_call_text(part: Mapping[str, Any]) -> Part:
     return {
         "type": "text",
@@ -169,11 +174,12 @@ def _stray_call_text(part: Mapping[str, Any]) -> Part:
     }
 
 
-def _segments(rows: Iterable[Row]) -> list[Turn]:
+def _segments(rows: Iterable[Row], keep: Callable[[Part], bool]) -> list[Turn]:
     out: list[Turn] = []
     for row in visible_rows(rows):
         role = row.get("role")
         parts = [dict(p) for p in row.get("parts") or [] if isinstance(p, Mapping)]
+        parts = [p for p in parts if p.get("type") in ("tool_call", "tool_result") or keep(p)]
         results = [p for p in parts if p.get("type") == "tool_result"]
         rest = [p for p in parts if p.get("type") != "tool_result"]
         if role == "assistant":
@@ -239,9 +245,13 @@ def _pair(turns: list[Turn]) -> list[Turn]:
     return out
 
 
-def conversation(rows: Iterable[Row]) -> list[Turn]:
-    """The turns an API request carries for ``rows`` (see the module docstring)."""
-    turns = _merge(_segments(rows))
+def conversation(rows: Iterable[Row], keep: Callable[[Part], bool] | None = None) -> list[Turn]:
+    """The turns an API request carries for ``rows`` (see the module docstring).
+
+    ``keep`` says which parts other than calls and results the API can carry; the
+    others are dropped *before* turns are formed, so that what the API cannot see
+    never separates two turns it would otherwise merge."""
+    turns = _merge(_segments(rows, keep or (lambda _part: True)))
     while True:
         paired = _merge(_pair(turns))
         if [(t.role, t.parts) for t in paired] == [(t.role, t.parts) for t in turns]:

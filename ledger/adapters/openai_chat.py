@@ -31,6 +31,7 @@ from ledger.adapters.common import (
     Part,
     Row,
     append_row,
+    carried_media,
     conversation,
     data_url,
     is_parts_output,
@@ -91,10 +92,18 @@ def _text_only(parts: Iterable[Part]) -> list[dict[str, Any]]:
     return out
 
 
+def carries(part: Part) -> bool:
+    """Whether a part (other than a call or result) reaches the API."""
+    kind = part.get("type")
+    if kind == "media":
+        return carried_media(part)
+    return kind == "text" or raw_of(API, part) is not None
+
+
 def to_messages(rows: Iterable[Row], *, system_role: str = "system") -> list[dict[str, Any]]:
     """The ``messages`` array for ``rows`` (see the module docstring)."""
     messages: list[dict[str, Any]] = []
-    for turn in conversation(rows):
+    for turn in conversation(rows, carries):
         if turn.role == "system":
             content = _text_only(turn.parts)
             if content:
@@ -134,7 +143,7 @@ def to_messages(rows: Iterable[Row], *, system_role: str = "system") -> list[dic
                 content: str | list[dict[str, Any]]
                 if is_parts_output(output):
                     content = [{"type": "text", "text": p["text"]}
-                               for p in output if p["type"] == "text"]
+                               for p in output if p["type"] == "text"] or ""
                     found = [c for c in (_user_content_part(p) for p in output
                                          if p["type"] == "media") if c is not None]
                     if found:

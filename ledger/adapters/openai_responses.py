@@ -32,6 +32,7 @@ from ledger.adapters.common import (
     Part,
     Row,
     append_row,
+    carried_media,
     conversation,
     data_url,
     is_parts_output,
@@ -81,10 +82,20 @@ def _reasoning_item(part: Mapping[str, Any]) -> dict[str, Any] | None:
     return item
 
 
+def carries(part: Part) -> bool:
+    """Whether a part (other than a call or result) reaches the API."""
+    kind = part.get("type")
+    if kind == "media":
+        return carried_media(part)
+    if kind == "reasoning":
+        return isinstance(part.get("id"), str)
+    return kind == "text" or raw_of(API, part) is not None
+
+
 def to_input(rows: Iterable[Row], *, system_role: str = "system") -> list[dict[str, Any]]:
     """The ``input`` item list for ``rows`` (see the module docstring)."""
     items: list[dict[str, Any]] = []
-    for turn in conversation(rows):
+    for turn in conversation(rows, carries):
         if turn.role in ("system", "user"):
             content = [c for c in (_input_part(p) for p in turn.parts) if c is not None]
             if content:

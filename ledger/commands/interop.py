@@ -99,24 +99,10 @@ def _is_tty(stream: Any) -> bool:
 
 def _import(fmt: str) -> Any:
     def handler(args: argparse.Namespace, ctx: Any) -> int:
-        from ledger.errors import RecoveryError
-        from recovery.imports import import_file, plan_bytes
+        from recovery.imports import import_file
 
-        if args.strict:
-            try:
-                with open(args.file, "rb") as f:
-                    planned = plan_bytes(f.read(), fmt)
-            except OSError as exc:
-                raise RecoveryError(f"cannot read {args.file}: {exc.strerror}") from exc
-            if planned.salvage.quarantine:
-                first = planned.salvage.quarantine[0]
-                raise RecoveryError(
-                    f"{args.file}: {len(planned.salvage.quarantine)} unreadable ranges "
-                    f"({planned.salvage.quarantined_bytes} bytes; first at offset "
-                    f"{first.offset}, {first.reason}); --strict imports nothing"
-                )
         store = ctx.store(durability=args.durability)
-        report = import_file(store, args.workspace, args.file, fmt)
+        report = import_file(store, args.workspace, args.file, fmt, strict=args.strict)
         ctx.emit_json(report.to_dict())
         return 0
 
