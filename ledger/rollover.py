@@ -288,6 +288,16 @@ class PostCommitError(RolloverError):
         self.result = result
 
 
+class DeliveryFailed(RolloverError):
+    """The rollover batch is committed (adopt ``window``) and the prepared
+    request was started, but ``send`` raised; the cause is chained."""
+
+    def __init__(self, window: int, result: Any, message: str) -> None:
+        super().__init__(message)
+        self.window = window
+        self.result = result
+
+
 class PreparedStateError(RolloverError):
     """A prepared rollover used after release, or started twice."""
 
@@ -520,7 +530,9 @@ class SendInputs:
 
     ``current`` counts the request in the current window (persisted view plus
     the trigger), ``fresh`` the same trigger in a fresh window (lead-in plus
-    trigger). ``precedence`` names an active mode that takes precedence.
+    trigger). ``precedence`` names an active mode that takes precedence
+    (one of ``PRECEDENCE_MODES`` or any other mode the runtime ranks above
+    rollover).
     """
 
     current: Count
@@ -603,7 +615,7 @@ def decide(inputs: SendInputs, config: BudgetConfig) -> Decision:
                 notes=notes,
             )
         return make(Action.SEND, "B1", "the request is below the budget thresholds")
-    if False:
+    if not inputs.has_context:
         if over:
             return make(
                 Action.REJECT, "B5",
@@ -1149,7 +1161,7 @@ def admit_rollover(
     mode = parts.current_precedence()
     if mode is not None:
         refuse("suppressed", f"{mode} takes precedence over rollover")
-    if False:
+    if not prepared.had_context:
         refuse("nothing_to_seal", "the window holds no conversation to seal")
     if not parts.current_policy().history_access:
         refuse(
@@ -1193,6 +1205,7 @@ class RolloverOutcome:
     discarded: bool = False
     response: Any = None
     restored_files: tuple[str, ...] = field(default=())
+    discard_reason: str | None = None
 
 
 def commit_rollover(
@@ -1289,10 +1302,26 @@ def commit_rollover(
             f"workspace {ws!r}: rollover committed (window {window}) but a post-commit step "
             f"failed ({first_error}); adopt the new window; the request was not started",
         ) from first_error
-    if is_cancelled():
+    # Past publication nothing is undone; interruption and disposal can only
+    # keep the prepared request from being delivered.
+    discard = "cancelled" if is_cancelled() else prepared.snapshot.revocation()
+    if discard is not None:
         prepared.release()
-        return RolloverOutcome(result, window, prepared, discarded=True, restored_files=restored)
-    response = prepared.start(send) if send is not None else None
+        return RolloverOutcome(
+            result, window, prepared, discarded=True, restored_files=restored,
+            discard_reason=discard,
+        )
+    if send is None:
+        return RolloverOutcome(result, window, prepared, restored_files=restored)
+    try:
+        response = prepared.start(send)
+    except Exception as exc:
+        raise DeliveryFailed(
+            window,
+            result,
+            f"workspace {ws!r}: rollover committed (window {window}); its request failed: "
+            f"{exc}; adopt the new window",
+        ) from exc
     return RolloverOutcome(result, window, prepared, response=response, restored_files=restored)
 
 

@@ -347,7 +347,9 @@ class RetrievalMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.open))
     @rule(data=st.data())
     def finish_query(self, data: Any) -> None:
-        q = self.open.pop(data.draw(st.integers(0, len(self.open) - 1)))
+        self.finish(self.open.pop(data.draw(st.integers(0, len(self.open) - 1))))
+
+    def finish(self, q: OpenQuery) -> None:
         kind = "list" if q.args["action"] == "list" and "window" not in q.args else "rows"
         items, err = self.follow(q.args, q.cursor)
         if self.model.floor() != q.floor_at_issue:
@@ -356,6 +358,24 @@ class RetrievalMachine(RuleBasedStateMachine):
             return
         assert err == ""
         assert q.got + self.norm(kind, items) == q.expected
+
+    @rule(data=st.data(), write=st.sampled_from(["append", "rollover", "compact", "clear"]))
+    def query_across_write(self, data: Any, write: str) -> None:
+        """Open a query, write once, finish it: the snapshot rule in one step."""
+        before = len(self.open)
+        self.open_query(data)
+        if len(self.open) == before:
+            return
+        texts = data.draw(texts_st)
+        if write == "append":
+            self.append(texts, [False] * len(texts))
+        elif write == "rollover":
+            self.rollover(texts[:1])
+        elif write == "compact":
+            self.compact(texts[:1])
+        else:
+            self.clear_soft()
+        self.finish(self.open.pop())
 
     @invariant()
     def receipt_matches_model(self) -> None:

@@ -24,6 +24,18 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_rollover_support import (
+    ALL,
+    NO_HISTORY,
+    TOOLS,
+    Crash,
+    FakeHistory,
+    Runtime,
+    count,
+    msg,
+    tool_call,
+    tool_result,
+)
 
 from ledger import format as fmt
 from ledger.errors import CommitFailed, LedgerError, WindowChanged
@@ -46,18 +58,6 @@ from ledger.rollover import (
 )
 from ledger.rows import stored_row
 from ledger.store import Store
-from test_rollover_support import (
-    ALL,
-    NO_HISTORY,
-    TOOLS,
-    Crash,
-    FakeHistory,
-    Runtime,
-    count,
-    msg,
-    tool_call,
-    tool_result,
-)
 
 # The gap between the rollover threshold and the ceiling is wider than the
 # lead-in, so a nearly empty window can be "due" and still fit a fresh one:
@@ -380,23 +380,40 @@ def test_no_double_boundary_no_oversize_no_denied_rollover_store(actions: list[A
 
 
 def test_simulation_reaches_every_outcome() -> None:
-    """The property is not vacuous: a scripted run rolls over, crashes mid-way
-    with both prefix shapes, and blocks a rollover while access is denied."""
+    """The property is not vacuous: a scripted run rolls over, crashes with
+    both prefix shapes (and the next send then stays in the prefix's window),
+    and blocks rollover while access is denied."""
     sim = Sim(FakeBackend())
     big = ("send", 1000, 1000)
-    script = [big, big, big, ("inject", "crash:prefix1"), big, big, big, big,
-              ("inject", "crash:prefix2"), big, big, big, big, ("access", False), big, big,
-              ("access", True), big, big, big]
-    for action in script:
+
+    def resets() -> list[int]:
+        return [r["seq"] for r in sim.backend.rows() if r["kind"] == "reset"]
+
+    for action in (big, big):
         sim.act(action)
+    assert len(resets()) == 1
+    for shape in ("crash:prefix1", "crash:prefix2"):
+        for action in (big, big, ("inject", shape)):
+            sim.act(action)
+        before = resets()
+        sim.act(big)  # the rollover crashes mid-append, leaving a prefix; restart
+        assert len(resets()) == len(before) + 1 and sim.h.window == resets()[-1]
+        sent = len(sim.requests)
+        sim.act(big)  # the next message: a plain send in the prefix's window
+        assert len(resets()) == len(before) + 1 and len(sim.requests) == sent + 1
         sim.check()
-    rows = sim.backend.rows()
-    resets = [r for r in rows if r["kind"] == "reset"]
-    assert len(resets) >= 3
-    assert any(r["batch"]["n"] == 3 and r["seq"] == rows[-1]["seq"] for r in resets) is False
-    batches = {}
-    for r in rows:
+    sim.act(("access", False))
+    before = resets()
+    for action in (big, big, big):
+        sim.act(action)
+    assert resets() == before  # blocked, not rolled over, not summarised
+    sim.act(("access", True))
+    sim.act(big)
+    assert len(resets()) == len(before) + 1
+    sim.check()
+    batches: dict[str, list[dict[str, Any]]] = {}
+    for r in sim.backend.rows():
         batches.setdefault(r["batch"]["id"], []).append(r)
     partial = [b for b in batches.values() if len(b) < b[0]["batch"]["n"]]
-    assert sorted(len(b) for b in partial) == [1, 2]  # both prefix shapes happened
-    assert max(sim.requests) <= SIM.ceiling
+    assert sorted(len(b) for b in partial) == [1, 2]
+    assert sim.requests and max(sim.requests) <= SIM.ceiling

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_rollover_support import CONFIG, count, msg, text_tokens, tool_call, tool_result
 
 from ledger import rollover
 from ledger.admission import (
@@ -59,7 +60,6 @@ from ledger.rollover import (
     step,
     warning_row,
 )
-from test_rollover_support import CONFIG, count, msg, text_tokens, tool_call, tool_result
 
 # --- B/S/P/A: the send decision -------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from test_rollover_support import ALL, CONFIG, TOOLS, Runtime, count, msg, tool_call, tool_result
 
 from ledger import format as fmt
 from ledger.admission import AdmissionRefused
@@ -31,7 +32,6 @@ from ledger.rollover import (
 )
 from ledger.rows import stored_row
 from ledger.store import Store
-from test_rollover_support import ALL, CONFIG, TOOLS, Runtime, count, msg, tool_call, tool_result
 
 WS = "ws-1"
 
@@ -153,7 +153,7 @@ def test_P6_restart_with_partial_prefix_never_adds_a_second_boundary(
     nxt = [msg("user", "next message", id="next-1")]
     window, inputs = send_inputs(h2, nxt, request_for=request_for, count=count,
                                  history_access=False)
-    assert not inputs.has_context
+    assert window == boundary and not inputs.has_context
     decision, state = step(state, inputs, CONFIG)
     assert decision.action is Action.SEND, decision.reason
     check_step(request_for([*view, *nxt]), PinnedModel.pin("m1", CONFIG), count)
@@ -203,4 +203,24 @@ def test_S2_completed_sibling_results_stay_durable_on_disk(tmp_path: Path) -> No
     with pytest.raises(Exception) as info:
         check_step(request_for(view), PinnedModel("m1", 1000, 700), count)
     assert getattr(info.value, "emergency_rollover", None) is False
+    assert rows_on_disk(open_history(tmp_path)) == before
+
+
+def test_B7_disabled_settled_ceiling_stops_and_keeps_sibling_results(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    manual = replace(CONFIG, automatic=False)
+    h = open_history(tmp_path)
+    h.append_many([msg("user", "go"), tool_call("c1"), tool_call("c2")])
+    h.append_many([tool_result("c1", "r" * 400)])
+    h.append_many([tool_result("c2", "s" * 400)])  # both siblings completed: settled
+    before = rows_on_disk(h)
+    cont = [msg("user", "continue")]
+    _, inputs = send_inputs(h, cont, request_for=request_for, count=count,
+                            history_access=True, notes_writable=True)
+    assert inputs.settled and inputs.current.tokens > manual.ceiling
+    decision, state = step(RolloverState(h.window), inputs, manual)
+    assert decision.action is Action.REJECT and decision.rule == "B7"
+    assert (decision.notes, decision.quarantine, decision.continuation) == (None, False, False)
+    assert not state.pending and not state.warned
     assert rows_on_disk(open_history(tmp_path)) == before

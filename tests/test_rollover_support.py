@@ -32,7 +32,9 @@ from ledger.rollover import (
 )
 from ledger.windows import provider_rows
 
-CONFIG = BudgetConfig(context_limit=1000, warn_fraction=0.6, rollover_fraction=0.8, hard_ceiling=900)
+CONFIG = BudgetConfig(
+    context_limit=1000, warn_fraction=0.6, rollover_fraction=0.8, hard_ceiling=900
+)
 TOOLS: dict[str, dict[str, Any]] = {
     "session_history": {"name": "session_history", "description": "look back"},
     "bash": {"name": "bash", "description": "run"},

@@ -11,6 +11,17 @@ from typing import Any
 
 import msgspec
 import pytest
+from test_rollover_support import (
+    NO_HISTORY,
+    TOOLS,
+    FakeHistory,
+    Runtime,
+    count,
+    msg,
+    seeded_history,
+    tool_call,
+    tool_result,
+)
 
 from ledger.admission import AdmissionRefused, Registration, SnapshotRevoked
 from ledger.errors import CommitFailed, CommitUncertain, WindowChanged
@@ -19,6 +30,7 @@ from ledger.rollover import (
     LEAD_IN_TEXT,
     BudgetConfig,
     CleanupFailed,
+    DeliveryFailed,
     FileSnapshot,
     PostCommitError,
     PreparedRollover,
@@ -30,17 +42,6 @@ from ledger.rollover import (
     commit_rollover,
     prepare_rollover,
     run_rollover,
-)
-from test_rollover_support import (
-    NO_HISTORY,
-    TOOLS,
-    FakeHistory,
-    Runtime,
-    count,
-    msg,
-    seeded_history,
-    tool_call,
-    tool_result,
 )
 
 USER_FIELDS = ("kind", "role", "parts", "meta", "id", "x_unknown")
@@ -570,3 +571,28 @@ def test_B5_prepared_request_over_ceiling_is_refused_before_any_request() -> Non
     with pytest.raises(AdmissionRefused) as info:
         run_rollover(h, [msg("user", "q" * 600)], rt.parts, rt.hooks(), send=rt.send)
     assert info.value.reason == "too_large" and rt.sent == [] and rt.cleared == []
+
+
+def test_T11_disposal_after_append_discards_delivery() -> None:
+    rt = Runtime()
+    h = seeded_history()
+    hooks = rt.hooks()
+    hooks.notify_window = lambda w: rt.registry.dispose("notes-plugin")
+    out = run_rollover(h, trigger(), rt.parts, hooks, send=rt.send)
+    assert out.discarded and "disposed" in (out.discard_reason or "")
+    assert rt.sent == [] and out.window == h.window and rollover_batch(h)
+    assert rt.releases == 1
+
+
+def test_T12_failed_delivery_still_names_the_new_window() -> None:
+    rt = Runtime()
+    h = seeded_history()
+
+    def overflow(request: Any) -> Any:
+        raise RuntimeError("provider: context length exceeded")
+
+    with pytest.raises(DeliveryFailed) as info:
+        run_rollover(h, trigger(), rt.parts, rt.hooks(), send=overflow)
+    assert info.value.window == h.window != 0
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert len(rollover_batch(h)) == 3

@@ -156,7 +156,21 @@ def to_messages(rows: Iterable[Row], *, system_role: str = "system") -> list[dic
                 )
             if media:
                 messages.append({"role": "user", "content": media})
-    return messages
+    return _merge_users(messages)
+
+
+def _merge_users(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One user message where the media of tool results met a user turn (the
+    canonical side would merge them too)."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if out and message["role"] == "user" and out[-1]["role"] == "user":
+            parts = [c if not isinstance(c, str) else [{"type": "text", "text": c}]
+                     for c in (out[-1]["content"], message["content"])]
+            out[-1] = {"role": "user", "content": _content([*parts[0], *parts[1]])}
+        else:
+            out.append(message)
+    return out
 
 
 def to_request(
