@@ -219,12 +219,19 @@ class _Scanner:
     a chunk where anything fails is redone line by line to say what and where.
     Either way every row goes through :meth:`_row`, the one state machine for
     batches, duplicates, sequences and boundaries.
+
+    A reset hidden behind a duplicate ``kind`` key (``fmt.readable_row_is_reset``)
+    needs a search of the line. The line-by-line path does it for every row;
+    the fast path does it only where the answer matters: for rows that end
+    up in a damaged span (at once), and, after the scan, for rows after the
+    newest boundary and floor found otherwise (:meth:`resolve_hidden`).
     """
 
     def __init__(self) -> None:
         self.res = ScanResult()
         self.recent: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
         self.pending_next: list[Damage] = []
+        self.fast_chunks: list[tuple[int, int, int]] = []  # (segment, offset, length)
 
     # --- per segment state -------------------------------------------------
 
@@ -232,11 +239,10 @@ class _Scanner:
         self.number = number
         self.units: list[Damage] = []
         self.run_id: str | None = None
-        self.run_n = self.run_next = self.run_start = self.run_end = 0
-        self.run_sums: list[bytes] = []
-        self.run_seqs: list[int] = []
+        self.run_n = self.run_start = self.run_end = 0
+        self.run_lines: list[bytes] = []
+        self.run_rows: list[CheckRow] = []
         self.run_offsets: list[int] = []
-        self.run_reset = False
         self.orphan: Damage | None = None
         self.orphan_id: str | None = None
         self.pending_reset: tuple[int, int, dict[str, Any]] | None = None
@@ -253,13 +259,18 @@ class _Scanner:
         self.units.append(d)
         return d
 
+    def _run_reset(self) -> bool:
+        return any(_is_reset(line, row.kind)
+                   for line, row in zip(self.run_lines, self.run_rows, strict=True))
+
     def _abort_run(self) -> None:
         if self.run_id is None:
             return
+        rows = self.run_rows
         self._unit(Damage(
             self.number, self.run_start, self.run_end - self.run_start, "incomplete_batch",
-            f"incomplete batch {self.run_id!r}: {self.run_next} of {self.run_n} rows",
-            self.run_reset, self.run_seqs[0] if self.run_seqs else None, len(self.run_seqs),
+            f"incomplete batch {self.run_id!r}: {len(rows)} of {self.run_n} rows",
+            self._run_reset(), rows[0].seq if rows else None, len(rows),
         ))
         self.run_id = None
 
@@ -278,104 +289,109 @@ class _Scanner:
         self.orphan = None
         self._unit(Damage(self.number, off, ln, code, _CODE_TEXT[code], cand, None, 0))
 
-    def _row(self, off: int, ln: int, data: bytes, row: CheckRow, is_reset: bool) -> None:
+    def _row(self, off: int, ln: int, data: bytes, row: CheckRow, hidden: bool | None) -> None:
+        """One verified row. ``hidden``: whether it hides a reset behind a
+        duplicate key, or None when not looked at yet (the fast path)."""
         self.seg_rows += 1
         b = row.batch
-        seq = row.seq
+        kind = row.kind
         if self.pending_reset is not None:
-            self._flush_reset({"kind": row.kind, "batch": {"id": b.id, "n": b.n, "i": b.i}})
-        if is_reset:
-            if row.kind == "reset":
-                info = row.reset
-                reason = info.get("reason") if isinstance(info, dict) else None
-                self.pending_reset = (off, seq, {
-                    "kind": "reset", "reset": {"reason": reason},
-                    "batch": {"id": b.id, "n": b.n, "i": b.i},
-                })
-            else:
-                self._boundary(off, seq, "manual")
-        total = data[-18:-2]
+            self._flush_reset({"kind": kind, "batch": {"id": b.id, "n": b.n, "i": b.i}})
+        if kind == "reset":
+            info = row.reset
+            self.pending_reset = (off, row.seq, {
+                "kind": "reset",
+                "reset": {"reason": info.get("reason") if isinstance(info, dict) else None},
+                "batch": {"id": b.id, "n": b.n, "i": b.i},
+            })
+        elif hidden:
+            self._boundary(off, row.seq, "manual")
         if self.run_id is not None:
-            if b.id == self.run_id and b.i == self.run_next and b.n == self.run_n:
-                self.run_next += 1
-                self.run_end = off + ln
-                self.run_sums.append(total)
-                self.run_seqs.append(seq)
+            k = len(self.run_rows)
+            if b.id == self.run_id and b.i == k and b.n == self.run_n:
+                self.run_lines.append(data)
+                self.run_rows.append(row)
                 self.run_offsets.append(off)
-                self.run_reset = self.run_reset or is_reset
-            elif b.id == self.run_id and 0 <= b.i < self.run_next and self.run_sums[b.i] == total:
+                self.run_end = off + ln
+                if k + 1 == self.run_n:
+                    self._complete()
+                return
+            if b.id == self.run_id and 0 <= b.i < k and self.run_lines[b.i][-18:-2] == data[-18:-2]:
                 self._unit(Damage(self.number, off, ln, "duplicate_line",
                                   f"exact duplicate of row {b.i} of batch {b.id!r}",
-                                  is_reset, seq, 1))
+                                  _is_reset(data, kind), row.seq, 1))
                 return
-            else:
-                self._abort_run()
-        if self.run_id is None:
+            self._abort_run()
+        if b.i != 0 or b.n < 1:
             if b.n < 1 or not 0 <= b.i < b.n:
                 self.orphan = None
                 self._unit(Damage(self.number, off, ln, "malformed_row",
-                                  f"batch {b.id!r} has i={b.i}, n={b.n}", is_reset, seq, 1))
+                                  f"batch {b.id!r} has i={b.i}, n={b.n}",
+                                  _is_reset(data, kind), row.seq, 1))
                 return
-            if b.i != 0:
-                o = self.orphan
-                if o is not None and self.orphan_id == b.id and o.end == off:
-                    o.length += ln
-                    o.rows += 1
-                    o.may_be_reset = o.may_be_reset or is_reset
-                else:
-                    self.orphan = self._unit(Damage(
-                        self.number, off, ln, "incomplete_batch",
-                        f"incomplete batch {b.id!r}: row {b.i} of {b.n} without the rows "
-                        "before it", is_reset, seq, 1))
-                    self.orphan_id = b.id
-                return
-            self.orphan = None
-            self.run_id, self.run_n, self.run_next = b.id, b.n, 1
-            self.run_start, self.run_end = off, off + ln
-            self.run_sums = [total]
-            self.run_seqs = [seq]
-            self.run_offsets = [off]
-            self.run_reset = is_reset
-        if self.run_next == self.run_n:
+            o = self.orphan
+            if o is not None and self.orphan_id == b.id and o.end == off:
+                o.length += ln
+                o.rows += 1
+                o.may_be_reset = o.may_be_reset or _is_reset(data, kind)
+            else:
+                self.orphan = self._unit(Damage(
+                    self.number, off, ln, "incomplete_batch",
+                    f"incomplete batch {b.id!r}: row {b.i} of {b.n} without the rows before it",
+                    _is_reset(data, kind), row.seq, 1))
+                self.orphan_id = b.id
+            return
+        self.orphan = None
+        self.run_id, self.run_n = b.id, b.n
+        self.run_start, self.run_end = off, off + ln
+        self.run_lines = [data]
+        self.run_rows = [row]
+        self.run_offsets = [off]
+        if b.n == 1:
             self._complete()
 
     def _complete(self) -> None:
         res = self.res
         run_id = self.run_id
         assert run_id is not None
-        sig = hash(b"".join(self.run_sums))
+        lines = self.run_lines
+        sig = hash(lines[0][-18:-2]) if len(lines) == 1 else hash(
+            b"".join([line[-18:-2] for line in lines]))
         prior = self.recent.get(run_id)
-        seqs = self.run_seqs
+        rows = self.run_rows
+        self.run_id = None
         if prior is not None and prior[0] == sig:
             self._unit(Damage(
                 self.number, self.run_start, self.run_end - self.run_start, "duplicate_batch",
                 f"exact duplicate of batch {run_id!r} "
                 f"({fmt.segment_name(prior[1])} offset {prior[2]})",
-                self.run_reset, seqs[0], len(seqs),
+                self._run_reset(), rows[0].seq, len(rows),
             ))
-        else:
-            if prior is not None:
-                res.reused_ids += 1
-            self.recent[run_id] = (sig, self.number, self.run_start)
-            if len(self.recent) > RECENT_BATCHES:
-                self.recent.popitem(last=False)
+            return
+        if prior is not None:
+            res.reused_ids += 1
+        recent = self.recent
+        recent[run_id] = (sig, self.number, self.run_start)
+        if len(recent) > RECENT_BATCHES:
+            recent.popitem(last=False)
+        if self.pending_next:
             for d in self.pending_next:
-                d.next_seq = seqs[0]
+                d.next_seq = rows[0].seq
             self.pending_next = []
-            if res.damage or self.units:
-                res.kept_after_first_damage += 1
-            res.last_kept_seq = seqs[-1]
-            top = res.max_seq
-            for s, o in zip(seqs, self.run_offsets, strict=True):
-                if s <= top and top:
-                    res.reused_count += 1
-                    if len(res.reused) < MAX_FINDINGS_PER_CODE:
-                        res.reused.append((self.number, o, s))
-                if s > top:
-                    top = s
-            res.max_seq = top
-            res.kept_rows += len(seqs)
-        self.run_id = None
+        if res.damage or self.units:
+            res.kept_after_first_damage += 1
+        top = res.max_seq
+        for row, o in zip(rows, self.run_offsets, strict=True):
+            s = row.seq
+            if s > top:
+                top = s
+            elif top:
+                res.reused_count += 1
+                if len(res.reused) < MAX_FINDINGS_PER_CODE:
+                    res.reused.append((self.number, o, s))
+        res.max_seq = top
+        res.last_kept_seq = rows[-1].seq
+        res.kept_rows += len(rows)
 
     # --- reading ---------------------------------------------------------------
 
@@ -385,16 +401,19 @@ class _Scanner:
             if complete:
                 try:
                     self._fast(base, buf)
+                    self.fast_chunks.append((number, base, len(buf)))
                 except _Slow:
-                    self._slow(base, buf, complete)
+                    self._slow(base, buf)
             else:
-                self._slow(base, buf, complete)
+                self._slow(base, buf)
             if progress is not None:
                 progress(len(buf))
         if self.pending_reset is not None:
             self._flush_reset(None)
         self._abort_run()
-        self._finish()
+        self.res.rows += self.seg_rows
+        self.units.sort(key=lambda d: d.offset)
+        self.res.damage.extend(self.units)
 
     def _fast(self, base: int, buf: bytes) -> None:
         lines = buf.split(b"\n")
@@ -415,19 +434,14 @@ class _Scanner:
                         line.decode("utf-8")
         except (msgspec.DecodeError, UnicodeDecodeError):
             raise _Slow from None
-        hidden = buf.count(b'"kind"') > len(lines) or b"\\u006" in buf
         off = base
         row_fn = self._row
         for line, row in zip(lines, rows, strict=True):
             ln = len(line) + 1
-            is_reset = row.kind == "reset" or (
-                hidden and may_hide_reset(line)
-                and fmt.readable_row_is_reset(line, {"kind": row.kind})
-            )
-            row_fn(off, ln, line, row, is_reset)
+            row_fn(off, ln, line, row, None)
             off += ln
 
-    def _slow(self, base: int, buf: bytes, complete: bool) -> None:
+    def _slow(self, base: int, buf: bytes) -> None:
         for line in segs.split_lines(buf, base):
             data = line.data
             ln = len(data) + 1 if line.complete else len(data)
@@ -449,18 +463,40 @@ class _Scanner:
                 except UnicodeDecodeError:
                     self._bad(line.offset, ln, data, "invalid_utf8")
                     continue
-            is_reset = row.kind == "reset" or (
-                may_hide_reset(data) and fmt.readable_row_is_reset(data, {"kind": row.kind})
-            )
-            self._row(line.offset, ln, data, row, is_reset)
+            hidden = row.kind != "reset" and _is_reset(data, row.kind)
+            self._row(line.offset, ln, data, row, hidden)
 
-    def _finish(self) -> None:
+    def resolve_hidden(self, paths: dict[int, str]) -> None:
+        """Look for hidden resets in fast-path chunks after the newest
+        boundary or floor found so far (only those can move either)."""
         res = self.res
-        res.rows += self.seg_rows
-        if not self.units:
+        marks = [(p[0], p[1]) for p in (res.last_floor, res.last_boundary) if p is not None]
+        after = min(marks) if len(marks) == 2 else (-1, -1)
+        for number, base, length in self.fast_chunks:
+            if (number, base + length) <= after:
+                continue
+            fd = os.open(paths[number], os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            try:
+                buf = os.pread(fd, length, base)
+            finally:
+                os.close(fd)
+            for line in segs.split_lines(buf, base):
+                data = line.data
+                if not may_hide_reset(data):
+                    continue
+                row = _decode_row(data)
+                if row.kind == "reset" or not _is_reset(data, row.kind):
+                    continue
+                pos = (number, line.offset)
+                for attr in ("last_floor", "last_boundary"):
+                    cur = getattr(res, attr)
+                    if cur is None or pos > (cur[0], cur[1]):
+                        setattr(res, attr, (number, line.offset, row.seq))
+
+    def settle(self) -> None:
+        res = self.res
+        if not res.damage:
             return
-        self.units.sort(key=lambda d: d.offset)
-        res.damage.extend(self.units)
         first = res.damage[0]
         if any(d.may_be_reset for d in res.damage):
             res.reset_after_first_damage = True
@@ -468,6 +504,14 @@ class _Scanner:
             # A reset anywhere at or after the first damage counts (prefix/tail cut it).
             if pos is not None and (pos[0], pos[1]) >= (first.segment, first.offset):
                 res.reset_after_first_damage = True
+
+
+def _is_reset(line: bytes, kind: str) -> bool:
+    """``fmt.readable_row_is_reset`` for a verified row, searched only when
+    the line could hide a reset (see may_hide_reset)."""
+    return kind == "reset" or (
+        may_hide_reset(line) and fmt.readable_row_is_reset(line, {"kind": kind})
+    )
 
 
 def scan_paths(paths: list[tuple[int, str]], *, expected: dict[int, fmt.Stamp] | None = None,
@@ -490,6 +534,8 @@ def scan_paths(paths: list[tuple[int, str]], *, expected: dict[int, fmt.Stamp] |
             sc.scan_segment(number, fd, progress)
         finally:
             os.close(fd)
+    sc.resolve_hidden(dict(paths))
+    sc.settle()
     return sc.res
 
 

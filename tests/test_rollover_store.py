@@ -224,3 +224,23 @@ def test_B7_disabled_settled_ceiling_stops_and_keeps_sibling_results(tmp_path: P
     assert (decision.notes, decision.quarantine, decision.continuation) == (None, False, False)
     assert not state.pending and not state.warned
     assert rows_on_disk(open_history(tmp_path)) == before
+
+
+def test_T1_real_token_counter_counts_the_prepared_request(tmp_path: Path) -> None:
+    from ledger.budget import request_counter
+
+    real_count = request_counter()
+    h = open_history(tmp_path)
+    seed(h)
+    rt = Runtime(workspace=WS)
+    rt.parts.model = "gpt-4o"
+    rt.parts.count = real_count
+    out = run_rollover(h, [msg("user", "what did we decide about the cache?")], rt.parts,
+                       rt.hooks(), send=rt.send)
+    p = out.prepared
+    assert 0 < p.count.tokens < CONFIG.ceiling  # schemas get a byte allowance: an estimate
+    # recounting the window as persisted gives the same number: the exact rows
+    view = [r.to_dict() for r in open_history(tmp_path).provider_view()]
+    again = ProviderRequest("gpt-4o", p.request.system, p.request.tools, tuple(view),
+                            p.request.memory)
+    assert real_count(again) == (p.count.tokens, p.count.exact)
