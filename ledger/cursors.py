@@ -77,7 +77,12 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """Strict, canonical base64url: any other character, padding or
+    non-zero trailing bits make the cursor malformed (one cursor, one text)."""
+    data = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    if _b64(data) != text:
+        raise ValueError("non-canonical base64")
+    return data
 
 
 def args_digest(action: str, args: dict[str, Any]) -> str:

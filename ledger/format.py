@@ -116,8 +116,9 @@ KINDS = frozenset({"message", "reset", "lead_in", "warning", "truncation"})
 ROLES = frozenset({"user", "assistant", "system", "tool"})
 RESET_REASONS = frozenset({"manual", "rollover", "compaction"})
 
-_SUFFIX_HEAD = b',"_c":"'
-LINE_SUFFIX = len(_SUFFIX_HEAD) + 16 + 2  # ,"_c":" + 16 hex + "}
+SUFFIX_HEAD = b',"_c":"'
+_SUFFIX_HEAD = SUFFIX_HEAD
+LINE_SUFFIX = len(SUFFIX_HEAD) + 16 + 2  # ,"_c":" + 16 hex + "}
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
@@ -413,6 +414,7 @@ class SegmentIndex(msgspec.Struct, array_like=True):
     rows: int
     floors: list[tuple[int, int]]
     bounds: list[tuple[int, int, str, int]]
+    max_seq: int = -1  # the highest seq (lines may be out of order after a repair)
 
 
 def encode_index_entry(entry: SegmentIndex) -> bytes:

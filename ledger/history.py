@@ -41,6 +41,7 @@ from ledger.errors import (
 from ledger.index import BoundaryIndex, append_entry, scan_segment
 from ledger.lock import locked
 from ledger.receipt import read_receipt, write_receipt
+from ledger.rewrite import recover_if_marked
 from ledger.rows import Row, new_id, prepare_batch
 from ledger.windows import Boundary, batch_boundaries, provider_rows
 
@@ -206,7 +207,7 @@ class History:
         for number, stamp in reversed(all_stamps):
             info = self.index.info(number, stamp)
             if not seq_found and info.rows:
-                max_seq = max(max_seq, info.last_seq)
+                max_seq = max(max_seq, info.max_seq, info.last_seq)
                 seq_found = True
             if info.bounds and window is None:
                 window = info.bounds[-1]
@@ -505,6 +506,7 @@ class History:
             raise CommitFailed(f"workspace {self.workspace!r} is being deleted; nothing written")
         segs.remove_stray_temps(self.path)
         self._ensure_format()
+        recover_if_marked(self.path, self.store.durability)
         st = self.state()
         if caller_id:
             found = self._find_batch(st, bid)
@@ -660,6 +662,31 @@ class History:
         return None
 
     # --- rewrites (used by recovery and retention) ----------------------------
+
+    def reject(self, seq_or_seqs: int | Sequence[int]) -> Any:
+        """Quarantine a persisted request (and the synthetic rows it owns) as an
+        empty assistant record holding the original in ``meta.quarantine``."""
+        from ledger import rewrite
+
+        return rewrite.reject(self, seq_or_seqs)
+
+    def truncate_after(self, seq: int) -> Any:
+        """Drop every row after ``seq`` (to quarantine), as a marked rewrite."""
+        from ledger import rewrite
+
+        return rewrite.truncate_after(self, seq)
+
+    def purge_before_floor(self) -> Any:
+        """Really delete the rows at or before the newest manual reset."""
+        from ledger import rewrite
+
+        return rewrite.purge_before_floor(self)
+
+    def backup(self, dest: str) -> Any:
+        """A consistent copy of this history, taken under the lock."""
+        from ledger import retention
+
+        return retention.backup(self, dest)
 
     def rebaseline(self) -> int:
         """Publish a fresh stable receipt for the segments as they are now, with

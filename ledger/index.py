@@ -44,11 +44,12 @@ class SegmentInfo:
     last_seq: int
     rows: int
     bounds: tuple[Boundary, ...]
+    max_seq: int = -1
 
 
 def scan_segment(wsdir: str, number: int, stamp: fmt.Stamp) -> SegmentInfo:
     """Compute a segment's entry from its bytes."""
-    first = last = -1
+    first = last = top = -1
     rows = 0
     entries = []
     for line in segs.iter_lines(segs.segment_path(wsdir, number)):
@@ -59,8 +60,9 @@ def scan_segment(wsdir: str, number: int, stamp: fmt.Stamp) -> SegmentInfo:
             if first < 0:
                 first = e.row["seq"]
             last = e.row["seq"]
+            top = max(top, last)
     found = tuple(boundaries(entries))
-    return SegmentInfo(number, stamp, first, last, rows, found)
+    return SegmentInfo(number, stamp, first, last, rows, found, top)
 
 
 def to_entry(info: SegmentInfo) -> fmt.SegmentIndex:
@@ -73,6 +75,7 @@ def to_entry(info: SegmentInfo) -> fmt.SegmentIndex:
         rows=info.rows,
         floors=[(b.offset, b.seq) for b in info.bounds if b.is_floor],
         bounds=[(b.offset, b.seq, b.reason, b.after) for b in info.bounds],
+        max_seq=info.max_seq,
     )
 
 
@@ -81,7 +84,10 @@ def from_entry(e: fmt.SegmentIndex) -> SegmentInfo:
         Boundary(seq, e.number, off, reason, readable=seq != fmt.FLOOR_UNREADABLE, after=after)
         for off, seq, reason, after in e.bounds
     )
-    return SegmentInfo(e.number, fmt.Stamp(*e.stamp), e.first_seq, e.last_seq, e.rows, bounds)
+    top = e.max_seq if e.max_seq >= 0 else e.last_seq
+    return SegmentInfo(
+        e.number, fmt.Stamp(*e.stamp), e.first_seq, e.last_seq, e.rows, bounds, top
+    )
 
 
 def append_entry(wsdir: str, info: SegmentInfo) -> None:

@@ -88,6 +88,13 @@ class Store:
                 out.append(name)
         return sorted(out)
 
+    def delete(self, workspace: str) -> bool:
+        """Delete a workspace's history (a tombstone first, so a concurrent
+        writer fails instead of recreating it). False when there was none."""
+        from ledger import retention
+
+        return retention.delete_workspace(self, workspace)
+
     def _ensure_root(self) -> None:
         os.makedirs(self.root, mode=0o700, exist_ok=True)
 

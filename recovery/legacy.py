@@ -367,6 +367,18 @@ class _Mapper:
             row["ts"] = self._ts(rec.msg)
             if isinstance(rec.msg.get("id"), str) and rec.msg["id"]:
                 row["id"] = rec.msg["id"]
+        problem = self._checked([row])
+        if problem is not None:
+            # Metadata outside the store's JSON domain (or too large): the
+            # reset must land anyway, so its line goes to the quarantine.
+            if recovered is None:
+                recovered = self.q.put(rec.raw, source=rec.source, offset=rec.offset,
+                                       reason=problem)
+                self.report.quarantined.append({
+                    "source": rec.source, "offset": rec.offset, "length": len(rec.raw),
+                    "reason": problem, "entry": recovered, "reset": True})
+            row["meta"] = {"recovered": recovered, "legacy": {"key": rec.key}}
+            row.pop("id", None)
         return row
 
     def quarantine(self, rec: Record, reason: str) -> dict[str, Any] | None:

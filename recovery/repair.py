@@ -307,7 +307,11 @@ def _receipt_needs_rebaseline(path: str, numbers: list[int], scan: chk.ScanResul
     receipt = read_receipt(path)
     status = receipt_status(path)
     stamps = dict(segs.stamps(path, numbers))
-    return any(True for _ in chk._receipt_findings("", receipt, status, numbers, stamps, scan))
+    found = list(chk._receipt_findings("", receipt, status, numbers, stamps, scan))
+    if any(f.code == "receipt_disagrees" for f in found):
+        scan.resolve_hidden()
+        found = list(chk._receipt_findings("", receipt, status, numbers, stamps, scan))
+    return bool(found)
 
 
 def _apply(history: History, report: RepairReport, scan: chk.ScanResult) -> None:

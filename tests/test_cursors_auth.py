@@ -1,0 +1,385 @@
+"""Retrieval cursors (issue 3): authenticated, bound to one query, one
+workspace, one history state and one process (DESIGN.md 8).
+
+- a mutated or forged cursor never verifies: ``invalid_cursor`` (or
+  ``stale_cursor`` when the mutation names another key id, which is what a
+  cursor of another process looks like);
+- a cursor of another process is ``stale_cursor``;
+- a cursor for another workspace or another query is ``invalid_cursor``;
+- a rewrite (new epoch) or a pending receipt expires cursors; a new query
+  works at once;
+- no cursor is longer than 4 KiB.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from core_helpers import PYTHON, msg, subprocess_env
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ledger import CursorExpired, InvalidCursor, Store
+from ledger import cursors as cur
+from ledger import format as fmt
+from ledger.receipt import read_receipt, write_receipt
+
+B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def call(tool: Any, args: dict[str, Any]) -> dict[str, Any]:
+    out = tool.call(args)
+    assert len(out.encode("utf-8")) <= 16 * 1024
+    return json.loads(out)
+
+
+def code(res: dict[str, Any]) -> str:
+    if "error" in res:
+        assert set(res) == {"error"} and set(res["error"]) == {"code", "message"}
+        return res["error"]["code"]
+    return ""
+
+
+def unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+@pytest.fixture(scope="module")
+def paged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any], str]:
+    """A history with enough rows that a search has a second page."""
+    root = tmp_path_factory.mktemp("cursors")
+    store = Store(root, durability="off", segment_bytes=512)
+    h = store.history("ws")
+    h.append_many([msg(f"tok {i}") for i in range(30)])
+    h.rollover([msg("tok after rollover")])
+    tool = h.session_history()
+    args = {"action": "search", "query": "tok", "limit": 3}
+    res = call(tool, args)
+    assert res["cursor"]
+    return tool, args, res["cursor"]
+
+
+def _kid_of(token: str) -> str | None:
+    """The key id a token's payload names, when it decodes at all."""
+    head = token.partition(".")[0]
+    try:
+        return str(msgspec.json.decode(unb64(head))[1])
+    except Exception:
+        return None
+
+
+# --- mutations and forgeries ----------------------------------------------------
+
+
+mutation = st.one_of(
+    st.tuples(st.just("flip"), st.integers(0, 10_000), st.sampled_from(B64 + ".=+/*! ")),
+    st.tuples(st.just("delete"), st.integers(0, 10_000), st.just("")),
+    st.tuples(st.just("insert"), st.integers(0, 10_000), st.sampled_from(B64 + ".=+/*! ")),
+    st.tuples(st.just("truncate"), st.integers(0, 10_000), st.just("")),
+)
+
+
+def mutate(token: str, m: tuple[str, int, str]) -> str:
+    how, at, ch = m
+    if not token:
+        return ch
+    at %= len(token)
+    if how == "flip":
+        return token[:at] + ch + token[at + 1 :]
+    if how == "delete":
+        return token[:at] + token[at + 1 :]
+    if how == "insert":
+        return token[:at] + ch + token[at:]
+    return token[:at]
+
+
+@given(st.lists(mutation, min_size=1, max_size=3))
+def test_mutated_cursor_never_verifies(
+    paged: tuple[Any, dict[str, Any], str], muts: list[tuple[str, int, str]]
+) -> None:
+    tool, args, token = paged
+    bad = token
+    for m in muts:
+        bad = mutate(bad, m)
+    if bad == token:
+        return
+    res = call(tool, {**args, "cursor": bad})
+    got = code(res)
+    assert got in ("invalid_cursor", "stale_cursor"), (bad, res)
+    if got == "stale_cursor":
+        # Only a payload naming another key id may read as another process's.
+        assert _kid_of(bad) not in (None, cur.KEY_ID), (bad, res)
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["mac-unused-bits", "payload-junk-char", "padding", "std-alphabet", "whitespace"],
+)
+def test_non_canonical_spellings_of_a_cursor_do_not_verify(
+    paged: tuple[Any, dict[str, Any], str], how: str
+) -> None:
+    """A token is one exact string: the same bytes spelled differently (the
+    unused low bits of the last base64 character, characters a lenient
+    decoder drops, padding, the standard alphabet) are other tokens, and
+    must not verify."""
+    tool, args, token = paged
+    head, _, tail = token.partition(".")
+    if how == "mac-unused-bits":
+        # 32 MAC bytes = 43 characters: the last one carries 2 unused bits.
+        last = B64.index(tail[-1])
+        bad = f"{head}.{tail[:-1]}{B64[last ^ 1]}"
+        assert unb64(bad.partition(".")[2]) == unb64(tail)
+    elif how == "payload-junk-char":
+        bad = f"{head[:10]}*{head[10:]}.{tail}"
+    elif how == "padding":
+        bad = f"{head}.{tail}="
+    elif how == "std-alphabet":
+        # A cursor holding a character the two alphabets spell apart (a random
+        # MAC almost always has one; other limits give other cursors).
+        for lim in range(1, 26):
+            args = {"action": "search", "query": "tok", "limit": lim}
+            token = call(tool, args)["cursor"]
+            if "-" in token or "_" in token:
+                break
+        bad = token.replace("-", "+").replace("_", "/")
+    else:
+        bad = f" {token}"
+    assert bad != token
+    assert code(call(tool, {**args, "cursor": bad})) == "invalid_cursor"
+
+
+FIELDS = ("workspace", "action", "args", "binding", "floor", "high", "end", "pos", "window")
+
+
+@given(field=st.sampled_from(FIELDS), n=st.integers(1, 1000))
+def test_payload_with_a_changed_field_fails_the_mac(
+    paged: tuple[Any, dict[str, Any], str], field: str, n: int
+) -> None:
+    tool, args, token = paged
+    head, _, tail = token.partition(".")
+    data = msgspec.json.decode(unb64(head), type=cur.CursorData)
+    value = getattr(data, field)
+    if isinstance(value, str):
+        new: Any = value + "x" * (n % 5 + 1)
+    elif isinstance(value, int):
+        new = value + n
+    else:
+        new = cur.Position(value.segment, value.offset + n, value.skip, value.char)
+    forged = msgspec.structs.replace(data, **{field: new})
+    bad = f"{b64(msgspec.json.encode(forged))}.{tail}"
+    assert code(call(tool, {**args, "cursor": bad})) == "invalid_cursor"
+
+
+def test_payload_with_a_changed_key_id_is_stale(paged: tuple[Any, dict[str, Any], str]) -> None:
+    """Another key id is what a cursor of another (or a restarted) process
+    carries: stale, whatever its MAC."""
+    tool, args, token = paged
+    head, _, tail = token.partition(".")
+    data = msgspec.json.decode(unb64(head), type=cur.CursorData)
+    forged = msgspec.structs.replace(data, kid="0" * len(data.kid))
+    bad = f"{b64(msgspec.json.encode(forged))}.{tail}"
+    assert code(call(tool, {**args, "cursor": bad})) == "stale_cursor"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", ".", "a.b", "!!!.???", "x" * 5000, "bm90IGpzb24.AAAA", "W10.AAAA", "\ud800.x", "é.é"],
+)
+def test_malformed_cursor_is_invalid(paged: tuple[Any, dict[str, Any], str], bad: str) -> None:
+    tool, args, _ = paged
+    assert code(call(tool, {**args, "cursor": bad})) == "invalid_cursor"
+    with pytest.raises(InvalidCursor):
+        tool.search(args["query"], cursor=bad, limit=args["limit"])
+
+
+# --- bound to one query, workspace, process ---------------------------------------
+
+
+def test_cursor_of_another_query_or_workspace_is_invalid(tmp_path: Path) -> None:
+    store = Store(tmp_path, durability="off", segment_bytes=512)
+    a, b = store.history("ws-a"), store.history("ws-b")
+    for h in (a, b):
+        h.append_many([msg(f"tok {i} other") for i in range(40)])
+        h.rollover([msg("tok x other")])
+        h.append_many([msg(f"tok {i} other") for i in range(40)])
+    ta, tb = a.session_history(), b.session_history()
+    w = a.window
+    first = {
+        "search": {"action": "search", "query": "tok", "limit": 2},
+        "search_w": {"action": "search", "query": "tok", "window": w, "limit": 2},
+        "list": {"action": "list", "limit": 1},
+        "list_w": {"action": "list", "window": w, "limit": 2},
+        "read": {"action": "read", "seq": 3, "limit": 2},
+    }
+    tokens = {}
+    for name, args in first.items():
+        res = call(ta, args)
+        assert res["cursor"], name
+        tokens[name] = res["cursor"]
+        # The cursor works for its own query...
+        assert code(call(ta, {**args, "cursor": res["cursor"]})) == ""
+        # ...and not in another workspace of the same store and process.
+        assert code(call(tb, {**args, "cursor": res["cursor"]})) == "invalid_cursor"
+    others = [
+        ("search", {"action": "search", "query": "TOK", "limit": 2}),
+        ("search", {"action": "search", "query": "other", "limit": 2}),
+        ("search", {"action": "search", "query": "tok", "window": 0, "limit": 2}),
+        ("search", {"action": "list", "limit": 2}),
+        ("search_w", {"action": "search", "query": "tok", "limit": 2}),
+        ("list", {"action": "list", "window": w, "limit": 2}),
+        ("list", {"action": "search", "query": "tok", "limit": 2}),
+        ("list_w", {"action": "list", "limit": 2}),
+        ("list_w", {"action": "list", "window": 0, "limit": 2}),
+        ("read", {"action": "read", "seq": 4, "limit": 2}),
+        ("read", {"action": "list", "limit": 2}),
+    ]
+    for name, args in others:
+        assert code(call(ta, {**args, "cursor": tokens[name]})) == "invalid_cursor", (name, args)
+    # limit is not part of the query: a cursor continues with another limit.
+    assert code(call(ta, {**first["search"], "limit": 5, "cursor": tokens["search"]})) == ""
+
+
+def test_cursor_of_another_process_is_stale(tmp_path: Path) -> None:
+    store = Store(tmp_path, durability="off", segment_bytes=512)
+    h = store.history("ws")
+    h.append_many([msg(f"tok {i}") for i in range(30)])
+    script = textwrap.dedent(
+        f"""
+        import json
+        from ledger import Store
+        tool = Store({str(tmp_path)!r}).history("ws").session_history()
+        res = json.loads(tool.call({{"action": "search", "query": "tok", "limit": 2}}))
+        again = json.loads(tool.call({{"action": "search", "query": "tok", "limit": 2,
+                                       "cursor": res["cursor"]}}))
+        print(json.dumps({{"cursor": res["cursor"], "own": [i["seq"] for i in again["items"]]}}))
+        """
+    )
+    out = subprocess.run(
+        [PYTHON, "-c", script], env=subprocess_env(), capture_output=True, text=True, timeout=60,
+        check=True,
+    )
+    child = json.loads(out.stdout)
+    assert child["own"] == [3, 4]  # valid in the process that issued it
+    tool = h.session_history()
+    args = {"action": "search", "query": "tok", "limit": 2, "cursor": child["cursor"]}
+    assert code(call(tool, args)) == "stale_cursor"
+    with pytest.raises(CursorExpired):
+        tool.search("tok", cursor=child["cursor"], limit=2)
+    # A new query works.
+    assert [i["seq"] for i in call(tool, {"action": "search", "query": "tok"})["items"]] == list(
+        range(1, 11)
+    )
+
+
+def test_cursor_is_at_most_4_kib(tmp_path: Path) -> None:
+    store = Store(tmp_path, durability="off", segment_bytes=512)
+    ws = "w" * 128  # the longest workspace id
+    h = store.history(ws)
+    for _ in range(6):
+        h.append_many([msg("tok " + "ü" * 50) for _ in range(30)])
+        h.compact([msg("tok summary")])
+    h.append_many([msg("tok " + "x" * 10) for _ in range(600)])
+    tool = h.session_history()
+    seen = 0
+    for args in (
+        {"action": "list", "limit": 1},
+        {"action": "list", "window": h.window, "limit": 1},
+        {"action": "search", "query": "t" + "o" * 1022 + "k", "limit": 1},
+        {"action": "search", "query": "tok", "window": h.window, "limit": 1},
+        {"action": "read", "seq": 2, "limit": 1},
+    ):
+        cursor: str | None = None
+        for _ in range(5):
+            a = dict(args) if cursor is None else {**args, "cursor": cursor}
+            res = call(tool, a)
+            cursor = res["cursor"]
+            if cursor is None:
+                break
+            seen += 1
+            assert len(cursor.encode("utf-8")) <= 4096
+            assert cursor.isascii()
+    assert seen >= 10
+    long_token = "A" * 4097
+    assert code(call(tool, {"action": "list", "cursor": long_token})) == "invalid_cursor"
+
+
+# --- bound to one history state ----------------------------------------------------
+
+
+def test_rewrite_expires_cursors_and_a_new_query_works(tmp_path: Path) -> None:
+    store = Store(tmp_path, durability="off", segment_bytes=512)
+    h = store.history("ws")
+    h.append_many([msg(f"tok {i}") for i in range(30)])
+    tool = h.session_history()
+    args = {"action": "search", "query": "tok", "limit": 5}
+    first = call(tool, args)
+    before = h.epoch
+    after = h.rebaseline()
+    assert after != before and h.epoch == after
+    assert code(call(tool, {**args, "cursor": first["cursor"]})) == "stale_cursor"
+    fresh = call(tool, args)
+    assert [i["seq"] for i in fresh["items"]] == [1, 2, 3, 4, 5]
+    nxt = call(tool, {**args, "cursor": fresh["cursor"]})
+    assert [i["seq"] for i in nxt["items"]] == [6, 7, 8, 9, 10]
+
+
+def test_tracked_appends_keep_cursors(tmp_path: Path) -> None:
+    store = Store(tmp_path, durability="off", segment_bytes=512)
+    h = store.history("ws")
+    h.append_many([msg(f"tok {i}") for i in range(12)])
+    tool = h.session_history()
+    args = {"action": "search", "query": "tok", "limit": 5}
+    res = call(tool, args)
+    epoch = h.epoch
+    for _ in range(4):  # several segments' worth, new segments included
+        assert h.append(msg("tok later")).epoch == epoch
+    got = [i["seq"] for i in res["items"]]
+    while res["cursor"]:
+        res = call(tool, {**args, "cursor": res["cursor"]})
+        assert code(res) == ""
+        got += [i["seq"] for i in res["items"]]
+    assert got == list(range(1, 13))  # the snapshot: later rows not exposed
+
+
+def test_killed_writer_pending_receipt_expires_cursors(tmp_path: Path) -> None:
+    """A writer SIGKILLed between its pending and stable receipt leaves the
+    pending receipt behind (simulated by writing it): open cursors are
+    refused, a new query works (and pages, bound to the stamps), and the next
+    writer re-baselines with a new epoch."""
+    store = Store(tmp_path, durability="off", segment_bytes=512)
+    h = store.history("ws")
+    h.append_many([msg(f"tok {i}") for i in range(30)])
+    tool = h.session_history()
+    args = {"action": "search", "query": "tok", "limit": 4}
+    held = call(tool, args)["cursor"]
+    assert held
+    receipt = read_receipt(h.path)
+    assert receipt is not None and receipt.stable
+    old_epoch = receipt.epoch
+    write_receipt(h.path, dataclasses.replace(receipt, state=fmt.PENDING))
+
+    assert code(call(tool, {**args, "cursor": held})) == "stale_cursor"
+    fresh = call(tool, args)
+    assert [i["seq"] for i in fresh["items"]] == [1, 2, 3, 4]
+    nxt = call(tool, {**args, "cursor": fresh["cursor"]})
+    assert code(nxt) == "" and [i["seq"] for i in nxt["items"]] == [5, 6, 7, 8]
+
+    r = h.append(msg("tok next writer"))
+    assert r.epoch != old_epoch
+    new = read_receipt(h.path)
+    assert new is not None and new.stable and new.epoch == r.epoch
+    # The stamps-bound cursor died with the re-baseline; a new query works.
+    assert code(call(tool, {**args, "cursor": nxt["cursor"]})) == "stale_cursor"
+    assert code(call(tool, args)) == ""
