@@ -9,11 +9,13 @@ JSONL file and a SQLite session, all filled with the same realistic rows
 (``bench.corpus``). Big ledger histories are built with ``ledger.bulk`` (64 MiB
 sealed segments, as a history that has merged its segments); one extra series
 builds them with 64 KiB segments, the layout ``append`` alone leaves behind.
-Worlds of 64 MiB and up are grown incrementally from one point to the next;
-smaller ones are fresh. Everything lives under one temporary directory
-(``$TMPDIR`` respected) that is deleted at the end. After every build the
-page cache is flushed to disk (``os.sync``) so writeback does not land inside
-a timing; reads are warm (the data is in the page cache), as for a live agent.
+Every point builds a fresh world: the measurements themselves add hundreds
+of small segments (rollovers, appends), which would otherwise pile up into the
+next point and measure segment count instead of history size. Everything
+lives under one temporary directory (``$TMPDIR`` respected) that is deleted
+at the end. After every build the page cache is flushed to disk
+(``os.sync``) so writeback does not land inside a timing; reads are warm
+(the data is in the page cache), as for a live agent.
 
 Per point, in this order:
 
@@ -78,7 +80,6 @@ class Config:
     turn_window_rows: int = 200
     batch_rows: int = 3
     row_bytes: int = 2048
-    fresh_below_mib: int = 64
     # (min runs, max runs, budget seconds) per series
     append_runs: tuple[int, int, float] = (100, 300, 6.0)
     rewrite_runs: tuple[int, int, float] = (11, 40, 3.0)
@@ -194,6 +195,9 @@ class World:
             self.sqlite = SqliteSession(os.path.join(root, "sqlite", "sessions.db"))
         self.seed = 0
 
+    def segments(self) -> int:
+        return len(segs.list_segments(self.h.path))
+
     def ledger_bytes(self) -> int:
         total = 0
         for n in segs.list_segments(self.h.path):
@@ -301,6 +305,7 @@ def append_series(w: World, e: World, size_mib: int, res: Results, floor_dir: st
         contenders["jsonl_append"] = lambda: jl.append_many(cur["json"])
     mn, mx, budget = cfg.append_runs
     record: dict[str, Any] = {"size_mib": size_mib, "history_bytes": w.ledger_bytes(),
+                              "segments": w.segments(),
                               "batch_bytes": sum(len(x) for x in cur["lines"])}
     samples = interleave(contenders, min_runs=mn, max_runs=mx, budget_s=budget, setup=next_batch)
     if w.rewrite is not None and size_mib <= cfg.rewrite_max_mib:
@@ -358,6 +363,7 @@ def view_series(w: World, e: World, size_mib: int, res: Results,
     )
     rows = view(root)
     res.add("view", size_mib, {"size_mib": size_mib, "history_bytes": w.ledger_bytes(),
+                               "segments": w.segments(),
                                "window_bytes": os.path.getsize(span[0]) - span[1],
                                "view_rows": rows}, samples)
 
@@ -454,7 +460,7 @@ def turn_series(w: World, e: World, size_mib: int, res: Results, counter: Any) -
                          min_runs=mn, max_runs=mx, budget_s=budget, setup=setup)
     samples.update(first)
     record: dict[str, Any] = {"size_mib": size_mib, "history_bytes": w.ledger_bytes(),
-                              "window_rows": cfg.turn_window_rows,
+                              "segments": w.segments(), "window_rows": cfg.turn_window_rows,
                               "tokens_step": counter is not None}
     if w.sqlite is not None:
         sq = w.sqlite
@@ -569,19 +575,11 @@ def run_all(cfg: Config, corpus: Corpus, tmp: str, res: Results,
     tool_cls = retrieval_tool(res)
     check = check_function(res)
     counter = token_counter(res)
-    shared: World | None = None
     big = max(cfg.sizes_mib)
     k = 0
     for size_mib in cfg.sizes_mib:
         t_point = time.monotonic()
-        if size_mib < cfg.fresh_below_mib:
-            w = World(os.path.join(tmp, f"point-{size_mib}"), corpus, cfg)
-        else:
-            if shared is None:
-                shared = World(os.path.join(tmp, "shared"), corpus, cfg)
-            w = shared
-        if w.rewrite is not None and size_mib > cfg.rewrite_max_mib:
-            w.drop_rewrite()
+        w = World(os.path.join(tmp, f"point-{size_mib}"), corpus, cfg)
         took = w.grow_to(size_mib * MIB)
         log(f"[{size_mib} MiB] built {w.ledger_bytes() / MIB:.1f} MiB "
             + " ".join(f"{k_}={v:.1f}" for k_, v in took.items()))
@@ -614,11 +612,8 @@ def run_all(cfg: Config, corpus: Corpus, tmp: str, res: Results,
             res.extra["rss_scan"] = rss_scan(w, size_mib)
             lap("rss")
         log(f"[{size_mib} MiB] measured in {time.monotonic() - t_point:.1f} s ({lap})")
-        if w is not shared:
-            w.close()
+        w.close()
         gc.collect()
-    if shared is not None:
-        shared.close()
     for size_mib in cfg.grown_sizes_mib:
         t0 = time.monotonic()
         grown_append_series(tmp, corpus, cfg, size_mib, res)

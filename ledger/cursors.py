@@ -35,12 +35,16 @@ KEY_ID = secrets.token_hex(8)
 class Position(msgspec.Struct, array_like=True, frozen=True):
     """Where the next page starts: a segment and byte offset; ``skip`` means
     the offset is inside (or at the start of) a line to skip to its end;
-    ``char`` is the code point offset inside a row being read."""
+    ``char`` is the code point offset inside a row being read; ``skip_from``
+    and ``skip_seq`` describe an oversized line to list under ``skipped`` once
+    its end is found, which may be pages later."""
 
     segment: int
     offset: int
     skip: bool = False
     char: int = 0
+    skip_from: int = -1  # start of the oversized line being skipped (-1: not listed)
+    skip_seq: int | None = None  # its seq, when its first bytes showed one
 
 
 class ListState(msgspec.Struct, array_like=True, frozen=True):

@@ -80,7 +80,9 @@ offset      size  field
 72          8     floor byte offset (u64)
 80          40    active segment stamps: dev, ino, size, mtime_ns, ctime_ns
 120         16    xxh3-128 digest of the sealed segments' stamps
-136         112   zero (room for later fields)
+136         8     floor after (i64): the last readable seq before the floor line
+                  (names the window an unreadable floor opens: after + 1)
+144         104   zero (room for later fields)
 248         8     xxh3-64 of bytes 0..247
 ==========  ====  ======================================================
 A torn or partial overwrite fails the checksum and reads as malformed.
@@ -286,7 +288,7 @@ PENDING = 1
 STABLE = 2
 NO_FLOOR = -1
 FLOOR_UNREADABLE = -2
-_RECEIPT = struct.Struct("<8sB7xQQqIIQqIIQQQQQQ16s112x")
+_RECEIPT = struct.Struct("<8sB7xQQqIIQqIIQQQQQQ16sq104x")
 assert _RECEIPT.size == RECEIPT_SIZE - 8
 
 
@@ -323,6 +325,7 @@ class Receipt:
     active: Stamp
     sealed_count: int
     sealed_digest: bytes
+    floor_after: int = 0
 
     @property
     def stable(self) -> bool:
@@ -353,6 +356,7 @@ def pack_receipt(r: Receipt) -> bytes:
         r.active.mtime_ns,
         r.active.ctime_ns,
         r.sealed_digest,
+        r.floor_after,
     )
     return head + struct.pack("<Q", xxhash.xxh3_64_intdigest(head))
 
@@ -368,7 +372,7 @@ def unpack_receipt(data: bytes) -> Receipt | None:
     if fields[0] != RECEIPT_MAGIC or fields[1] not in (PENDING, STABLE):
         return None
     (_, state, epoch, next_seq, window, wseg, aseg, woff, fseq, fseg, scount, foff,
-     dev, ino, size, mtime, ctime, digest) = fields
+     dev, ino, size, mtime, ctime, digest, floor_after) = fields
     return Receipt(
         state=state,
         epoch=epoch,
@@ -383,6 +387,7 @@ def unpack_receipt(data: bytes) -> Receipt | None:
         active=Stamp(dev, ino, size, mtime, ctime),
         sealed_count=scount,
         sealed_digest=digest,
+        floor_after=floor_after,
     )
 
 
@@ -415,6 +420,12 @@ class SegmentIndex(msgspec.Struct, array_like=True):
     floors: list[tuple[int, int]]
     bounds: list[tuple[int, int, str, int]]
     max_seq: int = -1  # the highest seq (lines may be out of order after a repair)
+    # 0: a sealed entry, valid while the stamp matches. Otherwise an *active*
+    # entry: valid for the first stamp.size bytes of the active segment while
+    # the receipt's epoch is this one. Writers add one whenever they create a
+    # segment or commit a boundary into it, so under that epoch the bytes past
+    # the newest active entry hold no boundary.
+    epoch: int = 0
 
 
 def encode_index_entry(entry: SegmentIndex) -> bytes:

@@ -38,7 +38,7 @@ from ledger.errors import (
     WindowChanged,
     WorkspaceNotFound,
 )
-from ledger.index import BoundaryIndex, append_entry, scan_segment
+from ledger.index import BoundaryIndex, active_entry, append_entry, scan_segment
 from ledger.lock import locked
 from ledger.receipt import read_receipt, write_receipt
 from ledger.rewrite import recover_if_marked
@@ -104,11 +104,12 @@ def window_marker(b: Boundary | None) -> int:
 
 
 def _boundary_from_receipt(
-    seq: int, segment: int, offset: int, reason: str
+    seq: int, segment: int, offset: int, reason: str, after: int = 0
 ) -> Boundary | None:
     if segment == 0:
         return None
-    return Boundary(seq, segment, offset, reason, readable=seq != fmt.FLOOR_UNREADABLE)
+    readable = seq != fmt.FLOOR_UNREADABLE
+    return Boundary(seq, segment, offset, reason, readable=readable, after=after)
 
 
 class History:
@@ -179,7 +180,8 @@ class History:
                         receipt.window, receipt.window_segment, receipt.window_offset, "?"
                     ),
                     floor=_boundary_from_receipt(
-                        receipt.floor_seq, receipt.floor_segment, receipt.floor_offset, "manual"
+                        receipt.floor_seq, receipt.floor_segment, receipt.floor_offset, "manual",
+                        receipt.floor_after,
                     ),
                     digest=digest,
                 )
@@ -212,7 +214,7 @@ class History:
             if info.bounds and window is None:
                 window = info.bounds[-1]
             floors = [b for b in info.bounds if b.is_floor]
-            if floors:
+            if floors and floor is None:
                 floor = floors[-1]
             if floor is not None and seq_found:
                 break
@@ -590,13 +592,24 @@ class History:
         for line in lines:
             positions.append(pos)
             pos += len(line)
+        batch_bounds = []
         for i, reason in batch_boundaries(stored):
             b = Boundary(seqs[i], target, positions[i], reason)
+            batch_bounds.append(b)
             window = b
             if b.is_floor:
                 floor = b
         epoch = st.epoch if st.verified else _new_epoch(st.epoch)
         new_stamp = segs.stamp(segs.segment_path(self.path, target))
+        if new_stamp is not None and (new_file or batch_bounds or epoch != st.epoch):
+            try:
+                if new_file:
+                    active_entry(self.path, target, new_stamp, epoch, tuple(batch_bounds),
+                                 seqs[0])
+                else:
+                    active_entry(self.path, target, new_stamp, epoch)
+            except OSError:
+                pass  # a projection: readers scan when it is missing
         sealed = list(st.sealed)
         if new_file and active and st.active_stamp is not None:
             sealed.append((active, st.active_stamp))
@@ -616,6 +629,7 @@ class History:
                 floor_seq=floor.seq if floor is not None else fmt.NO_FLOOR,
                 floor_segment=floor.segment if floor is not None else 0,
                 floor_offset=floor.offset if floor is not None else 0,
+                floor_after=floor.after if floor is not None else 0,
                 active_segment=target,
                 active=new_stamp,
                 sealed_count=count,
@@ -714,11 +728,17 @@ class History:
             floor_seq=f.seq if f is not None else fmt.NO_FLOOR,
             floor_segment=f.segment if f is not None else 0,
             floor_offset=f.offset if f is not None else 0,
+            floor_after=f.after if f is not None else 0,
             active_segment=numbers[-1] if numbers else 0,
             active=all_stamps[-1][1] if all_stamps else fmt.ZERO_STAMP,
             sealed_count=count,
             sealed_digest=sealed_dg,
         )
+        if numbers:
+            try:
+                active_entry(self.path, numbers[-1], all_stamps[-1][1], epoch)
+            except OSError:
+                pass
         write_receipt(self.path, receipt)
         self._derived = {}
         return epoch

@@ -45,6 +45,7 @@ class SegmentInfo:
     rows: int
     bounds: tuple[Boundary, ...]
     max_seq: int = -1
+    epoch: int = 0
 
 
 def scan_segment(wsdir: str, number: int, stamp: fmt.Stamp) -> SegmentInfo:
@@ -76,6 +77,7 @@ def to_entry(info: SegmentInfo) -> fmt.SegmentIndex:
         floors=[(b.offset, b.seq) for b in info.bounds if b.is_floor],
         bounds=[(b.offset, b.seq, b.reason, b.after) for b in info.bounds],
         max_seq=info.max_seq,
+        epoch=info.epoch,
     )
 
 
@@ -86,7 +88,7 @@ def from_entry(e: fmt.SegmentIndex) -> SegmentInfo:
     )
     top = e.max_seq if e.max_seq >= 0 else e.last_seq
     return SegmentInfo(
-        e.number, fmt.Stamp(*e.stamp), e.first_seq, e.last_seq, e.rows, bounds, top
+        e.number, fmt.Stamp(*e.stamp), e.first_seq, e.last_seq, e.rows, bounds, top, e.epoch
     )
 
 
@@ -102,20 +104,25 @@ def append_entry(wsdir: str, info: SegmentInfo) -> None:
         os.close(fd)
 
 
-def read_entries(wsdir: str) -> dict[int, SegmentInfo]:
+def read_entries(wsdir: str) -> tuple[dict[int, SegmentInfo], dict[tuple[int, int], SegmentInfo]]:
+    """Sealed entries by number, and the newest active entry by (number, epoch)."""
     path = os.path.join(wsdir, fmt.INDEX_NAME)
-    out: dict[int, SegmentInfo] = {}
+    sealed: dict[int, SegmentInfo] = {}
+    active: dict[tuple[int, int], SegmentInfo] = {}
     try:
-        lines = segs.iter_lines(path)
-        for line in lines:
+        for line in segs.iter_lines(path):
             if not line.complete:
                 continue
             e = fmt.decode_index_entry(line.data)
-            if e is not None:
-                out[e.number] = from_entry(e)
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
-        return {}
-    return out
+            if e is None:
+                continue
+            if e.epoch:
+                active[(e.number, e.epoch)] = from_entry(e)
+            else:
+                sealed[e.number] = from_entry(e)
+    except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError):
+        return {}, {}
+    return sealed, active
 
 
 class BoundaryIndex:
@@ -124,16 +131,34 @@ class BoundaryIndex:
     def __init__(self, wsdir: str) -> None:
         self.wsdir = wsdir
         self._cache: dict[int, SegmentInfo] = {}
+        self._active: dict[tuple[int, int], SegmentInfo] = {}
         self._index_stamp: fmt.Stamp | None = None
 
     def _load(self) -> None:
         st = segs.stamp(os.path.join(self.wsdir, fmt.INDEX_NAME))
         if st is not None and st != self._index_stamp:
-            for number, info in read_entries(self.wsdir).items():
+            sealed, active = read_entries(self.wsdir)
+            for number, info in sealed.items():
                 cached = self._cache.get(number)
                 if cached is None or cached.stamp != info.stamp:
                     self._cache[number] = info
+            self._active = active
             self._index_stamp = st
+
+    def active_bounds(self, number: int, stamp: fmt.Stamp, epoch: int | None
+                      ) -> tuple[Boundary, ...]:
+        """Boundaries of the active segment without reading it, when a writer
+        recorded them under ``epoch`` (None: the receipt is not trusted, so
+        the segment is scanned)."""
+        cached = self._cache.get(number)
+        if cached is not None and cached.stamp == stamp:
+            return cached.bounds
+        if epoch is not None:
+            self._load()
+            entry = self._active.get((number, epoch))
+            if entry is not None and entry.stamp.size <= stamp.size:
+                return entry.bounds
+        return self.info(number, stamp).bounds
 
     def info(self, number: int, stamp: fmt.Stamp) -> SegmentInfo:
         cached = self._cache.get(number)
@@ -145,8 +170,23 @@ class BoundaryIndex:
             self._cache[number] = cached
         return cached
 
-    def all_bounds(self, stamps: list[tuple[int, fmt.Stamp]]) -> list[Boundary]:
+    def all_bounds(self, sealed: list[tuple[int, fmt.Stamp]],
+                   active: tuple[int, fmt.Stamp] | None, epoch: int | None) -> list[Boundary]:
+        """Every boundary in log order: sealed segments from their entries,
+        the active one from its active entry when ``epoch`` is trusted."""
         out: list[Boundary] = []
-        for number, stamp in stamps:
+        for number, stamp in sealed:
             out.extend(self.info(number, stamp).bounds)
+        if active is not None:
+            out.extend(self.active_bounds(active[0], active[1], epoch))
         return out
+
+
+def active_entry(wsdir: str, number: int, stamp: fmt.Stamp, epoch: int,
+                 bounds: tuple[Boundary, ...] | None = None, first_seq: int = -1) -> None:
+    """Record the active segment's boundaries under ``epoch`` (writers only).
+    Without ``bounds`` the segment is scanned (it is at most cap + one batch)."""
+    if bounds is None:
+        info = scan_segment(wsdir, number, stamp)
+        bounds, first_seq = info.bounds, info.first_seq
+    append_entry(wsdir, SegmentInfo(number, stamp, first_seq, -1, -1, bounds, -1, epoch))

@@ -32,6 +32,7 @@ from ledger.errors import (
     LedgerError,
     LockTimeout,
 )
+from ledger.history import window_marker
 from ledger.index import seq_prefix
 from ledger.lock import locked
 from ledger.rows import is_empty_assistant
@@ -203,6 +204,10 @@ class Scan:
     skip_from: int = -1
     skip_seq: int | None = None
 
+    def __post_init__(self) -> None:
+        self.skip_from = self.start.skip_from
+        self.skip_seq = self.start.skip_seq
+
     def events(self) -> Iterator[Event]:
         pos = self.start
         for number in self.segments:
@@ -225,72 +230,81 @@ class Scan:
                 return
         self.paused = None
 
+    def _skip_pos(self, number: int, offset: int) -> Position:
+        return Position(number, offset, True, 0, self.skip_from, self.skip_seq)
+
     def _segment(
         self, fd: int, number: int, offset: int, limit: int, skip: bool
     ) -> Iterator[Event]:
-        buf = b""
-        buf_off = offset
-        read_to = offset
+        budget = self.budget
+        buf = b""  # holds the bytes [base, base + len(buf))
+        base = offset
+        i = 0  # the first byte of buf not yet consumed
         while True:
             if skip:
-                if buf_off >= limit:
+                pos = base + i
+                if pos >= limit:
                     return
-                want = min(_CHUNK, limit - buf_off, SCAN_BYTES - self.budget.bytes_read)
+                want = min(_CHUNK, limit - pos, SCAN_BYTES - budget.bytes_read)
                 if want <= 0:
-                    self.paused = Position(number, buf_off, True)
+                    self.paused = self._skip_pos(number, pos)
                     return
-                data = os.pread(fd, want, buf_off)
-                self.budget.bytes_read += len(data)
+                data = os.pread(fd, want, pos)
+                budget.bytes_read += len(data)
                 if not data:
                     return
                 nl = data.find(b"\n")
                 if nl < 0:
-                    buf_off += len(data)
+                    buf, base, i = b"", pos + len(data), 0
                     continue
-                line_end = buf_off + nl
-                buf_off = read_to = line_end + 1
-                buf = b""
+                end = pos + nl + 1
+                buf, base, i = b"", end, 0
                 skip = False
                 if self.skip_from >= 0:
-                    yield Event(number, self.skip_from, buf_off, None, b"", True, self.skip_seq)
+                    yield Event(number, self.skip_from, end, None, b"", True, self.skip_seq)
                     self.skip_from, self.skip_seq = -1, None
+                else:
+                    budget.rows += 1  # the floor line: read, so examined
                 continue
-            nl = buf.find(b"\n")
+            nl = buf.find(b"\n", i)
             if nl >= 0:
-                if self.budget.rows >= SCAN_ROWS:
-                    self.paused = Position(number, buf_off)
+                if budget.rows >= SCAN_ROWS:
+                    self.paused = Position(number, base + i)
                     return
-                line = buf[:nl]
-                end = buf_off + nl + 1
-                self.budget.rows += 1
-                yield Event(number, buf_off, end, fmt.decode_line(line), line)
+                budget.rows += 1
+                if nl - i > LINE_CAP:
+                    seq = seq_prefix(buf[i : i + 32])
+                    yield Event(number, base + i, base + nl + 1, None, b"", True, seq)
+                else:
+                    line = buf[i:nl]
+                    yield Event(number, base + i, base + nl + 1, fmt.decode_line(line), line)
                 if self.paused is not None:
                     return
-                buf = buf[nl + 1 :]
-                buf_off = end
+                i = nl + 1
                 continue
-            if len(buf) > LINE_CAP:
-                if self.budget.rows >= SCAN_ROWS:
-                    self.paused = Position(number, buf_off)
+            if len(buf) - i > LINE_CAP:
+                if budget.rows >= SCAN_ROWS:
+                    self.paused = Position(number, base + i)
                     return
-                self.budget.rows += 1
-                self.skip_from, self.skip_seq = buf_off, seq_prefix(buf[:32])
-                buf_off = read_to
-                buf = b""
+                budget.rows += 1
+                self.skip_from, self.skip_seq = base + i, seq_prefix(buf[i : i + 32])
+                base, buf, i = base + len(buf), b"", 0
                 skip = True
                 continue
+            read_to = base + len(buf)
             if read_to >= limit:
                 return  # a torn tail beyond the snapshot is not served
-            want = min(_CHUNK, limit - read_to, SCAN_BYTES - self.budget.bytes_read)
+            want = min(_CHUNK, limit - read_to, SCAN_BYTES - budget.bytes_read)
             if want <= 0:
-                self.paused = Position(number, buf_off)
+                self.paused = Position(number, base + i)
                 return
             data = os.pread(fd, want, read_to)
             if not data:
                 return
-            self.budget.bytes_read += len(data)
-            read_to += len(data)
-            buf += data
+            budget.bytes_read += len(data)
+            buf = buf[i:] + data
+            base += i
+            i = 0
 
     def pause_at(self, pos: Position) -> None:
         """Stop the scan; the next page starts at ``pos``."""
@@ -487,6 +501,10 @@ class SessionHistory:
             query = args.get("query")
             if not isinstance(query, str) or not 1 <= len(query) <= QUERY_MAX:
                 raise BadRequest(f"'query' must be a string of 1 to {QUERY_MAX} characters")
+            try:
+                query.encode("utf-8")
+            except UnicodeEncodeError:
+                raise BadRequest("'query' holds a lone surrogate (not Unicode text)") from None
             lim = self._limit(limit, LIMIT_MAX)
             key = {"query": query, "window": window}
             return self._run(
@@ -568,7 +586,7 @@ class SessionHistory:
         numbers = st.segments
         if st.floor is not None:
             start = Position(st.floor.segment, st.floor.offset, True)
-            window = st.floor.seq if st.floor.seq >= 0 else -1
+            window = window_marker(st.floor)
         else:
             start = Position(numbers[0] if numbers else 0, 0)
             window = 0
@@ -594,26 +612,29 @@ class SessionHistory:
     def _events(
         self, scan: Scan, data: CursorData, result: Result, window_box: list[int]
     ) -> Iterator[tuple[Event, dict[str, Any]]]:
-        """Eligible readable rows with their window; resets move the window."""
+        """Eligible readable rows with their window; resets move the window.
+        Unreadable lines and lines without an integer seq are listed under
+        ``skipped``; the scan pauses before one that would not fit."""
         for ev in scan.events():
             if ev.oversized:
                 result.add_skipped(ev.seq, ev.end - ev.offset - 1)
                 continue
             row = ev.row
-            if row is None:
-                if fmt.raw_may_be_reset(ev.line):
+            seq = row.get("seq") if row is not None else None
+            if row is None or not isinstance(seq, int) or isinstance(seq, bool):
+                if row is None and fmt.raw_may_be_reset(ev.line):
                     raise Unavailable(
                         "an unreadable line that may be a reset lies in range; run `tledger check`"
                     )
-                result.add_skipped(seq_prefix(ev.line[:32]), len(ev.line))
+                entry = {"seq": seq_prefix(ev.line[:32]), "bytes": len(ev.line)}
+                if not result.fits(entry):
+                    scan.pause_at(Position(ev.segment, ev.offset))
+                    return
+                result.add_skipped(entry["seq"], len(ev.line))
                 continue
-            seq = row.get("seq")
-            if not isinstance(seq, int) or seq > data.high:
-                scan.pause_at(Position(ev.segment, ev.offset))
+            if seq > data.high:
                 scan.paused = None
                 return
-            if window_box[0] == -1:
-                window_box[0] = max(seq - 1, 0)
             if row.get("kind") == "reset" or fmt.readable_row_is_reset(ev.line, row):
                 window_box[0] = seq
             yield ev, row
@@ -623,10 +644,7 @@ class SessionHistory:
     ) -> CursorData | None:
         if scan.paused is None:
             return None
-        pos = scan.paused
-        if scan.skip_from >= 0:
-            pos = Position(pos.segment, pos.offset, True)
-        return msgspec.structs.replace(data, pos=pos, window=window, listing=listing)
+        return msgspec.structs.replace(data, pos=scan.paused, window=window, listing=listing)
 
     # Actions -------------------------------------------------------------------------
 
@@ -710,10 +728,9 @@ class SessionHistory:
     ) -> CursorData | None:
         cur = _unpack_listing(data)
         if cur is None:
-            if st.floor is not None and st.floor.seq >= 0:
-                cur = ListState(st.floor.seq, "manual", st.floor.seq, st.floor.seq, 0)
-            elif st.floor is not None:
-                cur = ListState(-1, "manual", -1, -1, 0)
+            if st.floor is not None:
+                name = window_marker(st.floor)
+                cur = ListState(name, "manual", name, name, 0)
             else:
                 cur = ListState(0, "start", -1, -1, 0)
         scan = self._scan(st, data)
@@ -723,7 +740,9 @@ class SessionHistory:
             seq = int(row["seq"])
             if row.get("kind") == "reset":
                 item = _window_item(cur)
-                if not result.add_item(item):
+                if cur.reason == "start" and not cur.rows:
+                    pass  # a history that starts with a boundary has no window 0
+                elif not result.add_item(item):
                     scan.pause_at(Position(ev.segment, ev.offset))
                     full = True
                     box[0] = cur.window
@@ -736,8 +755,6 @@ class SessionHistory:
                     full = True
                     break
                 continue
-            if cur.window == -1:
-                cur = ListState(max(seq - 1, 0), cur.reason, max(seq - 1, 0), seq, 0)
             first = cur.first_seq if cur.first_seq >= 0 else seq
             cur = ListState(cur.window, cur.reason, first, seq, cur.rows + 1)
         if scan.paused is None and not full:
@@ -749,24 +766,30 @@ class SessionHistory:
     def _read(
         self, st: State, result: Result, data: CursorData, seq: int, offset: int, chars: int
     ) -> CursorData | None:
-        if data.pos.char:
+        if seq > data.high or seq < 1:
+            raise NotFound(f"no retrievable row {seq}")
+        if data.pos.char > 0:
             offset = data.pos.char
-        located = self._locate(st, data, seq, result)
-        if located is None:
+        if data.pos.char == _SEEKING:
+            size = _segment_size(st, data.pos.segment)
+            outcome = self._scan_for(data.pos.segment, size, data.pos, seq, result, Budget())
+        else:
+            outcome = self._locate(st, seq, result)
+        if isinstance(outcome, Position):  # still seeking (a long line on the way)
+            return msgspec.structs.replace(data, pos=outcome)
+        if outcome is None:  # the row is an oversized line: listed under skipped
             return None
-        row, window = located
+        number, line_offset, row = outcome
+        if st.floor is not None and not _after(number, line_offset, st.floor):
+            raise NotFound(f"no retrievable row {seq}")
         if _hidden(row):
             raise NotFound(f"row {seq} is not retrievable content")
+        window = self._window_of(st, number, line_offset)
         text = row_text(row)
         if offset > len(text):
             raise BadRequest(f"'offset' {offset} is past the end of row {seq} ({len(text)})")
-        probe = {
-            "seq": seq,
-            "window": window,
-            "role": row.get("role"),
-            "text": "",
-            "truncated": True,
-        }
+        probe = {"seq": seq, "window": window, "role": row.get("role"), "text": "",
+                 "truncated": True}
         room = result.room() - _jlen(probe)
         piece = fit_text(text[offset:], room, chars)
         done = offset + len(piece) >= len(text)
@@ -774,7 +797,7 @@ class SessionHistory:
         if done:
             return None
         return msgspec.structs.replace(
-            data, pos=Position(data.pos.segment, data.pos.offset, False, offset + len(piece))
+            data, pos=Position(number, line_offset, False, offset + len(piece))
         )
 
     # Lookups ---------------------------------------------------------------------------
@@ -782,102 +805,117 @@ class SessionHistory:
     def _window_start(self, st: State, window: int) -> Position:
         """Where window ``window`` starts (a retrievable one), else NotFound."""
         if st.floor is not None:
-            if window == max(st.floor.seq, 0) or (st.floor.seq < 0 and window <= 0):
+            floor_name = window_marker(st.floor)
+            if window == floor_name:
                 return Position(st.floor.segment, st.floor.offset, True)
-            if window < st.floor.seq:
+            if window < floor_name:
                 raise NotFound(f"window {window} is not retrievable")
         elif window == 0:
             return Position(st.segments[0] if st.segments else 0, 0)
         for b in self._bounds(st):
-            if b.seq == window and (st.floor is None or _after(b.segment, b.offset, st.floor)):
+            if window_marker(b) == window and (
+                st.floor is None or _after(b.segment, b.offset, st.floor)
+            ):
                 return Position(b.segment, b.offset, True)
         raise NotFound(f"no retrievable window {window}")
 
     def _bounds(self, st: State) -> list[Any]:
-        stamps = [*st.sealed, *([(st.active, st.active_stamp)] if st.active_stamp else [])]
-        return self.history.index.all_bounds(stamps)
+        active = (st.active, st.active_stamp) if st.active_stamp is not None else None
+        epoch = st.epoch if st.verified else None
+        return self.history.index.all_bounds(st.sealed, active, epoch)
 
-    def _locate(
-        self, st: State, data: CursorData, seq: int, result: Result
-    ) -> tuple[dict[str, Any], int] | None:
-        if seq > data.high or seq < 1:
-            raise NotFound(f"no retrievable row {seq}")
+    def _window_of(self, st: State, number: int, offset: int) -> int:
+        """The name of the window holding the line at (number, offset)."""
+        window = 0
+        for b in self._bounds(st):
+            if (b.segment, b.offset) < (number, offset):
+                window = window_marker(b)
+        return window
+
+    def _locate(self, st: State, seq: int, result: Result) -> Any:
+        """Find row ``seq``: the segment from the index (sealed entries, else
+        the active segment), then a bounded search inside it."""
         if st.floor is not None and st.floor.seq >= 0 and seq <= st.floor.seq:
             raise NotFound(f"no retrievable row {seq}")
-        stamps = [*st.sealed, *([(st.active, st.active_stamp)] if st.active_stamp else [])]
-        index = self.history.index
-        target = None
-        for number, stamp in stamps:
-            info = index.info(number, stamp)
-            if info.rows and info.first_seq <= seq <= info.last_seq:
+        target: tuple[int, fmt.Stamp] | None = None
+        for number, stamp in st.sealed:
+            info = self.history.index.info(number, stamp)
+            if info.rows and info.first_seq <= seq <= max(info.last_seq, info.max_seq):
                 target = (number, stamp)
+                break
+        if target is None and st.active_stamp is not None:
+            target = (st.active, st.active_stamp)
         if target is None:
             raise NotFound(f"no retrievable row {seq}")
         number, stamp = target
-        found = self._find_in_segment(number, stamp.size, seq, result)
-        if found is None:
-            return None
-        offset, row = found
-        if st.floor is not None and not _after(number, offset, st.floor):
-            raise NotFound(f"no retrievable row {seq}")
-        window = 0
-        for b in self._bounds(st):
-            if (b.segment, b.offset) <= (number, offset):
-                window = b.seq if b.seq >= 0 else window
-        if st.floor is not None and st.floor.seq < 0 and window <= 0:
-            window = -1
-        return row, window
+        start = self._bisect(number, stamp.size, seq)
+        return self._scan_for(number, stamp.size, start, seq, result, Budget(rows=20))
 
-    def _find_in_segment(
-        self, number: int, size: int, seq: int, result: Result
-    ) -> tuple[int, dict[str, Any]] | None:
-        """Binary search by byte offset on the seq prefix of each line, then a
-        short forward scan, within the per-call budget."""
+    def _bisect(self, number: int, size: int, seq: int) -> Position:
+        """A line start at or before row ``seq``: binary search on the seq
+        prefix of the line after each probe point (about 20 small reads)."""
         path = segs.segment_path(self.history.path, number)
-        budget = Budget()
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
             lo, hi = 0, size
-            probe_bytes = 64 * 1024
-            while hi - lo > probe_bytes:
+            probe = 16 * 1024
+            while hi - lo > probe:
                 mid = (lo + hi) // 2
-                data = os.pread(fd, probe_bytes, mid)
-                budget.bytes_read += len(data)
-                budget.rows += 1
+                data = os.pread(fd, probe, mid)
                 nl = data.find(b"\n")
                 if nl < 0 or mid + nl + 1 >= hi:
-                    hi = mid
+                    hi = mid  # inside a long line: look earlier
                     continue
-                line_start = mid + nl + 1
                 got = seq_prefix(data[nl + 1 : nl + 40])
                 if got is None:
-                    got = seq_prefix(os.pread(fd, 40, line_start))
+                    got = seq_prefix(os.pread(fd, 40, mid + nl + 1))
                 if got is None or got > seq:
                     hi = mid
                 else:
-                    lo = line_start
-            scan = Scan(
-                self.history.path, [number], Position(number, lo), Position(number, size), budget
-            )
-            for ev in scan.events():
-                if ev.oversized:
-                    if ev.seq == seq:
-                        result.add_skipped(seq, ev.end - ev.offset - 1)
-                        return None
-                    continue
-                got = ev.row.get("seq") if ev.row is not None else seq_prefix(ev.line[:32])
-                if got == seq:
-                    if ev.row is None:
-                        result.add_skipped(seq, len(ev.line))
-                        return None
-                    return ev.offset, ev.row
-                if isinstance(got, int) and got > seq:
-                    break
-            if scan.paused is not None:
-                raise Unavailable("row lookup exceeded the per-call read budget")
+                    lo = mid + nl + 1
         finally:
             os.close(fd)
+        return Position(number, lo)
+
+    def _scan_for(
+        self, number: int, size: int, start: Position, seq: int, result: Result, budget: Budget
+    ) -> Any:
+        """Scan forward for row ``seq``: ``(number, offset, row)``, None when it
+        is an oversized or unreadable line (listed under skipped), or the
+        Position to continue from when the budget ran out first."""
+        begin = Position(start.segment, start.offset, start.skip, 0, start.skip_from,
+                         start.skip_seq)
+        scan = Scan(self.history.path, [number], begin, Position(number, size), budget)
+        for ev in scan.events():
+            if ev.oversized:
+                if ev.seq == seq:
+                    result.add_skipped(seq, ev.end - ev.offset - 1)
+                    return None
+                continue
+            got = ev.row.get("seq") if ev.row is not None else seq_prefix(ev.line[:32])
+            if got == seq:
+                if ev.row is None:
+                    result.add_skipped(seq, len(ev.line))
+                    return None
+                return number, ev.offset, ev.row
+            if isinstance(got, int) and got > seq:
+                break
+        if scan.paused is not None:
+            p = scan.paused
+            return Position(p.segment, p.offset, p.skip, _SEEKING, p.skip_from, p.skip_seq)
         raise NotFound(f"no retrievable row {seq}")
+
+
+_SEEKING = -1  # Position.char of a read cursor still looking for its row
+
+
+def _segment_size(st: State, number: int) -> int:
+    if number == st.active and st.active_stamp is not None:
+        return st.active_stamp.size
+    for n, stamp in st.sealed:
+        if n == number:
+            return stamp.size
+    raise CursorExpired("a segment vanished; start a new query")
 
 
 class _Disabled(LedgerError):

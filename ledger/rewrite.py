@@ -860,8 +860,8 @@ def purge_before_floor(history: History) -> dict[str, Any]:
     with _locked_rewrite(history):
         settled = _settle(history)
         st = history.state()
-        stamps = [*st.sealed, *([(st.active, st.active_stamp)] if st.active_stamp else [])]
-        floors = [b for b in history.index.all_bounds(stamps) if b.is_floor]
+        active = (st.active, st.active_stamp) if st.active_stamp is not None else None
+        floors = [b for b in history.index.all_bounds(st.sealed, active, None) if b.is_floor]
         result: dict[str, Any] = {
             "op": "purge_before_floor",
             "purged_rows": 0,

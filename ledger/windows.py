@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger import format as fmt
-from ledger.rows import is_empty_assistant
+from ledger.rows import Row, is_empty_assistant
 
 UNKNOWN_SEQ = fmt.FLOOR_UNREADABLE
 PROVIDER_KINDS = frozenset({"message", "lead_in", "warning"})
@@ -120,10 +120,12 @@ def batch_boundaries(rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
 def provider_rows(rows: Iterable[Any]) -> list[Any]:
     """Filter the rows after the newest boundary into what the model sees.
 
-    ``rows`` are objects with ``to_dict()`` (or dicts). Drops reset rows, empty
-    assistant records (rejected requests), unknown and internal kinds, and tool
-    results whose call is not in the window (tool calls and results are never
-    split: a result without its call would be rejected by every provider).
+    ``rows`` are :class:`ledger.rows.Row` objects (or dicts). Drops reset rows,
+    empty assistant records (rejected requests), unknown and internal kinds,
+    and tool results whose call is not in the window: tool calls and results
+    are never split, and a result without its call would be rejected by every
+    provider. A row that mixes such a result with other parts is served as a
+    copy without it.
     """
     out: list[Any] = []
     calls: set[str] = set()
@@ -133,11 +135,16 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
         if kind not in PROVIDER_KINDS or is_empty_assistant(row):
             continue
         parts = row.get("parts") if isinstance(row.get("parts"), list) else []
-        results = [p for p in parts if isinstance(p, dict) and p.get("type") == "tool_result"]
-        if results and parts and len(results) == len(parts) and all(
-            p.get("id") not in calls for p in results
-        ):
-            continue
+        orphans = [
+            i for i, p in enumerate(parts)
+            if isinstance(p, dict) and p.get("type") == "tool_result" and p.get("id") not in calls
+        ]
+        if orphans:
+            kept = [p for i, p in enumerate(parts) if i not in orphans]
+            if not kept:
+                continue
+            row = {**row, "parts": kept}
+            item = row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
         for p in parts:
             if isinstance(p, dict) and p.get("type") == "tool_call":
                 calls.add(str(p.get("id")))

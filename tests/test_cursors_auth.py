@@ -383,3 +383,26 @@ def test_killed_writer_pending_receipt_expires_cursors(tmp_path: Path) -> None:
     # The stamps-bound cursor died with the re-baseline; a new query works.
     assert code(call(tool, {**args, "cursor": nxt["cursor"]})) == "stale_cursor"
     assert code(call(tool, args)) == ""
+
+
+def test_untracked_edit_expires_cursors(tmp_path: Path) -> None:
+    """Bytes appended to a segment behind the store's back (a readable row,
+    no reset) change the stamps: open cursors are stale, a new query works."""
+    from ledger import segments as segs
+
+    store = Store(tmp_path, durability="off", segment_bytes=1 << 20)
+    h = store.history("ws")
+    h.append_many([msg(f"tok {i}") for i in range(30)])
+    tool = h.session_history()
+    args = {"action": "search", "query": "tok", "limit": 4}
+    held = call(tool, args)["cursor"]
+    body = (b'{"seq":31,"id":"r_u","kind":"message","role":"user","parts":[{"type":"text",'
+            b'"text":"tok untracked"}],"partial":false,"meta":{},"ts":1,'
+            b'"batch":{"id":"b_u","n":1,"i":0}}')
+    with open(segs.segment_path(h.path, 1), "ab") as f:
+        f.write(fmt.frame(body))
+    assert code(call(tool, {**args, "cursor": held})) == "stale_cursor"
+    fresh = call(tool, {**args, "limit": 25})
+    got = [i["seq"] for i in fresh["items"]]
+    got += [i["seq"] for i in call(tool, {**args, "limit": 25, "cursor": fresh["cursor"]})["items"]]
+    assert got == list(range(1, 32))

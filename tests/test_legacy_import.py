@@ -93,7 +93,7 @@ def test_fixture(case: str, tmp_path: Path) -> None:
         assert floor is not None and floor.seq == exp["floor_after_seq"]
     if "window_reason" in exp:
         st = h.snapshot()
-        bounds = h.index.all_bounds([*st.sealed, (st.active, st.active_stamp)])
+        bounds = h.index.all_bounds(st.sealed, (st.active, st.active_stamp), None)
         assert bounds[-1].reason == exp["window_reason"]
     report_after = check(h)
     assert report_after.ok, report_after.text()

@@ -132,6 +132,8 @@ BAD = [
     {"action": "read"}, {"action": "read", "seq": "1"}, {"action": "read", "seq": None},
     {"action": "read", "seq": 1, "offset": -1}, {"action": "read", "seq": 1, "offset": "2"},
     {"action": "read", "seq": 1, "offset": 10**9},
+    {"action": "read", "seq": 1, "window": 0}, {"action": "search", "query": "x", "offset": 1},
+    {"action": "list", "seq": 1}, {"action": "read", "seq": 1, "limit": True},
     {"action": "search", "query": "\ud800"}, {"action": "search", "query": "ok\udfff"},
 ]
 
@@ -336,3 +338,66 @@ def test_python_methods(tmp_path: Path) -> None:
         d = tool.definition(api)
         assert key in d and json.dumps(d)
     assert os.path.isdir(h.path)
+
+
+# --- odd rows from other writers ----------------------------------------------------------------
+
+
+def _raw_row(h: Any, seq_json: bytes, text: str) -> None:
+    """A verified line written by another writer, then re-baselined."""
+    from ledger import format as fmt
+    from ledger import segments as segs
+
+    body = (
+        b'{"seq":%s,"id":"r_raw","kind":"message","role":"user","parts":[{"type":"text",'
+        b'"text":%s}],"partial":false,"meta":{},"ts":1,"batch":{"id":"b_raw","n":1,"i":0}}'
+        % (seq_json, fmt.encode_json(text))
+    )
+    with open(segs.segment_path(h.path, segs.list_segments(h.path)[-1]), "ab") as f:
+        f.write(fmt.frame(body))
+    h.rebaseline()
+
+
+def test_reused_seqs_appear_twice(tmp_path: Path) -> None:
+    h = Store(tmp_path, durability="off", segment_bytes=1 << 20).history("ws")
+    h.append_many([msg(f"tok {i}") for i in range(5)])
+    _raw_row(h, b"3", "tok reused")
+    after = h.append_many([msg("tok after")]).seqs
+    tool = h.session_history()
+    items = follow(tool, {"action": "search", "query": "tok", "limit": 2})
+    got = [(i["seq"], i["text"]) for i in items]
+    assert got[-2:] == [(3, "tok reused"), (after[0], "tok after")]
+
+
+@pytest.mark.parametrize("seq_json", [b"null", b'"7"', b"7.5"])
+def test_a_row_without_an_integer_seq_does_not_end_the_scan(tmp_path: Path,
+                                                            seq_json: bytes) -> None:
+    """A verified line whose seq is not an integer is not a row the tool can
+    name; it may be skipped, but the rows after it are still found (a result
+    with ``cursor: null`` claims the query is complete)."""
+    h = Store(tmp_path, durability="off", segment_bytes=1 << 20).history("ws")
+    before = h.append_many([msg(f"tok {i}") for i in range(5)]).seqs
+    _raw_row(h, seq_json, "tok odd")
+    after = h.append_many([msg(f"tok after {i}") for i in range(3)]).seqs
+    tool = h.session_history()
+    for args in ({"action": "search", "query": "tok", "limit": 25},
+                 {"action": "list", "window": 0, "limit": 25}):
+        got = [i["seq"] for i in follow(tool, args)]
+        assert got == before + after, args
+
+
+def test_lock_timeout_is_history_unavailable(tmp_path: Path) -> None:
+    from ledger.lock import locked
+
+    h = Store(tmp_path, durability="off", lock_timeout=0.05).history("ws")
+    h.append_many([msg(f"tok {i}") for i in range(12)])
+    tool = h.session_history()
+    first = call(tool, {"action": "search", "query": "tok"})
+    with locked(h.path, "ws", 5.0, shared=False):
+        for args in ({"action": "search", "query": "tok"}, {"action": "list"},
+                     {"action": "read", "seq": 1},
+                     {"action": "search", "query": "tok", "cursor": first["cursor"]}):
+            assert call(tool, args)["error"]["code"] == "history_unavailable", args
+    # Nothing changed: the cursor still continues.
+    nxt = call(tool, {"action": "search", "query": "tok", "cursor": first["cursor"]})
+    assert [i["seq"] for i in nxt["items"]] == [11, 12]

@@ -129,7 +129,7 @@ def test_results_fit_16_kib_for_big_non_ascii_and_control_rows(tmp_path: Path) -
             assert it["truncated"] is True
         items, _ = follow(tool, {"action": "list", "window": 0, "limit": limit})
         assert [i["seq"] for i in items] == seqs
-        for it, row in zip(items, rows):
+        for it, row in zip(items, rows, strict=True):
             assert row["parts"][0]["text"].startswith(it["text"])
     for s in seqs[:4]:
         text = h.get(s).to_dict()["parts"][0]["text"]  # type: ignore[union-attr]
@@ -247,6 +247,7 @@ def test_at_most_2_mib_read_per_call(tmp_path: Path, sealed: bool) -> None:
         {"action": "read", "seq": 150},
         {"action": "read", "seq": 4},
     ]
+    over = []
     for args in calls:
         tool = Store(tmp_path).history("ws").session_history()  # nothing cached
         cursor = None
@@ -254,10 +255,12 @@ def test_at_most_2_mib_read_per_call(tmp_path: Path, sealed: bool) -> None:
             with segment_reads() as n:
                 res = call(tool, args if cursor is None else {**args, "cursor": cursor})
             assert "error" not in res, (args, res)
-            assert n[0] <= 2 * MIB, (args, n[0])
+            if n[0] > 2 * MIB:
+                over.append((args, n[0]))
             cursor = res["cursor"]
             if cursor is None:
                 break
+    assert over == []
 
 
 # --- lines around 1 MiB -------------------------------------------------------------------
@@ -293,8 +296,8 @@ def test_line_over_1_mib_is_skipped_not_decoded(tmp_path: Path, extra: int) -> N
     items, skipped = follow(tool, {"action": "list", "window": 0})
     assert [i["seq"] for i in items] == [1, 2, 3, s + 1]
     assert skipped == want
-    res = call(tool, {"action": "read", "seq": s})
-    assert res.get("items") == [] and res["skipped"] == want
+    items, skipped = follow(tool, {"action": "read", "seq": s})
+    assert items == [] and skipped == want
 
 
 def test_5_mib_line_is_skipped_across_pages(tmp_path: Path) -> None:
@@ -310,8 +313,9 @@ def test_5_mib_line_is_skipped_across_pages(tmp_path: Path) -> None:
         assert len(got) >= 3  # 2 MiB per call: the line is crossed mid-line
         assert [i["seq"] for r in got for i in r["items"]] == [first, *after]
         assert [e for r in got for e in r["skipped"]] == [{"seq": big, "bytes": size}]
-    res = call(tool, {"action": "read", "seq": big})
-    assert res.get("items") == [] and res.get("skipped") == [{"seq": big, "bytes": size}]
+    # read may page across the line too; it ends with the line skipped, no error
+    items, skipped = follow(tool, {"action": "read", "seq": big})
+    assert items == [] and skipped == [{"seq": big, "bytes": size}]
 
 
 # --- read ----------------------------------------------------------------------------------
@@ -416,7 +420,7 @@ def test_search_snippet_is_about_300_code_points_around_the_match(tmp_path: Path
     seqs = h.append_many([msg(t) for t in texts]).seqs
     res = call(h.session_history(), {"action": "search", "query": "needle"})
     assert [i["seq"] for i in res["items"]] == seqs
-    for it, text in zip(res["items"], texts):
+    for it, text in zip(res["items"], texts, strict=True):
         assert "needle" in it["text"].casefold()
         assert 250 <= len(it["text"]) <= 320 and it["text"] in text
         assert it["truncated"] is True

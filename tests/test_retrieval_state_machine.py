@@ -117,7 +117,7 @@ class Model:
 
 def _rows(draw_texts: list[str], hidden: list[bool]) -> list[dict[str, Any]]:
     rows = []
-    for text, hide in zip(draw_texts, hidden):
+    for text, hide in zip(draw_texts, hidden, strict=True):
         if hide:
             # A rejected request's husk: an empty assistant record whose original
             # (holding the token) sits under meta.quarantine.
@@ -228,10 +228,9 @@ class RetrievalMachine(RuleBasedStateMachine):
         r = self.h.append_many(_rows(texts, hidden))
         start = self.model.next_seq
         assert r.seqs == list(range(start, start + len(texts)))
-        for i, (text, hide) in enumerate(zip(texts, hidden)):
-            self.model.rows.append(
-                MRow(start + i, "hidden" if hide else "message", text, "assistant" if hide else "user")
-            )
+        for i, (text, hide) in enumerate(zip(texts, hidden, strict=True)):
+            kind, role = ("hidden", "assistant") if hide else ("message", "user")
+            self.model.rows.append(MRow(start + i, kind, text, role))
 
     @rule()
     def clear_soft(self) -> None:

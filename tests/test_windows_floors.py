@@ -73,10 +73,17 @@ def _reset_body(seq: int, kinds: bytes) -> bytes:
     )
 
 
+def _flip_checksum(line: bytes) -> bytes:
+    """The same line with its last checksum digit changed (same length)."""
+    digit = line[-4:-3]
+    assert line.endswith(b'"}\n') and digit in b"0123456789abcdef"
+    return line[:-4] + (b"1" if digit == b"0" else b"0") + b'"}\n'
+
+
 CANDIDATES: dict[str, Callable[[int], bytes]] = {
     "torn-tail": lambda s: b'{"seq":%d,"id":"r_t","kind":"reset","role":"sys' % s,
-    "bad-checksum": lambda s: (
-        framed(_reset_body(s, b'"kind":"reset","reset":{"reason":"manual"}'))[:-4] + b'ff"}\n'
+    "bad-checksum": lambda s: _flip_checksum(
+        framed(_reset_body(s, b'"kind":"reset","reset":{"reason":"manual"}'))
     ),
     "escaped-key": lambda s: b'{"seq":%d,"\\u006bind":"reset","role":"system"}\n' % s,
     "escaped-key-upper-hex": lambda s: b'{"seq":%d,"\\u006Bi\\u006Ed":"reset"}\n' % s,
@@ -161,6 +168,13 @@ def test_candidate_alone_in_the_newest_segment_is_the_floor(tmp_path: Path, torn
     assert [i["seq"] for i in items] == []  # not one row of the older window
     assert err == ""
     assert call(tool, {"action": "read", "seq": between[0]})["error"]["code"] == "not_found"
+    # The next tracked append publishes the derived floor in the receipt:
+    # it must be the candidate's, or the leak becomes permanent.
+    after = h.append(msg("tok after")).seqs
+    items, err = follow(tool, {"action": "search", "query": "tok"})
+    assert [i["seq"] for i in items] == after
+    assert err == ""
+    assert h.snapshot().floor.segment == 2  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("name", UNREADABLE)
