@@ -363,7 +363,7 @@ def view_series(w: World, e: World, size_mib: int, res: Results,
     )
     rows = view(root)
     res.add("view", size_mib, {"size_mib": size_mib, "history_bytes": w.ledger_bytes(),
-                               "segments": w.segments(),
+                               "segments": w.segments(), "segments_empty": e.segments(),
                                "window_bytes": os.path.getsize(span[0]) - span[1],
                                "view_rows": rows}, samples)
 
@@ -460,7 +460,8 @@ def turn_series(w: World, e: World, size_mib: int, res: Results, counter: Any) -
                          min_runs=mn, max_runs=mx, budget_s=budget, setup=setup)
     samples.update(first)
     record: dict[str, Any] = {"size_mib": size_mib, "history_bytes": w.ledger_bytes(),
-                              "segments": w.segments(), "window_rows": cfg.turn_window_rows,
+                              "segments": w.segments(), "segments_empty": e.segments(),
+                              "window_rows": cfg.turn_window_rows,
                               "tokens_step": counter is not None}
     if w.sqlite is not None:
         sq = w.sqlite
@@ -584,18 +585,18 @@ def run_all(cfg: Config, corpus: Corpus, tmp: str, res: Results,
         log(f"[{size_mib} MiB] built {w.ledger_bytes() / MIB:.1f} MiB "
             + " ".join(f"{k_}={v:.1f}" for k_, v in took.items()))
         k += 1000
-        # Fresh companions measured interleaved with this point, so that the
-        # big/empty ratios do not depend on load that drifts during the run.
+        # An empty companion is measured interleaved with this point, so that
+        # the big/empty ratios do not depend on load that drifts during the
+        # run. It receives the same appends, rollovers and windows as the big
+        # history (so both hold about as many segments: the ratios isolate
+        # history bytes; segment count has its own series).
         lap = Lap()
         e = World(os.path.join(tmp, f"empty-{size_mib}"), corpus, cfg, mirrors=False)
         append_series(w, e, size_mib, res, os.path.join(tmp, "floor"), k)
-        e.close()
         lap("append")
-        e = World(os.path.join(tmp, f"empty-{size_mib}"), corpus, cfg, mirrors=False)
         e.place_window()
         span = w.place_window()
         view_series(w, e, size_mib, res, span)
-        e.close()
         lap("view")
         scan = cfg.scan_sizes_mib is None or size_mib in cfg.scan_sizes_mib
         if tool_cls is not None and scan:
@@ -604,7 +605,6 @@ def run_all(cfg: Config, corpus: Corpus, tmp: str, res: Results,
         if check is not None and scan:
             check_series(w, size_mib, res, check)
             lap("check")
-        e = World(os.path.join(tmp, f"empty-{size_mib}"), corpus, cfg, mirrors=False)
         turn_series(w, e, size_mib, res, counter)
         e.close()
         lap("turn")

@@ -21,6 +21,11 @@ A workspace ``<root>/<ws>/`` holds:
 ``INDEX``
     A projection (derived, rebuildable): one JSON line per sealed segment with
     its stamps, seq range and the positions of its boundaries and floors.
+``MERGE``
+    Present only while sealed segments are being merged (``ledger.merge``):
+    ``{"into": a, "from": [a, ..., b], "size": n}``. Once segment ``a`` has
+    size ``n`` the other listed segments are copies, ignored by readers and
+    removed by the next writer.
 ``quarantine/``
     Bytes that recovery took out of the live log, with ``MANIFEST.jsonl``.
 ``.tmp-*``
@@ -82,7 +87,10 @@ offset      size  field
 120         16    xxh3-128 digest of the sealed segments' stamps
 136         8     floor after (i64): the last readable seq before the floor line
                   (names the window an unreadable floor opens: after + 1)
-144         104   zero (room for later fields)
+144         8     layout (u64): bumped by a segment merge, which moves rows to
+                  other (segment, offset) positions without changing a byte
+                  of content; cursors are bound to it beside the epoch
+152         96    zero (room for later fields)
 248         8     xxh3-64 of bytes 0..247
 ==========  ====  ======================================================
 A torn or partial overwrite fails the checksum and reads as malformed.
@@ -110,6 +118,7 @@ LOCK_NAME = "LOCK"
 RECEIPT_NAME = "RECEIPT"
 FORMAT_NAME = "FORMAT"
 INDEX_NAME = "INDEX"
+MERGE_NAME = "MERGE"
 QUARANTINE_DIR = "quarantine"
 
 CANONICAL_KEYS = ("seq", "id", "kind", "role", "parts", "partial", "meta", "ts", "batch")
@@ -288,7 +297,7 @@ PENDING = 1
 STABLE = 2
 NO_FLOOR = -1
 FLOOR_UNREADABLE = -2
-_RECEIPT = struct.Struct("<8sB7xQQqIIQqIIQQQQQQ16sq104x")
+_RECEIPT = struct.Struct("<8sB7xQQqIIQqIIQQQQQQ16sqQ96x")
 assert _RECEIPT.size == RECEIPT_SIZE - 8
 
 
@@ -326,6 +335,7 @@ class Receipt:
     sealed_count: int
     sealed_digest: bytes
     floor_after: int = 0
+    layout: int = 0
 
     @property
     def stable(self) -> bool:
@@ -357,6 +367,7 @@ def pack_receipt(r: Receipt) -> bytes:
         r.active.ctime_ns,
         r.sealed_digest,
         r.floor_after,
+        r.layout,
     )
     return head + struct.pack("<Q", xxhash.xxh3_64_intdigest(head))
 
@@ -372,7 +383,7 @@ def unpack_receipt(data: bytes) -> Receipt | None:
     if fields[0] != RECEIPT_MAGIC or fields[1] not in (PENDING, STABLE):
         return None
     (_, state, epoch, next_seq, window, wseg, aseg, woff, fseq, fseg, scount, foff,
-     dev, ino, size, mtime, ctime, digest, floor_after) = fields
+     dev, ino, size, mtime, ctime, digest, floor_after, layout) = fields
     return Receipt(
         state=state,
         epoch=epoch,
@@ -388,6 +399,7 @@ def unpack_receipt(data: bytes) -> Receipt | None:
         sealed_count=scount,
         sealed_digest=digest,
         floor_after=floor_after,
+        layout=layout,
     )
 
 

@@ -40,6 +40,10 @@ from ledger.errors import (
 )
 from ledger.index import BoundaryIndex, active_entry, append_entry, scan_segment
 from ledger.lock import locked
+from ledger.merge import AUTO_MIN_SEALED
+from ledger.merge import merge as merge_run
+from ledger.merge import plan as plan_merge
+from ledger.merge import settle as settle_merge
 from ledger.receipt import read_receipt, write_receipt
 from ledger.rewrite import recover_if_marked
 from ledger.rows import Row, new_id, prepare_batch
@@ -509,6 +513,7 @@ class History:
         segs.remove_stray_temps(self.path)
         self._ensure_format()
         recover_if_marked(self.path, self.store.durability)
+        settle_merge(self.path, self.store.durability)
         st = self.state()
         if caller_id:
             found = self._find_batch(st, bid)
@@ -536,7 +541,27 @@ class History:
         stored, lines = prepare_batch(
             rows, st.next_seq, bid, self.store.max_row_bytes, internal=internal
         )
-        return self._commit(st, stored, lines, bid)
+        result = self._commit(st, stored, lines, bid)
+        if len(st.sealed) + 1 >= AUTO_MIN_SEALED:
+            result = self._auto_merge(result)
+        return result
+
+    def _auto_merge(self, result: AppendResult) -> AppendResult:
+        """Keep file count logarithmic once a history has many segments. The
+        append already succeeded; a failed merge is left for the next writer.
+        A merge keeps the epoch (no content changes) but bumps the receipt's
+        layout number, which expires open cursors."""
+        st = self.state()
+        if not st.verified:
+            return result
+        run = plan_merge(st.sealed, self.store.segment_bytes)
+        if run is None:
+            return result
+        try:
+            merge_run(self, st, run)
+        except OSError:
+            return result
+        return result
 
     def _commit(
         self, st: State, stored: list[dict[str, Any]], lines: list[bytes], bid: str
@@ -630,6 +655,7 @@ class History:
                 floor_segment=floor.segment if floor is not None else 0,
                 floor_offset=floor.offset if floor is not None else 0,
                 floor_after=floor.after if floor is not None else 0,
+                layout=st.receipt.layout if st.receipt is not None else 0,
                 active_segment=target,
                 active=new_stamp,
                 sealed_count=count,
@@ -715,33 +741,70 @@ class History:
         all_stamps = segs.stamps(self.path, numbers)
         fresh = self._derive(st.receipt, numbers, all_stamps[-1][1] if all_stamps else None,
                              all_stamps[:-1], b"")
-        epoch = _new_epoch(st.epoch)
-        count, sealed_dg = fmt.sealed_digest(all_stamps[:-1])
-        w, f = fresh.window, fresh.floor
-        receipt = fmt.Receipt(
-            state=fmt.STABLE,
-            epoch=epoch,
-            next_seq=fresh.next_seq,
-            window=window_marker(w),
-            window_segment=w.segment if w is not None else 0,
-            window_offset=w.offset if w is not None else 0,
-            floor_seq=f.seq if f is not None else fmt.NO_FLOOR,
-            floor_segment=f.segment if f is not None else 0,
-            floor_offset=f.offset if f is not None else 0,
-            floor_after=f.after if f is not None else 0,
-            active_segment=numbers[-1] if numbers else 0,
-            active=all_stamps[-1][1] if all_stamps else fmt.ZERO_STAMP,
-            sealed_count=count,
-            sealed_digest=sealed_dg,
-        )
-        if numbers:
-            try:
-                active_entry(self.path, numbers[-1], all_stamps[-1][1], epoch)
-            except OSError:
-                pass
-        write_receipt(self.path, receipt)
-        self._derived = {}
-        return epoch
+        return publish_state(self, fresh.window, fresh.floor, fresh.next_seq, st.epoch)
+
+    def merge_segments(self) -> int:
+        """Merge sealed segments by size class until no class is full (see
+        ``ledger.merge``); returns how many merges ran. A merge keeps the
+        epoch but bumps the receipt's layout number, so open cursors expire."""
+        from ledger import merge
+
+        self._require()
+        done = 0
+        with locked(self.path, self.workspace, self.store.lock_timeout, shared=False):
+            merge.settle(self.path, self.store.durability)
+            st = self.state()
+            if not st.verified:
+                self._rebaseline_locked(st, force_new_epoch=True)
+                st = self.state()
+            while (run := merge.plan(st.sealed, self.store.segment_bytes)) is not None:
+                merge.merge(self, st, run)
+                done += 1
+                st = self.state()
+        return done
+
+
+def publish_state(
+    history: History, window: Boundary | None, floor: Boundary | None, next_seq: int,
+    old_epoch: int, *, layout_of: fmt.Receipt | None = None,
+) -> int:
+    """Publish a stable receipt for the segments as they are now, with the
+    given window, floor and next seq (writers, under the lock). The epoch is
+    new, unless ``layout_of`` is given: then only rows moved (a merge), so the
+    epoch stays and that receipt's layout number is bumped instead."""
+    path = history.path
+    numbers = segs.list_segments(path)
+    all_stamps = segs.stamps(path, numbers)
+    if layout_of is not None:
+        epoch, layout = old_epoch, layout_of.layout + 1
+    else:
+        epoch, layout = _new_epoch(old_epoch), 0
+    count, sealed_dg = fmt.sealed_digest(all_stamps[:-1])
+    receipt = fmt.Receipt(
+        state=fmt.STABLE,
+        epoch=epoch,
+        next_seq=next_seq,
+        window=window_marker(window),
+        window_segment=window.segment if window is not None else 0,
+        window_offset=window.offset if window is not None else 0,
+        floor_seq=floor.seq if floor is not None else fmt.NO_FLOOR,
+        floor_segment=floor.segment if floor is not None else 0,
+        floor_offset=floor.offset if floor is not None else 0,
+        floor_after=floor.after if floor is not None else 0,
+        layout=layout,
+        active_segment=numbers[-1] if numbers else 0,
+        active=all_stamps[-1][1] if all_stamps else fmt.ZERO_STAMP,
+        sealed_count=count,
+        sealed_digest=sealed_dg,
+    )
+    if numbers:
+        try:
+            active_entry(path, numbers[-1], all_stamps[-1][1], epoch)
+        except OSError:
+            pass
+    write_receipt(path, receipt)
+    history._derived = {}
+    return epoch
 
 
 def _write_opts(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -926,7 +926,9 @@ class _Disabled(LedgerError):
 
 
 def _binding(st: State) -> str:
-    return f"e{st.epoch}" if st.verified else f"d{st.digest.hex()}"
+    if st.verified and st.receipt is not None:
+        return f"e{st.epoch}.{st.receipt.layout}"
+    return f"d{st.digest.hex()}"
 
 
 def _floor_key(st: State) -> str:

@@ -19,8 +19,10 @@ from __future__ import annotations
 import os
 import secrets
 import stat as stat_mod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+
+import msgspec
 
 from ledger import format as fmt
 from ledger.errors import HistoryDamaged
@@ -39,14 +41,48 @@ class CommitStepError(Exception):
         self.cause = cause
 
 
+class MergeMarker(msgspec.Struct):
+    """``MERGE``: a segment merge in progress (see ``ledger.merge``)."""
+
+    into: int
+    sources: list[int] = msgspec.field(name="from")
+    size: int
+
+
+def read_merge_marker(wsdir: str) -> MergeMarker | None:
+    path = os.path.join(wsdir, fmt.MERGE_NAME)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 1 << 16)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        return msgspec.json.decode(data, type=MergeMarker)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
 def list_segments(wsdir: str) -> list[int]:
-    """Segment numbers present in ``wsdir``, ascending."""
+    """Segment numbers present in ``wsdir``, ascending, without the copies
+    that a merge interrupted after its rename left behind."""
     try:
         names = os.listdir(wsdir)
     except FileNotFoundError:
         return []
     numbers = [n for n in map(fmt.segment_number, names) if n is not None]
     numbers.sort()
+    if fmt.MERGE_NAME in names:
+        marker = read_merge_marker(wsdir)
+        if marker is not None:
+            s = stamp(segment_path(wsdir, marker.into))
+            if s is not None and s.size == marker.size:
+                copies = set(marker.sources) - {marker.into}
+                numbers = [n for n in numbers if n not in copies]
     return numbers
 
 
@@ -109,7 +145,7 @@ def fsync_dir(path: str) -> None:
 
 
 def commit_file(
-    wsdir: str, target: str, chunks: list[bytes], *, durability: str, new_file: bool
+    wsdir: str, target: str, chunks: Iterable[bytes], *, durability: str, new_file: bool
 ) -> None:
     """Atomically make ``wsdir/target`` hold exactly ``chunks`` (see module doc)."""
     tmp = os.path.join(wsdir, f"{fmt.TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")

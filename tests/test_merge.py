@@ -1,0 +1,122 @@
+"""Sealed-segment merges: content, order, floors, windows and cursors survive;
+an interrupted merge is invisible to readers and finished by the next writer."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ledger import Store, merge
+from ledger import format as fmt
+from ledger import segments as segs
+
+
+def text(t: str) -> dict:
+    return {"role": "user", "parts": [{"type": "text", "text": t}]}
+
+
+def build(root: Path, n: int = 300) -> Store:
+    store = Store(root, segment_bytes=256, durability="off")
+    h = store.history("ws")
+    for i in range(n):
+        if i == n // 3:
+            h.clear_soft()
+        if i == 2 * n // 3:
+            h.rollover([text("roll")])
+        h.append(text(f"tok {i}"))
+    return store
+
+
+def seg_files(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "ws").iterdir() if p.name.startswith("seg-"))
+
+
+def test_merge_keeps_rows_epoch_floor_and_window(tmp_path: Path) -> None:
+    store = build(tmp_path)
+    h = store.history("ws")
+    before = [r.to_dict() for r in h.rows()]
+    st0 = h.snapshot()
+    files0 = seg_files(tmp_path)
+    assert h.merge_segments() >= 1
+    st1 = h.snapshot()
+    assert len(seg_files(tmp_path)) < len(files0) // 4
+    assert [r.to_dict() for r in h.rows()] == before
+    assert st1.verified and st1.epoch == st0.epoch
+    assert st1.receipt is not None and st0.receipt is not None
+    assert st1.receipt.layout == st0.receipt.layout + 1
+    assert (st1.floor.seq, st1.window_seq, st1.next_seq) == (
+        st0.floor.seq, st0.window_seq, st0.next_seq)
+    assert [r.seq for r in h.provider_view()] == [
+        r["seq"] for r in before if r["seq"] > st0.window_seq and r["kind"] != "reset"]
+    # The merged positions really are where the boundaries are.
+    data = (tmp_path / "ws" / fmt.segment_name(st1.floor.segment)).read_bytes()
+    line = data[st1.floor.offset: data.index(b"\n", st1.floor.offset)]
+    assert json.loads(line)["seq"] == st1.floor.seq
+
+
+def test_merge_expires_cursors_but_not_new_queries(tmp_path: Path) -> None:
+    store = build(tmp_path)
+    h = store.history("ws")
+    tool = h.session_history()
+    first = json.loads(tool.call({"action": "search", "query": "tok", "limit": 5}))
+    assert first["cursor"]
+    h.merge_segments()
+    again = json.loads(tool.call({"action": "search", "query": "tok", "limit": 5,
+                                  "cursor": first["cursor"]}))
+    assert again["error"]["code"] == "stale_cursor"
+    fresh = json.loads(tool.call({"action": "search", "query": "tok", "limit": 5}))
+    assert [i["seq"] for i in fresh["items"]] == [i["seq"] for i in first["items"]]
+    read = json.loads(tool.call({"action": "read", "seq": st_seq(h)}))
+    assert read["items"][0]["text"].startswith("tok")
+
+
+def st_seq(h) -> int:
+    return h.snapshot().floor.seq + 3
+
+
+def test_appends_merge_on_their_own_and_keep_the_epoch(tmp_path: Path) -> None:
+    store = Store(tmp_path, segment_bytes=128, durability="off")
+    h = store.history("ws")
+    epochs = {h.append(text(f"row {i}")).epoch for i in range(merge.AUTO_MIN_SEALED * 3)}
+    assert len(epochs) == 1
+    assert len(seg_files(tmp_path)) <= merge.AUTO_MIN_SEALED + 1
+    assert [r.seq for r in h.rows()] == list(range(1, merge.AUTO_MIN_SEALED * 3 + 1))
+
+
+@pytest.mark.parametrize("stage", ["marker", "renamed", "one_unlinked"])
+def test_interrupted_merge_is_invisible_and_settled(tmp_path: Path, stage: str) -> None:
+    store = build(tmp_path, 120)
+    h = store.history("ws")
+    before = [r.to_dict() for r in h.rows()]
+    st = h.snapshot()
+    run = merge.plan(st.sealed, store.segment_bytes)
+    assert run
+    wsdir = str(tmp_path / "ws")
+    total = sum(dict(st.sealed)[n].size for n in run)
+    marker = {"into": run[0], "from": run, "size": total}
+    (tmp_path / "ws" / fmt.MERGE_NAME).write_text(json.dumps(marker))
+    if stage != "marker":
+        blob = b"".join((tmp_path / "ws" / fmt.segment_name(n)).read_bytes() for n in run)
+        (tmp_path / "ws" / fmt.segment_name(run[0])).write_bytes(blob)
+    if stage == "one_unlinked":
+        os.unlink(segs.segment_path(wsdir, run[1]))
+    # A reader sees the same rows, once each, before any writer settles.
+    assert [r.to_dict() for r in h.rows()] == before
+    h.append(text("after"))
+    assert not (tmp_path / "ws" / fmt.MERGE_NAME).exists()
+    assert [r.to_dict() for r in h.rows()][:-1] == before
+    if stage != "marker":
+        assert all(not os.path.exists(segs.segment_path(wsdir, n)) for n in run[1:])
+
+
+def test_plan_is_tiered() -> None:
+    stamp = lambda size: fmt.Stamp(0, 0, size, 0, 0)  # noqa: E731
+    small = [(i, stamp(300)) for i in range(1, 15)]
+    assert merge.plan(small, 256) is None  # 14 of a class: not yet
+    full = [(i, stamp(300)) for i in range(1, 17)]
+    assert merge.plan(full, 256) == list(range(1, 17))
+    big_then_small = [(1, stamp(300 * 16)), *[(i, stamp(300)) for i in range(2, 18)]]
+    assert merge.plan(big_then_small, 256) == list(range(2, 18))
