@@ -49,9 +49,11 @@ from ledger import format as fmt
 from ledger import segments as segs
 from ledger.errors import CommitFailed, CommitUncertain, InvalidRow, LedgerError
 from ledger.history import _empty_receipt, _new_epoch, window_marker
-from ledger.index import SegmentInfo, append_entry, read_entries
+from ledger.index import SegmentInfo, active_entry, append_entry, read_entries
 from ledger.lock import locked
+from ledger.merge import settle as settle_merge
 from ledger.receipt import write_receipt
+from ledger.rewrite import recover_if_marked
 from ledger.rows import new_id, prepare_batch
 from ledger.windows import Boundary, batch_boundaries
 
@@ -142,7 +144,15 @@ def _load_locked(
     internal: bool,
 ) -> BulkResult:
     ws = history.workspace
+    # Arrive as every writer does (History._append_locked): refuse a workspace
+    # being deleted, clear dead writers' temp files, write or check FORMAT,
+    # settle an interrupted rewrite or merge, then read the state.
+    if history.store._tombstoned(ws):
+        raise CommitFailed(f"workspace {ws!r} is being deleted; nothing written", "bulk")
     segs.remove_stray_temps(history.path)
+    history._ensure_format()
+    recover_if_marked(history.path, history.store.durability)
+    settle_merge(history.path, history.store.durability)
     st = history.state()
     base = st.receipt if st.receipt is not None else _empty_receipt()
     try:
@@ -292,22 +302,24 @@ class _Loader:
         for number in self.created:
             s = segs.stamp(segs.segment_path(path, number))
             fresh.append((number, s if s is not None else fmt.ZERO_STAMP))
-        self._index(fresh)
+        epoch = _new_epoch(st.epoch)
+        self._index(fresh, epoch)
         sealed.extend(fresh[:-1])
         active_number, active_stamp = fresh[-1]
         count, sealed_dg = fmt.sealed_digest(sealed)
-        epoch = _new_epoch(st.epoch)
         w, f = self.window, self.floor
         receipt = fmt.Receipt(
             state=fmt.STABLE,
             epoch=epoch,
             next_seq=self.next_seq,
-            window=w.seq if w is not None else 0,
+            window=window_marker(w),
             window_segment=w.segment if w is not None else 0,
             window_offset=w.offset if w is not None else 0,
             floor_seq=f.seq if f is not None else fmt.NO_FLOOR,
             floor_segment=f.segment if f is not None else 0,
             floor_offset=f.offset if f is not None else 0,
+            floor_after=f.after if f is not None else 0,
+            layout=st.receipt.layout if st.receipt is not None else 0,
             active_segment=active_number,
             active=active_stamp,
             sealed_count=count,
@@ -330,10 +342,12 @@ class _Loader:
             window=window_marker(w),
         )
 
-    def _index(self, fresh: list[tuple[int, fmt.Stamp]]) -> None:
+    def _index(self, fresh: list[tuple[int, fmt.Stamp]], epoch: int) -> None:
         """Append INDEX entries (a projection: failures are ignored, readers
-        rebuild a missing entry). The new active segment gets one too, so the
-        append that later seals it finds it instead of scanning it."""
+        rebuild a missing entry). The new active segment gets a sealed-style
+        entry too (valid while its stamp holds, so whoever seals it can find
+        it instead of scanning it) and an active entry under the new epoch,
+        as ``History._commit`` writes for a segment it starts."""
         path = self.history.path
         st = self.st
         try:
@@ -345,6 +359,8 @@ class _Loader:
             for (number, stamp), (first, last, rows, bounds) in zip(
                 fresh, self.infos, strict=True
             ):
-                append_entry(path, SegmentInfo(number, stamp, first, last, rows, bounds))
+                append_entry(path, SegmentInfo(number, stamp, first, last, rows, bounds, last))
+            (number, stamp), (first, _, _, bounds) = fresh[-1], self.infos[-1]
+            active_entry(path, number, stamp, epoch, bounds, first)
         except OSError:
             pass

@@ -42,7 +42,7 @@ from ledger.index import BoundaryIndex, active_entry, append_entry, scan_segment
 from ledger.lock import locked
 from ledger.merge import AUTO_MIN_SEALED
 from ledger.merge import merge as merge_run
-from ledger.merge import plan as plan_merge
+from ledger.merge import runnable as runnable_merge
 from ledger.merge import settle as settle_merge
 from ledger.receipt import read_receipt, write_receipt
 from ledger.rewrite import recover_if_marked
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from ledger.retrieval import SessionHistory
     from ledger.store import Store
 
-IDEMPOTENCY_SCAN_BYTES = 8 << 20
+IDEMPOTENCY_SCAN_BYTES = 1 << 20
 LEAD_IN_TEXT = (
     "A new context window starts here (window {window}). Earlier messages of this "
     "conversation are not shown to you.{tool} Anything retrieved from earlier windows is "
@@ -482,6 +482,19 @@ class History:
         # Check the rows before taking the lock, so bad input costs nothing.
         prepare_batch(rows, 1, batch_id or "b_check", self.store.max_row_bytes, internal=internal)
         bid = batch_id or new_id("b_")
+        if not self.exists() and (
+            expect_next_seq not in (None, 1) or expect_window not in (None, 0)
+        ):
+            # A refused conditional append creates nothing.
+            if expect_window not in (None, 0):
+                raise WindowChanged(
+                    f"workspace {self.workspace!r}: expected window {expect_window}, the "
+                    "history is empty (window 0)"
+                )
+            raise Conflict(
+                f"workspace {self.workspace!r}: expected next seq {expect_next_seq}, the "
+                "history is empty (next seq 1)"
+            )
         try:
             self._ensure_dir()
             lock = locked(self.path, self.workspace, self.store.lock_timeout, shared=False)
@@ -512,8 +525,15 @@ class History:
             raise CommitFailed(f"workspace {self.workspace!r} is being deleted; nothing written")
         segs.remove_stray_temps(self.path)
         self._ensure_format()
-        recover_if_marked(self.path, self.store.durability)
-        settle_merge(self.path, self.store.durability)
+        try:
+            recover_if_marked(self.path, self.store.durability)
+            settle_merge(self.path, self.store.durability)
+        except OSError as exc:
+            raise CommitFailed(
+                f"workspace {self.workspace!r}: could not settle an interrupted rewrite or "
+                f"merge ({exc}); nothing was written",
+                bid,
+            ) from exc
         st = self.state()
         if caller_id:
             found = self._find_batch(st, bid)
@@ -554,13 +574,13 @@ class History:
         st = self.state()
         if not st.verified:
             return result
-        run = plan_merge(st.sealed, self.store.segment_bytes)
-        if run is None:
+        run = runnable_merge(self.path, st.sealed, self.store.segment_bytes)
+        if not run:
             return result
         try:
             merge_run(self, st, run)
-        except OSError:
-            return result
+        except (OSError, segs.CommitStepError):
+            pass  # the pending receipt and MERGE marker tell the next writer
         return result
 
     def _commit(
@@ -680,24 +700,34 @@ class History:
             pass
 
     def _find_batch(self, st: State, batch_id: str) -> list[int] | None:
+        """Seqs of the committed batch ``batch_id`` within the newest
+        IDEMPOTENCY_SCAN_BYTES of the log (where a retry after
+        CommitUncertain finds its batch), else None."""
         needle = fmt.encode_json(batch_id)
-        scanned = 0
+        remaining = IDEMPOTENCY_SCAN_BYTES
+        sizes = {n: stamp.size for n, stamp in st.sealed}
+        if st.active_stamp is not None:
+            sizes[st.active] = st.active_stamp.size
         for number in reversed(st.segments):
+            size = sizes.get(number, 0)
+            window = min(size, remaining)
             path = segs.segment_path(self.path, number)
-            data = segs.read_file(path)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            try:
+                data = os.pread(fd, window, size - window)
+            finally:
+                os.close(fd)
             if needle in data:
                 seqs = []
                 for line in segs.split_lines(data):
                     row = fmt.decode_line(line.data) if line.complete else None
-                    if row is None:
-                        continue
-                    b = row.get("batch")
+                    b = row.get("batch") if row is not None else None
                     if isinstance(b, dict) and b.get("id") == batch_id:
-                        seqs.append(int(row["seq"]))
+                        seqs.append(int(row["seq"]))  # type: ignore[index]
                 if seqs:
                     return seqs
-            scanned += len(data)
-            if scanned >= IDEMPOTENCY_SCAN_BYTES:
+            remaining -= window
+            if remaining <= 0:
                 break
         return None
 
@@ -757,8 +787,14 @@ class History:
             if not st.verified:
                 self._rebaseline_locked(st, force_new_epoch=True)
                 st = self.state()
-            while (run := merge.plan(st.sealed, self.store.segment_bytes)) is not None:
-                merge.merge(self, st, run)
+            while (run := merge.runnable(self.path, st.sealed, self.store.segment_bytes)):
+                try:
+                    merge.merge(self, st, run)
+                except (OSError, segs.CommitStepError) as exc:
+                    raise CommitFailed(
+                        f"workspace {self.workspace!r}: segment merge failed ({exc}); no row "
+                        "changed, the next writer finishes or drops it"
+                    ) from exc
                 done += 1
                 st = self.state()
         return done
@@ -797,11 +833,13 @@ def publish_state(
         sealed_count=count,
         sealed_digest=sealed_dg,
     )
-    if numbers:
-        try:
+    try:
+        for number, stamp in all_stamps[:-1]:
+            history.index.ensure_persisted(number, stamp)
+        if numbers:
             active_entry(path, numbers[-1], all_stamps[-1][1], epoch)
-        except OSError:
-            pass
+    except OSError:
+        pass  # a projection: readers rebuild what is missing
     write_receipt(path, receipt)
     history._derived = {}
     return epoch

@@ -132,6 +132,7 @@ class BoundaryIndex:
         self.wsdir = wsdir
         self._cache: dict[int, SegmentInfo] = {}
         self._active: dict[tuple[int, int], SegmentInfo] = {}
+        self._persisted: set[tuple[int, fmt.Stamp]] = set()
         self._index_stamp: fmt.Stamp | None = None
 
     def _load(self) -> None:
@@ -139,6 +140,7 @@ class BoundaryIndex:
         if st is not None and st != self._index_stamp:
             sealed, active = read_entries(self.wsdir)
             for number, info in sealed.items():
+                self._persisted.add((number, info.stamp))
                 cached = self._cache.get(number)
                 if cached is None or cached.stamp != info.stamp:
                     self._cache[number] = info
@@ -169,6 +171,15 @@ class BoundaryIndex:
             cached = scan_segment(self.wsdir, number, stamp)
             self._cache[number] = cached
         return cached
+
+    def ensure_persisted(self, number: int, stamp: fmt.Stamp) -> None:
+        """Writers: make sure INDEX holds a valid entry for a sealed segment,
+        so readers in other processes never scan it inside a call."""
+        self._load()
+        if (number, stamp) in self._persisted:
+            return
+        append_entry(self.wsdir, self.info(number, stamp))
+        self._persisted.add((number, stamp))
 
     def all_bounds(self, sealed: list[tuple[int, fmt.Stamp]],
                    active: tuple[int, fmt.Stamp] | None, epoch: int | None) -> list[Boundary]:

@@ -78,6 +78,30 @@ def plan(sealed: list[tuple[int, fmt.Stamp]], cap: int) -> list[int] | None:
     return None
 
 
+def runnable(wsdir: str, sealed: list[tuple[int, fmt.Stamp]], cap: int) -> list[int]:
+    """The planned run, cut after the last segment that does not end in a
+    newline: a torn tail is never glued onto the next segment's first row
+    (it waits for ``tledger repair``)."""
+    run = plan(sealed, cap) or []
+    for i in range(len(run) - 1, -1, -1):
+        if not _ends_in_newline(segs.segment_path(wsdir, run[i])):
+            run = run[i + 1 :]
+            break
+    return run if len(run) >= 2 else []
+
+
+def _ends_in_newline(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        return size > 0 and os.pread(fd, 1, size - 1) == b"\n"
+    finally:
+        os.close(fd)
+
+
 def settle(wsdir: str, durability: str) -> None:
     """Finish or drop an interrupted merge (writers, under the lock)."""
     path = os.path.join(wsdir, fmt.MERGE_NAME)

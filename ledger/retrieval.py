@@ -437,6 +437,9 @@ class SessionHistory:
             result = error_result("history_unavailable", str(exc))
         except _Disabled as exc:
             result = error_result("retrieval_disabled", str(exc))
+        except (LedgerError, OSError, ValueError, TypeError, RecursionError) as exc:
+            # call() never raises: anything unforeseen is reported, not thrown.
+            result = error_result("history_unavailable", f"{type(exc).__name__}: {exc}")
         return _enc.encode(result).decode("utf-8")
 
     def list(
@@ -491,7 +494,8 @@ class SessionHistory:
             raise BadRequest(f"'action' must be one of {list(ACTIONS)}")
         unknown = set(args) - _ALLOWED_ARGS[action]
         if unknown:
-            raise BadRequest(f"unknown argument(s) for {action}: {sorted(unknown)}")
+            names = sorted(map(repr, unknown))
+            raise BadRequest(f"unknown argument(s) for {action}: {', '.join(names)}")
         cursor = args.get("cursor")
         if cursor is not None and not isinstance(cursor, str):
             raise BadRequest("'cursor' must be a string")
@@ -835,8 +839,6 @@ class SessionHistory:
     def _locate(self, st: State, seq: int, result: Result) -> Any:
         """Find row ``seq``: the segment from the index (sealed entries, else
         the active segment), then a bounded search inside it."""
-        if st.floor is not None and st.floor.seq >= 0 and seq <= st.floor.seq:
-            raise NotFound(f"no retrievable row {seq}")
         target: tuple[int, fmt.Stamp] | None = None
         for number, stamp in st.sealed:
             info = self.history.index.info(number, stamp)

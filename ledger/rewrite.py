@@ -760,6 +760,19 @@ def truncate_after(history: History, seq: int) -> dict[str, Any]:
                 f"batch {b.get('id')!r}; a batch is never split: truncate after seq {last} "
                 f"(its last row) or after seq {first - 1} (before it)"
             )
+        floor = st.floor
+        if (
+            floor is not None
+            and floor.readable
+            and (floor.segment, floor.offset) > (number, entries[idx].offset)
+        ):
+            # Dropping the newest manual reset would make the rows it hides
+            # retrievable again: fail closed.
+            raise RewriteRefused(
+                f"workspace {history.workspace!r}: truncating after seq {seq} would remove "
+                f"the privacy floor (the manual reset at seq {floor.seq}); truncate after "
+                f"seq {floor.seq} or later"
+            )
         quarantine = Quarantine(history.path, durability=history.store.durability)
         puts: list[Callable[[], str]] = []
         changes: dict[int, list[bytes] | None] = {}

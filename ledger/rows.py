@@ -121,11 +121,13 @@ def _check_json_domain(row: dict[str, Any], index: int) -> bytes:
         raise InvalidRow(f"row {index}: an integer is outside the 64-bit range", index)
     try:
         body = fmt.encode_json(row)
+    except RecursionError:
+        raise InvalidRow(f"row {index}: nested too deeply to store", index) from None
     except (TypeError, ValueError, OverflowError, UnicodeEncodeError) as exc:
         raise InvalidRow(f"row {index}: not encodable as JSON: {exc}", index) from exc
     try:
         back = fmt.decode_json(body)
-    except msgspec.DecodeError as exc:  # pragma: no cover - msgspec round-trips
+    except (msgspec.DecodeError, RecursionError) as exc:  # pragma: no cover - msgspec round-trips
         raise InvalidRow(f"row {index}: does not round-trip through JSON: {exc}", index) from exc
     if back != row:
         raise InvalidRow(

@@ -291,3 +291,24 @@ def test_index_entries_match_a_scan(store: Store) -> None:
         stamp = segs.stamp(segs.segment_path(h.path, number))
         assert stamp is not None
         assert entries[number] == scan_segment(h.path, number, stamp)
+
+
+def test_fresh_workspace_gets_format(store: Store) -> None:
+    h = store.history("ws")
+    bulk_load(h, [[msg(0)]])
+    assert Path(h.path, fmt.FORMAT_NAME).read_bytes() == fmt.FORMAT_TEXT
+
+
+def test_many_small_segments_merge_after_bulk(store_root: Path) -> None:
+    """A bulk load that leaves many segments is merged by later appends (or
+    merge_segments) without changing a row."""
+    h = Store(store_root, durability="off", segment_bytes=128).history("ws")
+    res = bulk_load(h, [[msg(i)] for i in range(300)], segment_target_bytes=1)
+    assert len(res.segments) == 300
+    before = [r.to_dict() for r in h.rows()]
+    h.append(msg(300))
+    h.merge_segments()
+    assert len(segs.list_segments(h.path)) < 300
+    after = [r.to_dict() for r in h.rows()]
+    assert after[:-1] == before and after[-1]["seq"] == 301
+    assert h.snapshot().verified

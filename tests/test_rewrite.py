@@ -108,11 +108,11 @@ def test_truncate_after_moves_the_tail_to_quarantine(tmp_path: Path) -> None:
     rows = _rows(h)
     before = seg_files(b.path)
     high = h.snapshot().next_seq
-    cut = rows[5]
-    assert cut["batch"]["i"] == cut["batch"]["n"] - 1
+    cut = rows[6]  # the manual clear: a truncation never removes the newest floor
+    assert cut["kind"] == "reset" and cut["batch"]["i"] == cut["batch"]["n"] - 1
     out = rewrite.truncate_after(h, cut["seq"])
-    assert [x["seq"] for x in _rows(h)] == [x["seq"] for x in rows[:6]]
-    assert out["removed_rows"] == len(rows) - 6
+    assert [x["seq"] for x in _rows(h)] == [x["seq"] for x in rows[:7]]
+    assert out["removed_rows"] == len(rows) - 7
     removed = b"".join(d for _, _, d in sorted(quarantined(b.path)))
     original_tail = b"".join(before.values())[len(b"".join(seg_files(b.path).values())):]
     assert sorted(removed) == sorted(original_tail)
@@ -284,7 +284,7 @@ def test_native_marker_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(rewrite, "FAULT_HOOK", spy)
     rows = _rows(b.history)
-    rewrite.truncate_after(b.history, rows[1]["seq"])
+    rewrite.truncate_after(b.history, rows[6]["seq"])
     doc = seen["doc"]
     assert set(doc) >= {"finalArchiveHash", "finalChatHash", "rawHashes", "files"}
     assert doc["rawHashes"]["version"] == 1

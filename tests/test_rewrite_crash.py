@@ -29,7 +29,7 @@ Op = Callable[[History], Any]
 
 def _truncate(h: History) -> Any:
     rows = [r.to_dict() for r in h.rows()]
-    return rewrite.truncate_after(h, rows[3]["seq"])
+    return rewrite.truncate_after(h, rows[6]["seq"])  # rows[6]: the newest floor
 
 
 def _purge(h: History) -> Any:

@@ -157,6 +157,7 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.retrieval import SessionHistory
 
     h = ctx.store().history(args.workspace)
+    h._require()  # a missing workspace is an error here (exit 1), as for rows/context
     call: dict[str, Any] = {"action": args.action}
     if args.query is not None:
         if args.action == "search":
