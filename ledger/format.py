@@ -273,6 +273,10 @@ def readable_row_is_reset(line: bytes, row: dict[str, Any]) -> bool:
     ``kind`` key with value ``reset`` that a last-wins decoder hid."""
     if row.get("kind") == "reset":
         return True
+    # A line that decoded holds no raw control characters, so a key "kind"
+    # with value "reset" needs both words spelled out, or a \u escape.
+    if (b"reset" not in line or b"kind" not in line) and b"\\u" not in line:
+        return False
     if _KIND_ONLY_RE.search(line) is None:
         return False
     pairs: list[tuple[str, Any]] = []

@@ -15,7 +15,8 @@ stamps under the shared lock before and after it reads.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -203,6 +204,8 @@ class Scan:
     paused: Position | None = None
     skip_from: int = -1
     skip_seq: int | None = None
+    # True when a run of lines may hold a match (or a boundary); None: off.
+    prefilter: Callable[[bytes], bool] | None = None
 
     def __post_init__(self) -> None:
         self.skip_from = self.start.skip_from
@@ -240,6 +243,7 @@ class Scan:
         buf = b""  # holds the bytes [base, base + len(buf))
         base = offset
         i = 0  # the first byte of buf not yet consumed
+        checked = 0  # buf[:checked] already went through the prefilter
         while True:
             if skip:
                 pos = base + i
@@ -266,6 +270,21 @@ class Scan:
                 else:
                     budget.rows += 1  # the floor line: read, so examined
                 continue
+            if self.prefilter is not None and i >= checked:
+                # Skip whole runs of lines that cannot match, counting them.
+                last = buf.rfind(b"\n", i)
+                if last >= i:
+                    region = buf[i : last + 1]
+                    count = region.count(b"\n")
+                    if (
+                        len(region) <= LINE_CAP
+                        and budget.rows + count <= SCAN_ROWS
+                        and not self.prefilter(region)
+                    ):
+                        budget.rows += count
+                        i = last + 1
+                        continue
+                    checked = last + 1
             nl = buf.find(b"\n", i)
             if nl >= 0:
                 if budget.rows >= SCAN_ROWS:
@@ -275,6 +294,8 @@ class Scan:
                 if nl - i > LINE_CAP:
                     seq = seq_prefix(buf[i : i + 32])
                     yield Event(number, base + i, base + nl + 1, None, b"", True, seq)
+                elif self.prefilter is not None and not self.prefilter(buf[i:nl]):
+                    pass  # cannot match: examined, not decoded
                 else:
                     line = buf[i:nl]
                     yield Event(number, base + i, base + nl + 1, fmt.decode_line(line), line)
@@ -304,6 +325,7 @@ class Scan:
             budget.bytes_read += len(data)
             buf = buf[i:] + data
             base += i
+            checked = max(checked - i, 0)
             i = 0
 
     def pause_at(self, pos: Position) -> None:
@@ -383,6 +405,47 @@ def _snippet(text: str, folded_query: str) -> tuple[str, bool] | None:
 
 
 # --- the tool ---------------------------------------------------------------------
+
+
+# Non-ASCII characters whose case folding yields ASCII letters (the test suite
+# recomputes this list from unicodedata): where none occurs, an ASCII query can
+# only match ASCII bytes of the stored line.
+_ASCII_FOLDERS = tuple(
+    chr(c).encode("utf-8")
+    for c in (0xDF, 0x130, 0x149, 0x17F, 0x1F0, 0x1E96, 0x1E97, 0x1E98, 0x1E99, 0x1E9A,
+              0x1E9E, 0x212A, 0xFB00, 0xFB01, 0xFB02, 0xFB03, 0xFB04, 0xFB05, 0xFB06)
+)
+_NON_CONTROL_ESCAPE = re.compile(rb"\\u(?!00[01][0-9a-fA-F])")
+
+
+def ascii_prefilter(query: str) -> Callable[[bytes], bool] | None:
+    """A sound byte-level test for a search: False only when no line in the
+    bytes can hold ``query`` in its searched text (and none is a boundary),
+    so those lines need not be decoded. None when the query is not plain
+    ASCII (JSON escapes or case folding could hide a match from the bytes).
+    Text the searched form adds (``[media]``, the space between a tool
+    call's name and input) is accounted for. Lines ruled out are counted as
+    examined but not decoded, so an unreadable one among them is not listed
+    under ``skipped``."""
+    if not query.isascii() or any(c in query for c in '"\\/') or not query.isprintable():
+        return None
+    needle = query.lower().encode("ascii")
+
+    spans_join = b" " in needle  # a tool call is searched as "name input"
+    media_text = needle in b"[media]" or b"[" in needle or b"]" in needle
+
+    def may_hold(data: bytes) -> bool:
+        if needle in data.lower() or b'"reset"' in data:
+            return True
+        if spans_join and b'"tool_call"' in data:
+            return True
+        if media_text and b'"media"' in data:
+            return True
+        if not data.isascii() and any(f in data for f in _ASCII_FOLDERS):
+            return True
+        return b"\\u" in data and _NON_CONTROL_ESCAPE.search(data) is not None
+
+    return may_hold
 
 
 def _int_arg(args: dict[str, Any], key: str) -> int | None:
@@ -666,6 +729,7 @@ class SessionHistory:
         if window is not None and data.pos == _fresh_pos(st):
             start = self._window_start(st, window)
         scan = self._scan(st, data, start)
+        scan.prefilter = ascii_prefilter(query)
         box = [data.window if start is None else window if window is not None else 0]
         for ev, row in self._events(scan, data, result, box):
             if window is not None and box[0] != window:

@@ -145,9 +145,11 @@ def test_skipped_entries_count_towards_16_kib(tmp_path: Path) -> None:
     h = store.history("ws")
     big = "\x01" * 600 + "needle" + "\x02" * 600  # ~7.3 KB of JSON per snippet
     first = h.append_many([msg(big) for _ in range(7)]).seqs
+    # Unreadable lines that mention the query: search must decode them (its
+    # byte prefilter cannot rule them out), so each becomes a skipped entry.
     damaged = b"".join(
-        b'{"seq":%d,"id":"r_dmg","kind":"message","role":"user","parts":[],"_c":"0000000000000000"}\n'
-        % (100_000 + i)
+        b'{"seq":%d,"id":"r_dmg","kind":"message","role":"user","parts":[],"x":"needle",'
+        b'"_c":"0000000000000000"}\n' % (100_000 + i)
         for i in range(300)
     )
     with open(segs.segment_path(h.path, segs.list_segments(h.path)[-1]), "ab") as f:
