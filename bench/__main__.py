@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"mode={'quick' if cfg.quick else 'full'} sizes={cfg.sizes_mib} MiB tmp={tmp} "
         f"corpus={corpus.source}")
     fs = report.filesystem_of(tmp)
+    # The code measured is the tree as it is now (modules load at start).
+    commit = report.git_commit(str(REPO))
     load_before = os.getloadavg()
     try:
         run_all(cfg, corpus, tmp, res, log)
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             "date": when,
             "mode": "quick" if cfg.quick else "full",
             "seconds": round(time.monotonic() - started, 1),
-            "commit": report.git_commit(str(REPO)),
+            "commit": commit,
             "machine": report.machine(),
             "filesystem": fs,
             "loadavg_before": [round(x, 2) for x in load_before],

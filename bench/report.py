@@ -234,7 +234,7 @@ def markdown_table(doc: dict[str, Any]) -> str:
             "re-budget warm/cold |\n|---|---|---|---|---|---|---|\n"
             f"| {c.get('text_chars', 0):,} chars | {_fmt(_s_ms(c.get('ledger_s')))} | "
             f"{_fmt(_s_ms(c.get('tiktoken_s')))} | {_fmt(c.get('count_over_raw_tiktoken'))} | "
-            f"{_fmt(c.get('median_ratio'))} | {c.get('equal')} | "
+            f"{_fmt(c.get('median_ratio', c.get('wall_median_ratio')))} | {c.get('equal')} | "
             f"{_fmt(rb.get('warm_ms'))} / {_fmt(rb.get('cold_ms'))} ms |"
         )
     return "\n\n".join(out) + "\n"

@@ -45,8 +45,9 @@ from ledger.merge import merge as merge_run
 from ledger.merge import runnable as runnable_merge
 from ledger.merge import settle as settle_merge
 from ledger.receipt import read_receipt, write_receipt
+from ledger.rewrite import MARKER_NAME as REWRITE_MARKER
 from ledger.rewrite import recover_if_marked
-from ledger.rows import Row, new_id, prepare_batch
+from ledger.rows import Row, new_id, prepare_batch, renumber
 from ledger.windows import Boundary, batch_boundaries, provider_rows
 
 if TYPE_CHECKING:
@@ -125,6 +126,7 @@ class History:
         self.path = path
         self._derived: dict[bytes, State] = {}
         self.index = BoundaryIndex(path)
+        self._format_checked = False
 
     def __repr__(self) -> str:
         return f"History({self.workspace!r})"
@@ -155,9 +157,11 @@ class History:
                 f"{fmt.FORMAT_TEXT!r}; use a build that knows that format"
             )
 
-    def state(self) -> State:
-        """Validate receipt and stamps now (call under the lock)."""
-        numbers = segs.list_segments(self.path)
+    def state(self, numbers: list[int] | None = None) -> State:
+        """Validate receipt and stamps now (call under the lock); ``numbers``
+        is a segment listing taken under the same lock, if the caller has one."""
+        if numbers is None:
+            numbers = segs.list_segments(self.path)
         all_stamps = segs.stamps(self.path, numbers)
         sealed = all_stamps[:-1]
         active_stamp = all_stamps[-1][1] if all_stamps else None
@@ -394,10 +398,15 @@ class History:
         except FileExistsError:
             pass
 
-    def _ensure_format(self) -> None:
-        """Under the exclusive lock: write FORMAT when missing, else check it."""
-        if os.path.exists(os.path.join(self.path, fmt.FORMAT_NAME)):
-            self._check_format()
+    def _ensure_format(self, present: bool | None = None) -> None:
+        """Under the exclusive lock: write FORMAT when missing, else check it
+        (once per History object: FORMAT never changes under a writer)."""
+        if present is None:
+            present = os.path.exists(os.path.join(self.path, fmt.FORMAT_NAME))
+        if present:
+            if not self._format_checked:
+                self._check_format()
+                self._format_checked = True
             return
         try:
             segs.commit_file(
@@ -479,9 +488,10 @@ class History:
     ) -> AppendResult:
         if batch_id is not None and (not isinstance(batch_id, str) or not 0 < len(batch_id) <= 200):
             raise InvalidRow("batch_id must be a string of 1 to 200 characters")
-        # Check the rows before taking the lock, so bad input costs nothing.
-        prepare_batch(rows, 1, batch_id or "b_check", self.store.max_row_bytes, internal=internal)
         bid = batch_id or new_id("b_")
+        # Check and encode the rows before taking the lock, so bad input costs
+        # nothing and the lock is held only for I/O; seqs are set under it.
+        prepared = prepare_batch(rows, 0, bid, self.store.max_row_bytes, internal=internal)
         if not self.exists() and (
             expect_next_seq not in (None, 1) or expect_window not in (None, 0)
         ):
@@ -506,7 +516,7 @@ class History:
         try:
             return self._append_locked(
                 rows, bid, batch_id is not None, expect_next_seq, expect_window, internal,
-                before_encode,
+                before_encode, prepared,
             )
         finally:
             lock.__exit__(None, None, None)
@@ -520,21 +530,26 @@ class History:
         expect_window: int | None,
         internal: bool,
         before_encode: Any,
+        prepared: tuple[list[dict[str, Any]], list[bytes]],
     ) -> AppendResult:
         if self.store._tombstoned(self.workspace):
             raise CommitFailed(f"workspace {self.workspace!r} is being deleted; nothing written")
-        segs.remove_stray_temps(self.path)
-        self._ensure_format()
-        try:
-            recover_if_marked(self.path, self.store.durability)
-            settle_merge(self.path, self.store.durability)
-        except OSError as exc:
-            raise CommitFailed(
-                f"workspace {self.workspace!r}: could not settle an interrupted rewrite or "
-                f"merge ({exc}); nothing was written",
-                bid,
-            ) from exc
-        st = self.state()
+        # One listing serves the sweeps below and the validation.
+        names = os.listdir(self.path)
+        segs.remove_stray_temps(self.path, names)
+        self._ensure_format(fmt.FORMAT_NAME in names)
+        if REWRITE_MARKER in names or fmt.MERGE_NAME in names:
+            try:
+                recover_if_marked(self.path, self.store.durability)
+                settle_merge(self.path, self.store.durability)
+            except OSError as exc:
+                raise CommitFailed(
+                    f"workspace {self.workspace!r}: could not settle an interrupted rewrite or "
+                    f"merge ({exc}); nothing was written",
+                    bid,
+                ) from exc
+            names = os.listdir(self.path)
+        st = self.state(segs.segments_in(self.path, names))
         if caller_id:
             found = self._find_batch(st, bid)
             if found is not None:
@@ -558,9 +573,12 @@ class History:
             )
         if before_encode is not None:
             before_encode(st.next_seq)
-        stored, lines = prepare_batch(
-            rows, st.next_seq, bid, self.store.max_row_bytes, internal=internal
-        )
+            stored, lines = prepare_batch(
+                rows, st.next_seq, bid, self.store.max_row_bytes, internal=internal
+            )
+        else:
+            stored, lines = prepared
+            lines = renumber(stored, lines, st.next_seq, self.store.max_row_bytes)
         result = self._commit(st, stored, lines, bid)
         if len(st.sealed) + 1 >= AUTO_MIN_SEALED:
             result = self._auto_merge(result)

@@ -249,3 +249,25 @@ def prepare_batch(
         stored.append(out)
         lines.append(fmt.frame(body))
     return stored, lines
+
+
+_SEQ_KEY = b'{"seq":'
+
+
+def renumber(stored: list[dict[str, Any]], lines: list[bytes], first_seq: int,
+             max_row_bytes: int) -> list[bytes]:
+    """Give a batch prepared with placeholder seqs its real ones: rewrite the
+    ``seq`` prefix of each body and its checksum (the rest is already checked)."""
+    out = []
+    for i, line in enumerate(lines):
+        seq = first_seq + i
+        body = line[: -(fmt.LINE_SUFFIX + 1)] + b"}"
+        assert body.startswith(_SEQ_KEY)
+        body = b'{"seq":%d' % seq + body[body.index(b",", len(_SEQ_KEY)) :]
+        if len(body) + fmt.LINE_SUFFIX > max_row_bytes:
+            raise RowTooLarge(
+                f"row {i}: {len(body)} bytes encoded, above max_row_bytes={max_row_bytes}", i
+            )
+        stored[i]["seq"] = seq
+        out.append(fmt.frame(body))
+    return out

@@ -74,6 +74,11 @@ def list_segments(wsdir: str) -> list[int]:
         names = os.listdir(wsdir)
     except FileNotFoundError:
         return []
+    return segments_in(wsdir, names)
+
+
+def segments_in(wsdir: str, names: list[str]) -> list[int]:
+    """The segment numbers among a listing of ``wsdir`` (see list_segments)."""
     numbers = [n for n in map(fmt.segment_number, names) if n is not None]
     numbers.sort()
     if fmt.MERGE_NAME in names:
@@ -124,10 +129,13 @@ def stray_temps(wsdir: str) -> list[str]:
         return []
 
 
-def remove_stray_temps(wsdir: str) -> int:
+def remove_stray_temps(wsdir: str, names: list[str] | None = None) -> int:
     """Remove temp files of dead writers; call only under the exclusive lock."""
     removed = 0
-    for name in stray_temps(wsdir):
+    temps = stray_temps(wsdir) if names is None else [
+        n for n in names if n.startswith(fmt.TEMP_PREFIX)
+    ]
+    for name in temps:
         try:
             os.unlink(os.path.join(wsdir, name))
             removed += 1
