@@ -38,9 +38,9 @@ from ledger.errors import (
     WindowChanged,
     WorkspaceNotFound,
 )
-from ledger.index import BoundaryIndex, active_entry, append_entry, scan_segment
+from ledger.index import BoundaryIndex, active_entry
 from ledger.lock import locked
-from ledger.merge import AUTO_MIN_SEALED
+from ledger.merge import AUTO_MAX_MERGE_BYTES, AUTO_MIN_SEALED
 from ledger.merge import merge as merge_run
 from ledger.merge import runnable as runnable_merge
 from ledger.merge import settle as settle_merge
@@ -592,7 +592,9 @@ class History:
         st = self.state()
         if not st.verified:
             return result
-        run = runnable_merge(self.path, st.sealed, self.store.segment_bytes)
+        run = runnable_merge(
+            self.path, st.sealed, self.store.segment_bytes, AUTO_MAX_MERGE_BYTES
+        )
         if not run:
             return result
         try:
@@ -677,7 +679,7 @@ class History:
         if new_file and active and st.active_stamp is not None:
             sealed.append((active, st.active_stamp))
             try:
-                append_entry(self.path, scan_segment(self.path, active, st.active_stamp))
+                self.index.ensure_persisted(active, st.active_stamp)
             except OSError:
                 pass  # a projection: readers rebuild a missing entry
         count, sealed_dg = fmt.sealed_digest(sealed)

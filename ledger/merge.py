@@ -48,16 +48,19 @@ if TYPE_CHECKING:
 FANOUT = 16
 MAX_MERGED = 256 << 20
 AUTO_MIN_SEALED = 64  # appends merge on their own only beyond this many
+AUTO_MAX_MERGE_BYTES = 16 << 20  # the most one append copies (bigger: merge_segments)
 
 
-def plan(sealed: list[tuple[int, fmt.Stamp]], cap: int) -> list[int] | None:
+def plan(
+    sealed: list[tuple[int, fmt.Stamp]], cap: int, max_bytes: int = MAX_MERGED
+) -> list[int] | None:
     """The trailing run of sealed segments to merge, or None.
 
     Level L holds segments smaller than cap * FANOUT**L; a run is merged when
     it holds at least FANOUT segments of at least cap * FANOUT**(L-1).
     """
     limit = cap * FANOUT
-    while limit // FANOUT <= MAX_MERGED:
+    while limit // FANOUT <= max_bytes:
         run: list[tuple[int, fmt.Stamp]] = []
         for number, stamp in reversed(sealed):
             if stamp.size >= limit:
@@ -69,7 +72,7 @@ def plan(sealed: list[tuple[int, fmt.Stamp]], cap: int) -> list[int] | None:
             total = 0
             chosen = []
             for number, stamp in run:
-                if total and total + stamp.size > MAX_MERGED:
+                if total and total + stamp.size > max_bytes:
                     break
                 chosen.append(number)
                 total += stamp.size
@@ -78,11 +81,13 @@ def plan(sealed: list[tuple[int, fmt.Stamp]], cap: int) -> list[int] | None:
     return None
 
 
-def runnable(wsdir: str, sealed: list[tuple[int, fmt.Stamp]], cap: int) -> list[int]:
+def runnable(
+    wsdir: str, sealed: list[tuple[int, fmt.Stamp]], cap: int, max_bytes: int = MAX_MERGED
+) -> list[int]:
     """The planned run, cut after the last segment that does not end in a
     newline: a torn tail is never glued onto the next segment's first row
     (it waits for ``tledger repair``)."""
-    run = plan(sealed, cap) or []
+    run = plan(sealed, cap, max_bytes) or []
     for i in range(len(run) - 1, -1, -1):
         if not _ends_in_newline(segs.segment_path(wsdir, run[i])):
             run = run[i + 1 :]

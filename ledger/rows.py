@@ -80,6 +80,11 @@ class Row:
         reason = info.get("reason") if isinstance(info, dict) else None
         return reason if reason in fmt.RESET_REASONS else "manual"
 
+    @property
+    def data(self) -> dict[str, Any]:
+        """The stored dict itself (do not mutate); ``to_dict()`` copies it."""
+        return self._dict
+
     def to_dict(self) -> dict[str, Any]:
         out = dict(self._dict)
         out.pop(fmt.CHECKSUM_KEY, None)

@@ -130,7 +130,7 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
     out: list[Any] = []
     calls: set[str] = set()
     for item in rows:
-        row = item if isinstance(item, dict) else item.to_dict()
+        row = item if isinstance(item, dict) else item.data
         kind = row.get("kind", "message")
         if kind not in PROVIDER_KINDS or is_empty_assistant(row):
             continue
@@ -145,6 +145,7 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
                 continue
             row = {**row, "parts": kept}
             item = row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
+            row.pop(fmt.CHECKSUM_KEY, None)
         for p in parts:
             if isinstance(p, dict) and p.get("type") == "tool_call":
                 calls.add(str(p.get("id")))
