@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from ledger import format as fmt
 from ledger import segments as segs
 from ledger.errors import CommitFailed, CommitUncertain, InvalidRow, LedgerError
-from ledger.history import _empty_receipt, _new_epoch, window_marker
+from ledger.history import _empty_receipt, _new_epoch, stable_receipt, window_marker
 from ledger.index import SegmentInfo, active_entry, append_entry, read_entries
 from ledger.lock import locked
 from ledger.merge import settle as settle_merge
@@ -306,25 +306,9 @@ class _Loader:
         self._index(fresh, epoch)
         sealed.extend(fresh[:-1])
         active_number, active_stamp = fresh[-1]
-        count, sealed_dg = fmt.sealed_digest(sealed)
-        w, f = self.window, self.floor
-        receipt = fmt.Receipt(
-            state=fmt.STABLE,
-            epoch=epoch,
-            next_seq=self.next_seq,
-            window=window_marker(w),
-            window_segment=w.segment if w is not None else 0,
-            window_offset=w.offset if w is not None else 0,
-            floor_seq=f.seq if f is not None else fmt.NO_FLOOR,
-            floor_segment=f.segment if f is not None else 0,
-            floor_offset=f.offset if f is not None else 0,
-            floor_after=f.after if f is not None else 0,
-            layout=st.receipt.layout if st.receipt is not None else 0,
-            active_segment=active_number,
-            active=active_stamp,
-            sealed_count=count,
-            sealed_digest=sealed_dg,
-        )
+        layout = st.receipt.layout if st.receipt is not None else 0
+        receipt = stable_receipt(epoch, self.next_seq, self.window, self.floor, layout,
+                                 (active_number, active_stamp), sealed)
         try:
             write_receipt(path, receipt)
         except OSError:
@@ -339,7 +323,7 @@ class _Loader:
             bytes=self.bytes,
             segments=list(self.created),
             epoch=epoch,
-            window=window_marker(w),
+            window=window_marker(self.window),
         )
 
     def _index(self, fresh: list[tuple[int, fmt.Stamp]], epoch: int) -> None:

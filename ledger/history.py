@@ -682,24 +682,10 @@ class History:
                 self.index.ensure_persisted(active, st.active_stamp)
             except OSError:
                 pass  # a projection: readers rebuild a missing entry
-        count, sealed_dg = fmt.sealed_digest(sealed)
         if new_stamp is not None:
-            receipt = fmt.Receipt(
-                state=fmt.STABLE,
-                epoch=epoch,
-                next_seq=seqs[-1] + 1,
-                window=window_marker(window),
-                window_segment=window.segment if window is not None else 0,
-                window_offset=window.offset if window is not None else 0,
-                floor_seq=floor.seq if floor is not None else fmt.NO_FLOOR,
-                floor_segment=floor.segment if floor is not None else 0,
-                floor_offset=floor.offset if floor is not None else 0,
-                floor_after=floor.after if floor is not None else 0,
-                layout=st.receipt.layout if st.receipt is not None else 0,
-                active_segment=target,
-                active=new_stamp,
-                sealed_count=count,
-                sealed_digest=sealed_dg,
+            layout = st.receipt.layout if st.receipt is not None else 0
+            receipt = stable_receipt(
+                epoch, seqs[-1] + 1, window, floor, layout, (target, new_stamp), sealed
             )
             try:
                 write_receipt(self.path, receipt)
@@ -820,6 +806,37 @@ class History:
         return done
 
 
+def stable_receipt(
+    epoch: int,
+    next_seq: int,
+    window: Boundary | None,
+    floor: Boundary | None,
+    layout: int,
+    active: tuple[int, fmt.Stamp],
+    sealed: list[tuple[int, fmt.Stamp]],
+) -> fmt.Receipt:
+    """The stable receipt for a log whose newest boundary is ``window``, whose
+    floor is ``floor``, with these segments (the one place receipts are built)."""
+    count, sealed_dg = fmt.sealed_digest(sealed)
+    return fmt.Receipt(
+        state=fmt.STABLE,
+        epoch=epoch,
+        next_seq=next_seq,
+        window=window_marker(window),
+        window_segment=window.segment if window is not None else 0,
+        window_offset=window.offset if window is not None else 0,
+        floor_seq=floor.seq if floor is not None else fmt.NO_FLOOR,
+        floor_segment=floor.segment if floor is not None else 0,
+        floor_offset=floor.offset if floor is not None else 0,
+        floor_after=floor.after if floor is not None else 0,
+        layout=layout,
+        active_segment=active[0],
+        active=active[1],
+        sealed_count=count,
+        sealed_digest=sealed_dg,
+    )
+
+
 def publish_state(
     history: History, window: Boundary | None, floor: Boundary | None, next_seq: int,
     old_epoch: int, *, layout_of: fmt.Receipt | None = None,
@@ -835,24 +852,8 @@ def publish_state(
         epoch, layout = old_epoch, layout_of.layout + 1
     else:
         epoch, layout = _new_epoch(old_epoch), 0
-    count, sealed_dg = fmt.sealed_digest(all_stamps[:-1])
-    receipt = fmt.Receipt(
-        state=fmt.STABLE,
-        epoch=epoch,
-        next_seq=next_seq,
-        window=window_marker(window),
-        window_segment=window.segment if window is not None else 0,
-        window_offset=window.offset if window is not None else 0,
-        floor_seq=floor.seq if floor is not None else fmt.NO_FLOOR,
-        floor_segment=floor.segment if floor is not None else 0,
-        floor_offset=floor.offset if floor is not None else 0,
-        floor_after=floor.after if floor is not None else 0,
-        layout=layout,
-        active_segment=numbers[-1] if numbers else 0,
-        active=all_stamps[-1][1] if all_stamps else fmt.ZERO_STAMP,
-        sealed_count=count,
-        sealed_digest=sealed_dg,
-    )
+    active = all_stamps[-1] if all_stamps else (0, fmt.ZERO_STAMP)
+    receipt = stable_receipt(epoch, next_seq, window, floor, layout, active, all_stamps[:-1])
     try:
         for number, stamp in all_stamps[:-1]:
             history.index.ensure_persisted(number, stamp)
