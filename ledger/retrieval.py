@@ -276,6 +276,13 @@ class Scan:
                 if last >= i:
                     region = buf[i : last + 1]
                     count = region.count(b"\n")
+                    room = SCAN_ROWS - budget.rows
+                    if 0 < room < count:
+                        # Test just the lines this call may still examine.
+                        pos = i
+                        for _ in range(room):
+                            pos = buf.find(b"\n", pos) + 1
+                        last, region, count = pos - 1, buf[i:pos], room
                     if (
                         len(region) <= LINE_CAP
                         and budget.rows + count <= SCAN_ROWS
