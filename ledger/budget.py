@@ -121,11 +121,16 @@ def _verdict(
     output_reserve: int | None,
     registry: ModelRegistry | None,
     cache: RowTokenCache | None,
-    shape: RowShape,
+    shape: RowShape | None,
     mode: Mode = "encoding",
 ) -> Verdict:
     counter = TokenCounter(model, mode=mode, registry=registry, cache=cache)
     spec = counter.spec
+    if shape is None:
+        # Rows are counted as the family's API receives them (the adapters).
+        from ledger.adapters.shapes import shape_for
+
+        shape = shape_for(family=spec.family)
     parts = {
         "framing": Count(REQUEST_FRAMING, False),
         "system": _framed_text(counter, system),
@@ -192,14 +197,15 @@ def check_request(
     output_reserve: int | None = None,
     registry: ModelRegistry | None = None,
     cache: RowTokenCache | None = DEFAULT_CACHE,
-    shape: RowShape = CANONICAL,
+    shape: RowShape | None = None,
 ) -> Verdict:
     """The assembled-request guard: system + memory + advertised tool schemas +
     rows + output reserve against the context limit.
 
     ``tools`` is a name -> schema map or a list of schemas (the full tool map);
     ``advertised`` the names the request actually advertises (tool search), or
-    None for all of them.
+    None for all of them. ``shape`` defaults to the rows as the model family's
+    API adapter renders them (``ledger.adapters.shapes``).
     """
     return _verdict(
         "request",
@@ -227,7 +233,7 @@ def fits_fresh_window(
     output_reserve: int | None = None,
     registry: ModelRegistry | None = None,
     cache: RowTokenCache | None = DEFAULT_CACHE,
-    shape: RowShape = CANONICAL,
+    shape: RowShape | None = None,
 ) -> Verdict:
     """Would ``rows`` fit a brand-new window (with the request's fixed parts)?
     ``ok=False`` means no rollover can help: reject before any provider call."""

@@ -511,6 +511,11 @@ def _media_part(part: Mapping[str, Any], *, need_mime: bool = False) -> dict[str
     }
 
 
+def media_info(part: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The allowance inputs of a genuine canonical media part, else None."""
+    return _media_part(part)
+
+
 def _parts_output(output: Any) -> bool:
     """The one tool-output media wrapper the adapters send as media: a non-empty
     list of canonical text and media parts (``ledger.adapters.common`` sends any

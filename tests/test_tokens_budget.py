@@ -14,7 +14,13 @@ from ledger import budget
 from ledger.encodings import get_encoding
 from ledger.errors import BudgetExceeded, LedgerError
 from ledger.models import ModelRegistry, ModelSpec
-from ledger.tokens import MESSAGE_FRAMING, PART_FRAMING, REQUEST_FRAMING, TokenCounter
+from ledger.tokens import (
+    CANONICAL,
+    MESSAGE_FRAMING,
+    PART_FRAMING,
+    REQUEST_FRAMING,
+    TokenCounter,
+)
 
 
 def n(text: str, encoding: str = "o200k_base") -> int:
@@ -52,7 +58,8 @@ def test_assembled_request_arithmetic() -> None:
     memory = "Notes: the user prefers short answers."
     rows = [text_row("hello"), text_row("hi there", "assistant")]
     v = budget.check_request(
-        "gpt-4o", system=system, memory=memory, rows=rows, tools=SCHEMAS, advertised=["read"]
+        "gpt-4o", system=system, memory=memory, rows=rows, tools=SCHEMAS, advertised=["read"],
+        shape=CANONICAL,
     )
     counter = TokenCounter("gpt-4o", cache=None)
     expected = (
@@ -112,7 +119,7 @@ def test_boundary_is_inclusive() -> None:
 def test_proxy_family_verdicts_are_estimates() -> None:
     registry = small_registry()
     rows = [text_row("word " * 300)]
-    v = budget.fits_fresh_window("tiny-claude", rows, registry=registry)
+    v = budget.fits_fresh_window("tiny-claude", rows, registry=registry, shape=CANONICAL)
     raw = REQUEST_FRAMING + MESSAGE_FRAMING + PART_FRAMING["text"] + n("word " * 300, "cl100k_base")
     assert v.tokens == math.ceil(raw * 1.35)
     assert not v.exact and v.safety_factor == 1.35 and v.encoding == "cl100k_base"
@@ -125,7 +132,7 @@ def test_guards_never_use_the_approximation(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(tokens, "approx_tokens", refuse)
     text = "a" * 4000  # approximation 1000 tokens; o200k: 500
-    v = budget.check_request("gpt-4o", rows=[text_row(text)], cache=None)
+    v = budget.check_request("gpt-4o", rows=[text_row(text)], cache=None, shape=CANONICAL)
     assert v.breakdown["rows"] == MESSAGE_FRAMING + PART_FRAMING["text"] + n(text)
     assert v.mode == "encoding"
     monkeypatch.undo()
@@ -182,3 +189,23 @@ def test_encoding_failure_is_an_error_not_a_guess(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(tokens, "_counters", {})
     with pytest.raises(TokenizerError):
         budget.check_request("gpt-4o", rows=[text_row("hello")], cache=None)
+
+
+def test_guards_count_rows_as_the_family_api_receives_them() -> None:
+    """By default the guards count what the model family's adapter sends:
+    the rendered request JSON, with genuine media charged by allowance."""
+    from ledger.adapters.shapes import AdapterShape
+
+    picture = {"type": "media", "mime": "image/png", "data": "A" * 200_000}
+    rows = [text_row("hello"), {"role": "user", "parts": [picture]}]
+    default = budget.check_request("gpt-4o", rows=rows, cache=None)
+    chat = budget.check_request("gpt-4o", rows=rows, cache=None,
+                                shape=AdapterShape("openai-chat"))
+    assert default.breakdown["rows"] == chat.breakdown["rows"]
+    assert default.breakdown["rows"] < 20_000  # the base64 is not counted as text
+    claude = budget.check_request("claude-sonnet-4", rows=rows, cache=None)
+    anthropic = budget.check_request("claude-sonnet-4", rows=rows, cache=None,
+                                     shape=AdapterShape("anthropic"))
+    assert claude.breakdown["rows"] == anthropic.breakdown["rows"]
+    canonical = budget.check_request("gpt-4o", rows=rows, cache=None, shape=CANONICAL)
+    assert default.breakdown["rows"] >= canonical.breakdown["rows"] - 10

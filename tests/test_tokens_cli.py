@@ -70,7 +70,7 @@ def test_count_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ]
     path = tmp_path / "rows.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
-    assert main(["count", "--rows", str(path)]) == 0
+    assert main(["count", "--rows", "--api", "canonical", str(path)]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["rows"] == 3 and got["exact"] is False
     assert got["tokens"] == 2 * (4 + 1) + n("hello") + n("hi")

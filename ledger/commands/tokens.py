@@ -65,9 +65,13 @@ def cmd_count(args: argparse.Namespace, ctx: Any) -> int:
     data, source = _read(args.file)
     out: dict[str, Any]
     if args.rows:
+        from ledger.adapters.shapes import shape_for
+
         rows = _rows(data, source)
-        counted = counter.rows(rows)
-        out = {"rows": len(rows)}
+        api = args.api
+        shape = shape_for(api=api, family=counter.spec.family)
+        counted = counter.rows(rows, shape)
+        out = {"rows": len(rows), "api": getattr(shape, "api", "canonical")}
     else:
         counted = counter.text(_text(data, source))
         out = {}
@@ -101,6 +105,13 @@ def register(sub: Any) -> None:
     p.add_argument("file", nargs="?", default=None, help="input file (default: stdin)")
     p.add_argument("--model", default="gpt-4o", help="model id (default: gpt-4o)")
     p.add_argument("--rows", action="store_true", help="FILE holds canonical JSONL rows")
+    p.add_argument(
+        "--api",
+        choices=["openai-chat", "openai-responses", "anthropic", "canonical"],
+        default=None,
+        help="with --rows: count the rows as this API's adapter renders them "
+        "(default: the model family's API; canonical: the stored JSON row)",
+    )
     p.add_argument(
         "--models",
         default=None,
