@@ -422,6 +422,7 @@ _ASCII_FOLDERS = tuple(
     for c in (0xDF, 0x130, 0x149, 0x17F, 0x1F0, 0x1E96, 0x1E97, 0x1E98, 0x1E99, 0x1E9A,
               0x1E9E, 0x212A, 0xFB00, 0xFB01, 0xFB02, 0xFB03, 0xFB04, 0xFB05, 0xFB06)
 )
+_ASCII = bytes(range(128))
 _ASCII_FOLDERS_RE = re.compile(b"|".join(map(re.escape, _ASCII_FOLDERS)))
 _NON_CONTROL_ESCAPE = re.compile(rb"\\u(?!00[01][0-9a-fA-F])")
 
@@ -449,9 +450,11 @@ def ascii_prefilter(query: str) -> Callable[[bytes], bool] | None:
             return True
         if media_text and b'"media"' in data:
             return True
-        if not data.isascii() and _ASCII_FOLDERS_RE.search(data) is not None:
+        # Deleting the ASCII bytes keeps every multi-byte character whole and
+        # in order, so the folding characters are found in the (short) rest.
+        if not data.isascii() and _ASCII_FOLDERS_RE.search(data.translate(None, _ASCII)):
             return True
-        return b"\\u" in data and _NON_CONTROL_ESCAPE.search(data) is not None
+        return _NON_CONTROL_ESCAPE.search(data) is not None
 
     return may_hold
 
