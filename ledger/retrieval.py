@@ -32,6 +32,7 @@ from ledger.errors import (
     InvalidCursor,
     LedgerError,
     LockTimeout,
+    RetrievalDisabled,
 )
 from ledger.history import window_marker
 from ledger.index import seq_prefix
@@ -56,14 +57,6 @@ PREVIEW = 500
 QUERY_MAX = 1_024
 CURSOR_RESERVE = 1_200  # bytes kept free for the cursor and closing syntax
 _CHUNK = 256 * 1024
-ERROR_CODES = (
-    "bad_request",
-    "not_found",
-    "stale_cursor",
-    "invalid_cursor",
-    "retrieval_disabled",
-    "history_unavailable",
-)
 ACTIONS = ("list", "search", "read")
 _ALLOWED_ARGS = {
     "list": {"action", "window", "cursor", "limit"},
@@ -124,6 +117,26 @@ class Unavailable(LedgerError):
     """Damage or a concurrent untracked change (``history_unavailable``)."""
 
 
+# The closed list of error codes (DESIGN.md 8), by the errors that produce them.
+_ERRORS: tuple[tuple[type[LedgerError] | tuple[type[LedgerError], ...], str], ...] = (
+    (BadRequest, "bad_request"),
+    (NotFound, "not_found"),
+    (CursorExpired, "stale_cursor"),
+    (InvalidCursor, "invalid_cursor"),
+    ((Unavailable, LockTimeout, HistoryDamaged), "history_unavailable"),
+    (RetrievalDisabled, "retrieval_disabled"),
+)
+ERROR_CODES = tuple(code for _, code in _ERRORS)
+_CURSOR_CODES = ("stale_cursor", "invalid_cursor")
+
+
+def _error_code(exc: LedgerError) -> str | None:
+    for types, code in _ERRORS:
+        if isinstance(exc, types):
+            return code
+    return None
+
+
 def error_result(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message}}
 
@@ -172,9 +185,6 @@ def _jlen(obj: Any) -> int:
 class Budget:
     bytes_read: int = 0
     rows: int = 0
-
-    def exhausted(self) -> bool:
-        return self.bytes_read >= SCAN_BYTES or self.rows >= SCAN_ROWS
 
 
 @dataclass
@@ -498,19 +508,7 @@ class SessionHistory:
         """Run one call; never raises for bad arguments: problems come back as
         error results. Returns the JSON text the model gets."""
         try:
-            result = self._dispatch(args)
-        except BadRequest as exc:
-            result = error_result("bad_request", str(exc))
-        except NotFound as exc:
-            result = error_result("not_found", str(exc))
-        except CursorExpired as exc:
-            result = error_result("stale_cursor", str(exc))
-        except InvalidCursor as exc:
-            result = error_result("invalid_cursor", str(exc))
-        except (Unavailable, LockTimeout, HistoryDamaged) as exc:
-            result = error_result("history_unavailable", str(exc))
-        except _Disabled as exc:
-            result = error_result("retrieval_disabled", str(exc))
+            result = self._guarded(args, raise_cursor_errors=False)
         except (LedgerError, OSError, ValueError, TypeError, RecursionError) as exc:
             # call() never raises: anything unforeseen is reported, not thrown.
             result = error_result("history_unavailable", f"{type(exc).__name__}: {exc}")
@@ -544,23 +542,27 @@ class SessionHistory:
         )
 
     def _method(self, args: dict[str, Any]) -> dict[str, Any]:
-        args = {k: v for k, v in args.items() if v is not None}
+        return self._guarded({k: v for k, v in args.items() if v is not None},
+                             raise_cursor_errors=True)
+
+    def _guarded(self, args: Any, *, raise_cursor_errors: bool) -> dict[str, Any]:
+        """The result of one call, with the errors of DESIGN.md 8 as error
+        results; cursor errors raise instead when ``raise_cursor_errors``."""
         try:
             return self._dispatch(args)
-        except BadRequest as exc:
-            return error_result("bad_request", str(exc))
-        except NotFound as exc:
-            return error_result("not_found", str(exc))
-        except (Unavailable, LockTimeout, HistoryDamaged) as exc:
-            return error_result("history_unavailable", str(exc))
-        except _Disabled as exc:
-            return error_result("retrieval_disabled", str(exc))
+        except LedgerError as exc:
+            code = _error_code(exc)
+            if code is None or (raise_cursor_errors and code in _CURSOR_CODES):
+                raise
+            return error_result(code, str(exc))
 
     # Dispatch ------------------------------------------------------------------
 
     def _dispatch(self, args: Any) -> dict[str, Any]:
         if not self.history.store.retrieval:
-            raise _Disabled("session_history is disabled for this store (retention continues)")
+            raise RetrievalDisabled(
+                "session_history is disabled for this store (retention continues)"
+            )
         if not isinstance(args, dict):
             raise BadRequest("arguments must be a JSON object")
         action = args.get("action")
@@ -994,9 +996,6 @@ def _segment_size(st: State, number: int) -> int:
             return stamp.size
     raise CursorExpired("a segment vanished; start a new query")
 
-
-class _Disabled(LedgerError):
-    pass
 
 
 # --- small helpers ------------------------------------------------------------------
