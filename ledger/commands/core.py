@@ -25,13 +25,9 @@ def _read_input(path: str | None) -> bytes:
         raise LedgerError(f"cannot read {path}: {exc.strerror}") from exc
 
 
-def parse_jsonl_rows(data: bytes, source: str) -> list[dict[str, Any]]:
-    """Rows of a JSONL input; a bad line raises InvalidRow naming its number."""
-    return [row for _, row in numbered_jsonl_rows(data, source)]
-
-
 def numbered_jsonl_rows(data: bytes, source: str) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, row) of each non-blank line of a JSONL input."""
+    """(line number, row) of each non-blank line of a JSONL input; a bad line
+    raises InvalidRow naming its number."""
     rows = []
     for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
@@ -39,16 +35,10 @@ def numbered_jsonl_rows(data: bytes, source: str) -> list[tuple[int, dict[str, A
         try:
             row = msgspec.json.decode(line)
         except msgspec.DecodeError as exc:
-            raise InvalidRow(
-                f"{source} line {number}: not valid JSON ({exc}); nothing written"
-            ) from None
+            raise InvalidRow(f"{source} line {number}: not valid JSON ({exc})") from None
         if not isinstance(row, dict):
-            raise InvalidRow(
-                f"{source} line {number}: a row must be a JSON object; nothing written"
-            )
+            raise InvalidRow(f"{source} line {number}: a row must be a JSON object")
         rows.append((number, row))
-    if not rows:
-        raise InvalidRow(f"{source}: no rows to append; nothing written")
     return rows
 
 
@@ -59,7 +49,12 @@ def _result(ctx: Any, r: Any) -> int:
 
 def cmd_append(args: argparse.Namespace, ctx: Any) -> int:
     source = args.file if args.file not in (None, "-") else "stdin"
-    numbered = numbered_jsonl_rows(_read_input(args.file), source)
+    try:
+        numbered = numbered_jsonl_rows(_read_input(args.file), source)
+    except InvalidRow as exc:
+        raise InvalidRow(f"{exc}; nothing written") from None
+    if not numbered:
+        raise InvalidRow(f"{source}: no rows to append; nothing written")
     rows = [row for _, row in numbered]
     h = ctx.store(durability=args.durability).history(args.workspace)
     try:

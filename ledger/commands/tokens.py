@@ -7,8 +7,6 @@ import os
 import sys
 from typing import Any
 
-import msgspec
-
 from ledger.errors import InvalidRow, LedgerError, TokenizerError
 from ledger.models import MODELS_ENV, ModelRegistry, default_registry
 from ledger.tokens import TokenCounter
@@ -34,16 +32,10 @@ def _text(data: bytes, source: str) -> str:
 
 
 def _rows(data: bytes, source: str) -> list[dict[str, Any]]:
+    from ledger.commands.core import numbered_jsonl_rows
+
     rows = []
-    for number, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = msgspec.json.decode(line)
-        except msgspec.DecodeError as exc:
-            raise InvalidRow(f"{source} line {number}: not valid JSON ({exc})") from None
-        if not isinstance(row, dict):
-            raise InvalidRow(f"{source} line {number}: a row must be a JSON object")
+    for number, row in numbered_jsonl_rows(data, source):
         if not isinstance(row.get("parts", []), list):
             raise InvalidRow(f"{source} line {number}: parts must be a list")
         rows.append(row)
