@@ -128,7 +128,6 @@ ROLES = frozenset({"user", "assistant", "system", "tool"})
 RESET_REASONS = frozenset({"manual", "rollover", "compaction"})
 
 SUFFIX_HEAD = b',"_c":"'
-_SUFFIX_HEAD = SUFFIX_HEAD
 LINE_SUFFIX = len(SUFFIX_HEAD) + 16 + 2  # ,"_c":" + 16 hex + "}
 
 _encoder = msgspec.json.Encoder()
@@ -162,7 +161,7 @@ def checksum_hex(body: bytes) -> bytes:
 
 def frame(body: bytes) -> bytes:
     """Turn an encoded JSON object into a stored line (checksum, newline)."""
-    return body[:-1] + _SUFFIX_HEAD + checksum_hex(body) + b'"}\n'
+    return body[:-1] + SUFFIX_HEAD + checksum_hex(body) + b'"}\n'
 
 
 def encode_line(row: dict[str, Any]) -> bytes:
@@ -176,7 +175,7 @@ def body_of(line: bytes) -> bytes | None:
     if len(line) <= LINE_SUFFIX or not line.endswith(b'"}'):
         return None
     cut = len(line) - LINE_SUFFIX
-    if line[cut : cut + len(_SUFFIX_HEAD)] != _SUFFIX_HEAD:
+    if line[cut : cut + len(SUFFIX_HEAD)] != SUFFIX_HEAD:
         return None
     body = line[:cut] + b"}"
     if checksum_hex(body) != line[-18:-2]:
@@ -257,10 +256,6 @@ _KIND_ONLY_RE = re.compile(
     b"(?:^|[{,])" + _WS + b'"' + _WS + _word("kind") + _WS + b'"' + _WS + b":" + _WS + b'"'
     + _WS + _word("reset") + _WS + b'"'
 )
-
-# The longest byte run a match can span; scanners that read a long line in
-# chunks keep this much overlap so a match across a chunk boundary is found.
-CANDIDATE_OVERLAP = 512
 
 
 def raw_may_be_reset(data: bytes) -> bool:
@@ -423,9 +418,9 @@ def sealed_digest(sealed: Iterable[tuple[int, Stamp]]) -> tuple[int, bytes]:
 class SegmentIndex(msgspec.Struct, array_like=True):
     """What a sealed segment holds, derived from its bytes (a projection).
 
-    ``floors`` are ``[offset, seq]`` of privacy floors (seq -2 when the line
-    is unreadable); ``bounds`` are ``[offset, seq, reason, after]`` of every
-    boundary, ``after`` being the last readable seq before it.
+    ``bounds`` are ``[offset, seq, reason, after]`` of every boundary (seq -2
+    when the line is unreadable, ``after`` being the last readable seq before
+    it); the privacy floors are those whose reason is ``manual``.
     """
 
     number: int
@@ -433,7 +428,6 @@ class SegmentIndex(msgspec.Struct, array_like=True):
     first_seq: int
     last_seq: int
     rows: int
-    floors: list[tuple[int, int]]
     bounds: list[tuple[int, int, str, int]]
     max_seq: int = -1  # the highest seq (lines may be out of order after a repair)
     # 0: a sealed entry, valid while the stamp matches. Otherwise an *active*

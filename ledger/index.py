@@ -74,7 +74,6 @@ def to_entry(info: SegmentInfo) -> fmt.SegmentIndex:
         first_seq=info.first_seq,
         last_seq=info.last_seq,
         rows=info.rows,
-        floors=[(b.offset, b.seq) for b in info.bounds if b.is_floor],
         bounds=[(b.offset, b.seq, b.reason, b.after) for b in info.bounds],
         max_seq=info.max_seq,
         epoch=info.epoch,

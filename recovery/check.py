@@ -177,9 +177,8 @@ def may_hide_reset(data: bytes) -> bool:
     return data.count(b'"kind"') > 1 or b"\\u006" in data
 
 
-# The framing of a stored line, taken from the format itself: ``frame(b"{}")``
-# is ``{`` + head + 16 hex digits + ``"}\n``.
-_HEAD = fmt.frame(b"{}")[1:-19]
+# The framing of a stored line (ledger.format): body + head + 16 hex + ``"}``.
+_HEAD = fmt.SUFFIX_HEAD
 _NOT_HEAD = -fmt.LINE_SUFFIX
 _END = b'"}'
 assert len(_HEAD) + 18 == fmt.LINE_SUFFIX
