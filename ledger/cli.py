@@ -50,6 +50,13 @@ class Context:
     def emit_line(self, text: str) -> None:
         self.stdout.write(text + "\n")
 
+    def emit_result(self, as_json: bool, result: Any, text: str) -> None:
+        """A command's result: the JSON document with ``--json``, else one line."""
+        if as_json:
+            self.emit_json(result)
+        else:
+            self.emit_line(text)
+
 
 def _command_modules() -> list[Any]:
     from ledger.commands import core

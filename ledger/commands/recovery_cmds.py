@@ -124,11 +124,8 @@ def cmd_truncate(args: argparse.Namespace, ctx: Any) -> int:
 
     h = ctx.store().history(args.workspace)
     out = rewrite.truncate_after(h, args.after)
-    if args.json:
-        ctx.emit_json(out)
-    else:
-        ctx.emit_line(f"{args.workspace}: removed {out['removed_rows']} rows after seq "
-                      f"{args.after} ({out['removed_bytes']} bytes to quarantine)")
+    ctx.emit_result(args.json, out, f"{args.workspace}: removed {out['removed_rows']} rows "
+                    f"after seq {args.after} ({out['removed_bytes']} bytes to quarantine)")
     return 0
 
 
@@ -137,11 +134,8 @@ def cmd_reject(args: argparse.Namespace, ctx: Any) -> int:
 
     h = ctx.store().history(args.workspace)
     out = rewrite.reject(h, args.seqs)
-    if args.json:
-        ctx.emit_json(out)
-    else:
-        ctx.emit_line(f"{args.workspace}: rejected seqs {out['rejected']}"
-                      + (f" (already rejected: {out['already']})" if out["already"] else ""))
+    already = f" (already rejected: {out['already']})" if out["already"] else ""
+    ctx.emit_result(args.json, out, f"{args.workspace}: rejected seqs {out['rejected']}{already}")
     return 0
 
 
@@ -161,11 +155,8 @@ def cmd_backup(args: argparse.Namespace, ctx: Any) -> int:
 
     h = ctx.store().history(args.workspace)
     out = backup(h, args.dest)
-    if args.json:
-        ctx.emit_json(out)
-    else:
-        ctx.emit_line(f"{args.workspace}: copied {out['files']} files, {out['bytes']} bytes "
-                      f"to {out['dest']}")
+    ctx.emit_result(args.json, out, f"{args.workspace}: copied {out['files']} files, "
+                    f"{out['bytes']} bytes to {out['dest']}")
     return 0
 
 
