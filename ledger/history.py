@@ -24,6 +24,7 @@ import os
 import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ledger import format as fmt
@@ -89,7 +90,13 @@ class State:
     epoch: int
     window: Boundary | None
     floor: Boundary | None
-    digest: bytes  # xxh3-128 over every segment's number and stamp
+
+    @cached_property
+    def digest(self) -> bytes:
+        """xxh3-128 over every segment's number and stamp (binds queries while
+        the receipt is not trusted)."""
+        stamps = [*self.sealed, *([(self.active, self.active_stamp)] if self.active_stamp else [])]
+        return fmt.sealed_digest(stamps)[1]
 
     @property
     def active(self) -> int:
@@ -165,7 +172,6 @@ class History:
         all_stamps = segs.stamps(self.path, numbers)
         sealed = all_stamps[:-1]
         active_stamp = all_stamps[-1][1] if all_stamps else None
-        _, digest = fmt.sealed_digest(all_stamps)
         receipt = read_receipt(self.path)
         if receipt is not None and receipt.stable:
             count, sealed_dg = fmt.sealed_digest(sealed)
@@ -191,12 +197,12 @@ class History:
                         receipt.floor_seq, receipt.floor_segment, receipt.floor_offset, "manual",
                         receipt.floor_after,
                     ),
-                    digest=digest,
                 )
+        digest = fmt.sealed_digest(all_stamps)[1]
         cached = self._derived.get(digest)
         if cached is not None and cached.receipt == receipt:
             return cached
-        derived = self._derive(receipt, numbers, active_stamp, sealed, digest)
+        derived = self._derive(receipt, numbers, active_stamp, sealed)
         self._derived = {digest: derived}
         return derived
 
@@ -206,7 +212,6 @@ class History:
         numbers: list[int],
         active_stamp: fmt.Stamp | None,
         sealed: list[tuple[int, fmt.Stamp]],
-        digest: bytes,
     ) -> State:
         """Rebuild next seq, window and floor from the segments (newest first)."""
         max_seq = 0
@@ -238,7 +243,6 @@ class History:
             epoch=epoch,
             window=window,
             floor=floor,
-            digest=digest,
         )
 
     # --- public read side -----------------------------------------------------
@@ -776,7 +780,7 @@ class History:
         numbers = segs.list_segments(self.path)
         all_stamps = segs.stamps(self.path, numbers)
         fresh = self._derive(st.receipt, numbers, all_stamps[-1][1] if all_stamps else None,
-                             all_stamps[:-1], b"")
+                             all_stamps[:-1])
         return publish_state(self, fresh.window, fresh.floor, fresh.next_seq, st.epoch)
 
     def merge_segments(self) -> int:
