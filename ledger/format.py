@@ -62,7 +62,7 @@ Reset candidates
 An unreadable line *may be a reset* when its raw bytes hold a key ``kind`` with
 value ``reset`` or the legacy key ``contextBoundaryKind`` with value
 ``reset``, in a key position (after ``{`` or ``,`` or at the start of the
-line), whatever control characters, whitespace or ``\\uXXXX`` escapes stand
+line), whatever control characters, whitespace or ``\\u`` + 4 hex escapes stand
 between and inside them. Such a line is a privacy floor (fail closed).
 
 Receipt (RECEIPT_SIZE = 256 bytes, little-endian)
@@ -220,7 +220,7 @@ def decode_json(data: bytes | str) -> Any:
 
 
 def _word(word: str) -> bytes:
-    """A bytes pattern for ``word`` with any char written raw or as a \\uXXXX
+    """A bytes pattern for ``word`` with any char written raw or as a \\u + 4 hex
     escape, and control characters tolerated between its characters."""
     pieces = []
     for ch in word:

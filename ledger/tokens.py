@@ -23,7 +23,7 @@ stack and panics).
 compact canonical JSON is charged by bytes: ``JSON_PUNCT_TOKENS_PER_BYTE`` (1)
 per byte outside strings (quotes, braces, commas, colons, numbers, literals) and
 ``JSON_ESCAPE_TOKENS_PER_BYTE`` (1.5) per byte that escaping adds (``\\n`` adds
-one). Non-ASCII is assumed to travel as UTF-8, not ``\\uXXXX``. JSON counts are
+one). Non-ASCII is assumed to travel as UTF-8, not ``\\u`` + 4 hex escapes. JSON counts are
 ``exact: false``.
 
 **Rows** (the canonical row of DESIGN.md 3, until provider adapters exist):
