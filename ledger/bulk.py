@@ -42,18 +42,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ledger import format as fmt
 from ledger import segments as segs
 from ledger.errors import CommitFailed, CommitUncertain, InvalidRow, LedgerError
-from ledger.history import _empty_receipt, _new_epoch, stable_receipt, window_marker
+from ledger.history import _new_epoch, stable_receipt, window_marker
 from ledger.index import SegmentInfo, active_entry, append_entry, read_entries
 from ledger.lock import locked
-from ledger.merge import settle as settle_merge
 from ledger.receipt import write_receipt
-from ledger.rewrite import recover_if_marked
 from ledger.rows import new_id, prepare_batch
 from ledger.windows import Boundary, batch_boundaries
 
@@ -144,24 +142,8 @@ def _load_locked(
     internal: bool,
 ) -> BulkResult:
     ws = history.workspace
-    # Arrive as every writer does (History._append_locked): refuse a workspace
-    # being deleted, clear dead writers' temp files, write or check FORMAT,
-    # settle an interrupted rewrite or merge, then read the state.
-    if history.store._tombstoned(ws):
-        raise CommitFailed(f"workspace {ws!r} is being deleted; nothing written", "bulk")
-    segs.remove_stray_temps(history.path)
-    history._ensure_format()
-    recover_if_marked(history.path, history.store.durability)
-    settle_merge(history.path, history.store.durability)
-    st = history.state()
-    base = st.receipt if st.receipt is not None else _empty_receipt()
-    try:
-        write_receipt(history.path, replace(base, state=fmt.PENDING))
-    except OSError as exc:
-        raise CommitFailed(
-            f"workspace {ws!r}: could not publish the pending receipt: {exc}; nothing was written",
-            "bulk",
-        ) from exc
+    st = history._arrive_locked("bulk")
+    history._publish_pending(st, "bulk")
 
     loader = _Loader(history, st, target_bytes, durability)
     try:

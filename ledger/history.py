@@ -536,24 +536,7 @@ class History:
         before_encode: Any,
         prepared: tuple[list[dict[str, Any]], list[bytes]],
     ) -> AppendResult:
-        if self.store._tombstoned(self.workspace):
-            raise CommitFailed(f"workspace {self.workspace!r} is being deleted; nothing written")
-        # One listing serves the sweeps below and the validation.
-        names = os.listdir(self.path)
-        segs.remove_stray_temps(self.path, names)
-        self._ensure_format(fmt.FORMAT_NAME in names)
-        if REWRITE_MARKER in names or fmt.MERGE_NAME in names:
-            try:
-                recover_if_marked(self.path, self.store.durability)
-                settle_merge(self.path, self.store.durability)
-            except OSError as exc:
-                raise CommitFailed(
-                    f"workspace {self.workspace!r}: could not settle an interrupted rewrite or "
-                    f"merge ({exc}); nothing was written",
-                    bid,
-                ) from exc
-            names = os.listdir(self.path)
-        st = self.state(segs.segments_in(self.path, names))
+        st = self._arrive_locked(bid)
         if caller_id:
             found = self._find_batch(st, bid)
             if found is not None:
@@ -607,9 +590,32 @@ class History:
             pass  # the pending receipt and MERGE marker tell the next writer
         return result
 
-    def _commit(
-        self, st: State, stored: list[dict[str, Any]], lines: list[bytes], bid: str
-    ) -> AppendResult:
+    def _arrive_locked(self, bid: str) -> State:
+        """What every writer does first, under the exclusive lock: refuse a
+        workspace being deleted, clear dead writers' temp files, write or check
+        FORMAT, settle an interrupted rewrite or merge, then validate."""
+        if self.store._tombstoned(self.workspace):
+            raise CommitFailed(f"workspace {self.workspace!r} is being deleted; nothing written")
+        # One listing serves the sweeps below and the validation.
+        names = os.listdir(self.path)
+        segs.remove_stray_temps(self.path, names)
+        self._ensure_format(fmt.FORMAT_NAME in names)
+        if REWRITE_MARKER in names or fmt.MERGE_NAME in names:
+            try:
+                recover_if_marked(self.path, self.store.durability)
+                settle_merge(self.path, self.store.durability)
+            except OSError as exc:
+                raise CommitFailed(
+                    f"workspace {self.workspace!r}: could not settle an interrupted rewrite or "
+                    f"merge ({exc}); nothing was written",
+                    bid,
+                ) from exc
+            names = os.listdir(self.path)
+        return self.state(segs.segments_in(self.path, names))
+
+    def _publish_pending(self, st: State, bid: str) -> None:
+        """Step 1 of every mutation: a pending receipt before any segment
+        changes; if it cannot be published, nothing changes (CommitFailed)."""
         base = st.receipt if st.receipt is not None else _empty_receipt()
         try:
             write_receipt(self.path, replace(base, state=fmt.PENDING))
@@ -619,6 +625,11 @@ class History:
                 "nothing was written",
                 bid,
             ) from exc
+
+    def _commit(
+        self, st: State, stored: list[dict[str, Any]], lines: list[bytes], bid: str
+    ) -> AppendResult:
+        self._publish_pending(st, bid)
         active = st.active
         cap = self.store.segment_bytes
         old = b""
