@@ -613,7 +613,7 @@ class History:
             names = os.listdir(self.path)
         return self.state(segs.segments_in(self.path, names))
 
-    def _publish_pending(self, st: State, bid: str) -> None:
+    def _publish_pending(self, st: State, bid: str | None) -> None:
         """Step 1 of every mutation: a pending receipt before any segment
         changes; if it cannot be published, nothing changes (CommitFailed)."""
         base = st.receipt if st.receipt is not None else _empty_receipt()

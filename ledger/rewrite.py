@@ -60,7 +60,7 @@ import os
 import re
 import secrets
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ledger import format as fmt
@@ -68,7 +68,6 @@ from ledger import segments as segs
 from ledger.errors import CommitFailed, LedgerError, RecoveryError
 from ledger.index import entry_of
 from ledger.lock import locked
-from ledger.receipt import write_receipt
 from ledger.retention import Quarantine
 from ledger.rows import new_id, now_ms
 from ledger.windows import Entry
@@ -423,14 +422,7 @@ def commit_rewrite(
     changes = {n: c for n, c in changes.items() if n in st.segments}
     if not changes:
         return RewriteOutcome([], st.epoch)
-    base = st.receipt if st.receipt is not None else _empty_receipt()
-    try:
-        write_receipt(path, replace(base, state=fmt.PENDING))
-    except OSError as exc:
-        raise CommitFailed(
-            f"workspace {history.workspace!r}: could not publish the pending receipt: {exc}; "
-            "nothing was rewritten"
-        ) from exc
+    history._publish_pending(st, None)
     tombs: list[tuple[str, str]] = []
     marker_path = os.path.join(path, MARKER_NAME)
     marker_written = False
