@@ -98,12 +98,13 @@ A torn or partial overwrite fails the checksum and reads as malformed.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import xxhash
@@ -127,6 +128,10 @@ KINDS = frozenset({"message", "reset", "lead_in", "warning", "truncation"})
 ROLES = frozenset({"user", "assistant", "system", "tool"})
 RESET_REASONS = frozenset({"manual", "rollover", "compaction"})
 
+_SEGMENT_NAME = re.compile(
+    re.escape(SEGMENT_PREFIX) + "([0-9]{8})" + re.escape(SEGMENT_SUFFIX) + r"\Z"
+)
+
 SUFFIX_HEAD = b',"_c":"'
 LINE_SUFFIX = len(SUFFIX_HEAD) + 16 + 2  # ,"_c":" + 16 hex + "}
 
@@ -137,18 +142,17 @@ _decoder = msgspec.json.Decoder()
 # --- names -----------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def segment_name(number: int) -> str:
     return f"{SEGMENT_PREFIX}{number:08d}{SEGMENT_SUFFIX}"
 
 
 def segment_number(name: str) -> int | None:
     """The number of a segment file name, or None for any other name."""
-    if not (name.startswith(SEGMENT_PREFIX) and name.endswith(SEGMENT_SUFFIX)):
+    m = _SEGMENT_NAME.match(name)
+    if m is None:
         return None
-    digits = name[len(SEGMENT_PREFIX) : -len(SEGMENT_SUFFIX)]
-    if len(digits) != 8 or not digits.isdigit():
-        return None
-    number = int(digits)
+    number = int(m.group(1))
     return number if number > 0 else None
 
 
@@ -297,12 +301,13 @@ STABLE = 2
 NO_FLOOR = -1
 FLOOR_UNREADABLE = -2
 _RECEIPT = struct.Struct("<8sB7xQQqIIQqIIQQQQQQ16sqQ96x")
+_STAMP = struct.Struct("<IQQQQQ")  # segment number + stamp, as the sealed digest hashes it
 assert _RECEIPT.size == RECEIPT_SIZE - 8
 
 
-@dataclass(frozen=True)
-class Stamp:
-    """What a segment looked like: identity, size and times."""
+class Stamp(NamedTuple):
+    """What a segment looked like: identity, size and times. (A named tuple:
+    every append builds and compares one per segment.)"""
 
     dev: int
     ino: int
@@ -345,10 +350,12 @@ class Receipt:
         return self.floor_segment != 0
 
 
-def pack_receipt(r: Receipt) -> bytes:
+def pack_receipt(r: Receipt, state: int | None = None) -> bytes:
+    """The 256 bytes of ``r``; with ``state``, of ``r`` in that state instead
+    (the pending copy a writer publishes first)."""
     head = _RECEIPT.pack(
         RECEIPT_MAGIC,
-        r.state,
+        r.state if state is None else state,
         r.epoch,
         r.next_seq,
         r.window,
@@ -404,12 +411,8 @@ def unpack_receipt(data: bytes) -> Receipt | None:
 
 def sealed_digest(sealed: Iterable[tuple[int, Stamp]]) -> tuple[int, bytes]:
     """Count and xxh3-128 digest of the sealed segments' numbers and stamps."""
-    h = xxhash.xxh3_128()
-    count = 0
-    for number, s in sealed:
-        h.update(struct.pack("<IQQQQQ", number, s.dev, s.ino, s.size, s.mtime_ns, s.ctime_ns))
-        count += 1
-    return count, h.digest()
+    packed = [_STAMP.pack(number, *s) for number, s in sealed]
+    return len(packed), xxhash.xxh3_128_digest(b"".join(packed))
 
 
 # --- INDEX projection --------------------------------------------------------

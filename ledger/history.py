@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -134,6 +134,7 @@ class History:
         self._derived: dict[bytes, State] = {}
         self.index = BoundaryIndex(path)
         self._format_checked = False
+        self._digest_memo: tuple[list[tuple[int, fmt.Stamp]], tuple[int, bytes]] | None = None
 
     def __repr__(self) -> str:
         return f"History({self.workspace!r})"
@@ -174,7 +175,7 @@ class History:
         active_stamp = all_stamps[-1][1] if all_stamps else None
         receipt = read_receipt(self.path)
         if receipt is not None and receipt.stable:
-            count, sealed_dg = fmt.sealed_digest(sealed)
+            count, sealed_dg = self._sealed_digest(sealed)
             active = numbers[-1] if numbers else 0
             if (
                 receipt.active_segment == active
@@ -205,6 +206,16 @@ class History:
         derived = self._derive(receipt, numbers, active_stamp, sealed)
         self._derived = {digest: derived}
         return derived
+
+    def _sealed_digest(self, sealed: list[tuple[int, fmt.Stamp]]) -> tuple[int, bytes]:
+        """``fmt.sealed_digest``, remembered for the last sealed list seen: the
+        sealed segments rarely change between two appends."""
+        memo = self._digest_memo
+        if memo is not None and memo[0] == sealed:
+            return memo[1]
+        out = fmt.sealed_digest(sealed)
+        self._digest_memo = (sealed, out)
+        return out
 
     def _derive(
         self,
@@ -496,7 +507,8 @@ class History:
         # Check and encode the rows before taking the lock, so bad input costs
         # nothing and the lock is held only for I/O; seqs are set under it.
         prepared = prepare_batch(rows, 0, bid, self.store.max_row_bytes, internal=internal)
-        if not self.exists() and (
+        exists = self.exists()
+        if not exists and (
             expect_next_seq not in (None, 1) or expect_window not in (None, 0)
         ):
             # A refused conditional append creates nothing.
@@ -510,7 +522,8 @@ class History:
                 "history is empty (next seq 1)"
             )
         try:
-            self._ensure_dir()
+            if not exists:
+                self._ensure_dir()
             lock = locked(self.path, self.workspace, self.store.lock_timeout, shared=False)
             lock.__enter__()
         except OSError as exc:
@@ -566,29 +579,32 @@ class History:
         else:
             stored, lines = prepared
             lines = renumber(stored, lines, st.next_seq, self.store.max_row_bytes)
-        result = self._commit(st, stored, lines, bid)
-        if len(st.sealed) + 1 >= AUTO_MIN_SEALED:
-            result = self._auto_merge(result)
+        result, sealed = self._commit(st, stored, lines, bid)
+        if sealed is not None and len(sealed) >= AUTO_MIN_SEALED:
+            self._auto_merge(sealed)
         return result
 
-    def _auto_merge(self, result: AppendResult) -> AppendResult:
+    def _auto_merge(self, sealed: list[tuple[int, fmt.Stamp]]) -> None:
         """Keep file count logarithmic once a history has many segments. The
         append already succeeded; a failed merge is left for the next writer.
         A merge keeps the epoch (no content changes) but bumps the receipt's
-        layout number, which expires open cursors."""
+        layout number, which expires open cursors. ``sealed`` is what the
+        append's stable receipt records; only when a merge is due is the
+        state validated again (the merge needs it)."""
+        if not runnable_merge(self.path, sealed, self.store.segment_bytes, AUTO_MAX_MERGE_BYTES):
+            return
         st = self.state()
         if not st.verified:
-            return result
+            return
         run = runnable_merge(
             self.path, st.sealed, self.store.segment_bytes, AUTO_MAX_MERGE_BYTES
         )
         if not run:
-            return result
+            return
         try:
             merge_run(self, st, run)
         except (OSError, segs.CommitStepError):
             pass  # the pending receipt and MERGE marker tell the next writer
-        return result
 
     def _arrive_locked(self, bid: str) -> State:
         """What every writer does first, under the exclusive lock: refuse a
@@ -618,7 +634,7 @@ class History:
         changes; if it cannot be published, nothing changes (CommitFailed)."""
         base = st.receipt if st.receipt is not None else _empty_receipt()
         try:
-            write_receipt(self.path, replace(base, state=fmt.PENDING))
+            write_receipt(self.path, base, fmt.PENDING)
         except OSError as exc:
             raise CommitFailed(
                 f"workspace {self.workspace!r}: could not publish the pending receipt: {exc}; "
@@ -628,7 +644,10 @@ class History:
 
     def _commit(
         self, st: State, stored: list[dict[str, Any]], lines: list[bytes], bid: str
-    ) -> AppendResult:
+    ) -> tuple[AppendResult, list[tuple[int, fmt.Stamp]] | None]:
+        """Publish pending, commit by rename, publish stable. Returns the
+        result and the sealed segments as the stable receipt now records them
+        (None when that receipt could not be published)."""
         self._publish_pending(st, bid)
         active = st.active
         cap = self.store.segment_bytes
@@ -648,7 +667,7 @@ class History:
             # (never write after damaged bytes): the batch starts a segment.
             target, chunks, offset0, new_file = active + 1, lines, 0, True
         try:
-            segs.commit_file(
+            new_stamp = segs.commit_file(
                 self.path, fmt.segment_name(target), chunks,
                 durability=self.store.durability, new_file=new_file,
             )
@@ -680,8 +699,7 @@ class History:
             if b.is_floor:
                 floor = b
         epoch = st.epoch if st.verified else _new_epoch(st.epoch)
-        new_stamp = segs.stamp(segs.segment_path(self.path, target))
-        if new_stamp is not None and (new_file or batch_bounds or epoch != st.epoch):
+        if new_file or batch_bounds or epoch != st.epoch:
             try:
                 if new_file:
                     active_entry(self.path, target, new_stamp, epoch, tuple(batch_bounds),
@@ -690,25 +708,25 @@ class History:
                     active_entry(self.path, target, new_stamp, epoch)
             except OSError:
                 pass  # a projection: readers scan when it is missing
-        sealed = list(st.sealed)
+        sealed = st.sealed
         if new_file and active and st.active_stamp is not None:
-            sealed.append((active, st.active_stamp))
+            sealed = [*sealed, (active, st.active_stamp)]
             try:
                 self.index.ensure_persisted(active, st.active_stamp)
             except OSError:
                 pass  # a projection: readers rebuild a missing entry
-        if new_stamp is not None:
-            layout = st.receipt.layout if st.receipt is not None else 0
-            receipt = stable_receipt(
-                epoch, seqs[-1] + 1, window, floor, layout, (target, new_stamp), sealed
-            )
-            try:
-                write_receipt(self.path, receipt)
-            except OSError:
-                # Accepted write, unpublished receipt: the pending receipt
-                # expires cursors and the next writer re-baselines (DESIGN 6).
-                pass
-        return AppendResult(seqs, epoch, window_marker(window), bid)
+        layout = st.receipt.layout if st.receipt is not None else 0
+        receipt = stable_receipt(
+            epoch, seqs[-1] + 1, window, floor, layout, (target, new_stamp), sealed,
+            self._sealed_digest(sealed),
+        )
+        try:
+            write_receipt(self.path, receipt)
+        except OSError:
+            # Accepted write, unpublished receipt: the pending receipt
+            # expires cursors and the next writer re-baselines (DESIGN 6).
+            return AppendResult(seqs, epoch, window_marker(window), bid), None
+        return AppendResult(seqs, epoch, window_marker(window), bid), sealed
 
     def _restore_receipt(self, st: State) -> None:
         """After a failure before the rename nothing changed: put back the
@@ -829,10 +847,12 @@ def stable_receipt(
     layout: int,
     active: tuple[int, fmt.Stamp],
     sealed: list[tuple[int, fmt.Stamp]],
+    digest: tuple[int, bytes] | None = None,
 ) -> fmt.Receipt:
     """The stable receipt for a log whose newest boundary is ``window``, whose
-    floor is ``floor``, with these segments (the one place receipts are built)."""
-    count, sealed_dg = fmt.sealed_digest(sealed)
+    floor is ``floor``, with these segments (the one place receipts are built).
+    ``digest`` is ``fmt.sealed_digest(sealed)`` when the caller has it."""
+    count, sealed_dg = digest if digest is not None else fmt.sealed_digest(sealed)
     return fmt.Receipt(
         state=fmt.STABLE,
         epoch=epoch,

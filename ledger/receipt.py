@@ -59,15 +59,16 @@ def receipt_status(wsdir: str) -> str:
     return "stable" if r.stable else "pending"
 
 
-def write_receipt(wsdir: str, receipt: fmt.Receipt) -> None:
-    """Overwrite the receipt in place (see the module doc for why no fsync).
+def write_receipt(wsdir: str, receipt: fmt.Receipt, state: int | None = None) -> None:
+    """Overwrite the receipt in place (see the module doc for why no fsync);
+    with ``state``, ``receipt`` in that state (a writer's pending copy).
 
     Whatever sits at the path and is not a regular file (a symlink, a FIFO, a
     directory) is removed first, so nothing is followed or blocked on; a file
     of the wrong size is cut to size.
     """
     path = os.path.join(wsdir, fmt.RECEIPT_NAME)
-    data = fmt.pack_receipt(receipt)
+    data = fmt.pack_receipt(receipt, state)
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, 0o600)

@@ -6,6 +6,8 @@ lines (checked, ordered, framed); :class:`Row` is what readers get back.
 
 from __future__ import annotations
 
+import os
+import random
 import secrets
 import time
 from collections.abc import Sequence
@@ -20,9 +22,15 @@ _STORE_ASSIGNED = ("seq", "batch", fmt.CHECKSUM_KEY)
 _CALLER_KINDS = frozenset({"message", "warning", "truncation"})
 
 
+# Ids must be unique, not secret: 64 bits from a generator seeded by the OS
+# once per process (and again in each forked child) cost no system call.
+_rng = random.Random(secrets.token_bytes(32))
+os.register_at_fork(after_in_child=lambda: _rng.seed(secrets.token_bytes(32)))
+
+
 def new_id(prefix: str) -> str:
     """A unique, time-ordered id: ``prefix`` + 12 hex digits of ms + 16 random."""
-    return f"{prefix}{time.time_ns() // 1_000_000:012x}{secrets.token_hex(8)}"
+    return f"{prefix}{time.time_ns() // 1_000_000:012x}{_rng.getrandbits(64):016x}"
 
 
 def now_ms() -> int:

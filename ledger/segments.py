@@ -17,7 +17,7 @@ step 3 or 4 failing leaves it uncertain, which ``CommitStep`` tells apart.
 from __future__ import annotations
 
 import os
-import secrets
+import random
 import stat as stat_mod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -28,6 +28,11 @@ from ledger import format as fmt
 from ledger.errors import HistoryDamaged
 
 READ_CHUNK = 1 << 20
+
+# Names of temp files only need to differ between live writers; seeded from
+# the OS once per process and again in every forked child.
+_rng = random.Random(os.urandom(16))
+os.register_at_fork(after_in_child=lambda: _rng.seed(os.urandom(16)))
 DURABILITY_LEVELS = ("full", "normal", "off")
 
 
@@ -104,21 +109,33 @@ def stamp(path: str) -> fmt.Stamp | None:
 
 def stamps(wsdir: str, numbers: list[int]) -> list[tuple[int, fmt.Stamp]]:
     """Stamps of the given segments (lstat: a symlink is never followed).
-    Raises HistoryDamaged for an entry that is not a regular file."""
+    Raises HistoryDamaged for an entry that is not a regular file.
+
+    Every append and every page of a read stats every segment, so this is a
+    hot loop: names are resolved against one directory descriptor.
+    """
+    try:
+        dfd = os.open(wsdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return [(n, fmt.ZERO_STAMP) for n in numbers]
     out = []
-    for n in numbers:
-        path = segment_path(wsdir, n)
-        try:
-            st = os.stat(path, follow_symlinks=False)
-        except FileNotFoundError:
-            out.append((n, fmt.ZERO_STAMP))
-            continue
-        if not stat_mod.S_ISREG(st.st_mode):
-            raise HistoryDamaged(
-                f"{path} is not a regular file (a symlink, directory or device); move it "
-                "away and run `tledger check`"
-            )
-        out.append((n, fmt.Stamp.of(st)))
+    stat, name_of, isreg, stamp_of = os.stat, fmt.segment_name, stat_mod.S_ISREG, fmt.Stamp
+    try:
+        for n in numbers:
+            try:
+                st = stat(name_of(n), dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                out.append((n, fmt.ZERO_STAMP))
+                continue
+            if not isreg(st.st_mode):
+                raise HistoryDamaged(
+                    f"{segment_path(wsdir, n)} is not a regular file (a symlink, directory or "
+                    "device); move it away and run `tledger check`"
+                )
+            out.append((n, stamp_of(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                                    st.st_ctime_ns)))
+    finally:
+        os.close(dfd)
     return out
 
 
@@ -154,9 +171,11 @@ def fsync_dir(path: str) -> None:
 
 def commit_file(
     wsdir: str, target: str, chunks: Iterable[bytes], *, durability: str, new_file: bool
-) -> None:
-    """Atomically make ``wsdir/target`` hold exactly ``chunks`` (see module doc)."""
-    tmp = os.path.join(wsdir, f"{fmt.TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
+) -> fmt.Stamp:
+    """Atomically make ``wsdir/target`` hold exactly ``chunks`` (see module doc).
+    Returns the stamp of the committed file (``fstat`` after the rename, which
+    changes its ctime)."""
+    tmp = os.path.join(wsdir, f"{fmt.TEMP_PREFIX}{os.getpid()}-{_token()}")
     step = "open temp file"
     try:
         fd = os.open(
@@ -167,29 +186,66 @@ def commit_file(
     try:
         try:
             step = "write temp file"
-            for chunk in chunks:
-                view = memoryview(chunk)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
+            _write_all(fd, chunks)
             if durability != "off":
                 step = "fsync temp file"
                 os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        _unlink_quietly(tmp)
-        raise CommitStepError(step, False, exc) from exc
-    try:
-        os.rename(tmp, os.path.join(wsdir, target))
-    except OSError as exc:
-        _unlink_quietly(tmp)
-        raise CommitStepError("rename", True, exc) from exc
+        except OSError as exc:
+            _unlink_quietly(tmp)
+            raise CommitStepError(step, False, exc) from exc
+        try:
+            os.rename(tmp, os.path.join(wsdir, target))
+        except OSError as exc:
+            _unlink_quietly(tmp)
+            raise CommitStepError("rename", True, exc) from exc
+        try:
+            committed = fmt.Stamp.of(os.fstat(fd))
+        except OSError as exc:  # pragma: no cover - fstat of an open file
+            raise CommitStepError("fstat", True, exc) from exc
+    finally:
+        os.close(fd)
     if durability == "full" or (durability == "normal" and new_file):
         try:
             fsync_dir(wsdir)
         except OSError as exc:
             raise CommitStepError("fsync directory", True, exc) from exc
+    return committed
+
+
+_WRITEV_MAX = 512  # buffers per call, well under IOV_MAX (1024 on Linux)
+
+
+def _write_all(fd: int, chunks: Iterable[bytes]) -> None:
+    """Write every chunk, gathering small ones into one ``writev`` (a batch is
+    one call) while holding at most about READ_CHUNK bytes at a time."""
+    pending: list[bytes | memoryview] = []
+    held = 0
+    for chunk in chunks:
+        if not chunk:
+            continue
+        pending.append(chunk)
+        held += len(chunk)
+        if held >= READ_CHUNK or len(pending) >= _WRITEV_MAX:
+            _writev_all(fd, pending)
+            pending, held = [], 0
+    if pending:
+        _writev_all(fd, pending)
+
+
+def _writev_all(fd: int, bufs: list[bytes | memoryview]) -> None:
+    while bufs:
+        written = os.writev(fd, bufs)
+        while bufs and written >= len(bufs[0]):
+            written -= len(bufs[0])
+            bufs = bufs[1:]
+        if written:
+            bufs = [memoryview(bufs[0])[written:], *bufs[1:]]
+
+
+def _token() -> str:
+    """Twelve random hex digits for a temp file name (O_EXCL makes a clash a
+    failed open, never a shared file, so a PRNG is enough)."""
+    return f"{_rng.getrandbits(48):012x}"
 
 
 def _unlink_quietly(path: str) -> None:
@@ -200,8 +256,19 @@ def _unlink_quietly(path: str) -> None:
 
 
 def read_file(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+    """The whole file, by plain system calls (no buffered file object)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        size = os.fstat(fd).st_size
+        data = os.read(fd, size + 1)
+        if len(data) <= size:
+            return data
+        parts = [data]  # grew since the fstat: read on to the end
+        while chunk := os.read(fd, READ_CHUNK):
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 @dataclass

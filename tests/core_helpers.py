@@ -127,7 +127,7 @@ ERRNOS = (errno.ENOSPC, errno.EIO)
 
 
 class Faults:
-    """Wrap os.open/write/fsync/rename/pwrite/close so that the calls of one
+    """Wrap os.open/write/writev/fsync/rename/pwrite/close so that the calls of one
     commit step fail with ``err`` while armed; everything else is delegated.
 
     A fault is persistent while armed (a full disk stays full): from the
@@ -146,7 +146,7 @@ class Faults:
         self._tmp: set[int] = set()
         self._dir: set[int] = set()
         self._receipt: set[int] = set()
-        names = ("open", "write", "fsync", "rename", "pwrite", "close")
+        names = ("open", "write", "writev", "fsync", "rename", "pwrite", "close")
         self._real = {n: getattr(os, n) for n in names}
         for name in self._real:
             monkeypatch.setattr(os, name, getattr(self, "_" + name))
@@ -201,6 +201,11 @@ class Faults:
         if fd in self._tmp and self.step == "write_temp" and self._hit("w"):
             self._fail("write temp")
         return self._real["write"](fd, data)
+
+    def _writev(self, fd: int, buffers: Any) -> int:
+        if fd in self._tmp and self.step == "write_temp" and self._hit("w"):
+            self._fail("writev temp")
+        return self._real["writev"](fd, buffers)
 
     def _fsync(self, fd: int) -> None:
         if fd in self._tmp and self.step == "fsync_temp" and self._hit("f"):

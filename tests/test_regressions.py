@@ -47,14 +47,14 @@ def _many_segments(root: Path, n: int) -> Store:
 def test_failed_auto_merge_does_not_fail_the_append(tmp_path: Path, monkeypatch) -> None:
     store = _many_segments(tmp_path, 60)
     h = store.history("ws")
-    real_write = os.write
+    real_writev = os.writev
 
-    def write(fd: int, data) -> int:
-        if len(data) > 4096:  # the merge's copy, not a batch or a receipt
+    def writev(fd: int, buffers) -> int:
+        if sum(len(b) for b in buffers) > 4096:  # the merge's copy, not a batch
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(fd, data)
+        return real_writev(fd, buffers)
 
-    monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "writev", writev)
     results = [h.append(text(f"more {i}")) for i in range(30)]
     monkeypatch.undo()
     assert all(r.seqs for r in results)
