@@ -45,7 +45,7 @@ from ledger.merge import AUTO_MAX_MERGE_BYTES, AUTO_MIN_SEALED
 from ledger.merge import merge as merge_run
 from ledger.merge import runnable as runnable_merge
 from ledger.merge import settle as settle_merge
-from ledger.receipt import read_receipt, write_receipt
+from ledger.receipt import WriterReceipt, read_receipt, write_receipt
 from ledger.rewrite import MARKER_NAME as REWRITE_MARKER
 from ledger.rewrite import recover_if_marked
 from ledger.rows import Row, new_id, prepare_batch, renumber
@@ -135,6 +135,7 @@ class History:
         self.index = BoundaryIndex(path)
         self._format_checked = False
         self._digest_memo: tuple[list[tuple[int, fmt.Stamp]], tuple[int, bytes]] | None = None
+        self._listing_memo: tuple[list[str], tuple[int, ...]] | None = None
 
     def __repr__(self) -> str:
         return f"History({self.workspace!r})"
@@ -165,15 +166,18 @@ class History:
                 f"{fmt.FORMAT_TEXT!r}; use a build that knows that format"
             )
 
-    def state(self, numbers: list[int] | None = None) -> State:
+    def state(
+        self, numbers: list[int] | None = None, receipt_file: WriterReceipt | None = None
+    ) -> State:
         """Validate receipt and stamps now (call under the lock); ``numbers``
-        is a segment listing taken under the same lock, if the caller has one."""
+        is a segment listing taken under the same lock, if the caller has one,
+        and ``receipt_file`` a writer's open receipt."""
         if numbers is None:
             numbers = segs.list_segments(self.path)
         all_stamps = segs.stamps(self.path, numbers)
         sealed = all_stamps[:-1]
         active_stamp = all_stamps[-1][1] if all_stamps else None
-        receipt = read_receipt(self.path)
+        receipt = read_receipt(self.path) if receipt_file is None else receipt_file.read()
         if receipt is not None and receipt.stable:
             count, sealed_dg = self._sealed_digest(sealed)
             active = numbers[-1] if numbers else 0
@@ -549,7 +553,28 @@ class History:
         before_encode: Any,
         prepared: tuple[list[dict[str, Any]], list[bytes]],
     ) -> AppendResult:
-        st = self._arrive_locked(bid)
+        rf = WriterReceipt(self.path)
+        try:
+            return self._append_received(
+                rows, bid, caller_id, expect_next_seq, expect_window, internal, before_encode,
+                prepared, rf,
+            )
+        finally:
+            rf.close()
+
+    def _append_received(
+        self,
+        rows: Sequence[dict[str, Any]],
+        bid: str,
+        caller_id: bool,
+        expect_next_seq: int | None,
+        expect_window: int | None,
+        internal: bool,
+        before_encode: Any,
+        prepared: tuple[list[dict[str, Any]], list[bytes]],
+        rf: WriterReceipt,
+    ) -> AppendResult:
+        st = self._arrive_locked(bid, rf)
         if caller_id:
             found = self._find_batch(st, bid)
             if found is not None:
@@ -579,8 +604,9 @@ class History:
         else:
             stored, lines = prepared
             lines = renumber(stored, lines, st.next_seq, self.store.max_row_bytes)
-        result, sealed = self._commit(st, stored, lines, bid)
-        if sealed is not None and len(sealed) >= AUTO_MIN_SEALED:
+        result, sealed = self._commit(st, stored, lines, bid, rf)
+        # A merge can only become due when this append sealed a segment.
+        if sealed is not None and sealed is not st.sealed and len(sealed) >= AUTO_MIN_SEALED:
             self._auto_merge(sealed)
         return result
 
@@ -606,7 +632,7 @@ class History:
         except (OSError, segs.CommitStepError):
             pass  # the pending receipt and MERGE marker tell the next writer
 
-    def _arrive_locked(self, bid: str) -> State:
+    def _arrive_locked(self, bid: str, receipt_file: WriterReceipt | None = None) -> State:
         """What every writer does first, under the exclusive lock: refuse a
         workspace being deleted, clear dead writers' temp files, write or check
         FORMAT, settle an interrupted rewrite or merge, then validate."""
@@ -627,14 +653,29 @@ class History:
                     bid,
                 ) from exc
             names = os.listdir(self.path)
-        return self.state(segs.segments_in(self.path, names))
+        return self.state(self._segments_in(names), receipt_file)
 
-    def _publish_pending(self, st: State, bid: str | None) -> None:
+    def _segments_in(self, names: list[str]) -> list[int]:
+        """``segs.segments_in``, remembered for the last listing: between two
+        appends the names rarely change, and a list compare is cheaper."""
+        memo = self._listing_memo
+        if memo is not None and memo[0] == names and fmt.MERGE_NAME not in names:
+            return list(memo[1])
+        numbers = segs.segments_in(self.path, names)
+        self._listing_memo = (names, tuple(numbers))
+        return numbers
+
+    def _publish_pending(
+        self, st: State, bid: str | None, receipt_file: WriterReceipt | None = None
+    ) -> None:
         """Step 1 of every mutation: a pending receipt before any segment
         changes; if it cannot be published, nothing changes (CommitFailed)."""
         base = st.receipt if st.receipt is not None else _empty_receipt()
         try:
-            write_receipt(self.path, base, fmt.PENDING)
+            if receipt_file is None:
+                write_receipt(self.path, base, fmt.PENDING)
+            else:
+                receipt_file.write(base, fmt.PENDING)
         except OSError as exc:
             raise CommitFailed(
                 f"workspace {self.workspace!r}: could not publish the pending receipt: {exc}; "
@@ -643,12 +684,13 @@ class History:
             ) from exc
 
     def _commit(
-        self, st: State, stored: list[dict[str, Any]], lines: list[bytes], bid: str
+        self, st: State, stored: list[dict[str, Any]], lines: list[bytes], bid: str,
+        rf: WriterReceipt,
     ) -> tuple[AppendResult, list[tuple[int, fmt.Stamp]] | None]:
         """Publish pending, commit by rename, publish stable. Returns the
         result and the sealed segments as the stable receipt now records them
         (None when that receipt could not be published)."""
-        self._publish_pending(st, bid)
+        self._publish_pending(st, bid, rf)
         active = st.active
         cap = self.store.segment_bytes
         old = b""
@@ -656,7 +698,7 @@ class History:
             try:
                 old = segs.read_file(segs.segment_path(self.path, active))
             except OSError as exc:
-                self._restore_receipt(st)
+                self._restore_receipt(st, rf)
                 raise CommitFailed(
                     f"workspace {self.workspace!r}: could not read the active segment: {exc}", bid
                 ) from exc
@@ -673,7 +715,7 @@ class History:
             )
         except segs.CommitStepError as exc:
             if not exc.after_rename:
-                self._restore_receipt(st)
+                self._restore_receipt(st, rf)
                 raise CommitFailed(
                     f"workspace {self.workspace!r}: commit failed at step '{exc.step}' "
                     f"({exc.cause}); the history is unchanged",
@@ -721,20 +763,20 @@ class History:
             self._sealed_digest(sealed),
         )
         try:
-            write_receipt(self.path, receipt)
+            rf.write(receipt)
         except OSError:
             # Accepted write, unpublished receipt: the pending receipt
             # expires cursors and the next writer re-baselines (DESIGN 6).
             return AppendResult(seqs, epoch, window_marker(window), bid), None
         return AppendResult(seqs, epoch, window_marker(window), bid), sealed
 
-    def _restore_receipt(self, st: State) -> None:
+    def _restore_receipt(self, st: State, rf: WriterReceipt) -> None:
         """After a failure before the rename nothing changed: put back the
         receipt that was there, so cursors stay valid. Best effort."""
         if st.receipt is None or not st.verified:
             return
         try:
-            write_receipt(self.path, st.receipt)
+            rf.write(st.receipt)
         except OSError:
             pass
 

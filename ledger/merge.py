@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 FANOUT = 16
 MAX_MERGED = 256 << 20
-AUTO_MIN_SEALED = 64  # appends merge on their own only beyond this many
+AUTO_MIN_SEALED = FANOUT  # appends merge on their own from this many sealed segments
 AUTO_MAX_MERGE_BYTES = 16 << 20  # the most one append copies (bigger: merge_segments)
 
 

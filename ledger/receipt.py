@@ -48,6 +48,61 @@ def read_receipt(wsdir: str) -> fmt.Receipt | None:
     return fmt.unpack_receipt(data)
 
 
+class WriterReceipt:
+    """RECEIPT held open by a writer for one append (under the exclusive
+    lock): read on arrival, then the pending and the stable copy written
+    through the same descriptor -- one open instead of three.
+
+    Only a regular file of the right size and mode is held; anything else
+    (missing, a symlink, a FIFO, a wrong size) leaves the handle empty and
+    every call falls back to ``read_receipt`` / ``write_receipt``, which
+    deal with such files. If the path is replaced meanwhile, the writes go
+    to the replaced file and readers see stamps that disagree: cursors
+    expire, as after any untracked change.
+    """
+
+    def __init__(self, wsdir: str) -> None:
+        self.wsdir = wsdir
+        self.fd = -1
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(os.path.join(wsdir, fmt.RECEIPT_NAME), flags)
+        except OSError:
+            return
+        try:
+            st = os.fstat(fd)
+            ok = (stat.S_ISREG(st.st_mode) and st.st_size == fmt.RECEIPT_SIZE
+                  and not st.st_mode & 0o077)
+        except OSError:
+            ok = False
+        if ok:
+            self.fd = fd
+        else:
+            os.close(fd)
+
+    def read(self) -> fmt.Receipt | None:
+        if self.fd < 0:
+            return read_receipt(self.wsdir)
+        try:
+            data = os.pread(self.fd, fmt.RECEIPT_SIZE + 1, 0)
+        except OSError:
+            return None
+        return fmt.unpack_receipt(data)
+
+    def write(self, receipt: fmt.Receipt, state: int | None = None) -> None:
+        if self.fd < 0:
+            write_receipt(self.wsdir, receipt, state)
+            return
+        data = fmt.pack_receipt(receipt, state)
+        if os.pwrite(self.fd, data, 0) != len(data):
+            raise OSError(f"short write of {os.path.join(self.wsdir, fmt.RECEIPT_NAME)}")
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 def receipt_status(wsdir: str) -> str:
     """'missing', 'malformed', 'pending' or 'stable' (for stat and check)."""
     path = os.path.join(wsdir, fmt.RECEIPT_NAME)

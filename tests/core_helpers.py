@@ -121,7 +121,9 @@ PRE_RENAME = (
     "fsync_temp",
 )
 AT_OR_AFTER_RENAME = ("rename", "fsync_dir")
-STABLE = ("stable_receipt_open", "stable_receipt_write")
+# The stable receipt is written through the descriptor the writer opened on
+# arrival, so its only step of its own is the write.
+STABLE = ("stable_receipt_write",)
 ALL_STEPS = PRE_RENAME + AT_OR_AFTER_RENAME + STABLE
 ERRNOS = (errno.ENOSPC, errno.EIO)
 
@@ -177,8 +179,6 @@ class Faults:
             self._fail(f"open {name}")
         if name == fmt.RECEIPT_NAME and flags & (os.O_WRONLY | os.O_RDWR):
             if step == "pending_receipt_open" and self._hit("ro"):
-                self._fail(f"open {name}")
-            if step == "stable_receipt_open" and self._hit("ro", start=2):
                 self._fail(f"open {name}")
         if name.startswith(fmt.TEMP_PREFIX) and step == "open_temp" and self._hit("t"):
             self._fail(f"open {name}")

@@ -56,7 +56,7 @@ def test_pending_publish_fails_nothing_changes(
     assert h.append(msg("c")).epoch == epoch  # still a verified append
 
 
-@pytest.mark.parametrize("step", ["stable_receipt_write", "stable_receipt_open"])
+@pytest.mark.parametrize("step", ["stable_receipt_write"])
 def test_stable_publish_fails_success_and_pending(
     store_root: Path, monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:
