@@ -317,7 +317,7 @@ class _Loader:
         path = self.history.path
         st = self.st
         try:
-            known, _ = read_entries(path)
+            known, _, _ = read_entries(path)
             if st.active and st.active_stamp is not None:
                 have = known.get(st.active)
                 if have is None or have.stamp != st.active_stamp:

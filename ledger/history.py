@@ -39,7 +39,7 @@ from ledger.errors import (
     WindowChanged,
     WorkspaceNotFound,
 )
-from ledger.index import BoundaryIndex, active_entry
+from ledger.index import BoundaryIndex, SegmentInfo, active_entry
 from ledger.lock import locked
 from ledger.merge import AUTO_MAX_MERGE_BYTES, AUTO_MIN_SEALED
 from ledger.merge import merge as merge_run
@@ -136,6 +136,8 @@ class History:
         self._format_checked = False
         self._digest_memo: tuple[list[tuple[int, fmt.Stamp]], tuple[int, bytes]] | None = None
         self._listing_memo: tuple[list[str], tuple[int, ...]] | None = None
+        # This process's account of the active segment, valid for one stamp.
+        self._running: SegmentInfo | None = None
 
     def __repr__(self) -> str:
         return f"History({self.workspace!r})"
@@ -750,13 +752,22 @@ class History:
                     active_entry(self.path, target, new_stamp, epoch)
             except OSError:
                 pass  # a projection: readers scan when it is missing
-        sealed = st.sealed
+        running = self._running
         if new_file and active and st.active_stamp is not None:
-            sealed = [*sealed, (active, st.active_stamp)]
+            sealed = [*st.sealed, (active, st.active_stamp)]
+            if running is not None and (running.number, running.stamp) == (
+                active, st.active_stamp
+            ):
+                self.index.remember(running)  # sealing it needs no scan
             try:
                 self.index.ensure_persisted(active, st.active_stamp)
             except OSError:
                 pass  # a projection: readers rebuild a missing entry
+        else:
+            sealed = st.sealed
+        self._running = _extend_running(
+            running, target, new_stamp, st.active_stamp, new_file, seqs, batch_bounds
+        )
         layout = st.receipt.layout if st.receipt is not None else 0
         receipt = stable_receipt(
             epoch, seqs[-1] + 1, window, floor, layout, (target, new_stamp), sealed,
@@ -941,6 +952,28 @@ def publish_state(
     write_receipt(path, receipt)
     history._derived = {}
     return epoch
+
+
+def _extend_running(
+    running: SegmentInfo | None,
+    target: int,
+    new_stamp: fmt.Stamp,
+    old_stamp: fmt.Stamp | None,
+    new_file: bool,
+    seqs: list[int],
+    bounds: list[Boundary],
+) -> SegmentInfo | None:
+    """The writer's account of the active segment after a commit: a new
+    segment holds just the batch; a rewritten one holds the bytes ``running``
+    described (when its stamp is the one the commit read) plus the batch.
+    Otherwise unknown (None), and sealing scans the segment."""
+    if new_file:
+        return SegmentInfo(target, new_stamp, seqs[0], seqs[-1], len(seqs), tuple(bounds),
+                           max(seqs))
+    if running is None or (running.number, running.stamp) != (target, old_stamp):
+        return None
+    return SegmentInfo(target, new_stamp, running.first_seq, seqs[-1], running.rows + len(seqs),
+                       running.bounds + tuple(bounds), max(running.max_seq, *seqs))
 
 
 def _write_opts(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -103,15 +103,21 @@ def append_entry(wsdir: str, info: SegmentInfo) -> None:
         os.close(fd)
 
 
-def read_entries(wsdir: str) -> tuple[dict[int, SegmentInfo], dict[tuple[int, int], SegmentInfo]]:
-    """Sealed entries by number, and the newest active entry by (number, epoch)."""
+def read_entries(
+    wsdir: str, start: int = 0
+) -> tuple[dict[int, SegmentInfo], dict[tuple[int, int], SegmentInfo], int]:
+    """Sealed entries by number, the newest active entry by (number, epoch),
+    and the offset just past the last complete line (where the next
+    incremental read starts); lines before ``start`` are not read."""
     path = os.path.join(wsdir, fmt.INDEX_NAME)
     sealed: dict[int, SegmentInfo] = {}
     active: dict[tuple[int, int], SegmentInfo] = {}
+    end = start
     try:
-        for line in segs.iter_lines(path):
+        for line in segs.iter_lines(path, start):
             if not line.complete:
                 continue
+            end = line.offset + len(line.data) + 1
             e = fmt.decode_index_entry(line.data)
             if e is None:
                 continue
@@ -120,8 +126,8 @@ def read_entries(wsdir: str) -> tuple[dict[int, SegmentInfo], dict[tuple[int, in
             else:
                 sealed[e.number] = from_entry(e)
     except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError):
-        return {}, {}
-    return sealed, active
+        return {}, {}, 0
+    return sealed, active, end
 
 
 class BoundaryIndex:
@@ -133,18 +139,39 @@ class BoundaryIndex:
         self._active: dict[tuple[int, int], SegmentInfo] = {}
         self._persisted: set[tuple[int, fmt.Stamp]] = set()
         self._index_stamp: fmt.Stamp | None = None
+        self._index_read = 0  # offset past the last complete line read
 
     def _load(self) -> None:
+        """Take in what INDEX holds that this process has not read yet. The
+        file only grows (writers append), so while it is the same file and
+        not shorter, only the lines past the last read are decoded; any other
+        change reads it again from the start."""
         st = segs.stamp(os.path.join(self.wsdir, fmt.INDEX_NAME))
-        if st is not None and st != self._index_stamp:
-            sealed, active = read_entries(self.wsdir)
-            for number, info in sealed.items():
-                self._persisted.add((number, info.stamp))
-                cached = self._cache.get(number)
-                if cached is None or cached.stamp != info.stamp:
-                    self._cache[number] = info
+        if st is None or st == self._index_stamp:
+            return
+        old = self._index_stamp
+        grown = (old is not None and (st.dev, st.ino) == (old.dev, old.ino)
+                 and st.size >= old.size)
+        start = self._index_read if grown else 0
+        sealed, active, end = read_entries(self.wsdir, start)
+        for number, info in sealed.items():
+            self._persisted.add((number, info.stamp))
+            cached = self._cache.get(number)
+            if cached is None or cached.stamp != info.stamp:
+                self._cache[number] = info
+        if grown:
+            self._active.update(active)
+        else:
             self._active = active
-            self._index_stamp = st
+        self._index_stamp = st
+        self._index_read = end
+
+    def remember(self, info: SegmentInfo) -> None:
+        """Take a writer's own account of a segment (what ``scan_segment``
+        would compute for exactly that stamp), so sealing it needs no scan."""
+        cached = self._cache.get(info.number)
+        if cached is None or cached.stamp != info.stamp:
+            self._cache[info.number] = info
 
     def active_bounds(self, number: int, stamp: fmt.Stamp, epoch: int | None
                       ) -> tuple[Boundary, ...]:
