@@ -378,8 +378,11 @@ def pack_receipt(r: Receipt, state: int | None = None) -> bytes:
     return head + struct.pack("<Q", xxhash.xxh3_64_intdigest(head))
 
 
+@functools.lru_cache(maxsize=64)
 def unpack_receipt(data: bytes) -> Receipt | None:
-    """The receipt in ``data``, or None when it is not exactly one valid receipt."""
+    """The receipt in ``data``, or None when it is not exactly one valid receipt.
+    (Pure, and receipts are immutable: remembered by their bytes, since every
+    append and every page of a read unpacks the same receipt again.)"""
     if len(data) != RECEIPT_SIZE:
         return None
     head = data[:-8]

@@ -48,7 +48,7 @@ from ledger.merge import settle as settle_merge
 from ledger.receipt import WriterReceipt, read_receipt, write_receipt
 from ledger.rewrite import MARKER_NAME as REWRITE_MARKER
 from ledger.rewrite import recover_if_marked
-from ledger.rows import Row, new_id, prepare_batch, renumber
+from ledger.rows import Row, new_id, prepare_batch, prepare_bodies, renumber
 from ledger.windows import Boundary, batch_boundaries, provider_rows
 
 if TYPE_CHECKING:
@@ -512,7 +512,7 @@ class History:
         bid = batch_id or new_id("b_")
         # Check and encode the rows before taking the lock, so bad input costs
         # nothing and the lock is held only for I/O; seqs are set under it.
-        prepared = prepare_batch(rows, 0, bid, self.store.max_row_bytes, internal=internal)
+        prepared = prepare_bodies(rows, 0, bid, self.store.max_row_bytes, internal=internal)
         exists = self.exists()
         if not exists and (
             expect_next_seq not in (None, 1) or expect_window not in (None, 0)

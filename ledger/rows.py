@@ -6,6 +6,7 @@ lines (checked, ordered, framed); :class:`Row` is what readers get back.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import secrets
@@ -113,6 +114,42 @@ def is_empty_assistant(row: dict[str, Any]) -> bool:
 
 
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1
+_SCALARS = (str, bool, type(None))
+
+_OUTSIDE = (
+    "does not round-trip through JSON unchanged (NaN/Infinity, integers beyond 64 bits, "
+    "non-string keys or tuples are outside the JSON domain)"
+)
+
+
+def _plain_json(value: Any) -> bool | str | None:
+    """Decide the JSON domain of ``value`` by one walk when it is built of the
+    plain types only: True when it is in the domain (64-bit integers, finite
+    floats, string keys), the reason when it is not, None when some value is
+    of another type (a subclass, a tuple, ...), which the caller settles by a
+    round trip."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t in _SCALARS:
+            continue
+        if t is dict:
+            for k in v:
+                if type(k) is not str:
+                    return None
+            stack.extend(v.values())
+        elif t is list:
+            stack.extend(v)
+        elif t is int:
+            if not _INT_MIN <= v <= _INT_MAX:
+                return "an integer is outside the 64-bit range"
+        elif t is float:
+            if not math.isfinite(v):
+                return _OUTSIDE
+        else:
+            return None
+    return True
 
 
 def _ints_in_range(value: Any) -> bool:
@@ -130,7 +167,10 @@ def _ints_in_range(value: Any) -> bool:
 
 
 def _check_json_domain(row: dict[str, Any], index: int) -> bytes:
-    if not _ints_in_range(row):
+    plain = _plain_json(row)
+    if isinstance(plain, str):
+        raise InvalidRow(f"row {index}: {plain}", index)
+    if plain is None and not _ints_in_range(row):
         raise InvalidRow(f"row {index}: an integer is outside the 64-bit range", index)
     try:
         body = fmt.encode_json(row)
@@ -138,16 +178,17 @@ def _check_json_domain(row: dict[str, Any], index: int) -> bytes:
         raise InvalidRow(f"row {index}: nested too deeply to store", index) from None
     except (TypeError, ValueError, OverflowError, UnicodeEncodeError) as exc:
         raise InvalidRow(f"row {index}: not encodable as JSON: {exc}", index) from exc
+    if plain is True:
+        # Plain types in the domain encode to JSON that decodes to an equal
+        # value (msgspec writes floats in shortest round-trip form), and what
+        # msgspec can encode it can decode: no round trip needed.
+        return body
     try:
         back = fmt.decode_json(body)
     except (msgspec.DecodeError, RecursionError) as exc:  # pragma: no cover - msgspec round-trips
         raise InvalidRow(f"row {index}: does not round-trip through JSON: {exc}", index) from exc
     if back != row:
-        raise InvalidRow(
-            f"row {index}: does not round-trip through JSON unchanged (NaN/Infinity, "
-            "integers beyond 64 bits, non-string keys or tuples are outside the JSON domain)",
-            index,
-        )
+        raise InvalidRow(f"row {index}: {_OUTSIDE}", index)
     return body
 
 
@@ -242,7 +283,21 @@ def prepare_batch(
     *,
     internal: bool = False,
 ) -> tuple[list[dict[str, Any]], list[bytes]]:
-    """Check and encode a batch; raises InvalidRow (nothing is written)."""
+    """Check, encode and frame a batch; raises InvalidRow (nothing is written)."""
+    stored, bodies = prepare_bodies(rows, first_seq, batch_id, max_row_bytes, internal=internal)
+    return stored, [fmt.frame(body) for body in bodies]
+
+
+def prepare_bodies(
+    rows: Sequence[Any],
+    first_seq: int,
+    batch_id: str,
+    max_row_bytes: int,
+    *,
+    internal: bool = False,
+) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """``prepare_batch`` without the framing: the checked JSON bodies, for a
+    writer that learns the real seqs later (``renumber`` frames them)."""
     if not isinstance(rows, Sequence) or isinstance(rows, (str, bytes, dict)):
         raise InvalidRow("rows must be a list of row objects")
     if not rows:
@@ -250,7 +305,7 @@ def prepare_batch(
     ts = now_ms()
     n = len(rows)
     stored: list[dict[str, Any]] = []
-    lines: list[bytes] = []
+    bodies: list[bytes] = []
     for i, row in enumerate(rows):
         check_caller_row(row, i, internal=internal)
         out = stored_row(row, first_seq + i, batch_id, n, i, ts)
@@ -260,21 +315,20 @@ def prepare_batch(
                 f"row {i}: {len(body)} bytes encoded, above max_row_bytes={max_row_bytes}", i
             )
         stored.append(out)
-        lines.append(fmt.frame(body))
-    return stored, lines
+        bodies.append(body)
+    return stored, bodies
 
 
 _SEQ_KEY = b'{"seq":'
 
 
-def renumber(stored: list[dict[str, Any]], lines: list[bytes], first_seq: int,
+def renumber(stored: list[dict[str, Any]], bodies: list[bytes], first_seq: int,
              max_row_bytes: int) -> list[bytes]:
-    """Give a batch prepared with placeholder seqs its real ones: rewrite the
-    ``seq`` prefix of each body and its checksum (the rest is already checked)."""
+    """Give bodies prepared with placeholder seqs their real ones and frame
+    them: rewrite the ``seq`` prefix of each (the rest is already checked)."""
     out = []
-    for i, line in enumerate(lines):
+    for i, body in enumerate(bodies):
         seq = first_seq + i
-        body = line[: -(fmt.LINE_SUFFIX + 1)] + b"}"
         assert body.startswith(_SEQ_KEY)
         body = b'{"seq":%d' % seq + body[body.index(b",", len(_SEQ_KEY)) :]
         if len(body) + fmt.LINE_SUFFIX > max_row_bytes:
