@@ -15,10 +15,18 @@ bytes, so a ratio product/floor shows what the product adds:
 ``raw_find``        ``bytes.find`` of the query over the raw bytes: no decoding,
                     no case folding -- the absolute floor, shown beside.
 ``tiktoken_raw``    tiktoken's own ``encode_ordinary`` of the same text.
+``SyscallReplica``  the system calls one ``append`` makes (lock, listing, a
+                    stat per segment, receipt read and two in-place writes,
+                    reading the active segment, the rename commit of old
+                    bytes + batch) with none of the Python logic around
+                    them: what the rename design costs by itself, so that
+                    ledger/replica is what Python adds and replica/floor what
+                    the design adds.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 from collections.abc import Sequence
@@ -48,6 +56,63 @@ def rename_floor(directory: str, data: Sequence[bytes], durability: str = "full"
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+class SyscallReplica:
+    """A workspace-shaped directory with ``segments`` segment files whose
+    active segment grows by each batch up to ``cap`` and then starts anew,
+    as the ledger's does; each call makes the system calls of one append."""
+
+    def __init__(self, directory: str, segments: int, cap: int) -> None:
+        self.dir = directory
+        self.cap = cap
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        self.names = [f"seg-{i:08d}.jsonl" for i in range(1, max(segments, 1) + 1)]
+        for name in self.names:
+            with open(os.path.join(directory, name), "wb") as f:
+                f.write(b"{}\n")
+        for name in ("LOCK", "FORMAT", "INDEX"):
+            open(os.path.join(directory, name), "wb").close()
+        with open(os.path.join(directory, "RECEIPT"), "wb") as f:
+            f.write(bytes(256))
+        self.active = os.path.join(directory, self.names[-1])
+
+    def __call__(self, data: Sequence[bytes]) -> None:
+        d = self.dir
+        os.path.isdir(d)
+        lock = os.open(os.path.join(d, "LOCK"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.path.lexists(os.path.join(os.path.dirname(d), ".replica.deleting"))
+        os.listdir(d)
+        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        for name in self.names:
+            os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        os.close(dfd)
+        rfd = os.open(os.path.join(d, "RECEIPT"), os.O_RDWR | os.O_CLOEXEC)
+        os.fstat(rfd)
+        os.pread(rfd, 257, 0)
+        os.pwrite(rfd, b"\1" * 256, 0)
+        sfd = os.open(self.active, os.O_RDONLY | os.O_CLOEXEC)
+        size = os.fstat(sfd).st_size
+        old = os.read(sfd, size + 1)
+        os.close(sfd)
+        if len(old) >= self.cap:
+            old = b""
+        tmp = os.path.join(d, f".tmp-{secrets.token_hex(6)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        os.writev(fd, [old, *data] if old else list(data))
+        os.fsync(fd)
+        os.rename(tmp, self.active)
+        os.fstat(fd)
+        os.close(fd)
+        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        os.fsync(dfd)
+        os.close(dfd)
+        os.pwrite(rfd, b"\2" * 256, 0)
+        os.close(rfd)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        os.close(lock)
 
 
 def _chunks(path: str, start: int = 0) -> Any:

@@ -107,6 +107,14 @@ def compute_ratios(cfg: Config, res: Results) -> tuple[dict[str, Any], dict[str,
         "not measured")
     rss = res.extra.get("rss_scan")
     put("rss_growth_mib_scan_big", rss["growth_mib"] if rss else None, "not measured")
+    # Beyond the list: how the append's cost splits between the
+    # rename design's own system calls and the Python around them.
+    put("syscall_replica_over_rename_floor",
+        ratio(p(res, "append", big, "syscall_replica"), p(res, "append", big, "rename_floor")),
+        "not measured")
+    put("append_p50_over_syscall_replica",
+        ratio(p(res, "append", big, "ledger"), p(res, "append", big, "syscall_replica")),
+        "not measured")
     # Beyond the list: what a history grown by append alone would show.
     grown = max(cfg.grown_sizes_mib) if cfg.grown_sizes_mib else None
     if grown is not None:

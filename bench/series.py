@@ -292,10 +292,13 @@ def append_series(w: World, e: World, size_mib: int, res: Results, floor_dir: st
 
     cur: dict[str, Any] = {}
     next_batch()
+    replica = floors.SyscallReplica(os.path.join(floor_dir, f"replica-{size_mib}"),
+                                    w.segments(), w.store.segment_bytes)
     contenders: dict[str, Callable[[], Any]] = {
         "ledger": lambda: w.h.append_many(cur["rows"]),
         "ledger_empty": lambda: e.h.append_many(cur["rows"]),
         "rename_floor": lambda: floors.rename_floor(floor_dir, cur["lines"]),
+        "syscall_replica": lambda: replica(cur["lines"]),
     }
     if w.sqlite is not None:
         sq = w.sqlite
