@@ -317,7 +317,7 @@ class _Loader:
         path = self.history.path
         st = self.st
         try:
-            known, _, _ = read_entries(path)
+            known = read_entries(path).sealed
             if st.active and st.active_stamp is not None:
                 have = known.get(st.active)
                 if have is None or have.stamp != st.active_stamp:

@@ -19,8 +19,11 @@ A workspace ``<root>/<ws>/`` holds:
     Segments, numbered from 1 with eight decimal digits. The highest number is
     the *active* segment; every other one is *sealed* and never changes.
 ``INDEX``
-    A projection (derived, rebuildable): one JSON line per sealed segment with
-    its stamps, seq range and the positions of its boundaries and floors.
+    A projection (derived, rebuildable), appended to by writers: one checksummed
+    JSON line per sealed segment with its stamps, seq range and the positions
+    of its boundaries and floors (``{"e":[...]}``, see ``SegmentIndex``), and
+    one per segment merge (``{"m":[...]}``, see ``MergeRecord``), which lets
+    cursors issued before a merge be carried over to the merged positions.
 ``MERGE``
     Present only while sealed segments are being merged (``ledger.merge``):
     ``{"into": a, "from": [a, ..., b], "size": n}``. Once segment ``a`` has
@@ -444,15 +447,34 @@ class SegmentIndex(msgspec.Struct, array_like=True):
     epoch: int = 0
 
 
-def encode_index_entry(entry: SegmentIndex) -> bytes:
-    return frame(_encoder.encode(entry).replace(b"[", b'{"e":[', 1) + b"}")
+class MergeRecord(msgspec.Struct, array_like=True):
+    """One segment merge, as the INDEX line ``{"m":[epoch, layout, into,
+    [[source, base], ...]]}``: under ``epoch``, the merge that made receipt
+    layout ``layout`` moved the rows of each ``source`` segment to segment
+    ``into`` at byte ``base`` + their old offset (``ledger.merge``)."""
+
+    epoch: int
+    layout: int
+    into: int
+    sources: list[tuple[int, int]]
 
 
-def decode_index_entry(line: bytes) -> SegmentIndex | None:
+def encode_index_entry(entry: SegmentIndex | MergeRecord) -> bytes:
+    tag = b'{"m":[' if isinstance(entry, MergeRecord) else b'{"e":['
+    return frame(_encoder.encode(entry).replace(b"[", tag, 1) + b"}")
+
+
+def decode_index_entry(line: bytes) -> SegmentIndex | MergeRecord | None:
+    """An INDEX line; None when it fails verification or is of a kind this
+    build does not know (skipped: INDEX is a projection)."""
     body = body_of(line)
     if body is None:
         return None
     try:
-        return msgspec.json.decode(body[5:-1], type=SegmentIndex)
+        if body.startswith(b'{"e":'):
+            return msgspec.json.decode(body[5:-1], type=SegmentIndex)
+        if body.startswith(b'{"m":'):
+            return msgspec.json.decode(body[5:-1], type=MergeRecord)
     except msgspec.DecodeError:
         return None
+    return None

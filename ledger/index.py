@@ -91,27 +91,35 @@ def from_entry(e: fmt.SegmentIndex) -> SegmentInfo:
     )
 
 
-def append_entry(wsdir: str, info: SegmentInfo) -> None:
-    """Record a sealed segment's entry (writers, under the lock; no fsync: a
-    projection that is rebuilt when missing)."""
+def append_entry(wsdir: str, info: SegmentInfo | fmt.MergeRecord) -> None:
+    """Record a sealed segment's entry, or a merge (writers, under the lock;
+    no fsync: a projection that is rebuilt when missing)."""
     path = os.path.join(wsdir, fmt.INDEX_NAME)
+    entry = info if isinstance(info, fmt.MergeRecord) else to_entry(info)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600)
     try:
-        os.write(fd, fmt.encode_index_entry(to_entry(info)))
+        os.write(fd, fmt.encode_index_entry(entry))
     finally:
         os.close(fd)
 
 
-def read_entries(
-    wsdir: str, start: int = 0
-) -> tuple[dict[int, SegmentInfo], dict[tuple[int, int], SegmentInfo], int]:
-    """Sealed entries by number, the newest active entry by (number, epoch),
-    and the offset just past the last complete line (where the next
-    incremental read starts); lines before ``start`` are not read."""
+@dataclass
+class Entries:
+    """What ``read_entries`` found in INDEX."""
+
+    sealed: dict[int, SegmentInfo]  # by segment number
+    active: dict[tuple[int, int], SegmentInfo]  # the newest by (number, epoch)
+    merges: dict[tuple[int, int], fmt.MergeRecord]  # the newest by (epoch, layout)
+    end: int  # just past the last complete line: where an incremental read starts
+
+
+def read_entries(wsdir: str, start: int = 0) -> Entries:
+    """The entries of INDEX from byte ``start`` on (lines before it are not read)."""
     path = os.path.join(wsdir, fmt.INDEX_NAME)
     sealed: dict[int, SegmentInfo] = {}
     active: dict[tuple[int, int], SegmentInfo] = {}
+    merges: dict[tuple[int, int], fmt.MergeRecord] = {}
     end = start
     try:
         for line in segs.iter_lines(path, start):
@@ -121,13 +129,15 @@ def read_entries(
             e = fmt.decode_index_entry(line.data)
             if e is None:
                 continue
-            if e.epoch:
+            if isinstance(e, fmt.MergeRecord):
+                merges[(e.epoch, e.layout)] = e
+            elif e.epoch:
                 active[(e.number, e.epoch)] = from_entry(e)
             else:
                 sealed[e.number] = from_entry(e)
     except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError):
-        return {}, {}, 0
-    return sealed, active, end
+        return Entries({}, {}, {}, 0)
+    return Entries(sealed, active, merges, end)
 
 
 class BoundaryIndex:
@@ -140,6 +150,7 @@ class BoundaryIndex:
         self._persisted: set[tuple[int, fmt.Stamp]] = set()
         self._index_stamp: fmt.Stamp | None = None
         self._index_read = 0  # offset past the last complete line read
+        self._merges: dict[tuple[int, int], fmt.MergeRecord] = {}
 
     def _load(self) -> None:
         """Take in what INDEX holds that this process has not read yet. The
@@ -153,18 +164,25 @@ class BoundaryIndex:
         grown = (old is not None and (st.dev, st.ino) == (old.dev, old.ino)
                  and st.size >= old.size)
         start = self._index_read if grown else 0
-        sealed, active, end = read_entries(self.wsdir, start)
-        for number, info in sealed.items():
+        found = read_entries(self.wsdir, start)
+        for number, info in found.sealed.items():
             self._persisted.add((number, info.stamp))
             cached = self._cache.get(number)
             if cached is None or cached.stamp != info.stamp:
                 self._cache[number] = info
         if grown:
-            self._active.update(active)
+            self._active.update(found.active)
+            self._merges.update(found.merges)
         else:
-            self._active = active
+            self._active = found.active
+            self._merges = found.merges
         self._index_stamp = st
-        self._index_read = end
+        self._index_read = found.end
+
+    def merge_record(self, epoch: int, layout: int) -> fmt.MergeRecord | None:
+        """The merge that made receipt layout ``layout`` under ``epoch``."""
+        self._load()
+        return self._merges.get((epoch, layout))
 
     def remember(self, info: SegmentInfo) -> None:
         """Take a writer's own account of a segment (what ``scan_segment``

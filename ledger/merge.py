@@ -9,7 +9,9 @@ LSM tree), so each byte is copied about log16(history / cap) times.
 
 A merge never changes a byte of content or the order of rows, so it keeps
 the epoch; but rows move to other (segment, offset) positions, so it bumps
-the receipt's *layout* number, and open cursors (bound to both) expire.
+the receipt's *layout* number. Open cursors are bound to both: a cursor of
+an older layout is carried over to the new positions through the merges'
+INDEX records (``MergeRecord``), and expires only when one is missing.
 
 Crash safety, under the exclusive lock:
 
@@ -19,7 +21,8 @@ Crash safety, under the exclusive lock:
 3. write the concatenation to a temp file, fsync, rename it over segment
    ``a`` (directory fsync);
 4. unlink segments after ``a``; directory fsync; remove ``MERGE``;
-5. publish a stable receipt: same epoch, next layout, remapped positions.
+5. append the ``MergeRecord`` to INDEX; publish a stable receipt: same
+   epoch, next layout, remapped positions.
 
 A reader that finds ``MERGE`` while segment ``a`` already has the merged size
 ignores the other segments it lists (they are copies); the next writer
@@ -191,5 +194,10 @@ def merge(history: History, st: State, numbers: list[int]) -> None:
             append_entry(wsdir, info)
         except OSError:
             pass
+    try:
+        append_entry(wsdir, fmt.MergeRecord(st.epoch, st.receipt.layout + 1, into,
+                                            [(n, base[n]) for n in numbers]))
+    except OSError:
+        pass  # cursors of the old layout then expire instead of moving
     publish_state(history, moved(st.window), moved(st.floor), st.next_seq, st.epoch,
                   layout_of=st.receipt)

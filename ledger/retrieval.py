@@ -641,10 +641,7 @@ class SessionHistory:
             st = h.state()
             binding, floor_key = _binding(st), _floor_key(st)
             if data is not None and (data.binding != binding or data.floor != floor_key):
-                raise CursorExpired(
-                    "the history changed since this cursor was issued (a rewrite, an untracked "
-                    "edit or a new privacy floor); start a new query"
-                )
+                data = self._carry_over(data, st, binding, floor_key)
             if data is None:
                 data = self._fresh(st, action, digest, binding, floor_key)
             result = Result()
@@ -659,6 +656,37 @@ class SessionHistory:
             "cursor": cursors.issue(next_data) if next_data is not None else None,
         }
         return out
+
+    def _carry_over(
+        self, data: CursorData, st: State, binding: str, floor_key: str
+    ) -> CursorData:
+        """A cursor of an older layout of the same epoch, moved to the current
+        positions through the INDEX records of the merges in between (a merge
+        moves rows without changing a byte). Anything else -- another epoch, a
+        missing record, a floor that is not the moved old one -- expires it."""
+        old = _layout_of(data.binding)
+        new = _layout_of(binding)
+        records = []
+        if old is not None and new is not None and old[0] == new[0] and old[1] < new[1]:
+            for layout in range(old[1] + 1, new[1] + 1):
+                rec = self.history.index.merge_record(new[0], layout)
+                if rec is None:
+                    records = []
+                    break
+                records.append(rec)
+        if records:
+            pos, end, floor = data.pos, data.end, data.floor
+            for rec in records:
+                moved = dict(rec.sources)
+                pos, end, floor = _moved(pos, rec.into, moved), _moved(end, rec.into, moved), \
+                    _moved_floor(floor, rec.into, moved)
+            if floor == floor_key:
+                return msgspec.structs.replace(data, binding=binding, floor=floor, pos=pos,
+                                               end=end)
+        raise CursorExpired(
+            "the history changed since this cursor was issued (a rewrite, an untracked "
+            "edit or a new privacy floor); start a new query"
+        )
 
     def _fresh(
         self, st: State, action: str, digest: str, binding: str, floor_key: str
@@ -1005,6 +1033,34 @@ def _binding(st: State) -> str:
     if st.verified and st.receipt is not None:
         return f"e{st.epoch}.{st.receipt.layout}"
     return f"d{st.digest.hex()}"
+
+
+def _layout_of(binding: str) -> tuple[int, int] | None:
+    """(epoch, layout) of a binding to a verified receipt, else None."""
+    m = _BINDING.fullmatch(binding)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+_BINDING = re.compile(r"e([0-9]{1,20})\.([0-9]{1,20})")
+
+
+def _moved(p: Position, into: int, base: dict[int, int]) -> Position:
+    """Where a position is after a merge that moved each segment ``s`` in
+    ``base`` to ``into`` at byte ``base[s]`` (lines never span segments, so
+    ``skip_from`` moves with the position)."""
+    b = base.get(p.segment)
+    if b is None:
+        return p
+    skip_from = p.skip_from + b if p.skip_from >= 0 else p.skip_from
+    return msgspec.structs.replace(p, segment=into, offset=p.offset + b, skip_from=skip_from)
+
+
+def _moved_floor(key: str, into: int, base: dict[int, int]) -> str:
+    if key == "none":
+        return key
+    segment, offset, seq = key.split(":", 2)
+    b = base.get(int(segment))
+    return key if b is None else f"{into}:{int(offset) + b}:{seq}"
 
 
 def _floor_key(st: State) -> str:

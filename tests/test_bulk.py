@@ -284,7 +284,7 @@ def test_index_entries_match_a_scan(store: Store) -> None:
     batches: list[list[dict[str, Any]]] = [[msg(i)] for i in range(2, 12)]
     batches += [manual_reset(), rollover(20), [msg(30)], rollover(31)]
     bulk_load(h, batches, segment_target_bytes=500, internal=True)
-    entries, _, _ = read_entries(h.path)
+    entries = read_entries(h.path).sealed
     numbers = segs.list_segments(h.path)
     assert sorted(entries) == numbers
     for number in numbers:

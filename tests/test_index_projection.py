@@ -38,7 +38,7 @@ def test_sealed_entries_equal_a_scan_of_the_bytes(
         monkeypatch.setattr("ledger.history.AUTO_MIN_SEALED", 1 << 30)
     h = Store(tmp_path, segment_bytes=900, durability="off").history("ws")
     _grow(h, 120)
-    sealed, _, _ = read_entries(h.path)
+    sealed = read_entries(h.path).sealed
     st = h.snapshot()
     assert len(st.sealed) >= (4 if merging else 20)
     for number, stamp in st.sealed:
@@ -57,7 +57,7 @@ def test_a_writer_that_did_not_see_the_appends_still_records_a_true_entry(
         (a if i % 3 else b).append_many([text(f"turn {i} " + "y" * (i % 50))])
         if i % 9 == 4:
             (b if i % 2 else a).clear_soft()
-    sealed, _, _ = read_entries(a.path)
+    sealed = read_entries(a.path).sealed
     for number, stamp in a.snapshot().sealed:
         assert sealed[number] == scan_segment(a.path, number, stamp)
 

@@ -63,20 +63,83 @@ def test_merge_keeps_rows_epoch_floor_and_window(tmp_path: Path, no_auto_merge: 
     assert json.loads(line)["seq"] == st1.floor.seq
 
 
-def test_merge_expires_cursors_but_not_new_queries(tmp_path: Path, no_auto_merge: None) -> None:
+def _follow(tool, args: dict, between=None) -> list[list]:
+    """Every page of a query, followed by its cursor; ``between(k)`` runs
+    before page k + 1 is asked for."""
+    pages = []
+    out = json.loads(tool.call(args))
+    while True:
+        assert "error" not in out, out
+        pages.append(out["items"])
+        if not out["cursor"]:
+            return pages
+        if between is not None:
+            between(len(pages))
+        out = json.loads(tool.call({**args, "cursor": out["cursor"]}))
+
+
+def build_windows(root: Path) -> Store:
+    """A floor, then many rollovers: many windows for ``list`` to page through."""
+    store = build(root, 90)
+    h = store.history("ws")
+    for i in range(200):
+        if i % 25 == 0:
+            h.rollover([text(f"roll {i}")])
+        h.append(text(f"tok more {i}"))
+    return store
+
+
+@pytest.mark.parametrize("args", [
+    {"action": "search", "query": "tok", "limit": 7},
+    {"action": "list", "limit": 1},
+])
+def test_a_cursor_is_carried_over_merges(
+    tmp_path: Path, no_auto_merge: None, args: dict
+) -> None:
+    make = build if args["action"] == "search" else build_windows
+    expected = _follow(make(tmp_path / "a").history("ws").session_history(), args)
+    assert len(expected) >= 3
+    h = make(tmp_path / "b").history("ws")
+    layouts = []
+
+    def merge_and_grow(k: int) -> None:
+        if k % 2:
+            h.append(text(f"tok late {k}"))  # after the query's end: never served
+        assert h.merge_segments() >= 0
+        layouts.append(h.snapshot().receipt.layout)
+
+    got = _follow(h.session_history(), args, merge_and_grow)
+    assert got == expected
+    assert layouts[-1] >= 1  # merges happened while the cursor was held
+
+
+def test_a_cursor_expires_when_a_merge_record_is_missing(tmp_path: Path, no_auto_merge) -> None:
     store = build(tmp_path)
     h = store.history("ws")
     tool = h.session_history()
     first = json.loads(tool.call({"action": "search", "query": "tok", "limit": 5}))
     assert first["cursor"]
     h.merge_segments()
+    (tmp_path / "ws" / fmt.INDEX_NAME).unlink()  # the projection, records included
+    fresh_tool = Store(tmp_path).history("ws").session_history()
+    again = json.loads(fresh_tool.call({"action": "search", "query": "tok", "limit": 5,
+                                        "cursor": first["cursor"]}))
+    assert again["error"]["code"] == "stale_cursor"
+    fresh = json.loads(fresh_tool.call({"action": "search", "query": "tok", "limit": 5}))
+    assert [i["seq"] for i in fresh["items"]] == [i["seq"] for i in first["items"]]
+    read = json.loads(fresh_tool.call({"action": "read", "seq": st_seq(h)}))
+    assert read["items"][0]["text"].startswith("tok")
+
+
+def test_a_cursor_of_another_epoch_is_not_carried_over(tmp_path: Path, no_auto_merge) -> None:
+    h = build(tmp_path).history("ws")
+    tool = h.session_history()
+    first = json.loads(tool.call({"action": "search", "query": "tok", "limit": 5}))
+    h.merge_segments()
+    h.rebaseline()  # a new epoch: the merge records of the old one do not apply
     again = json.loads(tool.call({"action": "search", "query": "tok", "limit": 5,
                                   "cursor": first["cursor"]}))
     assert again["error"]["code"] == "stale_cursor"
-    fresh = json.loads(tool.call({"action": "search", "query": "tok", "limit": 5}))
-    assert [i["seq"] for i in fresh["items"]] == [i["seq"] for i in first["items"]]
-    read = json.loads(tool.call({"action": "read", "seq": st_seq(h)}))
-    assert read["items"][0]["text"].startswith("tok")
 
 
 def st_seq(h) -> int:
