@@ -92,7 +92,8 @@ offset      size  field
                   (names the window an unreadable floor opens: after + 1)
 144         8     layout (u64): bumped by a segment merge, which moves rows to
                   other (segment, offset) positions without changing a byte
-                  of content; cursors are bound to it beside the epoch
+                  of content; cursors are bound to it beside the epoch and
+                  are moved across it by the merges' INDEX records
 152         96    zero (room for later fields)
 248         8     xxh3-64 of bytes 0..247
 ==========  ====  ======================================================

@@ -616,7 +616,7 @@ class History:
         """Keep file count logarithmic once a history has many segments. The
         append already succeeded; a failed merge is left for the next writer.
         A merge keeps the epoch (no content changes) but bumps the receipt's
-        layout number, which expires open cursors. ``sealed`` is what the
+        layout number; open cursors move with the rows (``ledger.merge``). ``sealed`` is what the
         append's stable receipt records; only when a merge is due is the
         state validated again (the merge needs it)."""
         if not runnable_merge(self.path, sealed, self.store.segment_bytes, AUTO_MAX_MERGE_BYTES):
@@ -868,7 +868,8 @@ class History:
     def merge_segments(self) -> int:
         """Merge sealed segments by size class until no class is full (see
         ``ledger.merge``); returns how many merges ran. A merge keeps the
-        epoch but bumps the receipt's layout number, so open cursors expire."""
+        epoch but bumps the receipt's layout number; open cursors move with
+        the rows through the merge's INDEX record."""
         from ledger import merge
 
         self._require()
