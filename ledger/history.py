@@ -536,35 +536,17 @@ class History:
             raise CommitFailed(
                 f"workspace {self.workspace!r}: cannot open or lock the history: {exc}", bid
             ) from exc
+        rf = WriterReceipt(self.path)  # held for the whole append (one open)
         try:
             return self._append_locked(
                 rows, bid, batch_id is not None, expect_next_seq, expect_window, internal,
-                before_encode, prepared,
-            )
-        finally:
-            lock.__exit__(None, None, None)
-
-    def _append_locked(
-        self,
-        rows: Sequence[dict[str, Any]],
-        bid: str,
-        caller_id: bool,
-        expect_next_seq: int | None,
-        expect_window: int | None,
-        internal: bool,
-        before_encode: Any,
-        prepared: tuple[list[dict[str, Any]], list[bytes]],
-    ) -> AppendResult:
-        rf = WriterReceipt(self.path)
-        try:
-            return self._append_received(
-                rows, bid, caller_id, expect_next_seq, expect_window, internal, before_encode,
-                prepared, rf,
+                before_encode, prepared, rf,
             )
         finally:
             rf.close()
+            lock.__exit__(None, None, None)
 
-    def _append_received(
+    def _append_locked(
         self,
         rows: Sequence[dict[str, Any]],
         bid: str,
@@ -616,9 +598,9 @@ class History:
         """Keep file count logarithmic once a history has many segments. The
         append already succeeded; a failed merge is left for the next writer.
         A merge keeps the epoch (no content changes) but bumps the receipt's
-        layout number; open cursors move with the rows (``ledger.merge``). ``sealed`` is what the
-        append's stable receipt records; only when a merge is due is the
-        state validated again (the merge needs it)."""
+        layout number; open cursors move with the rows (``ledger.merge``).
+        ``sealed`` is what the append's stable receipt records; only when a
+        merge is due is the state validated again (the merge needs it)."""
         if not runnable_merge(self.path, sealed, self.store.segment_bytes, AUTO_MAX_MERGE_BYTES):
             return
         st = self.state()
