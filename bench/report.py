@@ -185,8 +185,8 @@ def git_commit(repo: str) -> str | None:
 # --- table ------------------------------------------------------------------------
 
 SERIES_COLUMNS = {
-    "append": ("ledger", "ledger_empty", "rename_floor", "sqlite_wal_full", "jsonl_append",
-               "rewrite"),
+    "append": ("ledger", "ledger_empty", "rename_floor", "syscall_replica", "sqlite_wal_full",
+               "jsonl_append", "rewrite"),
     "append_grown_by_append": ("ledger", "ledger_empty", "rename_floor"),
     "view": ("ledger", "ledger_empty", "read_decode_floor"),
     "turn": ("ledger", "ledger_empty", "sqlite_wal_full", "ledger_first_turn"),
