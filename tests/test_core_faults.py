@@ -7,6 +7,7 @@ the calls of one step fail while the append runs, everything else is real.
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,18 @@ def test_fault_on_the_first_write_of_a_workspace(
     assert rows[-3:] == [d for d in rows if d["batch"]["id"] == r.batch_id]
     assert (store_root / "ws" / fmt.FORMAT_NAME).read_bytes() == fmt.FORMAT_TEXT
     assert temps(store_root / "ws") == []
+
+
+def test_short_writes_are_continued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit writes every byte even when the kernel takes a few at a time."""
+    from ledger import segments as segs
+
+    real = os.writev
+
+    def stingy(fd: int, buffers: list) -> int:
+        return real(fd, [bytes(memoryview(buffers[0])[:5])])
+
+    monkeypatch.setattr(os, "writev", stingy)
+    chunks = [b"first line\n", b"", b"x" * 1000, "é, 漢字\n".encode()]
+    segs.commit_file(str(tmp_path), "target", chunks, durability="off", new_file=True)
+    assert (tmp_path / "target").read_bytes() == b"".join(chunks)
