@@ -176,3 +176,38 @@ def test_cli_truncate_reject_purge(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "purged" in capsys.readouterr().out
     assert main(["--root", root, "check", "ws"]) == 0
     assert main(["--root", root, "truncate", "ws", "--after", "999"]) == 1
+
+
+def test_a_writer_that_waited_on_a_deleted_workspace_lock_waits_on_the_new_one(
+    tmp_path: Path,
+) -> None:
+    """A writer blocked on the LOCK of a workspace that is deleted (renamed
+    away under the lock) and then recreated must not go on while the writer
+    of the recreated workspace holds its lock: it waits on the new LOCK."""
+    import fcntl
+    import threading
+
+    store = Store(tmp_path, durability="off")
+    store.history("ws").append(msg("old"))
+    ws = tmp_path / "ws"
+    old_lock = os.open(ws / fmt.LOCK_NAME, os.O_RDWR)
+    fcntl.flock(old_lock, fcntl.LOCK_EX)  # as Store.delete holds it while renaming
+    waiting = Store(tmp_path, durability="off", lock_timeout=10).history("ws")
+    done: list = []
+    writer = threading.Thread(target=lambda: done.append(waiting.append(msg("waited"))))
+    writer.start()
+    time.sleep(0.3)  # the writer has opened the old LOCK and polls it
+    os.rename(ws, tmp_path / ".ws.trash-test")
+    Store(tmp_path, durability="off").history("ws").append(msg("recreated"))
+    new_lock = os.open(ws / fmt.LOCK_NAME, os.O_RDWR)
+    fcntl.flock(new_lock, fcntl.LOCK_EX)  # the recreated workspace's writer is busy
+    fcntl.flock(old_lock, fcntl.LOCK_UN)
+    os.close(old_lock)
+    time.sleep(0.5)
+    assert not done, "the writer went on under a LOCK that is no longer the workspace's"
+    fcntl.flock(new_lock, fcntl.LOCK_UN)
+    os.close(new_lock)
+    writer.join(10)
+    assert done and done[0].seqs == [2]
+    rows = [r.to_dict() for r in Store(tmp_path).history("ws").rows()]
+    assert [(r["seq"], r["parts"][0]["text"]) for r in rows] == [(1, "recreated"), (2, "waited")]
