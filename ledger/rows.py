@@ -23,15 +23,21 @@ _STORE_ASSIGNED = ("seq", "batch", fmt.CHECKSUM_KEY)
 _CALLER_KINDS = frozenset({"message", "warning", "truncation"})
 
 
-# Ids must be unique, not secret: 64 bits from a generator seeded by the OS
-# once per process (and again in each forked child) cost no system call.
+# Ids and temp names must be unique, not secret: bits from a generator seeded
+# by the OS once per process (and again in each forked child) cost no system
+# call.
 _rng = random.Random(secrets.token_bytes(32))
 os.register_at_fork(after_in_child=lambda: _rng.seed(secrets.token_bytes(32)))
 
 
+def unique_hex(digits: int) -> str:
+    """``digits`` random hex digits (4 bits each) for names that must not clash."""
+    return f"{_rng.getrandbits(4 * digits):0{digits}x}"
+
+
 def new_id(prefix: str) -> str:
     """A unique, time-ordered id: ``prefix`` + 12 hex digits of ms + 16 random."""
-    return f"{prefix}{time.time_ns() // 1_000_000:012x}{_rng.getrandbits(64):016x}"
+    return f"{prefix}{time.time_ns() // 1_000_000:012x}{unique_hex(16)}"
 
 
 def now_ms() -> int:

@@ -17,7 +17,6 @@ step 3 or 4 failing leaves it uncertain, which ``CommitStep`` tells apart.
 from __future__ import annotations
 
 import os
-import random
 import stat as stat_mod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -26,13 +25,9 @@ import msgspec
 
 from ledger import format as fmt
 from ledger.errors import HistoryDamaged
+from ledger.rows import unique_hex
 
 READ_CHUNK = 1 << 20
-
-# Names of temp files only need to differ between live writers; seeded from
-# the OS once per process and again in every forked child.
-_rng = random.Random(os.urandom(16))
-os.register_at_fork(after_in_child=lambda: _rng.seed(os.urandom(16)))
 DURABILITY_LEVELS = ("full", "normal", "off")
 
 
@@ -175,7 +170,8 @@ def commit_file(
     """Atomically make ``wsdir/target`` hold exactly ``chunks`` (see module doc).
     Returns the stamp of the committed file (``fstat`` after the rename, which
     changes its ctime)."""
-    tmp = os.path.join(wsdir, f"{fmt.TEMP_PREFIX}{os.getpid()}-{_token()}")
+    # O_EXCL turns a clash of names into a failed open, never a shared file.
+    tmp = os.path.join(wsdir, f"{fmt.TEMP_PREFIX}{os.getpid()}-{unique_hex(12)}")
     step = "open temp file"
     try:
         fd = os.open(
@@ -240,12 +236,6 @@ def _writev_all(fd: int, bufs: list[bytes | memoryview]) -> None:
             bufs = bufs[1:]
         if written:
             bufs = [memoryview(bufs[0])[written:], *bufs[1:]]
-
-
-def _token() -> str:
-    """Twelve random hex digits for a temp file name (O_EXCL makes a clash a
-    failed open, never a shared file, so a PRNG is enough)."""
-    return f"{_rng.getrandbits(48):012x}"
 
 
 def _unlink_quietly(path: str) -> None:
