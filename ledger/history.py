@@ -43,6 +43,7 @@ from ledger.index import BoundaryIndex, SegmentInfo, active_entry
 from ledger.lock import locked
 from ledger.merge import AUTO_MAX_MERGE_BYTES, AUTO_MIN_SEALED
 from ledger.merge import merge as merge_run
+from ledger.merge import plan as plan_merge
 from ledger.merge import runnable as runnable_merge
 from ledger.merge import settle as settle_merge
 from ledger.receipt import WriterReceipt, read_receipt, write_receipt
@@ -601,8 +602,8 @@ class History:
         layout number; open cursors move with the rows (``ledger.merge``).
         ``sealed`` is what the append's stable receipt records; only when a
         merge is due is the state validated again (the merge needs it)."""
-        if not runnable_merge(self.path, sealed, self.store.segment_bytes, AUTO_MAX_MERGE_BYTES):
-            return
+        if not plan_merge(sealed, self.store.segment_bytes, AUTO_MAX_MERGE_BYTES):
+            return  # nothing due (pure: no file is opened)
         st = self.state()
         if not st.verified:
             return
