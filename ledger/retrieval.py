@@ -677,9 +677,10 @@ class SessionHistory:
         if records:
             pos, end, floor = data.pos, data.end, data.floor
             for rec in records:
-                moved = dict(rec.sources)
-                pos, end, floor = _moved(pos, rec.into, moved), _moved(end, rec.into, moved), \
-                    _moved_floor(floor, rec.into, moved)
+                base = dict(rec.sources)
+                pos = _moved(pos, rec.into, base)
+                end = _moved(end, rec.into, base)
+                floor = _moved_floor(floor, rec.into, base)
             if floor == floor_key:
                 return msgspec.structs.replace(data, binding=binding, floor=floor, pos=pos,
                                                end=end)
