@@ -34,6 +34,8 @@ from typing import Any
 
 import msgspec
 
+from ledger import format as fmt
+
 _dec = msgspec.json.Decoder()
 _enc = msgspec.json.Encoder()
 READ_CHUNK = 16 << 20
@@ -67,20 +69,21 @@ class SyscallReplica:
         self.dir = directory
         self.cap = cap
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        self.names = [f"seg-{i:08d}.jsonl" for i in range(1, max(segments, 1) + 1)]
+        self.names = [fmt.segment_name(i) for i in range(1, max(segments, 1) + 1)]
         for name in self.names:
             with open(os.path.join(directory, name), "wb") as f:
                 f.write(b"{}\n")
-        for name in ("LOCK", "FORMAT", "INDEX"):
+        for name in (fmt.LOCK_NAME, fmt.FORMAT_NAME, fmt.INDEX_NAME):
             open(os.path.join(directory, name), "wb").close()
-        with open(os.path.join(directory, "RECEIPT"), "wb") as f:
-            f.write(bytes(256))
+        with open(os.path.join(directory, fmt.RECEIPT_NAME), "wb") as f:
+            f.write(bytes(fmt.RECEIPT_SIZE))
         self.active = os.path.join(directory, self.names[-1])
 
     def __call__(self, data: Sequence[bytes]) -> None:
         d = self.dir
         os.path.isdir(d)
-        lock = os.open(os.path.join(d, "LOCK"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        lock = os.open(os.path.join(d, fmt.LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                       0o600)
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.path.lexists(os.path.join(os.path.dirname(d), ".replica.deleting"))
         os.listdir(d)
@@ -88,17 +91,17 @@ class SyscallReplica:
         for name in self.names:
             os.stat(name, dir_fd=dfd, follow_symlinks=False)
         os.close(dfd)
-        rfd = os.open(os.path.join(d, "RECEIPT"), os.O_RDWR | os.O_CLOEXEC)
+        rfd = os.open(os.path.join(d, fmt.RECEIPT_NAME), os.O_RDWR | os.O_CLOEXEC)
         os.fstat(rfd)
-        os.pread(rfd, 257, 0)
-        os.pwrite(rfd, b"\1" * 256, 0)
+        os.pread(rfd, fmt.RECEIPT_SIZE + 1, 0)
+        os.pwrite(rfd, b"\1" * fmt.RECEIPT_SIZE, 0)
         sfd = os.open(self.active, os.O_RDONLY | os.O_CLOEXEC)
         size = os.fstat(sfd).st_size
         old = os.read(sfd, size + 1)
         os.close(sfd)
         if len(old) >= self.cap:
             old = b""
-        tmp = os.path.join(d, f".tmp-{secrets.token_hex(6)}")
+        tmp = os.path.join(d, f"{fmt.TEMP_PREFIX}{secrets.token_hex(6)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)
         os.writev(fd, [old, *data] if old else list(data))
@@ -109,7 +112,7 @@ class SyscallReplica:
         dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         os.fsync(dfd)
         os.close(dfd)
-        os.pwrite(rfd, b"\2" * 256, 0)
+        os.pwrite(rfd, b"\2" * fmt.RECEIPT_SIZE, 0)
         os.close(rfd)
         fcntl.flock(lock, fcntl.LOCK_UN)
         os.close(lock)
