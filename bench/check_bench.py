@@ -27,9 +27,9 @@ from typing import Any
 
 import msgspec
 
-from ledger import segments as segs
-from ledger.history import History
-from ledger.store import Store
+from ledger.storage.files import segments as segs
+from ledger.transcript.history import History
+from ledger.transcript.store import Store
 from recovery.check import CheckRow, check
 
 _decode = msgspec.json.Decoder(CheckRow).decode
@@ -103,7 +103,7 @@ def run(root_or_history: str | os.PathLike[str] | History, *, workspace: str = "
 def build(root: str, mib: int, workspace: str = "bench") -> History:
     """A history of about ``mib`` MiB of realistic rows (bench.corpus)."""
     from bench.corpus import load_corpus
-    from ledger.bulk import bulk_load
+    from ledger.storage.files.bulk import bulk_load
 
     corpus = load_corpus()
     h = Store(root, durability="off").history(workspace)

@@ -34,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from ledger import format as fmt
+from ledger.core import format as fmt
 
 _dec = msgspec.json.Decoder()
 _enc = msgspec.json.Encoder()

@@ -59,10 +59,10 @@ from bench.baselines import JsonlAppend, RewriteTranscript, SqliteSession, encod
 from bench.corpus import MISSING_QUERY, REPO, Corpus
 from bench.measure import Sample, interleave, timed
 from ledger import Store
-from ledger import segments as segs
-from ledger.bulk import bulk_load
-from ledger.history import LEAD_IN_TEXT, History
-from ledger.rows import prepare_batch
+from ledger.core.rows import prepare_batch
+from ledger.storage.files import segments as segs
+from ledger.storage.files.bulk import bulk_load
+from ledger.transcript.history import LEAD_IN_TEXT, History
 
 MIB = 1 << 20
 WORKSPACE = "bench"

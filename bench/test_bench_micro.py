@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from bench.corpus import load_corpus
-from ledger import format as fmt
-from ledger.bulk import bulk_load
-from ledger.index import scan_segment
-from ledger.rows import prepare_batch
-from ledger.segments import list_segments, segment_path, stamp
-from ledger.store import Store
+from ledger.core import format as fmt
+from ledger.core.rows import prepare_batch
+from ledger.storage.files.bulk import bulk_load
+from ledger.storage.files.index import scan_segment
+from ledger.storage.files.segments import list_segments, segment_path, stamp
+from ledger.transcript.store import Store
 
 CORPUS = load_corpus()
 

@@ -33,8 +33,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ledger.encodings import get_encoding
-from ledger.tokens import RowTokenCache, TokenCounter
+from ledger.budget.encodings import get_encoding
+from ledger.budget.tokens import RowTokenCache, TokenCounter
 
 MB = 1_000_000
 

@@ -1,6 +1,6 @@
 """transcript-ledger: an event-sourced transcript store for AI agents."""
 
-from ledger.errors import (
+from ledger.core.errors import (
     CommitFailed,
     CommitUncertain,
     Conflict,
@@ -14,9 +14,9 @@ from ledger.errors import (
     WindowChanged,
     WorkspaceNotFound,
 )
-from ledger.history import AppendResult, History
-from ledger.rows import Row
-from ledger.store import Store
+from ledger.core.rows import Row
+from ledger.transcript.history import AppendResult, History
+from ledger.transcript.store import Store
 
 __all__ = [
     "AppendResult",

@@ -36,14 +36,14 @@ from typing import Any
 import msgspec
 import xxhash
 
-from ledger import format as fmt
-from ledger import rewrite
-from ledger import segments as segs
-from ledger.errors import FormatError, WorkspaceNotFound
-from ledger.history import History
-from ledger.lock import locked
-from ledger.receipt import read_receipt, receipt_status
-from ledger.windows import classify_reset
+from ledger.core import format as fmt
+from ledger.core.errors import FormatError, WorkspaceNotFound
+from ledger.core.windows import classify_reset
+from ledger.storage.files import rewrite
+from ledger.storage.files import segments as segs
+from ledger.storage.files.lock import locked
+from ledger.storage.files.receipt import read_receipt, receipt_status
+from ledger.transcript.history import History
 
 DAMAGE = "damage"
 NOTICE = "notice"

@@ -33,7 +33,7 @@ from typing import Any
 import msgspec
 import xxhash
 
-from ledger.errors import RecoveryError
+from ledger.core.errors import RecoveryError
 from recovery.salvage import Quarantined, Record, Salvage, salvage_jsonl
 
 BATCH_ROWS = 256
@@ -218,8 +218,8 @@ def write_quarantine(history: Any, source: str, entries: Iterable[Quarantined]) 
     (:class:`ledger.retention.Quarantine`, under the workspace lock); returns the
     entry names. Idempotent: the same bytes from the same source and offset are
     stored once. The workspace must exist (its first commit creates it)."""
-    from ledger.lock import locked
-    from ledger.retention import Quarantine
+    from ledger.storage.files.lock import locked
+    from ledger.storage.files.retention import Quarantine
 
     entries = list(entries)
     if not entries:

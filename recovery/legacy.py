@@ -54,15 +54,15 @@ from typing import Any
 
 import xxhash
 
-from ledger import format as fmt
-from ledger import rewrite
-from ledger import segments as segs
-from ledger.bulk import Batch, bulk_load
-from ledger.errors import InvalidRow, LedgerError, RecoveryError
-from ledger.history import History
-from ledger.lock import locked
-from ledger.retention import Quarantine
-from ledger.rows import prepare_batch
+from ledger.core import format as fmt
+from ledger.core.errors import InvalidRow, LedgerError, RecoveryError
+from ledger.core.rows import prepare_batch
+from ledger.storage.files import rewrite
+from ledger.storage.files import segments as segs
+from ledger.storage.files.bulk import Batch, bulk_load
+from ledger.storage.files.lock import locked
+from ledger.storage.files.retention import Quarantine
+from ledger.transcript.history import History
 
 ARCHIVE = "chat-archive.jsonl"
 CHAT = "chat.jsonl"
@@ -520,7 +520,7 @@ class _Mapper:
 
 
 def fmt_now() -> int:
-    from ledger.rows import now_ms
+    from ledger.core.rows import now_ms
 
     return now_ms()
 

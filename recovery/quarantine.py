@@ -17,8 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ledger.history import History
-from ledger.retention import (
+from ledger.storage.files.retention import (
     ENTRY_SUFFIX,
     MANIFEST_NAME,
     ManifestEntry,
@@ -29,7 +28,8 @@ from ledger.retention import (
     quarantine_dir,
     read_manifest,
 )
-from ledger.retention import quarantine_bytes as _quarantine_bytes
+from ledger.storage.files.retention import quarantine_bytes as _quarantine_bytes
+from ledger.transcript.history import History
 
 __all__ = [
     "ENTRY_SUFFIX",

@@ -46,15 +46,15 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ledger import format as fmt
-from ledger import rewrite
-from ledger import segments as segs
-from ledger.errors import FormatError, RecoveryError, WorkspaceNotFound
-from ledger.history import History
-from ledger.lock import locked
-from ledger.receipt import read_receipt, receipt_status, write_receipt
-from ledger.retention import Quarantine
-from ledger.rows import new_id, prepare_batch
+from ledger.core import format as fmt
+from ledger.core.errors import FormatError, RecoveryError, WorkspaceNotFound
+from ledger.core.rows import new_id, prepare_batch
+from ledger.storage.files import rewrite
+from ledger.storage.files import segments as segs
+from ledger.storage.files.lock import locked
+from ledger.storage.files.receipt import read_receipt, receipt_status, write_receipt
+from ledger.storage.files.retention import Quarantine
+from ledger.transcript.history import History
 from recovery import check as chk
 
 POLICIES = ("salvage", "tail", "prefix", "strict")

@@ -13,7 +13,7 @@ import pytest
 from core_helpers import dicts, msg, segment_files, tree
 
 from ledger import InvalidWorkspace, Store, WorkspaceNotFound
-from ledger.commands.core import stat_report
+from ledger.cli.core import stat_report
 
 
 def _filled(root: Path, segment_bytes: int = 1 << 16) -> Any:

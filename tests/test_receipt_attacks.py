@@ -16,7 +16,7 @@ from core_helpers import dicts, msg
 
 from ledger import Store
 from ledger import format as fmt
-from ledger.commands.core import stat_report
+from ledger.cli.core import stat_report
 from ledger.receipt import read_receipt, receipt_status
 
 

@@ -18,7 +18,7 @@ from core_helpers import dicts, msg, segment_files
 
 from ledger import Store
 from ledger import format as fmt
-from ledger.commands.core import stat_report
+from ledger.cli.core import stat_report
 
 
 def _history(root: Path):

@@ -16,7 +16,7 @@ from test_recovery_support import build, msg
 from ledger import format as fmt
 from ledger import retention
 from ledger.cli import main
-from ledger.commands.core import stat_report
+from ledger.cli.core import stat_report
 from ledger.errors import CommitFailed, LedgerError
 from ledger.store import Store
 from recovery import quarantine as rq

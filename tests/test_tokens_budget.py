@@ -194,7 +194,7 @@ def test_encoding_failure_is_an_error_not_a_guess(monkeypatch: pytest.MonkeyPatc
 def test_guards_count_rows_as_the_family_api_receives_them() -> None:
     """By default the guards count what the model family's adapter sends:
     the rendered request JSON, with genuine media charged by allowance."""
-    from ledger.adapters.shapes import AdapterShape
+    from ledger.budget.shapes import AdapterShape
 
     picture = {"type": "media", "mime": "image/png", "data": "A" * 200_000}
     rows = [text_row("hello"), {"role": "user", "parts": [picture]}]

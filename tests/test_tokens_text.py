@@ -35,7 +35,7 @@ def prose() -> str:
 
 
 def code() -> str:
-    return (REPO / "ledger" / "tokens.py").read_text(encoding="utf-8")
+    return (REPO / "ledger" / "budget" / "tokens.py").read_text(encoding="utf-8")
 
 
 def json_text() -> str:

@@ -9,10 +9,10 @@ from typing import Any
 
 import msgspec
 
-from ledger import format as fmt
-from ledger import segments as segs
-from ledger.errors import InvalidRow, LedgerError
-from ledger.receipt import read_receipt, receipt_status
+from ledger.core import format as fmt
+from ledger.core.errors import InvalidRow, LedgerError
+from ledger.storage.files import segments as segs
+from ledger.storage.files.receipt import read_receipt, receipt_status
 
 
 def _read_input(path: str | None) -> bytes:
@@ -149,7 +149,7 @@ def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
 
 
 def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
-    from ledger.retrieval import SessionHistory
+    from ledger.transcript.retrieval import SessionHistory
 
     h = ctx.store().history(args.workspace)
     h._require()  # a missing workspace is an error here (exit 1), as for rows/context
@@ -169,7 +169,7 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, ctx: Any) -> int:
-    from ledger.demo import run_demo
+    from ledger.interop.demo import run_demo
 
     return run_demo(args.dir, ctx.stdout)
 

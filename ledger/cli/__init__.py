@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
-from ledger.errors import InvalidWorkspace, LedgerError
+from ledger.core.errors import InvalidWorkspace, LedgerError
 
 Handler = Callable[[argparse.Namespace, "Context"], int]
 
@@ -40,7 +40,7 @@ class Context:
     stderr: Any
 
     def store(self, **options: Any) -> Any:
-        from ledger.store import Store
+        from ledger.transcript.store import Store
 
         return Store(self.root, **options)
 
@@ -59,16 +59,9 @@ class Context:
 
 
 def _command_modules() -> list[Any]:
-    from ledger.commands import core
+    from ledger.cli import core, interop, recovery_cmds, tokens
 
-    modules: list[Any] = [core]
-    for name in ("tokens", "recovery_cmds", "interop"):
-        try:
-            modules.append(__import__(f"ledger.commands.{name}", fromlist=["register"]))
-        except ModuleNotFoundError as exc:
-            if exc.name != f"ledger.commands.{name}":
-                raise
-    return modules
+    return [core, tokens, recovery_cmds, interop]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ledger.errors import LedgerError
+from ledger.core.errors import LedgerError
 
 Progress = Callable[[int, int], None]
 
@@ -91,8 +91,8 @@ def cmd_import_legacy(args: argparse.Namespace, ctx: Any) -> int:
 
 
 def cmd_purge(args: argparse.Namespace, ctx: Any) -> int:
-    from ledger import rewrite
-    from ledger.retention import clean_quarantine
+    from ledger.storage.files import rewrite
+    from ledger.storage.files.retention import clean_quarantine
 
     h = ctx.store().history(args.workspace)
     out: dict[str, Any] = {"workspace": args.workspace}
@@ -120,7 +120,7 @@ def cmd_purge(args: argparse.Namespace, ctx: Any) -> int:
 
 
 def cmd_truncate(args: argparse.Namespace, ctx: Any) -> int:
-    from ledger import rewrite
+    from ledger.storage.files import rewrite
 
     h = ctx.store().history(args.workspace)
     out = rewrite.truncate_after(h, args.after)
@@ -130,7 +130,7 @@ def cmd_truncate(args: argparse.Namespace, ctx: Any) -> int:
 
 
 def cmd_reject(args: argparse.Namespace, ctx: Any) -> int:
-    from ledger import rewrite
+    from ledger.storage.files import rewrite
 
     h = ctx.store().history(args.workspace)
     out = rewrite.reject(h, args.seqs)
@@ -141,7 +141,7 @@ def cmd_reject(args: argparse.Namespace, ctx: Any) -> int:
 
 def cmd_delete(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.cli import UsageError
-    from ledger.retention import delete_workspace
+    from ledger.storage.files.retention import delete_workspace
 
     if not args.yes:
         raise UsageError(f"delete removes workspace {args.workspace!r} for good; add --yes")
@@ -151,7 +151,7 @@ def cmd_delete(args: argparse.Namespace, ctx: Any) -> int:
 
 
 def cmd_backup(args: argparse.Namespace, ctx: Any) -> int:
-    from ledger.retention import backup
+    from ledger.storage.files.retention import backup
 
     h = ctx.store().history(args.workspace)
     out = backup(h, args.dest)

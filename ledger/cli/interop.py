@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
-from ledger import display
-from ledger.segments import DURABILITY_LEVELS
+from ledger.interop import display
+from ledger.storage.files.segments import DURABILITY_LEVELS
 
 API_FORMATS = ("openai-chat", "openai-responses", "anthropic")
 EXPORT_FORMATS = (*API_FORMATS, "markdown", "jsonl")

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ledger.adapters import ADAPTERS
-from ledger.tokens import CANONICAL, Accountant, Count, RowShape, media_info
+from ledger.budget.tokens import CANONICAL, Accountant, Count, RowShape, media_info
 
 # The API a model family's requests go to (others use Chat Completions, the
 # most common wire shape).

@@ -7,9 +7,9 @@ import os
 import sys
 from typing import Any
 
-from ledger.errors import InvalidRow, LedgerError, TokenizerError
-from ledger.models import MODELS_ENV, ModelRegistry, default_registry
-from ledger.tokens import TokenCounter
+from ledger.budget.models import MODELS_ENV, ModelRegistry, default_registry
+from ledger.budget.tokens import TokenCounter
+from ledger.core.errors import InvalidRow, LedgerError, TokenizerError
 
 
 def _read(path: str | None) -> tuple[bytes, str]:
@@ -32,7 +32,7 @@ def _text(data: bytes, source: str) -> str:
 
 
 def _rows(data: bytes, source: str) -> list[dict[str, Any]]:
-    from ledger.commands.core import numbered_jsonl_rows
+    from ledger.cli.core import numbered_jsonl_rows
 
     rows = []
     for number, row in numbered_jsonl_rows(data, source):
@@ -57,7 +57,7 @@ def cmd_count(args: argparse.Namespace, ctx: Any) -> int:
     data, source = _read(args.file)
     out: dict[str, Any]
     if args.rows:
-        from ledger.adapters.shapes import shape_for
+        from ledger.budget.shapes import shape_for
 
         rows = _rows(data, source)
         api = args.api

@@ -35,9 +35,8 @@ from typing import Any
 
 import msgspec
 
-from ledger.errors import BudgetExceeded
-from ledger.models import ModelConfigError, ModelRegistry, ModelSpec
-from ledger.tokens import (
+from ledger.budget.models import ModelConfigError, ModelRegistry, ModelSpec
+from ledger.budget.tokens import (
     CANONICAL,
     DEFAULT_CACHE,
     MESSAGE_FRAMING,
@@ -48,6 +47,7 @@ from ledger.tokens import (
     RowTokenCache,
     TokenCounter,
 )
+from ledger.core.errors import BudgetExceeded
 
 __all__ = [
     "RequestTooLarge",
@@ -128,7 +128,7 @@ def _verdict(
     spec = counter.spec
     if shape is None:
         # Rows are counted as the family's API receives them (the adapters).
-        from ledger.adapters.shapes import shape_for
+        from ledger.budget.shapes import shape_for
 
         shape = shape_for(family=spec.family)
     parts = {

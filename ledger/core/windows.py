@@ -1,0 +1,153 @@
+"""Context windows, boundaries and privacy floors: pure rules over rows.
+
+A *boundary* is a reset row (or an unreadable line that may be one). It opens
+a window named by its seq. A boundary is *crossable* by retrieval only when it
+is part of a valid rollover (a committed batch whose row 0 is a rollover reset
+and row 1 its lead-in) or a valid compaction (row 0 of a batch is a compaction
+reset). Every other boundary is a *privacy floor*: nothing at or before the
+newest one is ever retrievable (fail closed).
+
+Nothing here touches a file: callers feed rows in log order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ledger.core import format as fmt
+from ledger.core.rows import Row, is_empty_assistant
+
+UNKNOWN_SEQ = fmt.FLOOR_UNREADABLE
+PROVIDER_KINDS = frozenset({"message", "lead_in", "warning"})
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A window start: its seq (or UNKNOWN_SEQ), position and reason."""
+
+    seq: int
+    segment: int
+    offset: int
+    reason: str  # "manual" | "rollover" | "compaction"
+    readable: bool = True
+    after: int = 0  # the last readable seq before an unreadable boundary
+
+    @property
+    def is_floor(self) -> bool:
+        return self.reason == "manual"
+
+
+def classify_reset(row: dict[str, Any], next_row: dict[str, Any] | None) -> str:
+    """The effective reason of a readable reset row given the row after it.
+
+    A rollover is valid only with its lead-in right behind it in the same
+    batch; a compaction only as row 0 of its batch. Anything else is manual.
+    """
+    info = row.get("reset")
+    reason = info.get("reason") if isinstance(info, dict) else None
+    batch = row.get("batch") if isinstance(row.get("batch"), dict) else {}
+    if reason == "rollover":
+        if batch.get("i") != 0 or not isinstance(batch.get("n"), int) or batch["n"] < 2:
+            return "manual"
+        if next_row is None or next_row.get("kind") != "lead_in":
+            return "manual"
+        nb = next_row.get("batch") if isinstance(next_row.get("batch"), dict) else {}
+        if nb.get("id") != batch.get("id") or nb.get("i") != 1:
+            return "manual"
+        return "rollover"
+    if reason == "compaction" and batch.get("i") == 0:
+        return "compaction"
+    return "manual"
+
+
+@dataclass
+class Entry:
+    """One line of the log as a scanner sees it."""
+
+    segment: int
+    offset: int
+    line: bytes
+    row: dict[str, Any] | None  # None: the line does not verify or decode
+    is_reset: bool  # readable reset (duplicate-key resets included)
+    candidate: bool  # unreadable and may be a reset
+
+
+def boundaries(entries: Iterable[Entry]) -> Iterator[Boundary]:
+    """Yield every boundary in log order (one line of look-ahead)."""
+    pending: Entry | None = None
+    last_seq = 0
+    for entry in entries:
+        if pending is not None:
+            assert pending.row is not None
+            reason = classify_reset(pending.row, entry.row)
+            yield Boundary(int(pending.row["seq"]), pending.segment, pending.offset, reason)
+            pending = None
+        if entry.row is not None:
+            seq = entry.row.get("seq")
+            if isinstance(seq, int):
+                last_seq = seq
+            if entry.is_reset:
+                if entry.row.get("kind") == "reset" and isinstance(seq, int):
+                    pending = entry
+                else:
+                    yield Boundary(last_seq, entry.segment, entry.offset, "manual")
+        elif entry.candidate:
+            yield Boundary(
+                UNKNOWN_SEQ, entry.segment, entry.offset, "manual", readable=False, after=last_seq
+            )
+    if pending is not None:
+        assert pending.row is not None
+        yield Boundary(
+            int(pending.row["seq"]),
+            pending.segment,
+            pending.offset,
+            classify_reset(pending.row, None),
+        )
+
+
+def batch_boundaries(rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    """(index in batch, reason) of each reset in one batch about to be written."""
+    out = []
+    for i, row in enumerate(rows):
+        if row.get("kind") == "reset":
+            nxt = rows[i + 1] if i + 1 < len(rows) else None
+            out.append((i, classify_reset(row, nxt)))
+    return out
+
+
+def provider_rows(rows: Iterable[Any]) -> list[Any]:
+    """Filter the rows after the newest boundary into what the model sees.
+
+    ``rows`` are :class:`ledger.rows.Row` objects (or dicts). Drops reset rows,
+    empty assistant records (rejected requests), unknown and internal kinds,
+    and tool results whose call is not in the window: tool calls and results
+    are never split, and a result without its call would be rejected by every
+    provider. A row that mixes such a result with other parts is served as a
+    copy without it.
+    """
+    out: list[Any] = []
+    calls: set[str] = set()
+    for item in rows:
+        row = item if isinstance(item, dict) else item.data
+        kind = row.get("kind", "message")
+        if kind not in PROVIDER_KINDS or is_empty_assistant(row):
+            continue
+        parts = row.get("parts") if isinstance(row.get("parts"), list) else []
+        orphans = [
+            i for i, p in enumerate(parts)
+            if isinstance(p, dict) and p.get("type") == "tool_result" and p.get("id") not in calls
+        ]
+        if orphans:
+            kept = [p for i, p in enumerate(parts) if i not in orphans]
+            if not kept:
+                continue
+            row = {**row, "parts": kept}
+            item = row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
+            row.pop(fmt.CHECKSUM_KEY, None)
+        for p in parts:
+            if isinstance(p, dict) and p.get("type") == "tool_call":
+                calls.add(str(p.get("id")))
+        out.append(item)
+    return out

@@ -1,0 +1,1 @@
+"""Around the store: asyncio wrappers, the demo, and the transcript display."""

@@ -1,0 +1,247 @@
+"""The boundary index: a projection of where every window starts.
+
+For each segment it records the seq range, the row count and every boundary
+(offset, seq, reason). Sealed segments never change, so their entries are
+computed once -- by the writer that seals them, appended to ``INDEX`` -- and
+trusted only while the segment's stamp still matches. Anything missing, stale
+or damaged is recomputed from the segment's bytes (in memory for readers, who
+never write). Deleting INDEX loses nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from ledger.core import format as fmt
+from ledger.core.windows import Boundary, Entry, boundaries
+from ledger.storage.files import segments as segs
+
+_SEQ_PREFIX = re.compile(rb'\{"seq":(-?\d{1,19}),')
+
+
+def seq_prefix(line_start: bytes) -> int | None:
+    """The seq at the start of a stored line, read from its first bytes only."""
+    m = _SEQ_PREFIX.match(line_start)
+    return int(m.group(1)) if m else None
+
+
+def entry_of(segment: int, line: segs.Line) -> Entry:
+    """Classify one line of the log (verification, reset, candidate)."""
+    row = fmt.decode_line(line.data) if line.complete else None
+    if row is not None:
+        is_reset = fmt.readable_row_is_reset(line.data, row)
+        return Entry(segment, line.offset, line.data, row, is_reset, False)
+    return Entry(segment, line.offset, line.data, None, False, fmt.raw_may_be_reset(line.data))
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    number: int
+    stamp: fmt.Stamp
+    first_seq: int
+    last_seq: int
+    rows: int
+    bounds: tuple[Boundary, ...]
+    max_seq: int = -1
+    epoch: int = 0
+
+
+def scan_segment(wsdir: str, number: int, stamp: fmt.Stamp) -> SegmentInfo:
+    """Compute a segment's entry from its bytes."""
+    first = last = top = -1
+    rows = 0
+    entries = []
+    for line in segs.iter_lines(segs.segment_path(wsdir, number)):
+        e = entry_of(number, line)
+        entries.append(e)
+        if e.row is not None and isinstance(e.row.get("seq"), int):
+            rows += 1
+            if first < 0:
+                first = e.row["seq"]
+            last = e.row["seq"]
+            top = max(top, last)
+    found = tuple(boundaries(entries))
+    return SegmentInfo(number, stamp, first, last, rows, found, top)
+
+
+def to_entry(info: SegmentInfo) -> fmt.SegmentIndex:
+    s = info.stamp
+    return fmt.SegmentIndex(
+        number=info.number,
+        stamp=(s.dev, s.ino, s.size, s.mtime_ns, s.ctime_ns),
+        first_seq=info.first_seq,
+        last_seq=info.last_seq,
+        rows=info.rows,
+        bounds=[(b.offset, b.seq, b.reason, b.after) for b in info.bounds],
+        max_seq=info.max_seq,
+        epoch=info.epoch,
+    )
+
+
+def from_entry(e: fmt.SegmentIndex) -> SegmentInfo:
+    bounds = tuple(
+        Boundary(seq, e.number, off, reason, readable=seq != fmt.FLOOR_UNREADABLE, after=after)
+        for off, seq, reason, after in e.bounds
+    )
+    top = e.max_seq if e.max_seq >= 0 else e.last_seq
+    return SegmentInfo(
+        e.number, fmt.Stamp(*e.stamp), e.first_seq, e.last_seq, e.rows, bounds, top, e.epoch
+    )
+
+
+def append_entry(wsdir: str, info: SegmentInfo | fmt.MergeRecord) -> None:
+    """Record a sealed segment's entry, or a merge (writers, under the lock;
+    no fsync: a projection that is rebuilt when missing)."""
+    path = os.path.join(wsdir, fmt.INDEX_NAME)
+    entry = info if isinstance(info, fmt.MergeRecord) else to_entry(info)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        os.write(fd, fmt.encode_index_entry(entry))
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Entries:
+    """What ``read_entries`` found in INDEX."""
+
+    sealed: dict[int, SegmentInfo]  # by segment number
+    active: dict[tuple[int, int], SegmentInfo]  # the newest by (number, epoch)
+    merges: dict[tuple[int, int], fmt.MergeRecord]  # the newest by (epoch, layout)
+    end: int  # just past the last complete line: where an incremental read starts
+
+
+def read_entries(wsdir: str, start: int = 0) -> Entries:
+    """The entries of INDEX from byte ``start`` on (lines before it are not read)."""
+    path = os.path.join(wsdir, fmt.INDEX_NAME)
+    sealed: dict[int, SegmentInfo] = {}
+    active: dict[tuple[int, int], SegmentInfo] = {}
+    merges: dict[tuple[int, int], fmt.MergeRecord] = {}
+    end = start
+    try:
+        for line in segs.iter_lines(path, start):
+            if not line.complete:
+                continue
+            end = line.offset + len(line.data) + 1
+            e = fmt.decode_index_entry(line.data)
+            if e is None:
+                continue
+            if isinstance(e, fmt.MergeRecord):
+                merges[(e.epoch, e.layout)] = e
+            elif e.epoch:
+                active[(e.number, e.epoch)] = from_entry(e)
+            else:
+                sealed[e.number] = from_entry(e)
+    except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError):
+        return Entries({}, {}, {}, 0)
+    return Entries(sealed, active, merges, end)
+
+
+class BoundaryIndex:
+    """Per-process cache of segment entries, validated by stamp."""
+
+    def __init__(self, wsdir: str) -> None:
+        self.wsdir = wsdir
+        self._cache: dict[int, SegmentInfo] = {}
+        self._active: dict[tuple[int, int], SegmentInfo] = {}
+        self._persisted: set[tuple[int, fmt.Stamp]] = set()
+        self._index_stamp: fmt.Stamp | None = None
+        self._index_read = 0  # offset past the last complete line read
+        self._merges: dict[tuple[int, int], fmt.MergeRecord] = {}
+
+    def _load(self) -> None:
+        """Take in what INDEX holds that this process has not read yet. The
+        file only grows (writers append), so while it is the same file and
+        not shorter, only the lines past the last read are decoded; any other
+        change reads it again from the start."""
+        st = segs.stamp(os.path.join(self.wsdir, fmt.INDEX_NAME))
+        if st is None or st == self._index_stamp:
+            return
+        old = self._index_stamp
+        grown = (old is not None and (st.dev, st.ino) == (old.dev, old.ino)
+                 and st.size >= old.size)
+        start = self._index_read if grown else 0
+        found = read_entries(self.wsdir, start)
+        for number, info in found.sealed.items():
+            self._persisted.add((number, info.stamp))
+            cached = self._cache.get(number)
+            if cached is None or cached.stamp != info.stamp:
+                self._cache[number] = info
+        if grown:
+            self._active.update(found.active)
+            self._merges.update(found.merges)
+        else:
+            self._active = found.active
+            self._merges = found.merges
+        self._index_stamp = st
+        self._index_read = found.end
+
+    def merge_record(self, epoch: int, layout: int) -> fmt.MergeRecord | None:
+        """The merge that made receipt layout ``layout`` under ``epoch``."""
+        self._load()
+        return self._merges.get((epoch, layout))
+
+    def remember(self, info: SegmentInfo) -> None:
+        """Take a writer's own account of a segment (what ``scan_segment``
+        would compute for exactly that stamp), so sealing it needs no scan."""
+        cached = self._cache.get(info.number)
+        if cached is None or cached.stamp != info.stamp:
+            self._cache[info.number] = info
+
+    def active_bounds(self, number: int, stamp: fmt.Stamp, epoch: int | None
+                      ) -> tuple[Boundary, ...]:
+        """Boundaries of the active segment without reading it, when a writer
+        recorded them under ``epoch`` (None: the receipt is not trusted, so
+        the segment is scanned)."""
+        cached = self._cache.get(number)
+        if cached is not None and cached.stamp == stamp:
+            return cached.bounds
+        if epoch is not None:
+            self._load()
+            entry = self._active.get((number, epoch))
+            if entry is not None and entry.stamp.size <= stamp.size:
+                return entry.bounds
+        return self.info(number, stamp).bounds
+
+    def info(self, number: int, stamp: fmt.Stamp) -> SegmentInfo:
+        cached = self._cache.get(number)
+        if cached is None or cached.stamp != stamp:
+            self._load()
+            cached = self._cache.get(number)
+        if cached is None or cached.stamp != stamp:
+            cached = scan_segment(self.wsdir, number, stamp)
+            self._cache[number] = cached
+        return cached
+
+    def ensure_persisted(self, number: int, stamp: fmt.Stamp) -> None:
+        """Writers: make sure INDEX holds a valid entry for a sealed segment,
+        so readers in other processes never scan it inside a call."""
+        self._load()
+        if (number, stamp) in self._persisted:
+            return
+        append_entry(self.wsdir, self.info(number, stamp))
+        self._persisted.add((number, stamp))
+
+    def all_bounds(self, sealed: list[tuple[int, fmt.Stamp]],
+                   active: tuple[int, fmt.Stamp] | None, epoch: int | None) -> list[Boundary]:
+        """Every boundary in log order: sealed segments from their entries,
+        the active one from its active entry when ``epoch`` is trusted."""
+        out: list[Boundary] = []
+        for number, stamp in sealed:
+            out.extend(self.info(number, stamp).bounds)
+        if active is not None:
+            out.extend(self.active_bounds(active[0], active[1], epoch))
+        return out
+
+
+def active_entry(wsdir: str, number: int, stamp: fmt.Stamp, epoch: int,
+                 bounds: tuple[Boundary, ...] | None = None, first_seq: int = -1) -> None:
+    """Record the active segment's boundaries under ``epoch`` (writers only).
+    Without ``bounds`` the segment is scanned (it is at most cap + one batch)."""
+    if bounds is None:
+        info = scan_segment(wsdir, number, stamp)
+        bounds, first_seq = info.bounds, info.first_seq
+    append_entry(wsdir, SegmentInfo(number, stamp, first_seq, -1, -1, bounds, -1, epoch))

@@ -1,0 +1,94 @@
+"""The per-workspace lock: ``flock`` on ``<ws>/LOCK`` through portalocker.
+
+Writers take it exclusive, readers shared. Every acquisition opens its own file
+description, so threads of one process exclude each other exactly as processes
+do (flock locks belong to the open file description, not the process).
+A reader on a read-only copy whose LOCK cannot be opened reads unlocked: no
+writer can be at work on a copy nobody may write.
+
+A writer that waited for the lock checks, once it has it, that its LOCK is
+still the one at the path: ``Store.delete`` renames a workspace away under
+the lock, and a writer that waited on the old LOCK must not go on while a
+newer writer holds the LOCK of a recreated workspace. It opens the path
+again and waits on that one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+
+import portalocker
+
+from ledger.core import format as fmt
+from ledger.core.errors import LockTimeout
+
+_POLL_FIRST = 0.0005
+_POLL_MAX = 0.01
+
+
+@contextlib.contextmanager
+def locked(workspace_dir: str, workspace: str, timeout: float, *, shared: bool) -> Iterator[None]:
+    """Hold the workspace lock for the body; LockTimeout after ``timeout`` s."""
+    path = os.path.join(workspace_dir, fmt.LOCK_NAME)
+    flags = os.O_CLOEXEC | os.O_NOFOLLOW
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if shared:
+                fd = os.open(path, os.O_RDONLY | flags)
+            else:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o600)
+        except (FileNotFoundError, PermissionError):
+            if shared:
+                yield
+                return
+            raise
+        try:
+            _acquire(fd, path, workspace, shared, deadline, timeout)
+        except BaseException:
+            os.close(fd)
+            raise
+        if shared or _still_at(fd, path):
+            break
+        portalocker.unlock(fd)  # the workspace was renamed away meanwhile
+        os.close(fd)
+    try:
+        yield
+    finally:
+        try:
+            portalocker.unlock(fd)
+        finally:
+            os.close(fd)
+
+
+def _acquire(fd: int, path: str, workspace: str, shared: bool, deadline: float,
+             timeout: float) -> None:
+    mode = portalocker.LockFlags.SHARED if shared else portalocker.LockFlags.EXCLUSIVE
+    delay = _POLL_FIRST
+    while True:
+        try:
+            portalocker.lock(fd, mode | portalocker.LockFlags.NON_BLOCKING)
+            return
+        except portalocker.AlreadyLocked:
+            now = time.monotonic()
+            if now >= deadline:
+                raise LockTimeout(
+                    f"workspace {workspace!r}: lock not acquired within {timeout:g} s "
+                    f"({'shared' if shared else 'exclusive'}, {path}); another writer "
+                    "holds it -- retry, or raise Store(lock_timeout=...)"
+                ) from None
+            time.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, _POLL_MAX)
+
+
+def _still_at(fd: int, path: str) -> bool:
+    """True when the open LOCK is the file at ``path`` (same device and inode)."""
+    try:
+        here = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    st = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)

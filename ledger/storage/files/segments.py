@@ -1,0 +1,315 @@
+"""Segment files: listing, stamps, streaming reads and the atomic rename commit.
+
+The commit (``commit_file``) is the one place that makes bytes durable:
+
+1. ``os.open`` a temporary file ``.tmp-<pid>-<random>`` with
+   ``O_CREAT|O_EXCL|O_NOFOLLOW`` and mode 0600 in the workspace directory;
+2. write every byte; ``fsync`` it (durability ``full`` and ``normal``);
+3. ``rename`` it over the target, which readers see atomically: the old file
+   or the new one, never a torn mix;
+4. ``fsync`` the directory (``full``; ``normal`` only when the target is new),
+   so the rename itself survives a power loss.
+
+Steps 1-2 failing leave the history untouched (the temp file is removed);
+step 3 or 4 failing leaves it uncertain, which ``CommitStep`` tells apart.
+"""
+
+from __future__ import annotations
+
+import os
+import stat as stat_mod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import msgspec
+
+from ledger.core import format as fmt
+from ledger.core.errors import HistoryDamaged
+from ledger.core.rows import unique_hex
+
+READ_CHUNK = 1 << 20
+DURABILITY_LEVELS = ("full", "normal", "off")
+
+
+class CommitStepError(Exception):
+    """An OS error during a commit, with the step it happened at."""
+
+    def __init__(self, step: str, after_rename: bool, cause: OSError) -> None:
+        super().__init__(f"{step}: {cause}")
+        self.step = step
+        self.after_rename = after_rename
+        self.cause = cause
+
+
+class MergeMarker(msgspec.Struct):
+    """``MERGE``: a segment merge in progress (see ``ledger.merge``)."""
+
+    into: int
+    sources: list[int] = msgspec.field(name="from")
+    size: int
+
+
+def read_merge_marker(wsdir: str) -> MergeMarker | None:
+    path = os.path.join(wsdir, fmt.MERGE_NAME)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 1 << 16)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        return msgspec.json.decode(data, type=MergeMarker)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def list_segments(wsdir: str) -> list[int]:
+    """Segment numbers present in ``wsdir``, ascending, without the copies
+    that a merge interrupted after its rename left behind."""
+    try:
+        names = os.listdir(wsdir)
+    except FileNotFoundError:
+        return []
+    return segments_in(wsdir, names)
+
+
+def segments_in(wsdir: str, names: list[str]) -> list[int]:
+    """The segment numbers among a listing of ``wsdir`` (see list_segments)."""
+    numbers = [n for n in map(fmt.segment_number, names) if n is not None]
+    numbers.sort()
+    if fmt.MERGE_NAME in names:
+        marker = read_merge_marker(wsdir)
+        if marker is not None:
+            s = stamp(segment_path(wsdir, marker.into))
+            if s is not None and s.size == marker.size:
+                copies = set(marker.sources) - {marker.into}
+                numbers = [n for n in numbers if n not in copies]
+    return numbers
+
+
+def segment_path(wsdir: str, number: int) -> str:
+    return os.path.join(wsdir, fmt.segment_name(number))
+
+
+def stamp(path: str) -> fmt.Stamp | None:
+    try:
+        return fmt.Stamp.of(os.stat(path, follow_symlinks=False))
+    except FileNotFoundError:
+        return None
+
+
+def stamps(wsdir: str, numbers: list[int]) -> list[tuple[int, fmt.Stamp]]:
+    """Stamps of the given segments (lstat: a symlink is never followed).
+    Raises HistoryDamaged for an entry that is not a regular file.
+
+    Every append and every page of a read stats every segment, so this is a
+    hot loop: names are resolved against one directory descriptor.
+    """
+    try:
+        dfd = os.open(wsdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return [(n, fmt.ZERO_STAMP) for n in numbers]
+    out = []
+    stat, name_of, isreg, stamp_of = os.stat, fmt.segment_name, stat_mod.S_ISREG, fmt.Stamp
+    try:
+        for n in numbers:
+            try:
+                st = stat(name_of(n), dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                out.append((n, fmt.ZERO_STAMP))
+                continue
+            if not isreg(st.st_mode):
+                raise HistoryDamaged(
+                    f"{segment_path(wsdir, n)} is not a regular file (a symlink, directory or "
+                    "device); move it away and run `tledger check`"
+                )
+            out.append((n, stamp_of(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                                    st.st_ctime_ns)))
+    finally:
+        os.close(dfd)
+    return out
+
+
+def stray_temps(wsdir: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(wsdir) if n.startswith(fmt.TEMP_PREFIX))
+    except FileNotFoundError:
+        return []
+
+
+def remove_stray_temps(wsdir: str, names: list[str] | None = None) -> int:
+    """Remove temp files of dead writers; call only under the exclusive lock."""
+    removed = 0
+    temps = stray_temps(wsdir) if names is None else [
+        n for n in names if n.startswith(fmt.TEMP_PREFIX)
+    ]
+    for name in temps:
+        try:
+            os.unlink(os.path.join(wsdir, name))
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit_file(
+    wsdir: str, target: str, chunks: Iterable[bytes], *, durability: str, new_file: bool
+) -> fmt.Stamp:
+    """Atomically make ``wsdir/target`` hold exactly ``chunks`` (see module doc).
+    Returns the stamp of the committed file (``fstat`` after the rename, which
+    changes its ctime)."""
+    # O_EXCL turns a clash of names into a failed open, never a shared file.
+    tmp = os.path.join(wsdir, f"{fmt.TEMP_PREFIX}{os.getpid()}-{unique_hex(12)}")
+    step = "open temp file"
+    try:
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+    except OSError as exc:
+        raise CommitStepError(step, False, exc) from exc
+    try:
+        try:
+            step = "write temp file"
+            _write_all(fd, chunks)
+            if durability != "off":
+                step = "fsync temp file"
+                os.fsync(fd)
+        except OSError as exc:
+            _unlink_quietly(tmp)
+            raise CommitStepError(step, False, exc) from exc
+        try:
+            os.rename(tmp, os.path.join(wsdir, target))
+        except OSError as exc:
+            _unlink_quietly(tmp)
+            raise CommitStepError("rename", True, exc) from exc
+        try:
+            committed = fmt.Stamp.of(os.fstat(fd))
+        except OSError as exc:  # pragma: no cover - fstat of an open file
+            raise CommitStepError("fstat", True, exc) from exc
+    finally:
+        os.close(fd)
+    if durability == "full" or (durability == "normal" and new_file):
+        try:
+            fsync_dir(wsdir)
+        except OSError as exc:
+            raise CommitStepError("fsync directory", True, exc) from exc
+    return committed
+
+
+_WRITEV_MAX = 512  # buffers per call, well under IOV_MAX (1024 on Linux)
+
+
+def _write_all(fd: int, chunks: Iterable[bytes]) -> None:
+    """Write every chunk, gathering small ones into one ``writev`` (a batch is
+    one call) while holding at most about READ_CHUNK bytes at a time."""
+    pending: list[bytes | memoryview] = []
+    held = 0
+    for chunk in chunks:
+        if not chunk:
+            continue
+        pending.append(chunk)
+        held += len(chunk)
+        if held >= READ_CHUNK or len(pending) >= _WRITEV_MAX:
+            _writev_all(fd, pending)
+            pending, held = [], 0
+    if pending:
+        _writev_all(fd, pending)
+
+
+def _writev_all(fd: int, bufs: list[bytes | memoryview]) -> None:
+    while bufs:
+        written = os.writev(fd, bufs)
+        while bufs and written >= len(bufs[0]):
+            written -= len(bufs[0])
+            bufs = bufs[1:]
+        if written:
+            bufs = [memoryview(bufs[0])[written:], *bufs[1:]]
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def read_file(path: str) -> bytes:
+    """The whole file, by plain system calls (no buffered file object)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        size = os.fstat(fd).st_size
+        data = os.read(fd, size + 1)
+        if len(data) <= size:
+            return data
+        parts = [data]  # grew since the fstat: read on to the end
+        while chunk := os.read(fd, READ_CHUNK):
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Line:
+    offset: int
+    data: bytes  # without the trailing newline
+    complete: bool  # False for a last line with no newline (a torn tail)
+
+
+def iter_lines_fd(fd: int, start: int = 0, chunk: int = READ_CHUNK) -> Iterator[Line]:
+    """Stream the lines of an open file from byte ``start``; memory is bounded
+    by the chunk size plus the longest line."""
+    pos = start
+    buf = b""
+    buf_start = start
+    while True:
+        data = os.pread(fd, chunk, pos)
+        if not data:
+            break
+        pos += len(data)
+        buf = buf + data if buf else data
+        begin = 0
+        while True:
+            nl = buf.find(b"\n", begin)
+            if nl < 0:
+                break
+            yield Line(buf_start + begin, buf[begin:nl], True)
+            begin = nl + 1
+        buf = buf[begin:]
+        buf_start += begin
+    if buf:
+        yield Line(buf_start, buf, False)
+
+
+def iter_lines(path: str, start: int = 0) -> Iterator[Line]:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        yield from iter_lines_fd(fd, start)
+    finally:
+        os.close(fd)
+
+
+def split_lines(data: bytes, base: int = 0) -> list[Line]:
+    out = []
+    begin = 0
+    while True:
+        nl = data.find(b"\n", begin)
+        if nl < 0:
+            break
+        out.append(Line(base + begin, data[begin:nl], True))
+        begin = nl + 1
+    if begin < len(data):
+        out.append(Line(base + begin, data[begin:], False))
+    return out
