@@ -43,6 +43,8 @@ from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
 from ledger.storage.files.receipt import read_receipt, receipt_status
+from ledger.storage.files.state import unwrap
+from ledger.storage.files.workspace import FileWorkspace
 from ledger.transcript.history import History
 
 DAMAGE = "damage"
@@ -660,8 +662,9 @@ def damage_findings(workspace: str, scan: ScanResult) -> Iterator[Finding]:
                           "not listed", action)
 
 
-def check(history: History, *, progress: Progress | None = None) -> Report:
+def check(history: History | FileWorkspace, *, progress: Progress | None = None) -> Report:
     """Verify ``history`` without writing anything (module doc)."""
+    history = unwrap(history)
     if not history.exists():
         raise WorkspaceNotFound(
             f"workspace {history.workspace!r} has no history under {history.store.root}"

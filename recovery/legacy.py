@@ -62,6 +62,8 @@ from ledger.storage.files import segments as segs
 from ledger.storage.files.bulk import Batch, bulk_load
 from ledger.storage.files.lock import locked
 from ledger.storage.files.retention import Quarantine
+from ledger.storage.files.state import unwrap
+from ledger.storage.files.workspace import FileWorkspace
 from ledger.transcript.history import History
 
 ARCHIVE = "chat-archive.jsonl"
@@ -320,7 +322,7 @@ def _legacy_meta(rec: Record, msg: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Mapper:
-    def __init__(self, history: History, report: ImportReport, quarantine: Quarantine,
+    def __init__(self, history: FileWorkspace, report: ImportReport, quarantine: Quarantine,
                  known: set[str]) -> None:
         self.history = history
         self.report = report
@@ -525,7 +527,7 @@ def fmt_now() -> int:
     return now_ms()
 
 
-def _known_keys(history: History) -> set[str]:
+def _known_keys(history: FileWorkspace) -> set[str]:
     """``meta.legacy.key`` of every readable row (rejected originals included)."""
     keys: set[str] = set()
     if not history.exists():
@@ -551,8 +553,9 @@ def _inner_meta(row: dict[str, Any]) -> Any:
     return inner.get("meta") if isinstance(inner, dict) else None
 
 
-def import_legacy(history: History, dirpath: str) -> ImportReport:
+def import_legacy(history: History | FileWorkspace, dirpath: str) -> ImportReport:
     """Import the legacy session directory ``dirpath`` (module doc)."""
+    history = unwrap(history)
     if not os.path.isdir(dirpath):
         raise RecoveryError(f"{dirpath} is not a directory (expected a legacy session "
                             f"directory with {ARCHIVE} and/or {CHAT})")

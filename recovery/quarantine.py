@@ -29,6 +29,7 @@ from ledger.storage.files.retention import (
     read_manifest,
 )
 from ledger.storage.files.retention import quarantine_bytes as _quarantine_bytes
+from ledger.storage.files.workspace import FileWorkspace
 from ledger.transcript.history import History
 
 __all__ = [
@@ -79,6 +80,6 @@ def verify(history_path: str) -> list[dict[str, Any]]:
     return problems
 
 
-def clean(history: History, older_than_s: float) -> dict[str, int]:
+def clean(history: History | FileWorkspace, older_than_s: float) -> dict[str, int]:
     """Remove entries put aside more than ``older_than_s`` seconds ago."""
     return clean_quarantine(history, older_than_s)

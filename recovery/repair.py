@@ -54,6 +54,8 @@ from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
 from ledger.storage.files.receipt import read_receipt, receipt_status, write_receipt
 from ledger.storage.files.retention import Quarantine
+from ledger.storage.files.state import unwrap
+from ledger.storage.files.workspace import FileWorkspace
 from ledger.transcript.history import History
 from recovery import check as chk
 
@@ -228,9 +230,10 @@ def _virtual_paths(path: str, numbers: list[int],
     return sorted(current.items())
 
 
-def repair(history: History, *, policy: str = "salvage", dry_run: bool = False,
+def repair(history: History | FileWorkspace, *, policy: str = "salvage", dry_run: bool = False,
            progress: chk.Progress | None = None) -> RepairReport:
     """Repair ``history`` by ``policy`` (module doc); see RepairReport.exit_code."""
+    history = unwrap(history)
     if policy not in POLICIES:
         raise RecoveryError(f"unknown repair policy {policy!r}; use one of {', '.join(POLICIES)}")
     if not history.exists():
@@ -246,7 +249,7 @@ def repair(history: History, *, policy: str = "salvage", dry_run: bool = False,
     return report
 
 
-def _repair_locked(history: History, report: RepairReport,
+def _repair_locked(history: FileWorkspace, report: RepairReport,
                    progress: chk.Progress | None) -> None:
     path = history.path
     dry_run = report.dry_run
@@ -314,7 +317,7 @@ def _receipt_needs_rebaseline(path: str, numbers: list[int], scan: chk.ScanResul
     return bool(found)
 
 
-def _apply(history: History, report: RepairReport, scan: chk.ScanResult) -> None:
+def _apply(history: FileWorkspace, report: RepairReport, scan: chk.ScanResult) -> None:
     path = history.path
     durability = history.store.durability
     q = Quarantine(path, durability=durability)

@@ -35,7 +35,7 @@ def test_sealed_entries_equal_a_scan_of_the_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, merging: bool
 ) -> None:
     if not merging:  # every entry is then one a writer recorded when sealing
-        monkeypatch.setattr("ledger.transcript.history.AUTO_MIN_SEALED", 1 << 30)
+        monkeypatch.setattr("ledger.storage.files.workspace.AUTO_MIN_SEALED", 1 << 30)
     h = Store(tmp_path, segment_bytes=900, durability="off").history("ws")
     _grow(h, 120)
     sealed = read_entries(h.path).sealed

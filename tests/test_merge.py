@@ -21,7 +21,7 @@ def text(t: str) -> dict:
 @pytest.fixture
 def no_auto_merge(monkeypatch: pytest.MonkeyPatch) -> None:
     """Appends leave every small segment in place, so a test can merge them."""
-    monkeypatch.setattr("ledger.transcript.history.AUTO_MIN_SEALED", 1 << 30)
+    monkeypatch.setattr("ledger.storage.files.workspace.AUTO_MIN_SEALED", 1 << 30)
 
 
 def build(root: Path, n: int = 300) -> Store:

@@ -109,7 +109,7 @@ def test_tool_calls_and_results_are_never_split(tmp_path: Path) -> None:
 
 def test_view_reads_only_the_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # keep many small segments
-    monkeypatch.setattr("ledger.transcript.history.AUTO_MIN_SEALED", 1 << 30)
+    monkeypatch.setattr("ledger.storage.files.workspace.AUTO_MIN_SEALED", 1 << 30)
     h = Store(tmp_path, durability="off", segment_bytes=1024).history("ws")
     for i in range(40):
         h.append_many([msg(f"old {i} {j}") for j in range(4)])

@@ -115,14 +115,14 @@ def test_backup_is_consistent_and_restorable(tmp_path: Path,
     rq.quarantine_bytes(b.history.path, b"aside", source="x", offset=0, reason="test")
     dest = tmp_path / "backups" / "ws-copy"
     dest.parent.mkdir()
-    out = retention.backup(b.history, str(dest))
+    out = b.history.backup(str(dest))
     assert out["files"] >= 3
     copy = Store(dest.parent).history(dest.name)
     assert check(copy).findings == []
     assert _rows(copy) == _rows(b.history)
     assert (dest / fmt.QUARANTINE_DIR / rq.MANIFEST_NAME).exists()
     with pytest.raises(LedgerError, match="exists"):
-        retention.backup(b.history, str(dest))
+        b.history.backup(str(dest))
     restored = tmp_path / "restored"
     restored.mkdir()
     shutil.copytree(dest, restored / "ws")

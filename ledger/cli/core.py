@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 import msgspec
 
-from ledger.core import format as fmt
 from ledger.core.errors import InvalidRow, LedgerError
 from ledger.storage.files import segments as segs
-from ledger.storage.files.receipt import read_receipt, receipt_status
 
 
 def _read_input(path: str | None) -> bytes:
@@ -87,57 +84,12 @@ def cmd_context(args: argparse.Namespace, ctx: Any) -> int:
 
 
 def stat_report(h: Any) -> dict[str, Any]:
-    """The stat document of a history (read-only)."""
-    st = h.snapshot()
-    receipt = read_receipt(h.path)
-    seg_list = []
-    total_bytes = 0
-    total_rows = 0
-    for number, stamp in [*st.sealed, *([(st.active, st.active_stamp)] if st.active else [])]:
-        path = segs.segment_path(h.path, number)
-        with open(path, "rb") as f:
-            lines = sum(chunk.count(b"\n") for chunk in iter(lambda f=f: f.read(1 << 20), b""))
-        seg_list.append({"name": fmt.segment_name(number), "bytes": stamp.size, "lines": lines})
-        total_bytes += stamp.size
-        total_rows += lines
-    quarantine = os.path.join(h.path, fmt.QUARANTINE_DIR)
-    q_bytes = 0
-    if os.path.isdir(quarantine):
-        for name in os.listdir(quarantine):
-            try:
-                q_bytes += os.stat(os.path.join(quarantine, name)).st_size
-            except OSError:
-                pass
-    floor = None
-    if st.floor is not None:
-        floor = {
-            "seq": st.floor.seq if st.floor.seq >= 0 else None,
-            "segment": fmt.segment_name(st.floor.segment),
-            "offset": st.floor.offset,
-        }
-    return {
-        "workspace": h.workspace,
-        "receipt": {
-            "status": receipt_status(h.path),
-            "epoch": receipt.epoch if receipt else None,
-            "next_seq": receipt.next_seq if receipt else None,
-            "stamps_match": st.verified,
-        },
-        "epoch": st.epoch,
-        "window": st.window_seq,
-        "next_seq": st.next_seq,
-        "floor": floor,
-        "segments": seg_list,
-        "rows": total_rows,
-        "bytes": total_bytes,
-        "quarantine_bytes": q_bytes,
-        "stray_temp_files": segs.stray_temps(h.path),
-    }
+    """The stat document of a history (read-only; ``History.stat``)."""
+    return h.stat()  # type: ignore[no-any-return]
 
 
 def cmd_stat(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
-    h._require()
     ctx.emit_json(stat_report(h))
     return 0
 
@@ -152,7 +104,7 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.transcript.retrieval import SessionHistory
 
     h = ctx.store().history(args.workspace)
-    h._require()  # a missing workspace is an error here (exit 1), as for rows/context
+    h.require()  # a missing workspace is an error here (exit 1), as for rows/context
     call: dict[str, Any] = {"action": args.action}
     if args.query is not None:
         if args.action == "search":

@@ -151,10 +151,8 @@ def cmd_delete(args: argparse.Namespace, ctx: Any) -> int:
 
 
 def cmd_backup(args: argparse.Namespace, ctx: Any) -> int:
-    from ledger.storage.files.retention import backup
-
     h = ctx.store().history(args.workspace)
-    out = backup(h, args.dest)
+    out = h.backup(args.dest)
     ctx.emit_result(args.json, out, f"{args.workspace}: copied {out['files']} files, "
                     f"{out['bytes']} bytes to {out['dest']}")
     return 0

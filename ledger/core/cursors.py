@@ -47,6 +47,9 @@ class Position(msgspec.Struct, array_like=True, frozen=True):
     skip_seq: int | None = None  # its seq, when its first bytes showed one
 
 
+SEEKING = -1  # Position.char of a read cursor still looking for its row
+
+
 class ListState(msgspec.Struct, array_like=True, frozen=True):
     """A window being counted by ``list`` across pages."""
 

@@ -103,3 +103,15 @@ class BudgetExceeded(LedgerError):
 
 class RecoveryError(LedgerError):
     """A repair or import that could not be completed."""
+
+
+class BadRequest(LedgerError):
+    """A ``session_history`` call whose arguments break the schema (``bad_request``)."""
+
+
+class NotFound(LedgerError):
+    """A window or row that ``session_history`` may not return (``not_found``)."""
+
+
+class Unavailable(LedgerError):
+    """Damage or a concurrent untracked change stops a read (``history_unavailable``)."""

@@ -125,6 +125,9 @@ FORMAT_NAME = "FORMAT"
 INDEX_NAME = "INDEX"
 MERGE_NAME = "MERGE"
 QUARANTINE_DIR = "quarantine"
+REWRITE_MARKER_NAME = "REWRITE.json"  # a marked rewrite in flight (ledger.storage.files.rewrite)
+REWRITE_TOMBSTONE_SUFFIX = ".truncate"  # a segment's old bytes while a rewrite replaces it
+WORKSPACE_TOMBSTONE_SUFFIX = ".deleting"  # .<ws>.deleting beside a workspace being deleted
 
 CANONICAL_KEYS = ("seq", "id", "kind", "role", "parts", "partial", "meta", "ts", "batch")
 CHECKSUM_KEY = "_c"
@@ -479,3 +482,12 @@ def decode_index_entry(line: bytes) -> SegmentIndex | MergeRecord | None:
     except msgspec.DecodeError:
         return None
     return None
+
+
+SEQ_PREFIX_RE = re.compile(rb'\{"seq":(-?\d{1,19}),')
+
+
+def seq_prefix(line_start: bytes) -> int | None:
+    """The seq at the start of a stored line, read from its first bytes only."""
+    m = SEQ_PREFIX_RE.match(line_start)
+    return int(m.group(1)) if m else None

@@ -151,3 +151,11 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
                 calls.add(str(p.get("id")))
         out.append(item)
     return out
+
+
+def window_marker(b: Boundary | None) -> int:
+    """The window marker of a boundary: its seq, or for an unreadable reset
+    candidate the seq it most likely had (one past the last readable row)."""
+    if b is None:
+        return 0
+    return b.seq if b.seq >= 0 else b.after + 1

@@ -33,7 +33,8 @@ from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 from ledger.core.rows import Row
-from ledger.transcript.history import AppendResult, History, State
+from ledger.storage.engine import Snapshot
+from ledger.transcript.history import AppendResult, History
 from ledger.transcript.store import Store, validate_workspace
 
 T = TypeVar("T")
@@ -166,9 +167,9 @@ class AsyncHistory:
         result: list[Row] = await self._read("provider_view")
         return result
 
-    async def snapshot(self) -> State:
+    async def snapshot(self) -> Snapshot:
         """The validated state (epoch, window, next seq, floor)."""
-        result: State = await self._read("snapshot")
+        result: Snapshot = await self._read("snapshot")
         return result
 
     async def epoch(self) -> int:

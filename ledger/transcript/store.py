@@ -1,36 +1,24 @@
-"""The store: a root directory holding one history per workspace."""
+"""The store: the workspaces of one root, each a ``History`` over an engine.
+
+The root names the engine. A path is the file engine (``ledger.storage.files``),
+the embedded default: one directory per workspace.
+"""
 
 from __future__ import annotations
 
 import os
-import re
 
 from ledger.core import format as fmt
-from ledger.core.errors import InvalidWorkspace, LedgerError
+from ledger.core.errors import LedgerError
+from ledger.core.ids import MAX_WORKSPACE_LEN, validate_workspace
+from ledger.storage.engine import Engine
+from ledger.storage.files.engine import FileEngine
 from ledger.storage.files.segments import DURABILITY_LEVELS
 from ledger.transcript.history import History
 
-MAX_WORKSPACE_LEN = 128
-_WORKSPACE_RE = re.compile(r"[A-Za-z0-9._@+=-]+")
-TOMBSTONE_SUFFIX = ".deleting"
+__all__ = ["MAX_WORKSPACE_LEN", "TOMBSTONE_SUFFIX", "Store", "validate_workspace"]
 
-
-def validate_workspace(ws: object) -> str:
-    """Return ``ws`` when it can name a directory below the root, else raise
-    InvalidWorkspace: no separators, no ``.``/``..``, no NUL or control
-    characters, no leading dot (hidden names are the store's), bounded length."""
-    if not isinstance(ws, str):
-        raise InvalidWorkspace(f"workspace id must be a string, got {type(ws).__name__}")
-    if not ws or len(ws) > MAX_WORKSPACE_LEN:
-        raise InvalidWorkspace(
-            f"workspace id must be 1 to {MAX_WORKSPACE_LEN} characters, got {len(ws)}"
-        )
-    if ws in (".", "..") or ws.startswith(".") or not _WORKSPACE_RE.fullmatch(ws):
-        raise InvalidWorkspace(
-            f"invalid workspace id {ws!r}: use letters, digits and . _ @ + = -, "
-            "not starting with a dot (no separators, NUL or control characters)"
-        )
-    return ws
+TOMBSTONE_SUFFIX = fmt.WORKSPACE_TOMBSTONE_SUFFIX
 
 
 class Store:
@@ -65,41 +53,28 @@ class Store:
         self.retrieval = retrieval
         self.durability = durability
         self.max_row_bytes = max_row_bytes
+        self.engine: Engine = FileEngine(
+            self.root, segment_bytes=segment_bytes, lock_timeout=lock_timeout,
+            retrieval=retrieval, durability=durability, max_row_bytes=max_row_bytes,
+        )
 
     def __repr__(self) -> str:
         return f"Store({self.root!r})"
 
     def history(self, workspace: str) -> History:
+        """The history of ``workspace`` (InvalidWorkspace for a bad id); nothing
+        is created until the first write."""
         ws = validate_workspace(workspace)
-        return History(self, ws, os.path.join(self.root, ws))
+        return History(self, ws, self.engine.open(ws))
 
     def workspaces(self) -> list[str]:
         """Ids of the histories under the root, sorted."""
-        try:
-            names = os.listdir(self.root)
-        except FileNotFoundError:
-            return []
-        out = []
-        for name in names:
-            if name.startswith(".") or not _WORKSPACE_RE.fullmatch(name):
-                continue
-            path = os.path.join(self.root, name)
-            if os.path.isdir(path) and not os.path.islink(path) and not self._tombstoned(name):
-                out.append(name)
-        return sorted(out)
+        return self.engine.workspaces()
 
     def delete(self, workspace: str) -> bool:
         """Delete a workspace's history (a tombstone first, so a concurrent
         writer fails instead of recreating it). False when there was none."""
-        from ledger.storage.files import retention
-
-        return retention.delete_workspace(self, workspace)
-
-    def _ensure_root(self) -> None:
-        os.makedirs(self.root, mode=0o700, exist_ok=True)
-
-    def _tombstoned(self, workspace: str) -> bool:
-        return os.path.lexists(os.path.join(self.root, f".{workspace}{TOMBSTONE_SUFFIX}"))
+        return self.engine.delete(workspace)
 
     def format_version(self) -> int:
         return fmt.FORMAT_VERSION

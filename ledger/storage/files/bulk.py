@@ -48,15 +48,17 @@ from typing import TYPE_CHECKING, Any
 from ledger.core import format as fmt
 from ledger.core.errors import CommitFailed, CommitUncertain, InvalidRow, LedgerError
 from ledger.core.rows import new_id, prepare_batch
-from ledger.core.windows import Boundary, batch_boundaries
+from ledger.core.windows import Boundary, batch_boundaries, window_marker
 from ledger.storage.files import segments as segs
 from ledger.storage.files.index import SegmentInfo, active_entry, append_entry, read_entries
 from ledger.storage.files.lock import locked
 from ledger.storage.files.receipt import write_receipt
-from ledger.transcript.history import _new_epoch, stable_receipt, window_marker
+from ledger.storage.files.state import new_epoch as _new_epoch
+from ledger.storage.files.state import stable_receipt, unwrap
 
 if TYPE_CHECKING:
-    from ledger.transcript.history import History, State
+    from ledger.storage.files.state import State
+    from ledger.storage.files.workspace import FileWorkspace as History
 
 DEFAULT_SEGMENT_TARGET = 64 << 20
 
@@ -102,6 +104,7 @@ def bulk_load(
     batch and row) or ``CommitFailed`` with the history unchanged, or
     ``CommitUncertain`` when a created segment could not be removed again.
     """
+    history = unwrap(history)
     if segment_target_bytes < 1:
         raise LedgerError("segment_target_bytes must be positive")
     level = history.store.durability if durability is None else durability

@@ -11,20 +11,11 @@ never write). Deleting INDEX loses nothing.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 from ledger.core import format as fmt
 from ledger.core.windows import Boundary, Entry, boundaries
 from ledger.storage.files import segments as segs
-
-_SEQ_PREFIX = re.compile(rb'\{"seq":(-?\d{1,19}),')
-
-
-def seq_prefix(line_start: bytes) -> int | None:
-    """The seq at the start of a stored line, read from its first bytes only."""
-    m = _SEQ_PREFIX.match(line_start)
-    return int(m.group(1)) if m else None
 
 
 def entry_of(segment: int, line: segs.Line) -> Entry:

@@ -46,7 +46,8 @@ from ledger.storage.files.index import SegmentInfo, append_entry
 from ledger.storage.files.receipt import write_receipt
 
 if TYPE_CHECKING:
-    from ledger.transcript.history import History, State
+    from ledger.storage.files.state import State
+    from ledger.storage.files.workspace import FileWorkspace as History
 
 FANOUT = 16
 MAX_MERGED = 256 << 20
@@ -143,8 +144,6 @@ def _chunks(paths: list[str]) -> Iterator[bytes]:
 def merge(history: History, st: State, numbers: list[int]) -> None:
     """Merge the consecutive sealed ``numbers`` into the first (see module doc).
     Call under the exclusive lock with a verified state; raises OSError."""
-    from ledger.transcript.history import publish_state
-
     wsdir = history.path
     durability = history.store.durability
     stamps = dict(st.sealed)
@@ -199,5 +198,5 @@ def merge(history: History, st: State, numbers: list[int]) -> None:
                                             [(n, base[n]) for n in numbers]))
     except OSError:
         pass  # cursors of the old layout then expire instead of moving
-    publish_state(history, moved(st.window), moved(st.floor), st.next_seq, st.epoch,
+    history.publish_state(moved(st.window), moved(st.floor), st.next_seq, st.epoch,
                   layout_of=st.receipt)

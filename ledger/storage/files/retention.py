@@ -46,12 +46,14 @@ import xxhash
 
 from ledger.core import format as fmt
 from ledger.core.errors import LedgerError, WorkspaceNotFound
+from ledger.core.ids import validate_workspace
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
+from ledger.storage.files.state import unwrap
 
 if TYPE_CHECKING:
-    from ledger.transcript.history import History
-    from ledger.transcript.store import Store
+    from ledger.storage.files.engine import FileEngine as Store
+    from ledger.storage.files.workspace import FileWorkspace as History
 
 MANIFEST_NAME = "MANIFEST.jsonl"
 ENTRY_SUFFIX = ".bin"
@@ -327,6 +329,7 @@ def quarantine_bytes(
 def clean_quarantine(history: History, older_than_s: float) -> dict[str, int]:
     """Remove quarantine entries older than ``older_than_s`` seconds, under the
     exclusive workspace lock."""
+    history = unwrap(history)
     history._require()
     with locked(history.path, history.workspace, history.store.lock_timeout, shared=False):
         return Quarantine(history.path, durability=history.store.durability).clean(older_than_s)
@@ -344,9 +347,7 @@ def _step(name: str) -> None:
 
 
 def tombstone_path(store: Store, workspace: str) -> str:
-    from ledger.transcript.store import TOMBSTONE_SUFFIX
-
-    return os.path.join(store.root, f".{workspace}{TOMBSTONE_SUFFIX}")
+    return os.path.join(store.root, f".{workspace}{fmt.WORKSPACE_TOMBSTONE_SUFFIX}")
 
 
 def _trash_dirs(store: Store, workspace: str) -> Iterator[str]:
@@ -363,8 +364,6 @@ def _trash_dirs(store: Store, workspace: str) -> Iterator[str]:
 def delete_workspace(store: Store, workspace: str) -> bool:
     """Delete a workspace's history for good (module doc). Returns True when
     anything was deleted, False when there was nothing (already gone)."""
-    from ledger.transcript.store import validate_workspace
-
     ws = validate_workspace(workspace)
     path = os.path.join(store.root, ws)
     tomb = tombstone_path(store, ws)
@@ -434,103 +433,6 @@ def _unlink_quiet(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-# --- backup -------------------------------------------------------------------
-
-
-def backup(history: History, dest: str) -> dict[str, Any]:
-    """Copy a consistent snapshot of the history into the new directory ``dest``.
-
-    Taken under the shared lock (writers wait; readers go on). Copies FORMAT,
-    the segments and the quarantine; writes a fresh stable receipt for the
-    copy's own files, so ``dest`` checks clean as it is and a copy of it put
-    back under a store root (``cp -a DEST ROOT/WS``) is a working history (its
-    first write re-baselines: the copied files have new stamps). Refuses while
-    an interrupted rewrite waits for recovery.
-    """
-    from ledger.storage.files import rewrite
-    from ledger.transcript.history import History as _History
-
-    history._require()
-    dest = os.path.abspath(dest)
-    if os.path.lexists(dest):
-        raise LedgerError(f"backup destination {dest} already exists; choose a new path")
-    parent = os.path.dirname(dest)
-    if not os.path.isdir(parent):
-        raise LedgerError(f"backup destination's parent {parent} is not a directory")
-    staging = os.path.join(parent, f".{os.path.basename(dest)}.tmp-{secrets.token_hex(6)}")
-    copied = 0
-    files = 0
-    with locked(history.path, history.workspace, history.store.lock_timeout, shared=True):
-        if os.path.lexists(os.path.join(history.path, rewrite.MARKER_NAME)):
-            raise LedgerError(
-                f"workspace {history.workspace!r}: an interrupted rewrite waits for recovery; "
-                f"run `tledger repair {history.workspace}` first"
-            )
-        os.mkdir(staging, 0o700)
-        try:
-            # The receipt goes along for its high-water mark (next seq); its
-            # stamps will not match the copies, so it is re-baselined below.
-            names = [fmt.FORMAT_NAME, fmt.RECEIPT_NAME] + [
-                fmt.segment_name(n) for n in segs.list_segments(history.path)
-            ]
-            for name in names:
-                src = os.path.join(history.path, name)
-                if not os.path.exists(src):
-                    continue
-                copied += _copy_file(src, os.path.join(staging, name))
-                files += 1
-            qsrc = quarantine_dir(history.path)
-            if os.path.isdir(qsrc):
-                qdst = os.path.join(staging, fmt.QUARANTINE_DIR)
-                os.mkdir(qdst, 0o700)
-                for name in sorted(os.listdir(qsrc)):
-                    src = os.path.join(qsrc, name)
-                    if name.startswith(".") or not os.path.isfile(src):
-                        continue
-                    copied += _copy_file(src, os.path.join(qdst, name))
-                    files += 1
-                segs.fsync_dir(qdst)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-    try:
-        copy = _History(history.store, os.path.basename(dest), staging)
-        with locked(staging, copy.workspace, history.store.lock_timeout, shared=False):
-            epoch = copy._rebaseline_locked(copy.state(), force_new_epoch=True)
-        segs.fsync_dir(staging)
-        os.rename(staging, dest)
-        segs.fsync_dir(parent)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return {
-        "workspace": history.workspace,
-        "dest": dest,
-        "files": files,
-        "bytes": copied,
-        "epoch": epoch,
-    }
-
-
-def _copy_file(src: str, dst: str) -> int:
-    n = 0
-    fd_out = os.open(
-        dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-    )
-    try:
-        with open(src, "rb") as f:
-            for chunk in iter(lambda: f.read(_COPY_CHUNK), b""):
-                view = memoryview(chunk)
-                while view:
-                    w = os.write(fd_out, view)
-                    view = view[w:]
-                n += len(chunk)
-        os.fsync(fd_out)
-    finally:
-        os.close(fd_out)
-    return n
 
 
 def require_workspace(history: History) -> None:

@@ -71,12 +71,14 @@ from ledger.storage.files import segments as segs
 from ledger.storage.files.index import entry_of
 from ledger.storage.files.lock import locked
 from ledger.storage.files.retention import Quarantine
+from ledger.storage.files.state import empty_receipt, unwrap
 
 if TYPE_CHECKING:
-    from ledger.transcript.history import History, State
+    from ledger.storage.files.state import State
+    from ledger.storage.files.workspace import FileWorkspace as History
 
-MARKER_NAME = "REWRITE.json"
-TOMBSTONE_SUFFIX = ".truncate"
+MARKER_NAME = fmt.REWRITE_MARKER_NAME
+TOMBSTONE_SUFFIX = fmt.REWRITE_TOMBSTONE_SUFFIX
 RAW_HASH_VERSION = 1
 FILES_VERSION = 1
 QUARANTINE_VERSION = 1
@@ -534,9 +536,7 @@ def _settle_after_failure(path: str, durability: str) -> Resolution | None:
 
 
 def _empty_receipt() -> fmt.Receipt:
-    from ledger.transcript.history import _empty_receipt as empty
-
-    return empty()
+    return empty_receipt()
 
 
 # --- helpers over segment lines ---------------------------------------------------
@@ -646,6 +646,7 @@ def reject(history: History, seq_or_seqs: int | Iterable[int]) -> dict[str, Any]
     as empty assistant records (DESIGN.md 3). Rejecting a record that is
     already rejected keeps its inner original. Refuses, writing nothing, when
     a seq is missing or names a reset (or any non-message row)."""
+    history = unwrap(history)
     seqs = {seq_or_seqs} if isinstance(seq_or_seqs, int) else set(seq_or_seqs)
     if not seqs or not all(isinstance(s, int) and not isinstance(s, bool) for s in seqs):
         raise RewriteRefused("reject needs one or more integer seqs")
@@ -720,6 +721,7 @@ def truncate_after(history: History, seq: int) -> dict[str, Any]:
     to the quarantine; unreadable lines that may be resets stay in the log byte
     for byte. A rewrite with a marker and a new epoch.
     """
+    history = unwrap(history)
     if not isinstance(seq, int) or isinstance(seq, bool):
         raise RewriteRefused("truncate_after needs an integer seq")
     with _locked_rewrite(history):
@@ -862,6 +864,7 @@ def purge_before_floor(history: History) -> dict[str, Any]:
     its own; a floor inside a larger batch keeps that whole batch. Unreadable
     lines that may be resets stay byte for byte. A rewrite with a marker and
     a new epoch."""
+    history = unwrap(history)
     with _locked_rewrite(history):
         settled = _settle(history)
         st = history.state()

@@ -1,0 +1,149 @@
+"""The engine interface: exactly what a storage engine provides to the
+transcript logic above it (``ledger.transcript``).
+
+An engine stores the workspaces of one root. For each workspace it provides:
+
+- a writer lock, and ``append_batch``: one batch committed atomically, its seqs
+  assigned gap-free under that lock, optionally conditional
+  (``expect_next_seq``, ``expect_window``) or idempotent (a caller's batch id
+  answers a retry with the original seqs) -- ``ledger.core.batches``;
+- reads: every row after a seq, streaming; one row; the rows of the active
+  window through the boundary projection (O(window), not O(history));
+- ``snapshot``: next seq, epoch, the newest boundary (window) and the newest
+  manual reset (floor);
+- ``reader``: bounded pages for ``session_history`` (positions, what a cursor
+  binds to, carry-over of cursors across moves that change no byte);
+- rewrites that change stored rows -- ``reject``, ``truncate_after``,
+  ``purge_before_floor``, ``rebaseline`` -- each a transaction that bumps the
+  epoch (and only those: a plain append never does);
+- ``backup``; and per root: ``workspaces``, ``delete``.
+
+Positions are ``(part, offset)`` pairs ordered as the log; each engine says
+what a part and an offset are (the file engine: segment number and byte
+offset). Windows, floors, retrieval's rules, token budgets, rollover,
+display, adapters and importers live above this interface and never see a
+path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from ledger.core.batches import AppendResult, PendingBatch
+from ledger.core.bounds import SkipSink
+from ledger.core.cursors import CursorData, Position
+from ledger.core.rows import Row
+from ledger.core.windows import Boundary
+
+
+class Snapshot(Protocol):
+    """What a validated read of a workspace's state reports."""
+
+    @property
+    def next_seq(self) -> int: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def window(self) -> Boundary | None: ...
+
+    @property
+    def floor(self) -> Boundary | None: ...
+
+    @property
+    def window_seq(self) -> int: ...
+
+
+class PageScan(Protocol):
+    """One call's bounded scan: ``events()`` yields lines from the start
+    position; afterwards ``paused`` is where the next page starts (None at
+    the end). ``prefilter``, when set, rules out line runs that cannot match."""
+
+    paused: Position | None
+    prefilter: Any
+
+    def events(self) -> Iterator[Any]: ...
+
+    def pause_at(self, pos: Position) -> None: ...
+
+
+class PageReader(Protocol):
+    """Page access for ``session_history`` (DESIGN.md 8): call ``state`` and
+    everything after it inside ``locked()``."""
+
+    def exists(self) -> bool: ...
+
+    def locked(self) -> AbstractContextManager[Any]: ...
+
+    def state(self) -> Any: ...
+
+    def binding(self, st: Any) -> str: ...
+
+    def floor_key(self, st: Any) -> str: ...
+
+    def floor(self, st: Any) -> Boundary | None: ...
+
+    def fresh_pos(self, st: Any) -> Position: ...
+
+    def fresh(self, st: Any, action: str, digest: str) -> CursorData: ...
+
+    def carry_over(self, data: CursorData, st: Any) -> CursorData: ...
+
+    def after_floor(self, st: Any, part: int, offset: int) -> bool: ...
+
+    def scan(self, st: Any, start: Position, end: Position) -> PageScan: ...
+
+    def window_start(self, st: Any, window: int) -> Position: ...
+
+    def window_of(self, st: Any, part: int, offset: int) -> int: ...
+
+    def locate(self, st: Any, seq: int, result: SkipSink) -> Any: ...
+
+    def seek(self, st: Any, pos: Position, seq: int, result: SkipSink) -> Any: ...
+
+
+class WorkspaceEngine(Protocol):
+    """One workspace's storage (module doc)."""
+
+    workspace: str
+
+    def exists(self) -> bool: ...
+
+    def require(self) -> None: ...
+
+    def snapshot(self) -> Snapshot: ...
+
+    def append_batch(self, batch: PendingBatch) -> AppendResult: ...
+
+    def rows(self, after_seq: int | None = None) -> Iterator[Row]: ...
+
+    def get(self, seq: int) -> Row | None: ...
+
+    def window_rows(self) -> list[Row]: ...
+
+    def reader(self) -> PageReader: ...
+
+    def reject(self, seq_or_seqs: Any) -> Any: ...
+
+    def truncate_after(self, seq: int) -> Any: ...
+
+    def purge_before_floor(self) -> Any: ...
+
+    def rebaseline(self) -> int: ...
+
+    def backup(self, dest: str) -> Any: ...
+
+    def stat(self) -> dict[str, Any]: ...
+
+
+class Engine(Protocol):
+    """The workspaces under one root."""
+
+    def open(self, workspace: str) -> WorkspaceEngine: ...
+
+    def workspaces(self) -> list[str]: ...
+
+    def delete(self, workspace: str) -> bool: ...

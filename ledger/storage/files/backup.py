@@ -1,0 +1,109 @@
+"""A consistent copy of one file-engine workspace, taken under its lock."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from typing import Any
+
+from ledger.core import format as fmt
+from ledger.core.errors import LedgerError
+from ledger.storage.files import segments as segs
+from ledger.storage.files.lock import locked
+from ledger.storage.files.retention import quarantine_dir
+from ledger.storage.files.state import unwrap
+
+_COPY_CHUNK = 1 << 20
+
+
+def backup(history: Any, dest: str) -> dict[str, Any]:
+    """Copy a consistent snapshot of the history into the new directory ``dest``.
+
+    Taken under the shared lock (writers wait; readers go on). Copies FORMAT,
+    the segments and the quarantine; writes a fresh stable receipt for the
+    copy's own files, so ``dest`` checks clean as it is and a copy of it put
+    back under a store root (``cp -a DEST ROOT/WS``) is a working history (its
+    first write re-baselines: the copied files have new stamps). Refuses while
+    an interrupted rewrite waits for recovery.
+    """
+    history = unwrap(history)
+    history._require()
+    dest = os.path.abspath(dest)
+    if os.path.lexists(dest):
+        raise LedgerError(f"backup destination {dest} already exists; choose a new path")
+    parent = os.path.dirname(dest)
+    if not os.path.isdir(parent):
+        raise LedgerError(f"backup destination's parent {parent} is not a directory")
+    staging = os.path.join(parent, f".{os.path.basename(dest)}.tmp-{secrets.token_hex(6)}")
+    copied = 0
+    files = 0
+    with locked(history.path, history.workspace, history.store.lock_timeout, shared=True):
+        if os.path.lexists(os.path.join(history.path, fmt.REWRITE_MARKER_NAME)):
+            raise LedgerError(
+                f"workspace {history.workspace!r}: an interrupted rewrite waits for recovery; "
+                f"run `tledger repair {history.workspace}` first"
+            )
+        os.mkdir(staging, 0o700)
+        try:
+            # The receipt goes along for its high-water mark (next seq); its
+            # stamps will not match the copies, so it is re-baselined below.
+            names = [fmt.FORMAT_NAME, fmt.RECEIPT_NAME] + [
+                fmt.segment_name(n) for n in segs.list_segments(history.path)
+            ]
+            for name in names:
+                src = os.path.join(history.path, name)
+                if not os.path.exists(src):
+                    continue
+                copied += _copy_file(src, os.path.join(staging, name))
+                files += 1
+            qsrc = quarantine_dir(history.path)
+            if os.path.isdir(qsrc):
+                qdst = os.path.join(staging, fmt.QUARANTINE_DIR)
+                os.mkdir(qdst, 0o700)
+                for name in sorted(os.listdir(qsrc)):
+                    src = os.path.join(qsrc, name)
+                    if name.startswith(".") or not os.path.isfile(src):
+                        continue
+                    copied += _copy_file(src, os.path.join(qdst, name))
+                    files += 1
+                segs.fsync_dir(qdst)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    try:
+        copy = type(history)(history.store, os.path.basename(dest), staging)
+        with locked(staging, copy.workspace, history.store.lock_timeout, shared=False):
+            epoch = copy._rebaseline_locked(copy.state(), force_new_epoch=True)
+        segs.fsync_dir(staging)
+        os.rename(staging, dest)
+        segs.fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {
+        "workspace": history.workspace,
+        "dest": dest,
+        "files": files,
+        "bytes": copied,
+        "epoch": epoch,
+    }
+
+
+def _copy_file(src: str, dst: str) -> int:
+    n = 0
+    fd_out = os.open(
+        dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+    )
+    try:
+        with open(src, "rb") as f:
+            for chunk in iter(lambda: f.read(_COPY_CHUNK), b""):
+                view = memoryview(chunk)
+                while view:
+                    w = os.write(fd_out, view)
+                    view = view[w:]
+                n += len(chunk)
+        os.fsync(fd_out)
+    finally:
+        os.close(fd_out)
+    return n

@@ -1,0 +1,70 @@
+"""The file engine: one directory per workspace under a root (DESIGN.md 4).
+
+``FileEngine`` carries the store's options (the workspaces read them as
+``ws.store``) and lists, opens and deletes workspaces.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ledger.core import format as fmt
+from ledger.core.ids import _WORKSPACE_RE, validate_workspace
+from ledger.storage.files import retention
+from ledger.storage.files.workspace import FileWorkspace
+
+
+class FileEngine:
+    """Workspaces as directories below ``root``."""
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        segment_bytes: int,
+        lock_timeout: float,
+        retrieval: bool,
+        durability: str,
+        max_row_bytes: int,
+    ) -> None:
+        self.root = root
+        self.segment_bytes = segment_bytes
+        self.lock_timeout = lock_timeout
+        self.retrieval = retrieval
+        self.durability = durability
+        self.max_row_bytes = max_row_bytes
+
+    def __repr__(self) -> str:
+        return f"FileEngine({self.root!r})"
+
+    def open(self, workspace: str) -> FileWorkspace:
+        ws = validate_workspace(workspace)
+        return FileWorkspace(self, ws, os.path.join(self.root, ws))
+
+    def workspaces(self) -> list[str]:
+        """Ids of the histories under the root, sorted."""
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        out = []
+        for name in names:
+            if name.startswith(".") or not _WORKSPACE_RE.fullmatch(name):
+                continue
+            path = os.path.join(self.root, name)
+            if os.path.isdir(path) and not os.path.islink(path) and not self.tombstoned(name):
+                out.append(name)
+        return sorted(out)
+
+    def delete(self, workspace: str) -> bool:
+        """Delete a workspace's history (a tombstone first, so a concurrent
+        writer fails instead of recreating it). False when there was none."""
+        return retention.delete_workspace(self, workspace)
+
+    def ensure_root(self) -> None:
+        os.makedirs(self.root, mode=0o700, exist_ok=True)
+
+    def tombstoned(self, workspace: str) -> bool:
+        return os.path.lexists(
+            os.path.join(self.root, f".{workspace}{fmt.WORKSPACE_TOMBSTONE_SUFFIX}")
+        )

@@ -1,0 +1,455 @@
+"""The file engine's page reader for ``session_history``: bounded scans over
+the segments, lookups through the INDEX projection, and what a cursor binds
+to (the receipt's epoch and layout, else a digest of every stamp).
+
+Positions are ``(segment, byte offset)``. A scan reads at most SCAN_BYTES and
+examines at most SCAN_ROWS per call, never decodes a line over LINE_CAP (it
+resumes past it, mid-line if need be), and pauses where the next page starts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from ledger.core import cursors
+from ledger.core import format as fmt
+from ledger.core.bounds import LINE_CAP, SCAN_BYTES, SCAN_ROWS, Budget, Event, SkipSink
+from ledger.core.cursors import SEEKING, CursorData, Position
+from ledger.core.errors import CursorExpired, NotFound
+from ledger.core.windows import Boundary, window_marker
+from ledger.storage.files import segments as segs
+from ledger.storage.files.lock import locked
+from ledger.storage.files.state import State
+
+_CHUNK = 256 * 1024
+
+
+@dataclass
+class Scan:
+    """Reads lines from ``start`` up to ``end`` within one call's budget.
+
+    Iterate ``events()``; afterwards ``paused`` holds where the next page
+    starts (None when the end was reached).
+    """
+
+    wsdir: str
+    segments: list[int]
+    start: Position
+    end: Position
+    budget: Budget = field(default_factory=Budget)
+    paused: Position | None = None
+    skip_from: int = -1
+    skip_seq: int | None = None
+    # True when a run of lines may hold a match (or a boundary); None: off.
+    prefilter: Callable[[bytes], bool] | None = None
+
+    def __post_init__(self) -> None:
+        self.skip_from = self.start.skip_from
+        self.skip_seq = self.start.skip_seq
+
+    def events(self) -> Iterator[Event]:
+        pos = self.start
+        for number in self.segments:
+            if number < pos.segment or number > self.end.segment:
+                continue
+            first = number == pos.segment
+            offset = pos.offset if first else 0
+            skip = pos.skip if first else False
+            path = segs.segment_path(self.wsdir, number)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                raise CursorExpired("a segment vanished; start a new query") from None
+            try:
+                limit = self.end.offset if number == self.end.segment else os.fstat(fd).st_size
+                yield from self._segment(fd, number, offset, limit, skip)
+            finally:
+                os.close(fd)
+            if self.paused is not None:
+                return
+        self.paused = None
+
+    def _skip_pos(self, number: int, offset: int) -> Position:
+        return Position(number, offset, True, 0, self.skip_from, self.skip_seq)
+
+    def _segment(
+        self, fd: int, number: int, offset: int, limit: int, skip: bool
+    ) -> Iterator[Event]:
+        budget = self.budget
+        buf = b""  # holds the bytes [base, base + len(buf))
+        base = offset
+        i = 0  # the first byte of buf not yet consumed
+        checked = 0  # buf[:checked] already went through the prefilter
+        while True:
+            if skip:
+                pos = base + i
+                if pos >= limit:
+                    return
+                want = min(_CHUNK, limit - pos, SCAN_BYTES - budget.bytes_read)
+                if want <= 0:
+                    self.paused = self._skip_pos(number, pos)
+                    return
+                data = os.pread(fd, want, pos)
+                budget.bytes_read += len(data)
+                if not data:
+                    return
+                nl = data.find(b"\n")
+                if nl < 0:
+                    buf, base, i = b"", pos + len(data), 0
+                    continue
+                end = pos + nl + 1
+                buf, base, i = b"", end, 0
+                skip = False
+                if self.skip_from >= 0:
+                    yield Event(number, self.skip_from, end, None, b"", True, self.skip_seq)
+                    self.skip_from, self.skip_seq = -1, None
+                else:
+                    budget.rows += 1  # the floor line: read, so examined
+                continue
+            if self.prefilter is not None and i >= checked:
+                # Skip whole runs of lines that cannot match, counting them.
+                last = buf.rfind(b"\n", i)
+                if last >= i:
+                    region = buf[i : last + 1]
+                    count = region.count(b"\n")
+                    room = SCAN_ROWS - budget.rows
+                    if 0 < room < count:
+                        # Test just the lines this call may still examine.
+                        pos = i
+                        for _ in range(room):
+                            pos = buf.find(b"\n", pos) + 1
+                        last, region, count = pos - 1, buf[i:pos], room
+                    if (
+                        len(region) <= LINE_CAP
+                        and budget.rows + count <= SCAN_ROWS
+                        and not self.prefilter(region)
+                    ):
+                        budget.rows += count
+                        i = last + 1
+                        continue
+                    checked = last + 1
+            nl = buf.find(b"\n", i)
+            if nl >= 0:
+                if budget.rows >= SCAN_ROWS:
+                    self.paused = Position(number, base + i)
+                    return
+                budget.rows += 1
+                if nl - i > LINE_CAP:
+                    seq = fmt.seq_prefix(buf[i : i + 32])
+                    yield Event(number, base + i, base + nl + 1, None, b"", True, seq)
+                elif self.prefilter is not None and not self.prefilter(buf[i:nl]):
+                    pass  # cannot match: examined, not decoded
+                else:
+                    line = buf[i:nl]
+                    yield Event(number, base + i, base + nl + 1, fmt.decode_line(line), line)
+                if self.paused is not None:
+                    return
+                i = nl + 1
+                continue
+            if len(buf) - i > LINE_CAP:
+                if budget.rows >= SCAN_ROWS:
+                    self.paused = Position(number, base + i)
+                    return
+                budget.rows += 1
+                self.skip_from, self.skip_seq = base + i, fmt.seq_prefix(buf[i : i + 32])
+                base, buf, i = base + len(buf), b"", 0
+                skip = True
+                continue
+            read_to = base + len(buf)
+            if read_to >= limit:
+                return  # a torn tail beyond the snapshot is not served
+            want = min(_CHUNK, limit - read_to, SCAN_BYTES - budget.bytes_read)
+            if want <= 0:
+                self.paused = Position(number, base + i)
+                return
+            data = os.pread(fd, want, read_to)
+            if not data:
+                return
+            budget.bytes_read += len(data)
+            buf = buf[i:] + data
+            base += i
+            checked = max(checked - i, 0)
+            i = 0
+
+    def pause_at(self, pos: Position) -> None:
+        """Stop the scan; the next page starts at ``pos``."""
+        self.paused = pos
+
+
+
+class FileReader:
+    """Page access to one workspace for ``session_history`` (DESIGN.md 8).
+
+    Call everything but ``exists`` and ``locked`` under ``locked()``, with the
+    state ``state()`` returned there."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+
+    def exists(self) -> bool:
+        return bool(self.ws.exists())
+
+    def locked(self) -> AbstractContextManager[Any]:
+        return locked(self.ws.path, self.ws.workspace, self.ws.store.lock_timeout, shared=True)
+
+    def state(self) -> State:
+        return self.ws.state()
+
+    def binding(self, st: State) -> str:
+        """What a cursor binds to: the verified receipt's epoch and layout,
+        else a digest of every segment's stamp."""
+        return _binding(st)
+
+    def floor_key(self, st: State) -> str:
+        return _floor_key(st)
+
+    def fresh_pos(self, st: State) -> Position:
+        """Where a new query starts: just past the floor, else the log's start."""
+        return _fresh_pos(st)
+
+    def floor(self, st: State) -> Boundary | None:
+        return st.floor
+
+    def after_floor(self, st: State, number: int, offset: int) -> bool:
+        return st.floor is None or _after(number, offset, st.floor)
+
+    def scan(self, st: State, start: Position, end: Position) -> Scan:
+        return Scan(self.ws.path, st.segments, start, end)
+
+    def seek(self, st: State, pos: Position, seq: int, result: SkipSink) -> Any:
+        """Continue a read cursor still looking for row ``seq``."""
+        return self._scan_for(pos.segment, _segment_size(st, pos.segment), pos, seq, result,
+                              Budget())
+
+    def carry_over(self, data: CursorData, st: State) -> CursorData:
+        return self._carry_over(data, st, _binding(st), _floor_key(st))
+
+    def fresh(self, st: State, action: str, digest: str) -> CursorData:
+        return self._fresh(st, action, digest, _binding(st), _floor_key(st))
+
+    def _carry_over(
+        self, data: CursorData, st: State, binding: str, floor_key: str
+    ) -> CursorData:
+        """A cursor of an older layout of the same epoch, moved to the current
+        positions through the INDEX records of the merges in between (a merge
+        moves rows without changing a byte). Anything else -- another epoch, a
+        missing record, a floor that is not the moved old one -- expires it."""
+        old = _layout_of(data.binding)
+        new = _layout_of(binding)
+        records = []
+        if old is not None and new is not None and old[0] == new[0] and old[1] < new[1]:
+            for layout in range(old[1] + 1, new[1] + 1):
+                rec = self.ws.index.merge_record(new[0], layout)
+                if rec is None:
+                    records = []
+                    break
+                records.append(rec)
+        if records:
+            pos, end, floor = data.pos, data.end, data.floor
+            for rec in records:
+                base = dict(rec.sources)
+                pos = _moved(pos, rec.into, base)
+                end = _moved(end, rec.into, base)
+                floor = _moved_floor(floor, rec.into, base)
+            if floor == floor_key:
+                return msgspec.structs.replace(data, binding=binding, floor=floor, pos=pos,
+                                               end=end)
+        raise CursorExpired(
+            "the history changed since this cursor was issued (a rewrite, an untracked "
+            "edit or a new privacy floor); start a new query"
+        )
+
+    def _fresh(
+        self, st: State, action: str, digest: str, binding: str, floor_key: str
+    ) -> CursorData:
+        numbers = st.segments
+        if st.floor is not None:
+            start = Position(st.floor.segment, st.floor.offset, True)
+            window = window_marker(st.floor)
+        else:
+            start = Position(numbers[0] if numbers else 0, 0)
+            window = 0
+        end_size = st.active_stamp.size if st.active_stamp is not None else 0
+        end = Position(st.active, end_size)
+        return CursorData(
+            v=cursors.VERSION,
+            kid=cursors.KEY_ID,
+            workspace=self.ws.workspace,
+            action=action,
+            args=digest,
+            binding=binding,
+            floor=floor_key,
+            high=st.next_seq - 1,
+            end=end,
+            pos=start,
+            window=window,
+        )
+
+    def window_start(self, st: State, window: int) -> Position:
+        """Where window ``window`` starts (a retrievable one), else NotFound."""
+        if st.floor is not None:
+            floor_name = window_marker(st.floor)
+            if window == floor_name:
+                return Position(st.floor.segment, st.floor.offset, True)
+            if window < floor_name:
+                raise NotFound(f"window {window} is not retrievable")
+        elif window == 0:
+            return Position(st.segments[0] if st.segments else 0, 0)
+        for b in self._bounds(st):
+            if window_marker(b) == window and (
+                st.floor is None or _after(b.segment, b.offset, st.floor)
+            ):
+                return Position(b.segment, b.offset, True)
+        raise NotFound(f"no retrievable window {window}")
+
+    def _bounds(self, st: State) -> list[Any]:
+        active = (st.active, st.active_stamp) if st.active_stamp is not None else None
+        epoch = st.epoch if st.verified else None
+        return self.ws.index.all_bounds(st.sealed, active, epoch)
+
+    def window_of(self, st: State, number: int, offset: int) -> int:
+        """The name of the window holding the line at (number, offset)."""
+        window = 0
+        for b in self._bounds(st):
+            if (b.segment, b.offset) < (number, offset):
+                window = window_marker(b)
+        return window
+
+    def locate(self, st: State, seq: int, result: SkipSink) -> Any:
+        """Find row ``seq``: the segment from the index (sealed entries, else
+        the active segment), then a bounded search inside it."""
+        target: tuple[int, fmt.Stamp] | None = None
+        for number, stamp in st.sealed:
+            info = self.ws.index.info(number, stamp)
+            if info.rows and info.first_seq <= seq <= max(info.last_seq, info.max_seq):
+                target = (number, stamp)
+                break
+        if target is None and st.active_stamp is not None:
+            target = (st.active, st.active_stamp)
+        if target is None:
+            raise NotFound(f"no retrievable row {seq}")
+        number, stamp = target
+        start = self._bisect(number, stamp.size, seq)
+        return self._scan_for(number, stamp.size, start, seq, result, Budget(rows=20))
+
+    def _bisect(self, number: int, size: int, seq: int) -> Position:
+        """A line start at or before row ``seq``: binary search on the seq
+        prefix of the line after each probe point (about 20 small reads)."""
+        path = segs.segment_path(self.ws.path, number)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            lo, hi = 0, size
+            probe = 16 * 1024
+            while hi - lo > probe:
+                mid = (lo + hi) // 2
+                data = os.pread(fd, probe, mid)
+                nl = data.find(b"\n")
+                if nl < 0 or mid + nl + 1 >= hi:
+                    hi = mid  # inside a long line: look earlier
+                    continue
+                got = fmt.seq_prefix(data[nl + 1 : nl + 40])
+                if got is None:
+                    got = fmt.seq_prefix(os.pread(fd, 40, mid + nl + 1))
+                if got is None or got > seq:
+                    hi = mid
+                else:
+                    lo = mid + nl + 1
+        finally:
+            os.close(fd)
+        return Position(number, lo)
+
+    def _scan_for(
+        self, number: int, size: int, start: Position, seq: int, result: SkipSink, budget: Budget
+    ) -> Any:
+        """Scan forward for row ``seq``: ``(number, offset, row)``, None when it
+        is an oversized or unreadable line (listed under skipped), or the
+        Position to continue from when the budget ran out first."""
+        begin = Position(start.segment, start.offset, start.skip, 0, start.skip_from,
+                         start.skip_seq)
+        scan = Scan(self.ws.path, [number], begin, Position(number, size), budget)
+        for ev in scan.events():
+            if ev.oversized:
+                if ev.seq == seq:
+                    result.add_skipped(seq, ev.end - ev.offset - 1)
+                    return None
+                continue
+            got = ev.row.get("seq") if ev.row is not None else fmt.seq_prefix(ev.line[:32])
+            if got == seq:
+                if ev.row is None:
+                    result.add_skipped(seq, len(ev.line))
+                    return None
+                return number, ev.offset, ev.row
+            if isinstance(got, int) and got > seq:
+                break
+        if scan.paused is not None:
+            p = scan.paused
+            return Position(p.segment, p.offset, p.skip, SEEKING, p.skip_from, p.skip_seq)
+        raise NotFound(f"no retrievable row {seq}")
+
+
+
+
+def _segment_size(st: State, number: int) -> int:
+    if number == st.active and st.active_stamp is not None:
+        return st.active_stamp.size
+    for n, stamp in st.sealed:
+        if n == number:
+            return stamp.size
+    raise CursorExpired("a segment vanished; start a new query")
+
+
+def _binding(st: State) -> str:
+    if st.verified and st.receipt is not None:
+        return f"e{st.epoch}.{st.receipt.layout}"
+    return f"d{st.digest.hex()}"
+
+
+def _layout_of(binding: str) -> tuple[int, int] | None:
+    """(epoch, layout) of a binding to a verified receipt, else None."""
+    m = _BINDING.fullmatch(binding)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+_BINDING = re.compile(r"e([0-9]{1,20})\.([0-9]{1,20})")
+
+
+def _moved(p: Position, into: int, base: dict[int, int]) -> Position:
+    """Where a position is after a merge that moved each segment ``s`` in
+    ``base`` to ``into`` at byte ``base[s]`` (lines never span segments, so
+    ``skip_from`` moves with the position)."""
+    b = base.get(p.segment)
+    if b is None:
+        return p
+    skip_from = p.skip_from + b if p.skip_from >= 0 else p.skip_from
+    return msgspec.structs.replace(p, segment=into, offset=p.offset + b, skip_from=skip_from)
+
+
+def _moved_floor(key: str, into: int, base: dict[int, int]) -> str:
+    if key == "none":
+        return key
+    segment, offset, seq = key.split(":", 2)
+    b = base.get(int(segment))
+    return key if b is None else f"{into}:{int(offset) + b}:{seq}"
+
+
+def _floor_key(st: State) -> str:
+    f = st.floor
+    return "none" if f is None else f"{f.segment}:{f.offset}:{f.seq}"
+
+
+def _after(segment: int, offset: int, floor: Any) -> bool:
+    return (segment, offset) > (floor.segment, floor.offset)
+
+
+def _fresh_pos(st: State) -> Position:
+    if st.floor is not None:
+        return Position(st.floor.segment, st.floor.offset, True)
+    return Position(st.segments[0] if st.segments else 0, 0)
+

@@ -1,0 +1,342 @@
+"""A file-engine workspace as readers see it: validation of the receipt and
+the stamps of every segment (``state``), and streaming reads of rows.
+
+Readers take the lock shared, validate, read, and never write or recover.
+``workspace.FileWorkspace`` adds the write path on top.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from ledger.core import format as fmt
+from ledger.core.errors import FormatError, HistoryDamaged, WorkspaceNotFound
+from ledger.core.rows import Row
+from ledger.core.windows import Boundary
+from ledger.storage.files import segments as segs
+from ledger.storage.files.index import BoundaryIndex, SegmentInfo, active_entry
+from ledger.storage.files.lock import locked
+from ledger.storage.files.receipt import WriterReceipt, read_receipt, write_receipt
+from ledger.storage.files.state import (
+    State,
+    boundary_from_receipt,
+    new_epoch,
+    stable_receipt,
+)
+
+
+class WorkspaceBase:
+    """Validation and reads of one workspace directory. ``store`` carries the
+    options (root, lock timeout, durability, segment cap, row cap)."""
+
+    def __init__(self, store: Any, workspace: str, path: str) -> None:
+        self.store = store
+        self.workspace = workspace
+        self.path = path
+        self._derived: dict[bytes, State] = {}
+        self.index = BoundaryIndex(path)
+        self._format_checked = False
+        self._digest_memo: tuple[list[tuple[int, fmt.Stamp]], tuple[int, bytes]] | None = None
+        self._listing_memo: tuple[list[str], tuple[int, ...]] | None = None
+        # This process's account of the active segment, valid for one stamp.
+        self._running: SegmentInfo | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.workspace!r})"
+
+    def exists(self) -> bool:
+        return os.path.isdir(self.path)
+
+    def require(self) -> None:
+        """WorkspaceNotFound unless the directory exists; FormatError for
+        another format."""
+        self._require()
+
+    def _require(self) -> None:
+        if not self.exists():
+            raise WorkspaceNotFound(
+                f"workspace {self.workspace!r} has no history under {self.store.root} "
+                "(nothing has been written to it)"
+            )
+        self._check_format()
+
+    def _check_format(self) -> None:
+        path = os.path.join(self.path, fmt.FORMAT_NAME)
+        try:
+            with open(path, "rb") as f:
+                text = f.read(64)
+        except FileNotFoundError:
+            return
+        if text != fmt.FORMAT_TEXT:
+            raise FormatError(
+                f"workspace {self.workspace!r}: FORMAT is {text[:40]!r}, this build reads "
+                f"{fmt.FORMAT_TEXT!r}; use a build that knows that format"
+            )
+
+    def state(
+        self, numbers: list[int] | None = None, receipt_file: WriterReceipt | None = None
+    ) -> State:
+        """Validate receipt and stamps now (call under the lock); ``numbers``
+        is a segment listing taken under the same lock, if the caller has one,
+        and ``receipt_file`` a writer's open receipt."""
+        if numbers is None:
+            numbers = segs.list_segments(self.path)
+        all_stamps = segs.stamps(self.path, numbers)
+        sealed = all_stamps[:-1]
+        active_stamp = all_stamps[-1][1] if all_stamps else None
+        receipt = read_receipt(self.path) if receipt_file is None else receipt_file.read()
+        if receipt is not None and receipt.stable:
+            count, sealed_dg = self._sealed_digest(sealed)
+            active = numbers[-1] if numbers else 0
+            if (
+                receipt.active_segment == active
+                and receipt.active == (active_stamp or fmt.ZERO_STAMP)
+                and receipt.sealed_count == count
+                and receipt.sealed_digest == sealed_dg
+            ):
+                return State(
+                    receipt=receipt,
+                    segments=numbers,
+                    active_stamp=active_stamp,
+                    sealed=sealed,
+                    verified=True,
+                    next_seq=receipt.next_seq,
+                    epoch=receipt.epoch,
+                    window=boundary_from_receipt(
+                        receipt.window, receipt.window_segment, receipt.window_offset, "?"
+                    ),
+                    floor=boundary_from_receipt(
+                        receipt.floor_seq, receipt.floor_segment, receipt.floor_offset, "manual",
+                        receipt.floor_after,
+                    ),
+                )
+        digest = fmt.sealed_digest(all_stamps)[1]
+        cached = self._derived.get(digest)
+        if cached is not None and cached.receipt == receipt:
+            return cached
+        derived = self._derive(receipt, numbers, active_stamp, sealed)
+        self._derived = {digest: derived}
+        return derived
+
+    def _sealed_digest(self, sealed: list[tuple[int, fmt.Stamp]]) -> tuple[int, bytes]:
+        """``fmt.sealed_digest``, remembered for the last sealed list seen: the
+        sealed segments rarely change between two appends."""
+        memo = self._digest_memo
+        if memo is not None and memo[0] == sealed:
+            return memo[1]
+        out = fmt.sealed_digest(sealed)
+        self._digest_memo = (sealed, out)
+        return out
+
+    def _derive(
+        self,
+        receipt: fmt.Receipt | None,
+        numbers: list[int],
+        active_stamp: fmt.Stamp | None,
+        sealed: list[tuple[int, fmt.Stamp]],
+    ) -> State:
+        """Rebuild next seq, window and floor from the segments (newest first)."""
+        max_seq = 0
+        window: Boundary | None = None
+        floor: Boundary | None = None
+        seq_found = False
+        all_stamps = [*sealed, *([(numbers[-1], active_stamp)] if active_stamp else [])]
+        for number, stamp in reversed(all_stamps):
+            info = self.index.info(number, stamp)
+            if not seq_found and info.rows:
+                max_seq = max(max_seq, info.max_seq, info.last_seq)
+                seq_found = True
+            if info.bounds and window is None:
+                window = info.bounds[-1]
+            floors = [b for b in info.bounds if b.is_floor]
+            if floors and floor is None:
+                floor = floors[-1]
+            if floor is not None and seq_found:
+                break
+        next_seq = max(max_seq + 1, receipt.next_seq if receipt is not None else 1, 1)
+        epoch = receipt.epoch if receipt is not None else 0
+        return State(
+            receipt=receipt,
+            segments=numbers,
+            active_stamp=active_stamp,
+            sealed=sealed,
+            verified=False,
+            next_seq=next_seq,
+            epoch=epoch,
+            window=window,
+            floor=floor,
+        )
+
+    @property
+    def epoch(self) -> int:
+        return self.snapshot().epoch
+
+    @property
+    def window(self) -> int:
+        return self.snapshot().window_seq
+
+    def snapshot(self) -> State:
+        """Validate under the shared lock and return the state."""
+        self._require()
+        with locked(self.path, self.workspace, self.store.lock_timeout, shared=True):
+            return self.state()
+
+    def rows(self, after_seq: int | None = None) -> Iterator[Row]:
+        """Every row in log order (after ``after_seq`` if given), streaming.
+
+        Memory stays flat in history size: one segment is read at a time in
+        chunks. Raises WorkspaceNotFound at once for a missing workspace, and
+        HistoryDamaged at a line that fails verification.
+        """
+        self._require()
+        return self._rows(after_seq)
+
+    def _rows(self, after_seq: int | None) -> Iterator[Row]:
+        with locked(self.path, self.workspace, self.store.lock_timeout, shared=True):
+            numbers = segs.list_segments(self.path)
+            segs.stamps(self.path, numbers)  # HistoryDamaged for a non-file entry
+        start = 0
+        if after_seq is not None and numbers:
+            start = self._first_segment_for(numbers, after_seq + 1)
+        for number in numbers[start:]:
+            path = segs.segment_path(self.path, number)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                raise HistoryDamaged(
+                    f"workspace {self.workspace!r}: segment {fmt.segment_name(number)} vanished "
+                    "while reading (a rewrite ran concurrently); read again"
+                ) from None
+            try:
+                for line in segs.iter_lines_fd(fd):
+                    row = self._decode_or_raise(number, line)
+                    if after_seq is not None and row.seq <= after_seq:
+                        continue
+                    yield row
+            finally:
+                os.close(fd)
+
+    def _decode_or_raise(self, number: int, line: segs.Line) -> Row:
+        data = fmt.decode_line(line.data) if line.complete else None
+        if data is None or not isinstance(data.get("seq"), int):
+            what = "torn line (no newline)" if not line.complete else "line fails verification"
+            raise HistoryDamaged(
+                f"workspace {self.workspace!r}: segment {fmt.segment_name(number)} offset "
+                f"{line.offset}: {what}; run `tledger check {self.workspace}` and "
+                f"`tledger repair {self.workspace}`"
+            )
+        return Row(line.data, number, line.offset, data)
+
+    def _first_seq(self, number: int) -> int | None:
+        for line in segs.iter_lines(segs.segment_path(self.path, number)):
+            row = fmt.decode_line(line.data) if line.complete else None
+            if row is not None and isinstance(row.get("seq"), int):
+                return int(row["seq"])
+        return None
+
+    def _first_segment_for(self, numbers: list[int], seq: int) -> int:
+        """Index of the last segment whose first seq is <= seq (binary search)."""
+        lo, hi = 0, len(numbers) - 1
+        best = 0
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            first = self._first_seq(numbers[mid])
+            if first is None or first <= seq:
+                best = mid
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return best
+
+    def get(self, seq: int) -> Row | None:
+        """The row with ``seq``, or None."""
+        self._require()
+        numbers = segs.list_segments(self.path)
+        if not numbers:
+            return None
+        start = self._first_segment_for(numbers, seq)
+        for row in self._rows_from(numbers[start:]):
+            if row.seq == seq:
+                return row
+            if row.seq > seq:
+                return None
+        return None
+
+    def _rows_from(self, numbers: list[int]) -> Iterator[Row]:
+        for number in numbers:
+            for line in segs.iter_lines(segs.segment_path(self.path, number)):
+                data = fmt.decode_line(line.data) if line.complete else None
+                if data is not None and isinstance(data.get("seq"), int):
+                    yield Row(line.data, number, line.offset, data)
+
+    def window_rows(self) -> list[Row]:
+        """Every readable row after the newest boundary (the active window)."""
+        self._require()
+        with locked(self.path, self.workspace, self.store.lock_timeout, shared=True):
+            st = self.state()
+            numbers = st.segments
+            if st.window is None:
+                first, offset = (numbers[0] if numbers else 0), 0
+            else:
+                first, offset = st.window.segment, st.window.offset
+            out: list[Row] = []
+            for number in numbers:
+                if number < first:
+                    continue
+                start = offset if number == first else 0
+                path = segs.segment_path(self.path, number)
+                skip_first = st.window is not None and number == first
+                for line in segs.iter_lines(path, start):
+                    if skip_first:
+                        skip_first = False
+                        continue
+                    data = fmt.decode_line(line.data) if line.complete else None
+                    if data is None or not isinstance(data.get("seq"), int):
+                        continue
+                    out.append(Row(line.data, number, line.offset, data))
+            return out
+
+    def rebaseline(self) -> int:
+        """Publish a fresh stable receipt for the segments as they are now, with
+        a new epoch. Returns the epoch. (After an untracked edit or a rewrite.)"""
+        with locked(self.path, self.workspace, self.store.lock_timeout, shared=False):
+            return self._rebaseline_locked(self.state(), force_new_epoch=True)
+
+    def _rebaseline_locked(self, st: State, *, force_new_epoch: bool) -> int:
+        if st.verified and not force_new_epoch:
+            return st.epoch
+        numbers = segs.list_segments(self.path)
+        all_stamps = segs.stamps(self.path, numbers)
+        fresh = self._derive(st.receipt, numbers, all_stamps[-1][1] if all_stamps else None,
+                             all_stamps[:-1])
+        return self.publish_state(fresh.window, fresh.floor, fresh.next_seq, st.epoch)
+
+    def publish_state(
+        self, window: Boundary | None, floor: Boundary | None, next_seq: int,
+        old_epoch: int, *, layout_of: fmt.Receipt | None = None,
+    ) -> int:
+        """Publish a stable receipt for the segments as they are now, with the
+        given window, floor and next seq (writers, under the lock). The epoch is
+        new, unless ``layout_of`` is given: then only rows moved (a merge), so the
+        epoch stays and that receipt's layout number is bumped instead."""
+        path = self.path
+        numbers = segs.list_segments(path)
+        all_stamps = segs.stamps(path, numbers)
+        if layout_of is not None:
+            epoch, layout = old_epoch, layout_of.layout + 1
+        else:
+            epoch, layout = new_epoch(old_epoch), 0
+        active = all_stamps[-1] if all_stamps else (0, fmt.ZERO_STAMP)
+        receipt = stable_receipt(epoch, next_seq, window, floor, layout, active, all_stamps[:-1])
+        try:
+            for number, stamp in all_stamps[:-1]:
+                self.index.ensure_persisted(number, stamp)
+            if numbers:
+                active_entry(path, numbers[-1], all_stamps[-1][1], epoch)
+        except OSError:
+            pass  # a projection: readers rebuild what is missing
+        write_receipt(path, receipt)
+        self._derived = {}
+        return epoch

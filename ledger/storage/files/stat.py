@@ -1,0 +1,62 @@
+"""``tledger stat`` for the file engine: what the receipt, the segments and
+the quarantine of one workspace hold (read-only)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ledger.core import format as fmt
+from ledger.storage.files import segments as segs
+from ledger.storage.files.receipt import read_receipt, receipt_status
+
+
+def stat_report(h: Any) -> dict[str, Any]:
+    """The stat document of a file-engine workspace (read-only): receipt,
+    epoch, window, floor, segments with their line counts, quarantine bytes."""
+    h._require()
+    st = h.snapshot()
+    receipt = read_receipt(h.path)
+    seg_list = []
+    total_bytes = 0
+    total_rows = 0
+    for number, stamp in [*st.sealed, *([(st.active, st.active_stamp)] if st.active else [])]:
+        path = segs.segment_path(h.path, number)
+        with open(path, "rb") as f:
+            lines = sum(chunk.count(b"\n") for chunk in iter(lambda f=f: f.read(1 << 20), b""))
+        seg_list.append({"name": fmt.segment_name(number), "bytes": stamp.size, "lines": lines})
+        total_bytes += stamp.size
+        total_rows += lines
+    quarantine = os.path.join(h.path, fmt.QUARANTINE_DIR)
+    q_bytes = 0
+    if os.path.isdir(quarantine):
+        for name in os.listdir(quarantine):
+            try:
+                q_bytes += os.stat(os.path.join(quarantine, name)).st_size
+            except OSError:
+                pass
+    floor = None
+    if st.floor is not None:
+        floor = {
+            "seq": st.floor.seq if st.floor.seq >= 0 else None,
+            "segment": fmt.segment_name(st.floor.segment),
+            "offset": st.floor.offset,
+        }
+    return {
+        "workspace": h.workspace,
+        "receipt": {
+            "status": receipt_status(h.path),
+            "epoch": receipt.epoch if receipt else None,
+            "next_seq": receipt.next_seq if receipt else None,
+            "stamps_match": st.verified,
+        },
+        "epoch": st.epoch,
+        "window": st.window_seq,
+        "next_seq": st.next_seq,
+        "floor": floor,
+        "segments": seg_list,
+        "rows": total_rows,
+        "bytes": total_bytes,
+        "quarantine_bytes": q_bytes,
+        "stray_temp_files": segs.stray_temps(h.path),
+    }

@@ -1,0 +1,135 @@
+"""What a file-engine writer or reader knows after validating the receipt and
+the stamps of every segment (``State``), and the pure rules that turn it into
+the next stable receipt. No I/O here: ``ledger.storage.files.workspace`` reads
+the files and publishes what these functions build.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from ledger.core import format as fmt
+from ledger.core.windows import Boundary, window_marker
+from ledger.storage.files.index import SegmentInfo
+
+
+@dataclass(frozen=True)
+class State:
+    """What a writer or reader knows after validating receipt and stamps."""
+
+    receipt: fmt.Receipt | None
+    segments: list[int]
+    active_stamp: fmt.Stamp | None
+    sealed: list[tuple[int, fmt.Stamp]]
+    verified: bool
+    next_seq: int
+    epoch: int
+    window: Boundary | None
+    floor: Boundary | None
+
+    @cached_property
+    def digest(self) -> bytes:
+        """xxh3-128 over every segment's number and stamp (binds queries while
+        the receipt is not trusted)."""
+        stamps = [*self.sealed, *([(self.active, self.active_stamp)] if self.active_stamp else [])]
+        return fmt.sealed_digest(stamps)[1]
+
+    @property
+    def active(self) -> int:
+        return self.segments[-1] if self.segments else 0
+
+    @property
+    def window_seq(self) -> int:
+        return window_marker(self.window)
+
+
+def boundary_from_receipt(
+    seq: int, segment: int, offset: int, reason: str, after: int = 0
+) -> Boundary | None:
+    if segment == 0:
+        return None
+    readable = seq != fmt.FLOOR_UNREADABLE
+    return Boundary(seq, segment, offset, reason, readable=readable, after=after)
+
+
+def stable_receipt(
+    epoch: int,
+    next_seq: int,
+    window: Boundary | None,
+    floor: Boundary | None,
+    layout: int,
+    active: tuple[int, fmt.Stamp],
+    sealed: list[tuple[int, fmt.Stamp]],
+    digest: tuple[int, bytes] | None = None,
+) -> fmt.Receipt:
+    """The stable receipt for a log whose newest boundary is ``window``, whose
+    floor is ``floor``, with these segments (the one place receipts are built).
+    ``digest`` is ``fmt.sealed_digest(sealed)`` when the caller has it."""
+    count, sealed_dg = digest if digest is not None else fmt.sealed_digest(sealed)
+    return fmt.Receipt(
+        state=fmt.STABLE,
+        epoch=epoch,
+        next_seq=next_seq,
+        window=window_marker(window),
+        window_segment=window.segment if window is not None else 0,
+        window_offset=window.offset if window is not None else 0,
+        floor_seq=floor.seq if floor is not None else fmt.NO_FLOOR,
+        floor_segment=floor.segment if floor is not None else 0,
+        floor_offset=floor.offset if floor is not None else 0,
+        floor_after=floor.after if floor is not None else 0,
+        layout=layout,
+        active_segment=active[0],
+        active=active[1],
+        sealed_count=count,
+        sealed_digest=sealed_dg,
+    )
+
+
+def extend_running(
+    running: SegmentInfo | None,
+    target: int,
+    new_stamp: fmt.Stamp,
+    old_stamp: fmt.Stamp | None,
+    new_file: bool,
+    seqs: list[int],
+    bounds: list[Boundary],
+) -> SegmentInfo | None:
+    """The writer's account of the active segment after a commit: a new
+    segment holds just the batch; a rewritten one holds the bytes ``running``
+    described (when its stamp is the one the commit read) plus the batch.
+    Otherwise unknown (None), and sealing scans the segment."""
+    if new_file:
+        return SegmentInfo(target, new_stamp, seqs[0], seqs[-1], len(seqs), tuple(bounds),
+                           max(seqs))
+    if running is None or (running.number, running.stamp) != (target, old_stamp):
+        return None
+    return SegmentInfo(target, new_stamp, running.first_seq, seqs[-1], running.rows + len(seqs),
+                       running.bounds + tuple(bounds), max(running.max_seq, *seqs))
+
+
+def empty_receipt() -> fmt.Receipt:
+    return fmt.Receipt(
+        state=fmt.PENDING, epoch=0, next_seq=1, window=0, window_segment=0, window_offset=0,
+        floor_seq=fmt.NO_FLOOR, floor_segment=0, floor_offset=0, active_segment=0,
+        active=fmt.ZERO_STAMP, sealed_count=0, sealed_digest=b"\x00" * 16,
+    )
+
+
+def new_epoch(old: int) -> int:
+    """A fresh epoch: random (53 bits, so JSON readers keep it exact), never
+    the old one. Random rather than old + 1 because the old value may be
+    unknown or come from a stale copy of the receipt."""
+    while True:
+        epoch = secrets.randbits(53)
+        if epoch not in (0, old):
+            return epoch
+
+
+
+def unwrap(history: Any) -> Any:
+    """The file workspace behind ``history``: the transcript-level ``History``
+    facade holds its engine as ``.engine``; a file workspace is itself."""
+    return getattr(history, "engine", history)

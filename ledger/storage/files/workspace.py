@@ -1,0 +1,410 @@
+"""A workspace of the file engine, and its write transaction: one batch appended under the
+exclusive workspace lock (DESIGN.md 4 and 6).
+
+1. *Arrive*: refuse a workspace being deleted, sweep dead writers' temp
+   files, write or check FORMAT, settle an interrupted rewrite or merge, then
+   read the receipt and the stamps of every segment. When the receipt is
+   stable and every stamp matches, the state it records (next seq, epoch,
+   window, floor) is trusted without reading the log. Otherwise the state is
+   derived from the segments and the epoch will change (re-baseline).
+2. Publish a **pending** receipt. If that fails nothing has changed:
+   ``CommitFailed``.
+3. Commit the batch by atomic rename (``segments.commit_file``): into the
+   active segment while it is below the cap, else as a new segment.
+4. Publish the **stable** receipt with the new stamps; the epoch is kept only
+   when step 1 verified the receipt (a positively verified append). If that
+   write fails, the append still succeeded: the pending receipt expires
+   cursors, and the next writer re-baselines.
+
+``FileWorkspace`` holds these steps; ``WorkspaceBase`` (``reads.py``) the
+validation and reads they start from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ledger.core import format as fmt
+from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
+from ledger.core.errors import CommitFailed, CommitUncertain
+from ledger.core.rows import prepare_batch, renumber
+from ledger.core.windows import Boundary, batch_boundaries, window_marker
+from ledger.storage.files import rewrite
+from ledger.storage.files import segments as segs
+from ledger.storage.files.backup import backup as backup_history
+from ledger.storage.files.index import active_entry
+from ledger.storage.files.lock import locked
+from ledger.storage.files.merge import AUTO_MAX_MERGE_BYTES, AUTO_MIN_SEALED
+from ledger.storage.files.merge import merge as merge_run
+from ledger.storage.files.merge import plan as plan_merge
+from ledger.storage.files.merge import runnable as runnable_merge
+from ledger.storage.files.merge import settle as settle_merge
+from ledger.storage.files.reader import FileReader
+from ledger.storage.files.reads import WorkspaceBase
+from ledger.storage.files.receipt import WriterReceipt, write_receipt
+from ledger.storage.files.rewrite import recover_if_marked
+from ledger.storage.files.stat import stat_report
+from ledger.storage.files.state import (
+    State,
+    empty_receipt,
+    extend_running,
+    new_epoch,
+    stable_receipt,
+)
+
+IDEMPOTENCY_SCAN_BYTES = 1 << 20
+
+
+class FileWorkspace(WorkspaceBase):
+    """One workspace of the file engine: ``WorkspaceBase`` validates and reads;
+    this class adds the write path (module doc), rewrites, merges and backup."""
+
+    def append_batch(self, batch: PendingBatch) -> AppendResult:
+        """Commit ``batch`` under the exclusive lock (module doc); a refused
+        conditional append to a missing workspace creates nothing."""
+        bid = batch.batch_id
+        exists = self.exists()
+        if not exists and (
+            batch.expect_next_seq not in (None, 1) or batch.expect_window not in (None, 0)
+        ):
+            refuse_on_empty(self.workspace, batch)
+        try:
+            if not exists:
+                self._ensure_dir()
+            lock = locked(self.path, self.workspace, self.store.lock_timeout, shared=False)
+            lock.__enter__()
+        except OSError as exc:
+            raise CommitFailed(
+                f"workspace {self.workspace!r}: cannot open or lock the history: {exc}", bid
+            ) from exc
+        rf = WriterReceipt(self.path)  # held for the whole append (one open)
+        try:
+            return self._append_locked(batch, rf)
+        finally:
+            rf.close()
+            lock.__exit__(None, None, None)
+
+    def _append_locked(self, batch: PendingBatch, rf: WriterReceipt) -> AppendResult:
+        bid = batch.batch_id
+        st = self._arrive_locked(bid, rf)
+        if batch.caller_id:
+            found = self._find_batch(st, bid)
+            if found is not None:
+                epoch = st.epoch
+                if not st.verified:
+                    # The batch landed but its stable receipt did not: publish one now.
+                    try:
+                        epoch = self._rebaseline_locked(st, force_new_epoch=True)
+                    except OSError:
+                        pass
+                return AppendResult(found, epoch, st.window_seq, bid)
+        check_expectations(self.workspace, batch, st.next_seq, st.window_seq)
+        if batch.before_encode is not None:
+            batch.before_encode(st.next_seq)
+            stored, lines = prepare_batch(
+                batch.rows, st.next_seq, bid, self.store.max_row_bytes, internal=batch.internal
+            )
+        else:
+            stored, lines = batch.prepared
+            lines = renumber(stored, lines, st.next_seq, self.store.max_row_bytes)
+        result, sealed = self._commit(st, stored, lines, bid, rf)
+        # A merge can only become due when this append sealed a segment.
+        if sealed is not None and sealed is not st.sealed and len(sealed) >= AUTO_MIN_SEALED:
+            self._auto_merge(sealed)
+        return result
+
+    def _auto_merge(self, sealed: list[tuple[int, fmt.Stamp]]) -> None:
+        """Keep file count logarithmic once a history has many segments. The
+        append already succeeded; a failed merge is left for the next writer.
+        A merge keeps the epoch (no content changes) but bumps the receipt's
+        layout number; open cursors move with the rows (``ledger.merge``).
+        ``sealed`` is what the append's stable receipt records; only when a
+        merge is due is the state validated again (the merge needs it)."""
+        if not plan_merge(sealed, self.store.segment_bytes, AUTO_MAX_MERGE_BYTES):
+            return  # nothing due (pure: no file is opened)
+        st = self.state()
+        if not st.verified:
+            return
+        run = runnable_merge(
+            self.path, st.sealed, self.store.segment_bytes, AUTO_MAX_MERGE_BYTES
+        )
+        if not run:
+            return
+        try:
+            merge_run(self, st, run)
+        except (OSError, segs.CommitStepError):
+            pass  # the pending receipt and MERGE marker tell the next writer
+
+    def _arrive_locked(self, bid: str, receipt_file: WriterReceipt | None = None) -> State:
+        """What every writer does first, under the exclusive lock: refuse a
+        workspace being deleted, clear dead writers' temp files, write or check
+        FORMAT, settle an interrupted rewrite or merge, then validate."""
+        if self.store.tombstoned(self.workspace):
+            raise CommitFailed(f"workspace {self.workspace!r} is being deleted; nothing written")
+        # One listing serves the sweeps below and the validation.
+        names = os.listdir(self.path)
+        segs.remove_stray_temps(self.path, names)
+        self._ensure_format(fmt.FORMAT_NAME in names)
+        if fmt.REWRITE_MARKER_NAME in names or fmt.MERGE_NAME in names:
+            try:
+                recover_if_marked(self.path, self.store.durability)
+                settle_merge(self.path, self.store.durability)
+            except OSError as exc:
+                raise CommitFailed(
+                    f"workspace {self.workspace!r}: could not settle an interrupted rewrite or "
+                    f"merge ({exc}); nothing was written",
+                    bid,
+                ) from exc
+            names = os.listdir(self.path)
+        return self.state(self._segments_in(names), receipt_file)
+
+    def _segments_in(self, names: list[str]) -> list[int]:
+        """``segs.segments_in``, remembered for the last listing: between two
+        appends the names rarely change, and a list compare is cheaper."""
+        memo = self._listing_memo
+        if memo is not None and memo[0] == names and fmt.MERGE_NAME not in names:
+            return list(memo[1])
+        numbers = segs.segments_in(self.path, names)
+        self._listing_memo = (names, tuple(numbers))
+        return numbers
+
+    def _ensure_dir(self) -> None:
+        """Create the workspace directory (not its files: those are written
+        under the lock by the first writer)."""
+        if os.path.isdir(self.path):
+            return
+        self.store.ensure_root()
+        if self.store.tombstoned(self.workspace):
+            raise CommitFailed(f"workspace {self.workspace!r} is being deleted; nothing written")
+        try:
+            os.mkdir(self.path, 0o700)
+        except FileExistsError:
+            pass
+
+    def _ensure_format(self, present: bool | None = None) -> None:
+        """Under the exclusive lock: write FORMAT when missing, else check it
+        (once per History object: FORMAT never changes under a writer)."""
+        if present is None:
+            present = os.path.exists(os.path.join(self.path, fmt.FORMAT_NAME))
+        if present:
+            if not self._format_checked:
+                self._check_format()
+                self._format_checked = True
+            return
+        try:
+            segs.commit_file(
+                self.path, fmt.FORMAT_NAME, [fmt.FORMAT_TEXT],
+                durability=self.store.durability, new_file=True,
+            )
+        except segs.CommitStepError as exc:
+            raise CommitFailed(
+                f"workspace {self.workspace!r}: could not write FORMAT ({exc}); nothing written"
+            ) from exc
+
+    def _publish_pending(
+        self, st: State, bid: str | None, receipt_file: WriterReceipt | None = None
+    ) -> None:
+        """Step 1 of every mutation: a pending receipt before any segment
+        changes; if it cannot be published, nothing changes (CommitFailed)."""
+        base = st.receipt if st.receipt is not None else empty_receipt()
+        try:
+            if receipt_file is None:
+                write_receipt(self.path, base, fmt.PENDING)
+            else:
+                receipt_file.write(base, fmt.PENDING)
+        except OSError as exc:
+            raise CommitFailed(
+                f"workspace {self.workspace!r}: could not publish the pending receipt: {exc}; "
+                "nothing was written",
+                bid,
+            ) from exc
+
+    def _commit(
+        self, st: State, stored: list[dict[str, Any]], lines: list[bytes], bid: str,
+        rf: WriterReceipt,
+    ) -> tuple[AppendResult, list[tuple[int, fmt.Stamp]] | None]:
+        """Publish pending, commit by rename, publish stable. Returns the
+        result and the sealed segments as the stable receipt now records them
+        (None when that receipt could not be published)."""
+        self._publish_pending(st, bid, rf)
+        active = st.active
+        cap = self.store.segment_bytes
+        old = b""
+        if active and st.active_stamp is not None and st.active_stamp.size < cap:
+            try:
+                old = segs.read_file(segs.segment_path(self.path, active))
+            except OSError as exc:
+                self._restore_receipt(st, rf)
+                raise CommitFailed(
+                    f"workspace {self.workspace!r}: could not read the active segment: {exc}", bid
+                ) from exc
+        if active and old and old.endswith(b"\n"):
+            target, chunks, offset0, new_file = active, [old, *lines], len(old), False
+        else:
+            # Empty history, a full active segment, or one with a torn tail
+            # (never write after damaged bytes): the batch starts a segment.
+            target, chunks, offset0, new_file = active + 1, lines, 0, True
+        try:
+            new_stamp = segs.commit_file(
+                self.path, fmt.segment_name(target), chunks,
+                durability=self.store.durability, new_file=new_file,
+            )
+        except segs.CommitStepError as exc:
+            if not exc.after_rename:
+                self._restore_receipt(st, rf)
+                raise CommitFailed(
+                    f"workspace {self.workspace!r}: commit failed at step '{exc.step}' "
+                    f"({exc.cause}); the history is unchanged",
+                    bid,
+                ) from exc
+            raise CommitUncertain(
+                f"workspace {self.workspace!r}: commit failed at step '{exc.step}' "
+                f"({exc.cause}); the batch may be visible -- retry with batch_id={bid!r}",
+                bid,
+            ) from exc
+        seqs = [int(r["seq"]) for r in stored]
+        window, floor = st.window, st.floor
+        pos = offset0
+        positions = []
+        for line in lines:
+            positions.append(pos)
+            pos += len(line)
+        batch_bounds = []
+        for i, reason in batch_boundaries(stored):
+            b = Boundary(seqs[i], target, positions[i], reason)
+            batch_bounds.append(b)
+            window = b
+            if b.is_floor:
+                floor = b
+        epoch = st.epoch if st.verified else new_epoch(st.epoch)
+        if new_file or batch_bounds or epoch != st.epoch:
+            try:
+                if new_file:
+                    active_entry(self.path, target, new_stamp, epoch, tuple(batch_bounds),
+                                 seqs[0])
+                else:
+                    active_entry(self.path, target, new_stamp, epoch)
+            except OSError:
+                pass  # a projection: readers scan when it is missing
+        running = self._running
+        if new_file and active and st.active_stamp is not None:
+            sealed = [*st.sealed, (active, st.active_stamp)]
+            if running is not None and (running.number, running.stamp) == (
+                active, st.active_stamp
+            ):
+                self.index.remember(running)  # sealing it needs no scan
+            try:
+                self.index.ensure_persisted(active, st.active_stamp)
+            except OSError:
+                pass  # a projection: readers rebuild a missing entry
+        else:
+            sealed = st.sealed
+        self._running = extend_running(
+            running, target, new_stamp, st.active_stamp, new_file, seqs, batch_bounds
+        )
+        layout = st.receipt.layout if st.receipt is not None else 0
+        receipt = stable_receipt(
+            epoch, seqs[-1] + 1, window, floor, layout, (target, new_stamp), sealed,
+            self._sealed_digest(sealed),
+        )
+        try:
+            rf.write(receipt)
+        except OSError:
+            # Accepted write, unpublished receipt: the pending receipt
+            # expires cursors and the next writer re-baselines (DESIGN 6).
+            return AppendResult(seqs, epoch, window_marker(window), bid), None
+        return AppendResult(seqs, epoch, window_marker(window), bid), sealed
+
+    def _restore_receipt(self, st: State, rf: WriterReceipt) -> None:
+        """After a failure before the rename nothing changed: put back the
+        receipt that was there, so cursors stay valid. Best effort."""
+        if st.receipt is None or not st.verified:
+            return
+        try:
+            rf.write(st.receipt)
+        except OSError:
+            pass
+
+    def _find_batch(self, st: State, batch_id: str) -> list[int] | None:
+        """Seqs of the committed batch ``batch_id`` within the newest
+        IDEMPOTENCY_SCAN_BYTES of the log (where a retry after
+        CommitUncertain finds its batch), else None."""
+        needle = fmt.encode_json(batch_id)
+        remaining = IDEMPOTENCY_SCAN_BYTES
+        sizes = {n: stamp.size for n, stamp in st.sealed}
+        if st.active_stamp is not None:
+            sizes[st.active] = st.active_stamp.size
+        for number in reversed(st.segments):
+            size = sizes.get(number, 0)
+            window = min(size, remaining)
+            path = segs.segment_path(self.path, number)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            try:
+                data = os.pread(fd, window, size - window)
+            finally:
+                os.close(fd)
+            if needle in data:
+                seqs = []
+                for line in segs.split_lines(data):
+                    row = fmt.decode_line(line.data) if line.complete else None
+                    b = row.get("batch") if row is not None else None
+                    if isinstance(b, dict) and b.get("id") == batch_id:
+                        seqs.append(int(row["seq"]))  # type: ignore[index]
+                if seqs:
+                    return seqs
+            remaining -= window
+            if remaining <= 0:
+                break
+        return None
+
+    def reject(self, seq_or_seqs: int | Sequence[int]) -> Any:
+        """Quarantine a persisted request (and the synthetic rows it owns) as an
+        empty assistant record holding the original in ``meta.quarantine``."""
+        return rewrite.reject(self, seq_or_seqs)
+
+    def truncate_after(self, seq: int) -> Any:
+        """Drop every row after ``seq`` (to quarantine), as a marked rewrite."""
+        return rewrite.truncate_after(self, seq)
+
+    def purge_before_floor(self) -> Any:
+        """Really delete the rows at or before the newest manual reset."""
+        return rewrite.purge_before_floor(self)
+
+    def backup(self, dest: str) -> Any:
+        """A consistent copy of this history, taken under the lock."""
+        return backup_history(self, dest)
+
+    def merge_segments(self) -> int:
+        """Merge sealed segments by size class until no class is full (see
+        ``ledger.merge``); returns how many merges ran. A merge keeps the
+        epoch but bumps the receipt's layout number; open cursors move with
+        the rows through the merge's INDEX record."""
+        self._require()
+        done = 0
+        with locked(self.path, self.workspace, self.store.lock_timeout, shared=False):
+            settle_merge(self.path, self.store.durability)
+            st = self.state()
+            if not st.verified:
+                self._rebaseline_locked(st, force_new_epoch=True)
+                st = self.state()
+            while (run := runnable_merge(self.path, st.sealed, self.store.segment_bytes)):
+                try:
+                    merge_run(self, st, run)
+                except (OSError, segs.CommitStepError) as exc:
+                    raise CommitFailed(
+                        f"workspace {self.workspace!r}: segment merge failed ({exc}); no row "
+                        "changed, the next writer finishes or drops it"
+                    ) from exc
+                done += 1
+                st = self.state()
+        return done
+
+    def reader(self) -> FileReader:
+        """The bounded page reader ``session_history`` uses (``reader.py``)."""
+        return FileReader(self)
+
+    def stat(self) -> dict[str, Any]:
+        """The ``tledger stat`` document (``stat.py``)."""
+        return stat_report(self)

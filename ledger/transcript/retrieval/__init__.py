@@ -1,0 +1,74 @@
+"""``session_history``: bounded list / search / read over earlier windows.
+
+- ``tool``: the tool, its schema, argument checks, the page protocol and the
+  three actions;
+- ``results``: result assembly within 16 KiB and the closed list of error codes;
+- ``text``: what is shown and searched of a row, snippets, the search prefilter.
+
+The per-call read bounds are ``ledger.core.bounds``; each engine's page reader
+enforces them on the raw bytes it reads (``ledger.storage.files.reader`` for
+the file engine).
+"""
+
+from ledger.core.bounds import LINE_CAP, RESULT_BYTES, SCAN_BYTES, SCAN_ROWS, Budget, Event
+from ledger.core.errors import BadRequest, NotFound, Unavailable
+from ledger.transcript.retrieval.results import (
+    CURSOR_RESERVE,
+    ERROR_CODES,
+    NOTICE,
+    Result,
+    error_result,
+)
+from ledger.transcript.retrieval.text import (
+    _ASCII_FOLDERS,
+    SNIPPET,
+    ascii_prefilter,
+    fit_text,
+    row_text,
+)
+from ledger.transcript.retrieval.tool import (
+    ACTIONS,
+    DESCRIPTION,
+    LIMIT_DEFAULT,
+    LIMIT_MAX,
+    LIST_LIMIT_MAX,
+    PARAMETERS,
+    PREVIEW,
+    QUERY_MAX,
+    READ_DEFAULT,
+    READ_MAX,
+    SessionHistory,
+)
+
+__all__ = [
+    "ACTIONS",
+    "CURSOR_RESERVE",
+    "DESCRIPTION",
+    "ERROR_CODES",
+    "LIMIT_DEFAULT",
+    "LIMIT_MAX",
+    "LINE_CAP",
+    "LIST_LIMIT_MAX",
+    "NOTICE",
+    "PARAMETERS",
+    "PREVIEW",
+    "QUERY_MAX",
+    "READ_DEFAULT",
+    "READ_MAX",
+    "RESULT_BYTES",
+    "SCAN_BYTES",
+    "SCAN_ROWS",
+    "SNIPPET",
+    "_ASCII_FOLDERS",
+    "BadRequest",
+    "Budget",
+    "Event",
+    "NotFound",
+    "Result",
+    "SessionHistory",
+    "Unavailable",
+    "ascii_prefilter",
+    "error_result",
+    "fit_text",
+    "row_text",
+]
