@@ -38,6 +38,17 @@ from ledger.core.rows import Row
 from ledger.core.windows import Boundary
 
 
+class StoreOptions(Protocol):
+    """The options a store opens its engine with (DESIGN.md 12)."""
+
+    root: str
+    segment_bytes: int
+    lock_timeout: float
+    retrieval: bool
+    durability: str
+    max_row_bytes: int
+
+
 class Snapshot(Protocol):
     """What a validated read of a workspace's state reports."""
 

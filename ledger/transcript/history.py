@@ -16,11 +16,10 @@ from ledger.core.batches import AppendResult, PendingBatch
 from ledger.core.errors import InvalidRow
 from ledger.core.rows import Row, new_id, prepare_bodies
 from ledger.core.windows import provider_rows, window_marker
-from ledger.storage.engine import Snapshot, WorkspaceEngine
+from ledger.storage.engine import Snapshot, StoreOptions, WorkspaceEngine
 
 if TYPE_CHECKING:
     from ledger.transcript.retrieval import SessionHistory
-    from ledger.transcript.store import Store
 
 __all__ = ["LEAD_IN_TEXT", "AppendResult", "History", "window_marker"]
 
@@ -39,7 +38,7 @@ _TOOL_OFFER = (
 class History:
     """The history of one workspace. Get it from ``Store.history(ws)``."""
 
-    def __init__(self, store: Store, workspace: str, engine: WorkspaceEngine) -> None:
+    def __init__(self, store: StoreOptions, workspace: str, engine: WorkspaceEngine) -> None:
         self.store = store
         self.workspace = workspace
         self.engine = engine

@@ -46,8 +46,8 @@ from ledger.storage.files.index import SegmentInfo, append_entry
 from ledger.storage.files.receipt import write_receipt
 
 if TYPE_CHECKING:
+    from ledger.storage.files.reads import WorkspaceBase as History
     from ledger.storage.files.state import State
-    from ledger.storage.files.workspace import FileWorkspace as History
 
 FANOUT = 16
 MAX_MERGED = 256 << 20

@@ -1,5 +1,7 @@
 """A file-engine workspace as readers see it: validation of the receipt and
-the stamps of every segment (``state``), and streaming reads of rows.
+the stamps of every segment (``state``), streaming reads of rows, and the
+steps every writer shares (directory, FORMAT, pending receipt, publishing a
+state).
 
 Readers take the lock shared, validate, read, and never write or recover.
 ``workspace.FileWorkspace`` adds the write path on top.
@@ -12,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ledger.core import format as fmt
-from ledger.core.errors import FormatError, HistoryDamaged, WorkspaceNotFound
+from ledger.core.errors import CommitFailed, FormatError, HistoryDamaged, WorkspaceNotFound
 from ledger.core.rows import Row
 from ledger.core.windows import Boundary
 from ledger.storage.files import segments as segs
@@ -22,6 +24,7 @@ from ledger.storage.files.receipt import WriterReceipt, read_receipt, write_rece
 from ledger.storage.files.state import (
     State,
     boundary_from_receipt,
+    empty_receipt,
     new_epoch,
     stable_receipt,
 )
@@ -297,6 +300,57 @@ class WorkspaceBase:
                         continue
                     out.append(Row(line.data, number, line.offset, data))
             return out
+
+    def _ensure_dir(self) -> None:
+        """Create the workspace directory (not its files: those are written
+        under the lock by the first writer)."""
+        if os.path.isdir(self.path):
+            return
+        self.store.ensure_root()
+        if self.store.tombstoned(self.workspace):
+            raise CommitFailed(f"workspace {self.workspace!r} is being deleted; nothing written")
+        try:
+            os.mkdir(self.path, 0o700)
+        except FileExistsError:
+            pass
+
+    def _ensure_format(self, present: bool | None = None) -> None:
+        """Under the exclusive lock: write FORMAT when missing, else check it
+        (once per History object: FORMAT never changes under a writer)."""
+        if present is None:
+            present = os.path.exists(os.path.join(self.path, fmt.FORMAT_NAME))
+        if present:
+            if not self._format_checked:
+                self._check_format()
+                self._format_checked = True
+            return
+        try:
+            segs.commit_file(
+                self.path, fmt.FORMAT_NAME, [fmt.FORMAT_TEXT],
+                durability=self.store.durability, new_file=True,
+            )
+        except segs.CommitStepError as exc:
+            raise CommitFailed(
+                f"workspace {self.workspace!r}: could not write FORMAT ({exc}); nothing written"
+            ) from exc
+
+    def _publish_pending(
+        self, st: State, bid: str | None, receipt_file: WriterReceipt | None = None
+    ) -> None:
+        """Step 1 of every mutation: a pending receipt before any segment
+        changes; if it cannot be published, nothing changes (CommitFailed)."""
+        base = st.receipt if st.receipt is not None else empty_receipt()
+        try:
+            if receipt_file is None:
+                write_receipt(self.path, base, fmt.PENDING)
+            else:
+                receipt_file.write(base, fmt.PENDING)
+        except OSError as exc:
+            raise CommitFailed(
+                f"workspace {self.workspace!r}: could not publish the pending receipt: {exc}; "
+                "nothing was written",
+                bid,
+            ) from exc
 
     def rebaseline(self) -> int:
         """Publish a fresh stable receipt for the segments as they are now, with

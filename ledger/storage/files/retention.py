@@ -52,8 +52,8 @@ from ledger.storage.files.lock import locked
 from ledger.storage.files.state import unwrap
 
 if TYPE_CHECKING:
-    from ledger.storage.files.engine import FileEngine as Store
-    from ledger.storage.files.workspace import FileWorkspace as History
+    from ledger.storage.engine import StoreOptions as Store
+    from ledger.storage.files.reads import WorkspaceBase as History
 
 MANIFEST_NAME = "MANIFEST.jsonl"
 ENTRY_SUFFIX = ".bin"

@@ -74,8 +74,8 @@ from ledger.storage.files.retention import Quarantine
 from ledger.storage.files.state import empty_receipt, unwrap
 
 if TYPE_CHECKING:
+    from ledger.storage.files.reads import WorkspaceBase as History
     from ledger.storage.files.state import State
-    from ledger.storage.files.workspace import FileWorkspace as History
 
 MARKER_NAME = fmt.REWRITE_MARKER_NAME
 TOMBSTONE_SUFFIX = fmt.REWRITE_TOMBSTONE_SUFFIX

@@ -43,12 +43,11 @@ from ledger.storage.files.merge import runnable as runnable_merge
 from ledger.storage.files.merge import settle as settle_merge
 from ledger.storage.files.reader import FileReader
 from ledger.storage.files.reads import WorkspaceBase
-from ledger.storage.files.receipt import WriterReceipt, write_receipt
+from ledger.storage.files.receipt import WriterReceipt
 from ledger.storage.files.rewrite import recover_if_marked
 from ledger.storage.files.stat import stat_report
 from ledger.storage.files.state import (
     State,
-    empty_receipt,
     extend_running,
     new_epoch,
     stable_receipt,
@@ -169,57 +168,6 @@ class FileWorkspace(WorkspaceBase):
         numbers = segs.segments_in(self.path, names)
         self._listing_memo = (names, tuple(numbers))
         return numbers
-
-    def _ensure_dir(self) -> None:
-        """Create the workspace directory (not its files: those are written
-        under the lock by the first writer)."""
-        if os.path.isdir(self.path):
-            return
-        self.store.ensure_root()
-        if self.store.tombstoned(self.workspace):
-            raise CommitFailed(f"workspace {self.workspace!r} is being deleted; nothing written")
-        try:
-            os.mkdir(self.path, 0o700)
-        except FileExistsError:
-            pass
-
-    def _ensure_format(self, present: bool | None = None) -> None:
-        """Under the exclusive lock: write FORMAT when missing, else check it
-        (once per History object: FORMAT never changes under a writer)."""
-        if present is None:
-            present = os.path.exists(os.path.join(self.path, fmt.FORMAT_NAME))
-        if present:
-            if not self._format_checked:
-                self._check_format()
-                self._format_checked = True
-            return
-        try:
-            segs.commit_file(
-                self.path, fmt.FORMAT_NAME, [fmt.FORMAT_TEXT],
-                durability=self.store.durability, new_file=True,
-            )
-        except segs.CommitStepError as exc:
-            raise CommitFailed(
-                f"workspace {self.workspace!r}: could not write FORMAT ({exc}); nothing written"
-            ) from exc
-
-    def _publish_pending(
-        self, st: State, bid: str | None, receipt_file: WriterReceipt | None = None
-    ) -> None:
-        """Step 1 of every mutation: a pending receipt before any segment
-        changes; if it cannot be published, nothing changes (CommitFailed)."""
-        base = st.receipt if st.receipt is not None else empty_receipt()
-        try:
-            if receipt_file is None:
-                write_receipt(self.path, base, fmt.PENDING)
-            else:
-                receipt_file.write(base, fmt.PENDING)
-        except OSError as exc:
-            raise CommitFailed(
-                f"workspace {self.workspace!r}: could not publish the pending receipt: {exc}; "
-                "nothing was written",
-                bid,
-            ) from exc
 
     def _commit(
         self, st: State, stored: list[dict[str, Any]], lines: list[bytes], bid: str,

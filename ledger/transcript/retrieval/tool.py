@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -30,6 +30,7 @@ from ledger.core.errors import (
     Unavailable,
 )
 from ledger.core.windows import window_marker
+from ledger.storage.engine import StoreOptions, WorkspaceEngine
 from ledger.transcript.retrieval.results import (
     CURSOR_CODES,
     NOTICE,
@@ -46,8 +47,13 @@ from ledger.transcript.retrieval.text import (
     snippet,
 )
 
-if TYPE_CHECKING:
-    from ledger.transcript.history import History
+
+class Bound(Protocol):
+    """What the tool needs of the history it is bound to."""
+
+    workspace: str
+    store: StoreOptions
+    engine: WorkspaceEngine
 
 LIMIT_DEFAULT = 10
 
@@ -126,7 +132,7 @@ class SessionHistory:
 
     name = "session_history"
 
-    def __init__(self, history: History) -> None:
+    def __init__(self, history: Bound) -> None:
         self.history = history
         self.reader = history.engine.reader()
 
