@@ -36,6 +36,7 @@ from ledger.storage.files import segments as segs
 from ledger.storage.files.backup import backup as backup_history
 from ledger.storage.files.index import active_entry
 from ledger.storage.files.lock import locked
+from ledger.storage.files.marker import recover_if_marked
 from ledger.storage.files.merge import AUTO_MAX_MERGE_BYTES, AUTO_MIN_SEALED
 from ledger.storage.files.merge import merge as merge_run
 from ledger.storage.files.merge import plan as plan_merge
@@ -44,7 +45,6 @@ from ledger.storage.files.merge import settle as settle_merge
 from ledger.storage.files.reader import FileReader
 from ledger.storage.files.reads import WorkspaceBase
 from ledger.storage.files.receipt import WriterReceipt
-from ledger.storage.files.rewrite import recover_if_marked
 from ledger.storage.files.stat import stat_report
 from ledger.storage.files.state import (
     State,
