@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ledger.adapters.anthropic import from_messages
-from recovery.imports import Event, source_row
+from recovery.events import Event, source_row
 from recovery.salvage import Record
 
 FORMAT = "claude-code"

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ledger.adapters.common import media_from_url, parse_arguments
-from recovery.imports import Event, source_row
+from recovery.events import Event, source_row
 from recovery.salvage import Record
 
 FORMAT = "codex"

@@ -26,32 +26,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import xxhash
 
 from ledger.core.errors import RecoveryError
+from recovery import claude_code, codex
+from recovery.events import Event, parse_ts, source_row
 from recovery.salvage import Quarantined, Record, Salvage, salvage_jsonl
+
+__all__ = ["Event", "parse_ts", "source_row"]  # re-exported: their old home
 
 BATCH_ROWS = 256
 BATCH_BYTES = 4 << 20
-
-
-@dataclass
-class Event:
-    """One step of a converted transcript, in file order.
-
-    ``kind`` is ``"row"`` (``rows`` holds one conversation row), ``"compaction"``
-    (``rows`` holds the summary rows, possibly none) or ``"bookkeeping"``. ``records``
-    are the source records the event came from.
-    """
-
-    kind: str
-    records: list[Record]
-    rows: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -82,35 +71,9 @@ class Plan:
         return sum(len(s.rows) for s in self.steps)
 
 
-def parse_ts(value: Any) -> int | None:
-    """Milliseconds since the epoch for an ISO-8601 timestamp, else None."""
-    if not isinstance(value, str) or not value:
-        return None
-    text = value[:-1] + "+00:00" if value.endswith("Z") else value
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        return None
-    return int(moment.timestamp() * 1000)
-
-
 def record_digest(data: bytes, record: Record) -> str:
     """A digest of a record's bytes (its span in the source)."""
     return xxhash.xxh3_64_hexdigest(data[record.offset : record.offset + record.length])
-
-
-def source_row(
-    role: str, parts: list[dict[str, Any]], record: Record, fmt: str, **meta: Any
-) -> dict[str, Any]:
-    """A canonical row for a conversation record; ``meta.import`` is filled by plan()."""
-    row: dict[str, Any] = {"kind": "message", "role": role, "parts": parts,
-                           "meta": {"source": record.value, **meta}}
-    ts = parse_ts(record.value.get("timestamp"))
-    if ts is not None:
-        row["ts"] = ts
-    return row
 
 
 def _mark(row: dict[str, Any], fmt: str, data: bytes, record: Record) -> None:
@@ -270,8 +233,6 @@ def _present(history: Any, fmt: str) -> tuple[set[tuple[int, str]], set[str]]:
 
 
 def _format_module(fmt: str) -> Any:
-    from recovery import claude_code, codex
-
     modules = {"claude-code": claude_code, "codex": codex}
     if fmt not in modules:
         raise RecoveryError(f"unknown import format {fmt!r}; use one of {sorted(modules)}")
