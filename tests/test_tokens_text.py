@@ -35,7 +35,9 @@ def prose() -> str:
 
 
 def code() -> str:
-    return (REPO / "ledger" / "budget" / "tokens.py").read_text(encoding="utf-8")
+    """Real Python source: the token accounting modules, one after another."""
+    paths = sorted((REPO / "ledger" / "budget").glob("token*.py"))
+    return "\n".join(p.read_text(encoding="utf-8") for p in paths)
 
 
 def json_text() -> str:
