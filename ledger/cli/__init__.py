@@ -38,6 +38,7 @@ class Context:
     root: str
     stdout: Any
     stderr: Any
+    explicit_root: str | None = None  # --root or $TLEDGER_ROOT, when given
 
     def store(self, **options: Any) -> Any:
         from ledger.transcript.store import Store
@@ -79,14 +80,41 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for module in _command_modules():
         module.register(sub)
+    for command in sub.choices.values():
+        _conventions(command)
     return parser
+
+
+def _workspace_id(text: str) -> str:
+    """argparse type of every WS argument: an invalid id is a usage error
+    (exit 2), reported before any input is read."""
+    from ledger.core.ids import validate_workspace
+
+    try:
+        return validate_workspace(text)
+    except InvalidWorkspace as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _conventions(command: argparse.ArgumentParser) -> None:
+    """What every command shares, applied in one place: WS arguments are
+    checked as workspace ids while parsing, and ``--json`` is accepted
+    anywhere after the command name (commands whose output is already JSON or
+    JSONL print the same with it)."""
+    for action in command._actions:
+        if action.dest == "workspace":
+            action.type = _workspace_id
+    if not any("--json" in action.option_strings for action in command._actions):
+        command.add_argument("--json", action="store_true",
+                             help="print JSON (this command's output already is JSON)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    root = args.root or os.environ.get("TLEDGER_ROOT") or os.path.join(".", ".tledger")
-    ctx = Context(root=root, stdout=sys.stdout, stderr=sys.stderr)
+    explicit = args.root or os.environ.get("TLEDGER_ROOT") or None
+    root = explicit or os.path.join(".", ".tledger")
+    ctx = Context(root=root, stdout=sys.stdout, stderr=sys.stderr, explicit_root=explicit)
     handler: Handler = args.handler
     try:
         return handler(args, ctx)

@@ -95,7 +95,11 @@ def cmd_stat(args: argparse.Namespace, ctx: Any) -> int:
 
 
 def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
-    for ws in ctx.store().workspaces():
+    names = ctx.store().workspaces()
+    if args.json:
+        ctx.emit_json(names)
+        return 0
+    for ws in names:
         ctx.emit_line(ws)
     return 0
 
@@ -123,7 +127,7 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
 def cmd_demo(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.interop.demo import run_demo
 
-    return run_demo(args.dir, ctx.stdout)
+    return run_demo(args.dir or ctx.explicit_root, ctx.stdout)
 
 
 def register(sub: Any) -> None:

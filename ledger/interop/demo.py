@@ -18,6 +18,7 @@ import tempfile
 import time
 from typing import Any, TextIO
 
+from ledger.core.errors import LedgerError
 from ledger.transcript.store import Store
 
 
@@ -48,6 +49,11 @@ def run_demo(directory: str | None, out: TextIO) -> int:
     say = out.write
     store = Store(root)
     h = store.history("demo")
+    if h.exists():
+        raise LedgerError(
+            f"{root} already holds a workspace 'demo'; run the demo on a new root "
+            "(tledger --root NEW_DIR demo) or delete it (tledger delete demo)"
+        )
     say(f"store root: {root}\n\n")
 
     r = h.append_many([

@@ -1,0 +1,85 @@
+"""Conventions every tledger command shares, driven through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ledger.cli import build_parser
+from tests.core_helpers import subprocess_env as cli_env
+
+PYTHON_CLI = ["-m", "ledger.cli"]
+
+
+def tl(root: Path | None, *args: str, stdin: bytes = b"",
+       env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    import sys
+
+    base = [sys.executable, *PYTHON_CLI] + (["--root", str(root)] if root else [])
+    return subprocess.run([*base, *args], input=stdin, capture_output=True, timeout=120,
+                          env=env or cli_env())
+
+
+def commands() -> dict[str, object]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return dict(sub.choices)  # type: ignore[attr-defined]
+
+
+def test_every_command_accepts_json() -> None:
+    for name, command in commands().items():
+        flags = [o for a in command._actions for o in a.option_strings]  # type: ignore[attr-defined]
+        assert "--json" in flags, name
+
+
+@pytest.mark.parametrize("position", ["after", "before"])
+@pytest.mark.parametrize("command", ["stat", "rows", "context"])
+def test_json_before_or_after_the_workspace(tmp_path: Path, command: str, position: str) -> None:
+    root = tmp_path / "s"
+    assert tl(root, "append", "ws", stdin=b'{"role":"user","parts":[]}\n').returncode == 0
+    args = [command, "ws", "--json"] if position == "after" else [command, "--json", "ws"]
+    p = tl(root, *args)
+    assert p.returncode == 0, p.stderr
+    for line in p.stdout.decode().splitlines():
+        json.loads(line)
+    if command == "stat":
+        assert json.loads(p.stdout)["workspace"] == "ws"
+
+
+def test_ls_json_is_a_list_and_plain_ls_one_id_a_line(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    for ws in ("b", "a"):
+        tl(root, "append", ws, stdin=b'{"role":"user","parts":[]}\n')
+    assert json.loads(tl(root, "ls", "--json").stdout) == ["a", "b"]
+    assert tl(root, "ls").stdout.decode().split() == ["a", "b"]
+
+
+@pytest.mark.parametrize("command", ["append", "clear", "rows", "stat", "check", "history"])
+def test_an_invalid_workspace_is_reported_first(tmp_path: Path, command: str) -> None:
+    args = [command, "../x"] + (["list"] if command == "history" else [])
+    p = tl(tmp_path / "s", *args, stdin=b"")  # empty input: no "no rows" first
+    assert p.returncode == 2, p.stderr
+    err = p.stderr.decode()
+    assert "'../x'" in err and "workspace id" in err
+    assert "no rows" not in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_demo_runs_in_the_root_it_is_given(tmp_path: Path) -> None:
+    root = tmp_path / "demo-root"
+    p = tl(root, "demo")
+    assert p.returncode == 0, p.stderr
+    assert str(root) in p.stdout.decode()
+    assert (root / "demo").is_dir()
+    again = tl(root, "demo")  # never mixes a second demo into existing data
+    assert again.returncode == 1 and b"already holds" in again.stderr
+
+
+def test_demo_uses_tledger_root_from_the_environment(tmp_path: Path) -> None:
+    root = tmp_path / "env-root"
+    p = tl(None, "demo", env={**cli_env(), "TLEDGER_ROOT": str(root)})
+    assert p.returncode == 0, p.stderr
+    assert (root / "demo").is_dir()
