@@ -83,3 +83,38 @@ def test_demo_uses_tledger_root_from_the_environment(tmp_path: Path) -> None:
     p = tl(None, "demo", env={**cli_env(), "TLEDGER_ROOT": str(root)})
     assert p.returncode == 0, p.stderr
     assert (root / "demo").is_dir()
+
+
+def test_stat_prints_for_people_at_a_terminal_and_json_when_piped(tmp_path: Path) -> None:
+    import os
+    import pty
+    import sys
+
+    root = tmp_path / "s"
+    tl(root, "append", "ws", stdin=b'{"role":"user","parts":[]}\n')
+    piped = tl(root, "stat", "ws")
+    assert json.loads(piped.stdout)["rows"] == 1  # the DESIGN.md 12 document, unchanged
+    leader, follower = pty.openpty()
+    try:
+        p = subprocess.run([sys.executable, *PYTHON_CLI, "--root", str(root), "stat", "ws"],
+                           stdout=follower, stderr=subprocess.PIPE, timeout=120,
+                           env=cli_env())
+        os.close(follower)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(leader)
+    assert p.returncode == 0, p.stderr
+    text = out.decode()
+    assert "epoch" in text and "next seq" in text and "ws" in text
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+    tty_json = tl(root, "stat", "ws", "--json")
+    assert json.loads(tty_json.stdout)["workspace"] == "ws"

@@ -88,9 +88,39 @@ def stat_report(h: Any) -> dict[str, Any]:
     return h.stat()  # type: ignore[no-any-return]
 
 
+def _is_terminal(stream: Any) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def _stat_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """The stat document as aligned lines for a person at a terminal."""
+    receipt = report["receipt"]
+    floor = report["floor"]
+    segments = report["segments"]
+    return [
+        ("workspace", str(report["workspace"])),
+        ("epoch", str(report["epoch"])),
+        ("window", str(report["window"])),
+        ("next seq", str(report["next_seq"])),
+        ("floor", "none" if floor is None else f"seq {floor['seq']} ({floor['segment']})"),
+        ("rows", str(report["rows"])),
+        ("bytes", str(report["bytes"])),
+        ("segments", f"{len(segments)}" + (f" (newest {segments[-1]['name']})" if segments
+                                           else "")),
+        ("receipt", f"{receipt['status']}, stamps match: {receipt['stamps_match']}"),
+        ("quarantine bytes", str(report["quarantine_bytes"])),
+    ]
+
+
 def cmd_stat(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
-    ctx.emit_json(stat_report(h))
+    report = stat_report(h)
+    if args.json or not _is_terminal(ctx.stdout):
+        ctx.emit_json(report)  # scripts and pipes get the JSON document (DESIGN.md 12)
+        return 0
+    for key, value in _stat_lines(report):
+        ctx.emit_line(f"{key:<18} {value}")
     return 0
 
 
