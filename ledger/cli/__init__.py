@@ -111,10 +111,7 @@ def _conventions(command: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # usage errors (exit 2) and --help (0) as return codes
-        return exc.code if isinstance(exc.code, int) else 2
+    args = parser.parse_args(argv)
     explicit = args.root or os.environ.get("TLEDGER_ROOT") or None
     root = explicit or os.path.join(".", ".tledger")
     ctx = Context(root=root, stdout=sys.stdout, stderr=sys.stderr, explicit_root=explicit)
