@@ -214,4 +214,6 @@ def test_export_formats(populated: str, capsys: pytest.CaptureFixture[str]) -> N
 
 def test_missing_workspace_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["--root", str(tmp_path), "show", "nope"]) == 1
-    assert cli_main(["--root", str(tmp_path), "export", "../x", "--format", "jsonl"]) == 2
+    with pytest.raises(SystemExit) as exc:  # an invalid id is a parse error (usage)
+        cli_main(["--root", str(tmp_path), "export", "../x", "--format", "jsonl"])
+    assert exc.value.code == 2
