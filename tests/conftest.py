@@ -48,3 +48,54 @@ def real_transcripts() -> Path:
 @pytest.fixture
 def store_root(tmp_path: Path) -> Path:
     return tmp_path / "store"
+
+
+# --- PostgreSQL (tests/pg_cluster.py) ----------------------------------------
+
+
+def _pg_unavailable(reason: str) -> None:
+    """Skip locally; under CI=true a server that cannot start fails the run."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"PostgreSQL is required in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def pg_server():  # type: ignore[no-untyped-def]
+    """The DSN of a PostgreSQL server's ``postgres`` database: $TLEDGER_TEST_PG
+    (set by .ci/run, which starts a throwaway cluster), else a cluster this
+    session starts and stops itself."""
+    if importlib.util.find_spec("psycopg") is None:
+        _pg_unavailable("psycopg is not installed: pip install -e '.[postgres]'")
+    from tests.pg_cluster import ENV_DSN, Cluster, PgUnavailable
+
+    given = os.environ.get(ENV_DSN)
+    if given:
+        yield given
+        return
+    try:
+        cluster = Cluster()  # under /tmp: pytest's own temp dirs are closed to the server user
+        dsn = cluster.start()
+    except PgUnavailable as exc:
+        _pg_unavailable(str(exc))
+    try:
+        yield dsn
+    finally:
+        cluster.remove()
+
+
+@pytest.fixture
+def pg_root(pg_server: str, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """A ``postgresql://`` root naming a new, empty database, dropped afterwards."""
+    import re
+    import uuid
+
+    import psycopg
+
+    name = "t_" + re.sub(r"[^a-z0-9]", "_", request.node.name.lower())[:40] + "_" + \
+        uuid.uuid4().hex[:8]
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+    yield pg_server.replace("/postgres?", f"/{name}?", 1)
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
