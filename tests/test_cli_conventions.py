@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -85,20 +86,17 @@ def test_demo_uses_tledger_root_from_the_environment(tmp_path: Path) -> None:
     assert (root / "demo").is_dir()
 
 
-def test_stat_prints_for_people_at_a_terminal_and_json_when_piped(tmp_path: Path) -> None:
+def at_terminal(root: Path, *args: str) -> tuple[int, str]:
+    """Run tledger with stdout on a pseudo-terminal, as a person would."""
     import os
     import pty
     import sys
 
-    root = tmp_path / "s"
-    tl(root, "append", "ws", stdin=b'{"role":"user","parts":[]}\n')
-    piped = tl(root, "stat", "ws")
-    assert json.loads(piped.stdout)["rows"] == 1  # the DESIGN.md 12 document, unchanged
     leader, follower = pty.openpty()
     try:
-        p = subprocess.run([sys.executable, *PYTHON_CLI, "--root", str(root), "stat", "ws"],
+        p = subprocess.run([sys.executable, *PYTHON_CLI, "--root", str(root), *args],
                            stdout=follower, stderr=subprocess.PIPE, timeout=120,
-                           env=cli_env())
+                           env={**cli_env(), "COLUMNS": "160"})
         os.close(follower)
         out = b""
         while True:
@@ -111,10 +109,69 @@ def test_stat_prints_for_people_at_a_terminal_and_json_when_piped(tmp_path: Path
             out += chunk
     finally:
         os.close(leader)
-    assert p.returncode == 0, p.stderr
-    text = out.decode()
+    return p.returncode, re.sub(r"\x1b\[[0-9;]*m", "", out.decode())  # styles aside
+
+
+def test_stat_prints_for_people_at_a_terminal_and_json_when_piped(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    tl(root, "append", "ws", stdin=b'{"role":"user","parts":[]}\n')
+    piped = tl(root, "stat", "ws")
+    assert json.loads(piped.stdout)["rows"] == 1  # the DESIGN.md 12 document, unchanged
+    code, text = at_terminal(root, "stat", "ws")
+    assert code == 0
     assert "epoch" in text and "next seq" in text and "ws" in text
     with pytest.raises(json.JSONDecodeError):
         json.loads(text)
     tty_json = tl(root, "stat", "ws", "--json")
     assert json.loads(tty_json.stdout)["workspace"] == "ws"
+
+
+def test_ls_draws_a_table_at_a_terminal(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    tl(root, "append", "alpha", stdin=b'{"role":"user","parts":[]}\n' * 3)
+    tl(root, "clear", "alpha")
+    tl(root, "append", "beta", stdin=b'{"role":"user","parts":[]}\n')
+    code, text = at_terminal(root, "ls")
+    assert code == 0
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    assert lines[0][:2] == ["workspace", "last"]
+    assert ["alpha", "4", "4", "4"] == lines[1][:4]  # the reset at 4: window and floor
+    assert ["beta", "1", "0", "-"] == lines[2][:4]
+    assert "2 workspaces" in text
+
+
+def test_check_draws_its_findings_as_a_table_at_a_terminal(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    tl(root, "append", "ws", stdin=b'{"role":"user","parts":[{"type":"text","text":"hi"}]}\n')
+    segment = next((root / "ws").glob("seg-*"))
+    data = bytearray(segment.read_bytes())
+    data[-5] ^= 0x01  # one flipped bit in the row: its checksum fails
+    segment.write_bytes(bytes(data))
+    piped = tl(root, "check", "ws")
+    assert piped.returncode == 1 and b"damaged" in piped.stdout
+    code, text = at_terminal(root, "check", "ws")
+    assert code == 1
+    header = text.splitlines()[0].split()
+    assert header == ["severity", "where", "seq", "problem", "action"]
+    assert "damage" in text and "tledger repair ws" in text
+    assert "ws: damaged: 1 damage" in text
+
+
+def test_show_and_delete_answer_json(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    tl(root, "append", "ws", stdin=b'{"role":"user","parts":[{"type":"text","text":"hi"}]}\n')
+    shown = tl(root, "show", "ws", "--json")
+    assert [json.loads(line)["seq"] for line in shown.stdout.decode().splitlines()] == [1]
+    deleted = tl(root, "delete", "ws", "--yes", "--json")
+    assert json.loads(deleted.stdout) == {"workspace": "ws", "deleted": True}
+
+
+def test_every_command_is_declared_once_with_an_example() -> None:
+    from ledger.cli import registry
+
+    declared = registry.commands()
+    assert [c.name for c in declared] == list(commands())
+    assert all(c.example.startswith("tledger ") for c in declared)
+    with pytest.raises(ValueError, match="declared twice"):
+        registry.command("stat", help="h", description="d", example="tledger stat x")(
+            lambda args, ctx: 0)

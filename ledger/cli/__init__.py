@@ -12,15 +12,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import msgspec
 
+from ledger.cli import registry
 from ledger.core.errors import InvalidWorkspace, LedgerError
 
-Handler = Callable[[argparse.Namespace, "Context"], int]
+Handler = registry.Handler
 
 
 class UsageError(Exception):
@@ -59,10 +60,10 @@ class Context:
             self.emit_line(text)
 
 
-def _command_modules() -> list[Any]:
-    from ledger.cli import core, interop, recovery_cmds, tokens
-
-    return [core, tokens, recovery_cmds, interop]
+def _load_commands() -> None:
+    """Import the command modules: each declares its commands with
+    ``ledger.cli.registry.command`` (help lists them in this order)."""
+    from ledger.cli import core, interop, recovery_cmds, tokens  # noqa: F401
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,35 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for module in _command_modules():
-        module.register(sub)
-    for command in sub.choices.values():
-        _conventions(command)
+    _load_commands()
+    registry.install(sub)
     return parser
-
-
-def _workspace_id(text: str) -> str:
-    """argparse type of every WS argument: an invalid id is a usage error
-    (exit 2), reported before any input is read."""
-    from ledger.core.ids import validate_workspace
-
-    try:
-        return validate_workspace(text)
-    except InvalidWorkspace as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _conventions(command: argparse.ArgumentParser) -> None:
-    """What every command shares, applied in one place: WS arguments are
-    checked as workspace ids while parsing, and ``--json`` is accepted
-    anywhere after the command name (commands whose output is already JSON or
-    JSONL print the same with it)."""
-    for action in command._actions:
-        if action.dest == "workspace":
-            action.type = _workspace_id
-    if not any("--json" in action.option_strings for action in command._actions):
-        command.add_argument("--json", action="store_true",
-                             help="print JSON (this command's output already is JSON)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,8 +8,10 @@ from typing import Any
 
 import msgspec
 
+from ledger.cli.registry import WS, arg, command
+from ledger.cli.tables import is_terminal, print_table
 from ledger.core.errors import InvalidRow, LedgerError
-from ledger.storage.files import segments as segs
+from ledger.storage.files.segments import DURABILITY_LEVELS
 
 
 def _read_input(path: str | None) -> bytes:
@@ -44,6 +46,19 @@ def _result(ctx: Any, r: Any) -> int:
     return 0
 
 
+@command(
+    "append",
+    help="append JSONL rows from FILE or stdin as ONE batch",
+    description="Append the JSONL rows of FILE (or stdin) as one all-or-nothing batch.",
+    example="tledger append ws-1 rows.jsonl",
+    args=[
+        WS,
+        arg("file", metavar="FILE", nargs="?"),
+        arg("--batch-id", default=None, help="idempotency key: a retry writes nothing"),
+        arg("--expect-window", type=int, default=None, help="fail if the window moved"),
+        arg("--durability", choices=DURABILITY_LEVELS, default="full"),
+    ],
+)
 def cmd_append(args: argparse.Namespace, ctx: Any) -> int:
     source = args.file if args.file not in (None, "-") else "stdin"
     try:
@@ -64,10 +79,24 @@ def cmd_append(args: argparse.Namespace, ctx: Any) -> int:
     return _result(ctx, r)
 
 
+@command(
+    "clear",
+    help="manual soft clear: a new privacy floor",
+    description="Append a manual reset row (/clear --soft): the new privacy floor.",
+    example="tledger clear ws-1",
+    args=[WS],
+)
 def cmd_clear(args: argparse.Namespace, ctx: Any) -> int:
     return _result(ctx, ctx.store().history(args.workspace).clear_soft())
 
 
+@command(
+    "rows",
+    help="print rows in order as JSONL",
+    description="Print every row (or those after --after SEQ) as canonical JSONL.",
+    example="tledger rows ws-1 --after 100",
+    args=[WS, arg("--after", type=int, default=None, metavar="SEQ")],
+)
 def cmd_rows(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
     out = ctx.stdout
@@ -76,6 +105,13 @@ def cmd_rows(args: argparse.Namespace, ctx: Any) -> int:
     return 0
 
 
+@command(
+    "context",
+    help="print the provider view as JSONL",
+    description="Print the rows the model sees (the active window) as JSONL.",
+    example="tledger context ws-1",
+    args=[WS],
+)
 def cmd_context(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
     for row in h.provider_view():
@@ -86,11 +122,6 @@ def cmd_context(args: argparse.Namespace, ctx: Any) -> int:
 def stat_report(h: Any) -> dict[str, Any]:
     """The stat document of a history (read-only; ``History.stat``)."""
     return h.stat()  # type: ignore[no-any-return]
-
-
-def _is_terminal(stream: Any) -> bool:
-    isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty())
 
 
 def _stat_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
@@ -113,10 +144,20 @@ def _stat_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+@command(
+    "stat",
+    help="receipt, epoch, window, segments, rows, bytes, floor",
+    description="Show the receipt, whether the stamps match, epoch, window, floor, "
+    "segments, rows and bytes of a history (read-only). Aligned lines at a terminal; "
+    "the JSON document when piped or with --json.",
+    example="tledger stat ws-1",
+    args=[WS],
+    json_help="print the JSON document (the default when stdout is not a terminal)",
+)
 def cmd_stat(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
     report = stat_report(h)
-    if args.json or not _is_terminal(ctx.stdout):
+    if args.json or not is_terminal(ctx.stdout):
         ctx.emit_json(report)  # scripts and pipes get the JSON document (DESIGN.md 12)
         return 0
     for key, value in _stat_lines(report):
@@ -124,16 +165,55 @@ def cmd_stat(args: argparse.Namespace, ctx: Any) -> int:
     return 0
 
 
+@command(
+    "ls",
+    help="list workspaces",
+    description="List the workspaces under the root: a table of id, rows, window and "
+    "size at a terminal; one id a line when piped; a JSON list with --json.",
+    example="tledger --root ./.tledger ls",
+    json_help="print a JSON list of ids",
+)
 def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
-    names = ctx.store().workspaces()
+    store = ctx.store()
+    names = store.workspaces()
     if args.json:
         ctx.emit_json(names)
         return 0
+    if not is_terminal(ctx.stdout):
+        for ws in names:
+            ctx.emit_line(ws)  # one id a line: what scripts read
+        return 0
+    rows: list[list[object]] = []
     for ws in names:
-        ctx.emit_line(ws)
+        try:
+            snap = store.history(ws).snapshot()
+        except LedgerError as exc:
+            rows.append([ws, None, None, None, f"{type(exc).__name__}: tledger check {ws}"])
+            continue
+        floor = snap.floor.seq if snap.floor is not None else None
+        rows.append([ws, snap.next_seq - 1, snap.window_seq, floor, None])
+    print_table(ctx.stdout, ["workspace", "last seq", "window", "floor", "problem"], rows,
+                caption=f"{len(names)} workspaces under {ctx.root}",
+                numeric=["last seq", "window", "floor"])
     return 0
 
 
+@command(
+    "history",
+    help="one session_history tool call",
+    description="Run one session_history call (list, search, read) and print its JSON.",
+    example='tledger history ws-1 search "stack trace"',
+    args=[
+        WS,
+        arg("action", choices=["list", "search", "read"]),
+        arg("query", nargs="?", default=None, metavar="QUERY"),
+        arg("--window", type=int, default=None),
+        arg("--seq", type=int, default=None),
+        arg("--cursor", default=None),
+        arg("--limit", type=int, default=None),
+        arg("--offset", type=int, default=None),
+    ],
+)
 def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.transcript.retrieval import SessionHistory
 
@@ -154,94 +234,15 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
     return 1 if text.startswith('{"error"') else 0
 
 
+@command(
+    "demo",
+    help="run the embedded demo (a few seconds)",
+    description="Create a store, append batches, SIGKILL a writer mid-stream, reopen, "
+    "show the rows, windows and a session_history search.",
+    example="tledger demo /tmp/tledger-demo",
+    args=[arg("dir", metavar="DIR", nargs="?", default=None)],
+)
 def cmd_demo(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.interop.demo import run_demo
 
     return run_demo(args.dir or ctx.explicit_root, ctx.stdout)
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "append",
-        help="append JSONL rows from FILE or stdin as ONE batch",
-        description="Append the JSONL rows of FILE (or stdin) as one all-or-nothing batch.",
-        epilog="Example: tledger append ws-1 rows.jsonl",
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.add_argument("file", metavar="FILE", nargs="?")
-    p.add_argument("--batch-id", default=None, help="idempotency key: a retry writes nothing")
-    p.add_argument("--expect-window", type=int, default=None, help="fail if the window moved")
-    p.add_argument("--durability", choices=segs.DURABILITY_LEVELS, default="full")
-    p.set_defaults(handler=cmd_append)
-
-    p = sub.add_parser(
-        "clear",
-        help="manual soft clear: a new privacy floor",
-        description="Append a manual reset row (/clear --soft): the new privacy floor.",
-        epilog="Example: tledger clear ws-1",
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.set_defaults(handler=cmd_clear)
-
-    p = sub.add_parser(
-        "rows",
-        help="print rows in order as JSONL",
-        description="Print every row (or those after --after SEQ) as canonical JSONL.",
-        epilog="Example: tledger rows ws-1 --after 100",
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.add_argument("--after", type=int, default=None, metavar="SEQ")
-    p.set_defaults(handler=cmd_rows)
-
-    p = sub.add_parser(
-        "context",
-        help="print the provider view as JSONL",
-        description="Print the rows the model sees (the active window) as JSONL.",
-        epilog="Example: tledger context ws-1",
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.set_defaults(handler=cmd_context)
-
-    p = sub.add_parser(
-        "stat",
-        help="receipt, epoch, window, segments, rows, bytes, floor",
-        description="Show the receipt, whether the stamps match, epoch, window, floor, "
-        "segments, rows and bytes of a history (read-only).",
-        epilog="Example: tledger stat ws-1",
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.set_defaults(handler=cmd_stat)
-
-    p = sub.add_parser(
-        "ls",
-        help="list workspaces",
-        description="List the workspaces under the root, one id a line.",
-        epilog="Example: tledger --root ./.tledger ls",
-    )
-    p.set_defaults(handler=cmd_ls)
-
-    p = sub.add_parser(
-        "history",
-        help="one session_history tool call",
-        description="Run one session_history call (list, search, read) and print its JSON.",
-        epilog='Example: tledger history ws-1 search "stack trace"',
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.add_argument("action", choices=["list", "search", "read"])
-    p.add_argument("query", nargs="?", default=None, metavar="QUERY")
-    p.add_argument("--window", type=int, default=None)
-    p.add_argument("--seq", type=int, default=None)
-    p.add_argument("--cursor", default=None)
-    p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--offset", type=int, default=None)
-    p.set_defaults(handler=cmd_history)
-
-    p = sub.add_parser(
-        "demo",
-        help="run the embedded demo (a few seconds)",
-        description="Create a store, append batches, SIGKILL a writer mid-stream, reopen, "
-        "show the rows, windows and a session_history search.",
-        epilog="Example: tledger demo /tmp/tledger-demo",
-    )
-    p.add_argument("dir", metavar="DIR", nargs="?", default=None)
-    p.set_defaults(handler=cmd_demo)

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from ledger.cli.registry import WS, arg, command
 from ledger.interop import display
 from ledger.storage.files.segments import DURABILITY_LEVELS
 
@@ -20,6 +21,22 @@ API_FORMATS = ("openai-chat", "openai-responses", "anthropic")
 EXPORT_FORMATS = (*API_FORMATS, "markdown", "jsonl")
 
 
+@command(
+    "export",
+    help="print the provider view as an API request body, or the history",
+    description="Print the provider view as the request body of an API (openai-chat, "
+    "openai-responses, anthropic), or the whole history as markdown or jsonl.",
+    example="tledger export ws-1 --format anthropic --model claude-sonnet-4-5",
+    args=[
+        WS,
+        arg("--format", choices=EXPORT_FORMATS, required=True),
+        arg("--model", default=None, help="model in the request body"),
+        arg("--max-tokens", type=int, default=4096, help="anthropic max_tokens"),
+        arg("--system-role", choices=("system", "developer"), default="system",
+            help="role of system rows for the OpenAI APIs"),
+        arg("--no-reasoning", action="store_true", help="markdown: leave reasoning out"),
+    ],
+)
 def cmd_export(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.adapters import to_request
 
@@ -56,8 +73,29 @@ def _use_color(choice: str, stream: Any) -> bool:
     return bool(isatty and isatty())
 
 
+@command(
+    "show",
+    help="render the whole history for people",
+    description="Render every window of a history: boundaries as separators, lead-ins "
+    "hidden, warnings as machine messages, rejected requests restored and marked. "
+    "Colour and a pager in a terminal; plain text when piped.",
+    example="tledger show ws-1 --full",
+    args=[
+        WS,
+        arg("--color", choices=("auto", "always", "never"), default="auto"),
+        arg("--no-pager", action="store_true"),
+        arg("--full", action="store_true", help="do not cut long tool input/output"),
+        arg("--max-lines", type=int, default=40, help="lines per tool input/output"),
+        arg("--no-reasoning", action="store_true", help="leave reasoning out"),
+    ],
+    json_help="print the rows as JSONL instead of rendering them",
+)
 def cmd_show(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
+    if args.json:  # the rows themselves, for a script that asked for JSON
+        for row in h.rows():
+            ctx.stdout.write(msgspec.json.encode(row.to_dict()).decode("utf-8") + "\n")
+        return 0
     rows = (r.to_dict() for r in h.rows())
     blocks = display.layout(
         rows, reasoning=not args.no_reasoning, max_lines=None if args.full else args.max_lines
@@ -109,61 +147,22 @@ def _import(fmt: str) -> Any:
     return handler
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "export",
-        help="print the provider view as an API request body, or the history",
-        description="Print the provider view as the request body of an API (openai-chat, "
-        "openai-responses, anthropic), or the whole history as markdown or jsonl.",
-        epilog="Example: tledger export ws-1 --format anthropic --model claude-sonnet-4-5",
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.add_argument("--format", choices=EXPORT_FORMATS, required=True)
-    p.add_argument("--model", default=None, help="model in the request body")
-    p.add_argument("--max-tokens", type=int, default=4096, help="anthropic max_tokens")
-    p.add_argument(
-        "--system-role",
-        choices=("system", "developer"),
-        default="system",
-        help="role of system rows for the OpenAI APIs",
-    )
-    p.add_argument("--no-reasoning", action="store_true", help="markdown: leave reasoning out")
-    p.set_defaults(handler=cmd_export)
-
-    p = sub.add_parser(
-        "show",
-        help="render the whole history for people",
-        description="Render every window of a history: boundaries as separators, lead-ins "
-        "hidden, warnings as machine messages, rejected requests restored and marked. "
-        "Colour and a pager in a terminal; plain text when piped.",
-        epilog="Example: tledger show ws-1 --full",
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
-    p.add_argument("--no-pager", action="store_true")
-    p.add_argument("--full", action="store_true", help="do not cut long tool input/output")
-    p.add_argument("--max-lines", type=int, default=40, help="lines per tool input/output")
-    p.add_argument("--no-reasoning", action="store_true", help="leave reasoning out")
-    p.set_defaults(handler=cmd_show)
-
-    for name, fmt, what in (
-        ("import-claude-code", "claude-code", "a Claude Code session JSONL"),
-        ("import-codex", "codex", "a Codex CLI rollout JSONL"),
-    ):
-        p = sub.add_parser(
-            name,
-            help=f"import {what} (salvaging damage)",
-            description=f"Import {what} into WS. Readable records become rows (the original "
-            "in meta.source) or bookkeeping in meta; unreadable bytes go to quarantine with "
-            "their offsets. Importing the same file again adds nothing. Prints a report.",
-            epilog=f"Example: tledger {name} session.jsonl ws-1",
-        )
-        p.add_argument("file", metavar="FILE")
-        p.add_argument("workspace", metavar="WS")
-        p.add_argument(
-            "--strict",
-            action="store_true",
-            help="import nothing (exit 1) if any byte would be quarantined",
-        )
-        p.add_argument("--durability", choices=DURABILITY_LEVELS, default="full")
-        p.set_defaults(handler=_import(fmt))
+for _name, _fmt, _what in (
+    ("import-claude-code", "claude-code", "a Claude Code session JSONL"),
+    ("import-codex", "codex", "a Codex CLI rollout JSONL"),
+):
+    command(
+        _name,
+        help=f"import {_what} (salvaging damage)",
+        description=f"Import {_what} into WS. Readable records become rows (the original "
+        "in meta.source) or bookkeeping in meta; unreadable bytes go to quarantine with "
+        "their offsets. Importing the same file again adds nothing. Prints a report.",
+        example=f"tledger {_name} session.jsonl ws-1",
+        args=[
+            arg("file", metavar="FILE"),
+            WS,
+            arg("--strict", action="store_true",
+                help="import nothing (exit 1) if any byte would be quarantined"),
+            arg("--durability", choices=DURABILITY_LEVELS, default="full"),
+        ],
+    )(_import(_fmt))

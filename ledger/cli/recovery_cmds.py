@@ -12,6 +12,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ledger.cli.registry import WS, arg, command
+from ledger.cli.tables import is_terminal, print_table
 from ledger.core.errors import LedgerError
 
 Progress = Callable[[int, int], None]
@@ -58,16 +60,57 @@ def _emit(ctx: Any, args: argparse.Namespace, report: Any) -> None:
             ctx.emit_line(f"{key}: {value}")
 
 
+@command(
+    "check",
+    help="read-only verification of a history",
+    description="Verify framing, every row's checksum, UTF-8, batch completeness, "
+    "sequences, the receipt and stamps, and stray temp files, without writing anything. "
+    "Exit 1 when damage is found (notices alone exit 0).",
+    example="tledger check ws-1 --json",
+    args=[WS],
+    json_help="print the report as JSON",
+)
 def cmd_check(args: argparse.Namespace, ctx: Any) -> int:
     from recovery.check import check
 
     h = ctx.store().history(args.workspace)
     with _progress_bar(ctx, "check") as progress:
         report = check(h, progress=progress)
-    _emit(ctx, args, report)
+    if not args.json and is_terminal(ctx.stdout) and report.findings:
+        _findings_table(ctx, report)
+    else:
+        _emit(ctx, args, report)
     return 0 if report.ok else 1
 
 
+def _findings_table(ctx: Any, report: Any) -> None:
+    """check's findings as a table, for a person at a terminal."""
+    rows = []
+    for f in report.findings:
+        where = (f.segment or "-") + (f"@{f.offset}" if f.offset is not None else "")
+        length = f" ({f.length} bytes)" if f.length is not None else ""
+        rows.append([f.severity, where, f.seq, f.message + length, f.action])
+    verdict = report.text().splitlines()[-1]  # the summary line scripts also get
+    print_table(ctx.stdout, ["severity", "where", "seq", "problem", "action"], rows,
+                caption=verdict, numeric=["seq"])
+
+
+@command(
+    "repair",
+    help="repair a damaged history (removed bytes go to quarantine)",
+    description="Settle an interrupted rewrite, then remove what fails verification "
+    "according to --policy: salvage (keep every verified complete batch), tail (cut only "
+    "a damaged tail), prefix (keep what precedes the first damage), strict (refuse if "
+    "anything is damaged). Removed bytes go to quarantine/. Exit 0 when the history is "
+    "consistent afterwards; with --dry-run, 0 when nothing would change.",
+    example="tledger repair ws-1 --dry-run --policy tail",
+    args=[
+        WS,
+        arg("--policy", choices=["salvage", "tail", "prefix", "strict"], default="salvage"),
+        arg("--dry-run", action="store_true", help="print what would change; write nothing"),
+    ],
+    json_help="print the report as JSON",
+)
 def cmd_repair(args: argparse.Namespace, ctx: Any) -> int:
     from recovery.repair import repair
 
@@ -78,6 +121,17 @@ def cmd_repair(args: argparse.Namespace, ctx: Any) -> int:
     return report.exit_code()
 
 
+@command(
+    "import-legacy",
+    help="import a legacy session directory (chat.jsonl, chat-archive.jsonl)",
+    description="Import the reference design's session directory DIR into workspace WS: "
+    "rows get fresh seqs (legacy sequences are kept in meta), damaged lines go to "
+    "quarantine, a crashed truncation is settled. Importing the same directory again adds "
+    "nothing. The source directory is only read.",
+    example="tledger import-legacy ~/.mux/sessions/ws-1 ws-1",
+    args=[arg("dir", metavar="DIR"), WS],
+    json_help="print the report as JSON",
+)
 def cmd_import_legacy(args: argparse.Namespace, ctx: Any) -> int:
     from recovery.check import check
     from recovery.legacy import import_legacy
@@ -90,14 +144,28 @@ def cmd_import_legacy(args: argparse.Namespace, ctx: Any) -> int:
     return 0 if after.ok else 1
 
 
+@command(
+    "purge",
+    help="delete rows at or before the privacy floor for good",
+    description="Really delete every row at or before the newest manual reset (no "
+    "quarantine); unreadable lines that may be resets are kept. With "
+    "--quarantine-older-than, also remove quarantine entries older than DAYS days.",
+    example="tledger purge ws-1 --quarantine-older-than 30",
+    args=[
+        WS,
+        arg("--quarantine-older-than", type=float, default=None, metavar="DAYS"),
+        arg("--quarantine-only", action="store_true",
+            help="only clean the quarantine; leave the rows"),
+    ],
+    json_help="print the result as JSON",
+)
 def cmd_purge(args: argparse.Namespace, ctx: Any) -> int:
-    from ledger.storage.files import rewrite
     from ledger.storage.files.retention import clean_quarantine
 
     h = ctx.store().history(args.workspace)
     out: dict[str, Any] = {"workspace": args.workspace}
     if not args.quarantine_only:
-        out["rows"] = rewrite.purge_before_floor(h)
+        out["rows"] = h.purge_before_floor()
     if args.quarantine_older_than is not None:
         if args.quarantine_older_than < 0:
             raise LedgerError("--quarantine-older-than takes a number of days >= 0")
@@ -119,149 +187,74 @@ def cmd_purge(args: argparse.Namespace, ctx: Any) -> int:
     return 0
 
 
+@command(
+    "truncate",
+    help="drop every row after a seq (to quarantine)",
+    description="Drop every row after SEQ (which must end its batch). The dropped bytes "
+    "go to quarantine/; a new epoch.",
+    example="tledger truncate ws-1 --after 41",
+    args=[WS, arg("--after", type=int, required=True, metavar="SEQ")],
+    json_help="print the result as JSON",
+)
 def cmd_truncate(args: argparse.Namespace, ctx: Any) -> int:
-    from ledger.storage.files import rewrite
-
     h = ctx.store().history(args.workspace)
-    out = rewrite.truncate_after(h, args.after)
+    out = h.truncate_after(args.after)
     ctx.emit_result(args.json, out, f"{args.workspace}: removed {out['removed_rows']} rows "
                     f"after seq {args.after} ({out['removed_bytes']} bytes to quarantine)")
     return 0
 
 
+@command(
+    "reject",
+    help="quarantine persisted requests as empty assistant records",
+    description="Rewrite the requests SEQ... (and the synthetic prelude rows they own) as "
+    "empty assistant records holding the original under meta.quarantine: hidden from "
+    "the model, shown by display and export.",
+    example="tledger reject ws-1 57",
+    args=[WS, arg("seqs", type=int, nargs="+", metavar="SEQ")],
+    json_help="print the result as JSON",
+)
 def cmd_reject(args: argparse.Namespace, ctx: Any) -> int:
-    from ledger.storage.files import rewrite
-
     h = ctx.store().history(args.workspace)
-    out = rewrite.reject(h, args.seqs)
+    out = h.reject(args.seqs)
     already = f" (already rejected: {out['already']})" if out["already"] else ""
     ctx.emit_result(args.json, out, f"{args.workspace}: rejected seqs {out['rejected']}{already}")
     return 0
 
 
+@command(
+    "delete",
+    help="delete a workspace for good",
+    description="Delete workspace WS and its quarantine. A tombstone is written first, "
+    "so a concurrent writer fails instead of recreating it; running it again after a "
+    "crash finishes the job.",
+    example="tledger delete ws-1 --yes",
+    args=[WS, arg("--yes", action="store_true", help="confirm: this cannot be undone")],
+    json_help="print the result as JSON",
+)
 def cmd_delete(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.cli import UsageError
-    from ledger.storage.files.retention import delete_workspace
 
     if not args.yes:
         raise UsageError(f"delete removes workspace {args.workspace!r} for good; add --yes")
-    deleted = delete_workspace(ctx.store(), args.workspace)
-    ctx.emit_line(f"{args.workspace}: " + ("deleted" if deleted else "nothing to delete"))
+    deleted = ctx.store().delete(args.workspace)
+    ctx.emit_result(args.json, {"workspace": args.workspace, "deleted": deleted},
+                    f"{args.workspace}: " + ("deleted" if deleted else "nothing to delete"))
     return 0
 
 
+@command(
+    "backup",
+    help="consistent copy of a workspace into a new directory",
+    description="Copy workspace WS (segments, quarantine, a fresh receipt) into the new "
+    "directory DEST under the lock. Restore by copying DEST back as ROOT/WS.",
+    example="tledger backup ws-1 /backups/ws-1-2025-06-01",
+    args=[WS, arg("dest", metavar="DEST")],
+    json_help="print the result as JSON",
+)
 def cmd_backup(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
     out = h.backup(args.dest)
     ctx.emit_result(args.json, out, f"{args.workspace}: copied {out['files']} files, "
                     f"{out['bytes']} bytes to {out['dest']}")
     return 0
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "check",
-        help="read-only verification of a history",
-        description="Verify framing, every row's checksum, UTF-8, batch completeness, "
-        "sequences, the receipt and stamps, and stray temp files, without writing anything. "
-        "Exit 1 when damage is found (notices alone exit 0).",
-        epilog="Example: tledger check ws-1 --json",
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(handler=cmd_check)
-
-    p = sub.add_parser(
-        "repair",
-        help="repair a damaged history (removed bytes go to quarantine)",
-        description="Settle an interrupted rewrite, then remove what fails verification "
-        "according to --policy: salvage (keep every verified complete batch), tail (cut only "
-        "a damaged tail), prefix (keep what precedes the first damage), strict (refuse if "
-        "anything is damaged). Removed bytes go to quarantine/. Exit 0 when the history is "
-        "consistent afterwards; with --dry-run, 0 when nothing would change.",
-        epilog="Example: tledger repair ws-1 --dry-run --policy tail",
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.add_argument("--policy", choices=["salvage", "tail", "prefix", "strict"],
-                   default="salvage")
-    p.add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(handler=cmd_repair)
-
-    p = sub.add_parser(
-        "import-legacy",
-        help="import a legacy session directory (chat.jsonl, chat-archive.jsonl)",
-        description="Import the reference design's session directory DIR into workspace WS: "
-        "rows get fresh seqs (legacy sequences are kept in meta), damaged lines go to "
-        "quarantine, a crashed truncation is settled. Importing the same directory again adds "
-        "nothing. The source directory is only read.",
-        epilog="Example: tledger import-legacy ~/.mux/sessions/ws-1 ws-1",
-    )
-    p.add_argument("dir", metavar="DIR")
-    p.add_argument("workspace", metavar="WS")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(handler=cmd_import_legacy)
-
-    p = sub.add_parser(
-        "purge",
-        help="delete rows at or before the privacy floor for good",
-        description="Really delete every row at or before the newest manual reset (no "
-        "quarantine); unreadable lines that may be resets are kept. With "
-        "--quarantine-older-than, also remove quarantine entries older than DAYS days.",
-        epilog="Example: tledger purge ws-1 --quarantine-older-than 30",
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.add_argument("--quarantine-older-than", type=float, default=None, metavar="DAYS")
-    p.add_argument("--quarantine-only", action="store_true",
-                   help="only clean the quarantine; leave the rows")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(handler=cmd_purge)
-
-    p = sub.add_parser(
-        "truncate",
-        help="drop every row after a seq (to quarantine)",
-        description="Drop every row after SEQ (which must end its batch). The dropped bytes "
-        "go to quarantine/; a new epoch.",
-        epilog="Example: tledger truncate ws-1 --after 41",
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.add_argument("--after", type=int, required=True, metavar="SEQ")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(handler=cmd_truncate)
-
-    p = sub.add_parser(
-        "reject",
-        help="quarantine persisted requests as empty assistant records",
-        description="Rewrite the requests SEQ... (and the synthetic prelude rows they own) as "
-        "empty assistant records holding the original under meta.quarantine: hidden from "
-        "the model, shown by display and export.",
-        epilog="Example: tledger reject ws-1 57",
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.add_argument("seqs", type=int, nargs="+", metavar="SEQ")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(handler=cmd_reject)
-
-    p = sub.add_parser(
-        "delete",
-        help="delete a workspace for good",
-        description="Delete workspace WS and its quarantine. A tombstone is written first, "
-        "so a concurrent writer fails instead of recreating it; running it again after a "
-        "crash finishes the job.",
-        epilog="Example: tledger delete ws-1 --yes",
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.add_argument("--yes", action="store_true", help="confirm: this cannot be undone")
-    p.set_defaults(handler=cmd_delete)
-
-    p = sub.add_parser(
-        "backup",
-        help="consistent copy of a workspace into a new directory",
-        description="Copy workspace WS (segments, quarantine, a fresh receipt) into the new "
-        "directory DEST under the lock. Restore by copying DEST back as ROOT/WS.",
-        epilog="Example: tledger backup ws-1 /backups/ws-1-2025-06-01",
-    )
-    p.add_argument("workspace", metavar="WS")
-    p.add_argument("dest", metavar="DEST")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(handler=cmd_backup)

@@ -9,6 +9,7 @@ from typing import Any
 
 from ledger.budget.models import MODELS_ENV, ModelRegistry, default_registry
 from ledger.budget.tokens import TokenCounter
+from ledger.cli.registry import arg, command
 from ledger.core.errors import InvalidRow, LedgerError, TokenizerError
 
 
@@ -52,6 +53,29 @@ def _registry(models_file: str | None) -> ModelRegistry:
     return registry
 
 
+@command(
+    "count",
+    help="token count of plain text, or with --rows of canonical JSONL rows",
+    description=(
+        "Count tokens offline with the model's tokenizer. Plain text is counted like "
+        "tiktoken's encode_ordinary; --rows counts canonical JSONL rows as the model "
+        "receives them (framing, JSON and media allowances; exact is then false). "
+        "Models without a public tokenizer use a proxy encoding times a safety factor "
+        "and always say exact: false."
+    ),
+    example="tledger count --model gpt-4o notes.md",
+    args=[
+        arg("file", nargs="?", default=None, help="input file (default: stdin)"),
+        arg("--model", default="gpt-4o", help="model id (default: gpt-4o)"),
+        arg("--rows", action="store_true", help="FILE holds canonical JSONL rows"),
+        arg("--api", choices=["openai-chat", "openai-responses", "anthropic", "canonical"],
+            default=None,
+            help="with --rows: count the rows as this API's adapter renders them "
+            "(default: the model family's API; canonical: the stored JSON row)"),
+        arg("--models", default=None, metavar="MODELS_FILE",
+            help=f"TOML or JSON file of extra models (also ${MODELS_ENV})"),
+    ],
+)
 def cmd_count(args: argparse.Namespace, ctx: Any) -> int:
     counter = TokenCounter(args.model, registry=_registry(args.models))
     data, source = _read(args.file)
@@ -79,35 +103,3 @@ def cmd_count(args: argparse.Namespace, ctx: Any) -> int:
         }
     )
     return 0
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "count",
-        help="token count of plain text, or with --rows of canonical JSONL rows",
-        description=(
-            "Count tokens offline with the model's tokenizer. Plain text is counted like "
-            "tiktoken's encode_ordinary; --rows counts canonical JSONL rows as the model "
-            "receives them (framing, JSON and media allowances; exact is then false). "
-            "Models without a public tokenizer use a proxy encoding times a safety factor "
-            "and always say exact: false."
-        ),
-        epilog="Example: tledger count --model gpt-4o notes.md",
-    )
-    p.add_argument("file", nargs="?", default=None, help="input file (default: stdin)")
-    p.add_argument("--model", default="gpt-4o", help="model id (default: gpt-4o)")
-    p.add_argument("--rows", action="store_true", help="FILE holds canonical JSONL rows")
-    p.add_argument(
-        "--api",
-        choices=["openai-chat", "openai-responses", "anthropic", "canonical"],
-        default=None,
-        help="with --rows: count the rows as this API's adapter renders them "
-        "(default: the model family's API; canonical: the stored JSON row)",
-    )
-    p.add_argument(
-        "--models",
-        default=None,
-        metavar="MODELS_FILE",
-        help=f"TOML or JSON file of extra models (also ${MODELS_ENV})",
-    )
-    p.set_defaults(handler=cmd_count)
