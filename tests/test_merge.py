@@ -193,3 +193,34 @@ def test_plan_is_tiered() -> None:
     assert merge.plan(full, 256) == list(range(1, 17))
     big_then_small = [(1, stamp(300 * 16)), *[(i, stamp(300)) for i in range(2, 18)]]
     assert merge.plan(big_then_small, 256) == list(range(2, 18))
+
+
+def test_a_streaming_read_survives_a_merge_under_it(tmp_path: Path, no_auto_merge) -> None:
+    """rows() lists segments under the lock and reads them outside it; a merge
+    that moves rows meanwhile (the next segment vanishes, or the merged one
+    holds rows already yielded) costs a new listing, never a row twice or a
+    lost row."""
+    store = build(tmp_path)
+    h = store.history("ws")
+    expected = [r.seq for r in h.rows()]
+    assert len(seg_files(tmp_path)) > merge.FANOUT
+    for taken in (1, 40, 150):  # before, inside and after the first merged run
+        stream = h.rows()
+        seen = [next(stream).seq for _ in range(taken)]
+        assert h.merge_segments() >= 1
+        seen += [r.seq for r in stream]
+        assert seen == expected, taken
+        store = build(tmp_path / f"again-{taken}")
+        h = store.history("ws")
+
+
+def test_a_streaming_read_refuses_to_cross_a_rewrite(tmp_path: Path, no_auto_merge) -> None:
+    from ledger import HistoryDamaged
+
+    h = build(tmp_path).history("ws")
+    stream = h.rows()
+    next(stream)
+    h.merge_segments()  # rows move: the stream must list again...
+    h.truncate_after(250)  # ...and finds a new epoch: its rows changed
+    with pytest.raises(HistoryDamaged, match="read again"):
+        list(stream)

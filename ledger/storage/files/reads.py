@@ -197,26 +197,68 @@ class WorkspaceBase:
         return self._rows(after_seq)
 
     def _rows(self, after_seq: int | None) -> Iterator[Row]:
-        with locked(self.path, self.workspace, self.store.lock_timeout, shared=True):
-            numbers = segs.list_segments(self.path)
-            segs.stamps(self.path, numbers)  # HistoryDamaged for a non-file entry
-        start = 0
-        if after_seq is not None and numbers:
-            start = self._first_segment_for(numbers, after_seq + 1)
-        for number in numbers[start:]:
+        """Stream the segments listed under the shared lock, outside it.
+
+        A merge may move rows while the stream runs: the next segment has
+        vanished (merged into an earlier one), or a segment read after the
+        merge's rename holds rows already yielded (a copy, not yet unlinked).
+        Merges keep every seq and byte, so the stream lists the segments again
+        and resumes after the last row it yielded. A rewrite (a new epoch)
+        changes rows: then it raises HistoryDamaged ("read again"), as does a
+        log that goes backwards with nothing moving (real damage).
+        """
+        last = after_seq
+        listing: tuple[object, ...] | None = None
+        while True:
+            with locked(self.path, self.workspace, self.store.lock_timeout, shared=True):
+                numbers = segs.list_segments(self.path)
+                stamps = segs.stamps(self.path, numbers)  # HistoryDamaged for a non-file entry
+                receipt = read_receipt(self.path)
+            epoch = receipt.epoch if receipt is not None else None
+            if listing is not None:
+                if epoch != listing[0]:
+                    raise HistoryDamaged(
+                        f"workspace {self.workspace!r}: a rewrite ran while reading (new "
+                        "epoch); read again"
+                    )
+                if stamps == listing[1]:
+                    raise HistoryDamaged(
+                        f"workspace {self.workspace!r}: seqs go backwards or a segment "
+                        f"vanished with nothing moving; run `tledger check {self.workspace}`"
+                    )
+            listing = (epoch, stamps)
+            start = self._first_segment_for(numbers, last + 1) if last is not None and numbers \
+                else 0
+            moved = False
+            for row in self._stream(numbers[start:]):
+                if row is None:
+                    moved = True  # a merge moved rows: list again, resume after `last`
+                    break
+                if last is not None and row.seq <= last:
+                    continue
+                last = row.seq
+                yield row
+            if not moved:
+                return
+
+    def _stream(self, numbers: list[int]) -> Iterator[Row | None]:
+        """The rows of ``numbers`` in order; None when a segment vanished or
+        the seqs went backwards (both: a concurrent merge)."""
+        prev: int | None = None
+        for number in numbers:
             path = segs.segment_path(self.path, number)
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
             except FileNotFoundError:
-                raise HistoryDamaged(
-                    f"workspace {self.workspace!r}: segment {fmt.segment_name(number)} vanished "
-                    "while reading (a rewrite ran concurrently); read again"
-                ) from None
+                yield None
+                return
             try:
                 for line in segs.iter_lines_fd(fd):
                     row = self._decode_or_raise(number, line)
-                    if after_seq is not None and row.seq <= after_seq:
-                        continue
+                    if prev is not None and row.seq <= prev:
+                        yield None
+                        return
+                    prev = row.seq
                     yield row
             finally:
                 os.close(fd)
