@@ -96,6 +96,10 @@ def pg_root(pg_server: str, request: pytest.FixtureRequest):  # type: ignore[no-
         uuid.uuid4().hex[:8]
     with psycopg.connect(pg_server, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-    yield pg_server.replace("/postgres?", f"/{name}?", 1)
+    root = pg_server.replace("/postgres?", f"/{name}?", 1)
+    yield root
+    from ledger.storage.postgres.connect import close_pools
+
+    close_pools(root)
     with psycopg.connect(pg_server, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

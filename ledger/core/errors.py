@@ -115,3 +115,8 @@ class NotFound(LedgerError):
 
 class Unavailable(LedgerError):
     """Damage or a concurrent untracked change stops a read (``history_unavailable``)."""
+
+
+class RewriteRefused(LedgerError):
+    """A rewrite that would break a rule (split a batch, erase a reset
+    candidate, reject a reset); nothing was written."""

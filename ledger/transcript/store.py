@@ -1,7 +1,9 @@
 """The store: the workspaces of one root, each a ``History`` over an engine.
 
 The root names the engine. A path is the file engine (``ledger.storage.files``),
-the embedded default: one directory per workspace.
+the embedded default: one directory per workspace. A ``postgresql://`` or
+``postgres://`` URL is the PostgreSQL engine (``ledger.storage.postgres``):
+one database holds every workspace.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from ledger.core.ids import MAX_WORKSPACE_LEN, validate_workspace
 from ledger.storage.engine import Engine
 from ledger.storage.files.engine import FileEngine
 from ledger.storage.files.segments import DURABILITY_LEVELS
+from ledger.storage.postgres.connect import is_postgres_root, redact
 from ledger.transcript.history import History
 
 __all__ = ["MAX_WORKSPACE_LEN", "TOMBSTONE_SUFFIX", "Store", "validate_workspace"]
@@ -47,19 +50,25 @@ class Store:
             raise LedgerError("segment_bytes must be positive")
         if max_row_bytes < 64:
             raise LedgerError("max_row_bytes must be at least 64")
-        self.root = os.fspath(root)
+        self.root = os.fspath(root) if not isinstance(root, str) else root
         self.segment_bytes = segment_bytes
         self.lock_timeout = lock_timeout
         self.retrieval = retrieval
         self.durability = durability
         self.max_row_bytes = max_row_bytes
-        self.engine: Engine = FileEngine(
-            self.root, segment_bytes=segment_bytes, lock_timeout=lock_timeout,
-            retrieval=retrieval, durability=durability, max_row_bytes=max_row_bytes,
-        )
+        self.engine: Engine
+        if is_postgres_root(self.root):
+            from ledger.storage.postgres.engine import PostgresEngine
+
+            self.engine = PostgresEngine(self)
+        else:
+            self.engine = FileEngine(
+                self.root, segment_bytes=segment_bytes, lock_timeout=lock_timeout,
+                retrieval=retrieval, durability=durability, max_row_bytes=max_row_bytes,
+            )
 
     def __repr__(self) -> str:
-        return f"Store({self.root!r})"
+        return f"Store({redact(self.root)!r})"
 
     def history(self, workspace: str) -> History:
         """The history of ``workspace`` (InvalidWorkspace for a bad id); nothing

@@ -34,14 +34,20 @@ The marker's format and the settle rules are ``ledger.storage.files.marker``.
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ledger.core import format as fmt
-from ledger.core.errors import CommitFailed, LedgerError, RecoveryError
-from ledger.core.rows import new_id, now_ms
+from ledger.core.errors import CommitFailed, LedgerError, RecoveryError, RewriteRefused
+from ledger.core.husks import (  # noqa: F401 (re-exported: their old home)
+    QUARANTINE_VERSION,
+    husk_line,
+    is_husk,
+    owns,
+    rejected_original,
+)
+from ledger.core.rows import now_ms
 from ledger.core.windows import Entry
 from ledger.storage.files import segments as segs
 from ledger.storage.files.index import entry_of
@@ -75,15 +81,9 @@ if TYPE_CHECKING:
     from ledger.storage.files.reads import WorkspaceBase as History
     from ledger.storage.files.state import State
 
-QUARANTINE_VERSION = 1
 
 # Test hook: called with the name of each step of commit_rewrite.
 FAULT_HOOK: Callable[[str], None] | None = None
-
-
-class RewriteRefused(LedgerError):
-    """A rewrite that would break a rule (split a batch, erase a reset
-    candidate, reject a reset); nothing was written."""
 
 
 def _step(name: str) -> None:
@@ -254,62 +254,7 @@ def _settle(history: History) -> Resolution | None:
     return recover_interrupted(history.path, history.store.durability)
 
 
-def is_husk(row: dict[str, Any]) -> bool:
-    """A rejected request's outer record (DESIGN.md 3)."""
-    meta = row.get("meta")
-    q = meta.get("quarantine") if isinstance(meta, dict) else None
-    return (
-        isinstance(q, dict)
-        and q.get("v") == QUARANTINE_VERSION
-        and isinstance(q.get("row"), dict)
-        and row.get("role") == "assistant"
-        and row.get("parts") == []
-        and row.get("partial", False) is False
-    )
-
-
-def rejected_original(row: dict[str, Any]) -> dict[str, Any]:
-    """What display and export show: the original of a rejected request, else
-    the row itself."""
-    if is_husk(row):
-        return dict(row["meta"]["quarantine"]["row"])
-    return row
-
-
-def husk_line(line: bytes, row: dict[str, Any]) -> bytes:
-    """The stored line of the empty assistant record that quarantines ``row``.
-
-    The original row's JSON (unknown fields included) is spliced in as raw
-    bytes, so it survives byte for byte.
-    """
-    body = fmt.body_of(line)
-    if body is None:
-        raise RewriteRefused("cannot reject a line that does not verify")
-    sentinel = f"tl-row-{secrets.token_hex(12)}"
-    outer: dict[str, Any] = {
-        "seq": row["seq"],
-        "id": row.get("id") if isinstance(row.get("id"), str) and row.get("id") else new_id("r_"),
-        "kind": row.get("kind", "message"),
-        "role": "assistant",
-        "parts": [],
-        "partial": False,
-        "meta": {"quarantine": {"v": QUARANTINE_VERSION, "row": sentinel}},
-        "ts": row["ts"] if isinstance(row.get("ts"), int) else now_ms(),
-        "batch": row["batch"],
-    }
-    enc = fmt.encode_json(outer)
-    enc = enc.replace(fmt.encode_json(sentinel), body, 1)
-    return fmt.frame(enc)
-
-
 # --- reject -------------------------------------------------------------------------
-
-
-def _owns(prelude: dict[str, Any], request: dict[str, Any]) -> bool:
-    meta = prelude.get("meta") if isinstance(prelude.get("meta"), dict) else {}
-    return meta.get("synthetic") is True or (
-        meta.get("owner") is not None and meta.get("owner") == request.get("id")
-    )
 
 
 def _prelude(entries: list[Entry], idx: int) -> list[int]:
@@ -325,7 +270,7 @@ def _prelude(entries: list[Entry], idx: int) -> list[int]:
         r = entries[j].row
         if r is None or not isinstance(r.get("batch"), dict) or r["batch"].get("id") != bid:
             break
-        if not _owns(r, req):
+        if not owns(r, req):
             break
         out.append(j)
         j -= 1

@@ -1,0 +1,146 @@
+"""Connections: one psycopg-pool pool per database and process, and the
+translation of server and connection failures into the library's errors.
+
+A write that fails before COMMIT was sent raises ``CommitFailed``; a
+connection lost while COMMIT was in flight raises ``CommitUncertain`` with the
+batch id (the batch may or may not have committed; a retry with the same
+``batch_id`` answers with the original seqs if it did). The pool discards a
+broken connection when it comes back, so the next call reconnects: writers
+resume by themselves once the server is back.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+from ledger.core.errors import CommitFailed, CommitUncertain, LedgerError, Unavailable
+from ledger.storage.postgres.schema import ensure_schema
+
+__all__ = ["Database", "close_pools", "is_postgres_root", "redact"]
+
+_SCHEMES = ("postgresql://", "postgres://")
+_POOLS: dict[tuple[int, str], Any] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def is_postgres_root(root: str) -> bool:
+    return root.startswith(_SCHEMES)
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError as exc:
+        raise LedgerError(
+            "a postgresql:// root needs the PostgreSQL extra: "
+            "pip install 'transcript-ledger[postgres]'"
+        ) from exc
+    return psycopg, psycopg_pool
+
+
+class Database:
+    """The pool of one database URL, shared by every Store of this process
+    that names it (a forked child makes its own)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.where = redact(url)
+        self.psycopg, pool_mod = _psycopg()
+        key = (os.getpid(), url)
+        with _POOLS_LOCK:
+            pool = _POOLS.get(key)
+            if pool is None:
+                pool = pool_mod.ConnectionPool(
+                    url, min_size=0, max_size=16, open=False, kwargs={"autocommit": True},
+                    name=f"tledger-{os.getpid()}",
+                )
+                try:
+                    pool.open(wait=True, timeout=30)
+                    with pool.connection() as conn:
+                        ensure_schema(conn, self.where)
+                except self.psycopg.Error as exc:
+                    pool.close()
+                    raise Unavailable(f"{self.where}: cannot connect: {_first_line(exc)}") \
+                        from exc
+                except LedgerError:
+                    pool.close()
+                    raise
+                except pool_mod.PoolTimeout as exc:
+                    pool.close()
+                    raise Unavailable(f"{self.where}: cannot connect: {exc}") from exc
+                _POOLS[key] = pool
+        self.pool = pool
+
+    @contextmanager
+    def read(self, what: str) -> Iterator[Any]:
+        """A connection for reads; failures become ``Unavailable``."""
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except self.psycopg.Error as exc:
+            raise Unavailable(f"{self.where}: {what} failed: {_first_line(exc)}") from exc
+
+    @contextmanager
+    def write(self, what: str, batch_id: str | None = None) -> Iterator[Any]:
+        """One write transaction. ``CommitFailed`` when it fails before COMMIT,
+        ``CommitUncertain`` when the connection is lost during COMMIT."""
+        psycopg = self.psycopg
+        try:
+            conn_cm = self.pool.connection()
+            conn = conn_cm.__enter__()
+        except Exception as exc:  # PoolTimeout, OperationalError: nothing was sent
+            raise CommitFailed(f"{self.where}: {what}: cannot connect: {_first_line(exc)}",
+                               batch_id) from exc
+        committing = False
+        try:
+            conn.execute("BEGIN")
+            yield conn
+            committing = True
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            lost = isinstance(exc, psycopg.OperationalError) or conn.broken
+            if not conn.broken:
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    pass
+            conn_cm.__exit__(type(exc), exc, exc.__traceback__)
+            if committing and lost:
+                raise CommitUncertain(
+                    f"{self.where}: {what}: the connection was lost during COMMIT; the "
+                    f"outcome is unknown: retry with the same batch_id ({batch_id})",
+                    batch_id or "",
+                ) from exc
+            if isinstance(exc, psycopg.Error):
+                raise CommitFailed(f"{self.where}: {what} failed: {_first_line(exc)}",
+                                   batch_id) from exc
+            raise
+        conn_cm.__exit__(None, None, None)
+
+
+def close_pools(url: str | None = None) -> None:
+    """Close this process's pools (of ``url``, or all): before a database is
+    dropped, or at the end of a program that wants its connections gone now."""
+    with _POOLS_LOCK:
+        for key in [k for k in _POOLS if url is None or k[1] == url]:
+            _POOLS.pop(key).close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,39 @@
+"""The workspaces of one PostgreSQL database (``ledger.storage.engine.Engine``)."""
+
+from __future__ import annotations
+
+from ledger.storage.engine import StoreOptions
+from ledger.storage.postgres.connect import Database
+from ledger.storage.postgres.workspace import PgWorkspace
+
+TABLES = ("tl_rows", "tl_batches", "tl_quarantine", "tl_head")
+
+
+class PostgresEngine:
+    """Every workspace of the database ``options.root`` names."""
+
+    def __init__(self, options: StoreOptions) -> None:
+        self.options = options
+        self.db = Database(options.root)
+
+    def open(self, workspace: str) -> PgWorkspace:
+        return PgWorkspace(self.db, self.options, workspace)
+
+    def workspaces(self) -> list[str]:
+        """Ids with a head row, sorted (the one query that spans workspaces)."""
+        with self.db.read("list workspaces") as conn:
+            got = conn.execute("SELECT workspace FROM tl_head ORDER BY workspace").fetchall()
+        return [ws for (ws,) in got]
+
+    def delete(self, workspace: str) -> bool:
+        """Delete a workspace in one transaction; the head row goes last under
+        its own lock, so a concurrent writer either commits before (and its
+        rows go too) or creates a new, empty history after."""
+        with self.db.write(f"delete workspace {workspace!r}") as conn:
+            head = conn.execute("SELECT 1 FROM tl_head WHERE workspace = %s FOR UPDATE",
+                                (workspace,)).fetchone()
+            if head is None:
+                return False
+            for table in TABLES:
+                conn.execute(f"DELETE FROM {table} WHERE workspace = %s", (workspace,))
+            return True

@@ -1,0 +1,108 @@
+"""The PostgreSQL engine's tables, in one place, with the reason for each choice.
+
+``tl_rows`` -- one row per transcript row:
+
+- ``(workspace, seq)`` is the primary key. Workspace leads every key and every
+  query names one workspace, so a Citus cluster can distribute every table by
+  ``workspace`` (colocated) and keep each query on one shard (README).
+- ``raw bytea`` is the stored line exactly as the file engine frames it (JSON
+  body with its ``_c`` xxhash checksum, no newline): unknown fields, key order
+  and the bytes of imports survive unchanged, and ``check`` verifies each row
+  with the same function the file engine uses. ``bytea``, not ``jsonb``:
+  jsonb would reorder keys and drop duplicates.
+- ``batch_id`` keeps a batch's rows together for ``truncate_after`` and the
+  idempotency table.
+- ``boundary`` is the boundary projection: ``manual`` / ``rollover`` /
+  ``compaction`` on a reset row, else NULL, decided when the batch is written
+  (``ledger.core.windows.batch_boundaries``). The partial index on it finds the
+  newest boundary and any window's start without reading other rows, so the
+  provider view reads O(window) rows by index.
+
+``tl_head`` -- one row per workspace, the writer lock and the state: next seq,
+epoch, newest boundary (window) and newest manual reset (floor). Every write
+transaction takes ``SELECT ... FOR UPDATE`` on it first, so seqs are assigned
+gap-free and commit order equals seq order: a reader polling ``after_seq``
+never skips a row that commits later with a lower seq.
+
+``tl_batches`` -- (workspace, batch_id) -> first seq and row count, unique: a
+retry with the same batch id finds its batch by index, whatever its age (the
+file engine looks back 1 MiB).
+
+``tl_quarantine`` -- what rewrites take out of the log (truncated rows), with
+the reason, kept until purged.
+
+``tl_schema`` -- the schema version. A database written by a newer version of
+the package refuses to open (``FormatError``), like the file engine's FORMAT.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ledger.core.errors import FormatError
+
+SCHEMA_VERSION = 1
+
+# Taken while creating the tables: concurrent first connections must not race
+# CREATE TABLE IF NOT EXISTS (it is not atomic against itself).
+SCHEMA_LOCK_KEY = 0x746C_6564_6765_72  # "tledger"
+
+DDL = """
+CREATE TABLE IF NOT EXISTS tl_schema (
+    version integer NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tl_head (
+    workspace   text PRIMARY KEY,
+    next_seq    bigint NOT NULL,
+    epoch       bigint NOT NULL,
+    window_seq  bigint NOT NULL DEFAULT 0,
+    window_reason text,
+    floor_seq   bigint,
+    created_ms  bigint NOT NULL,
+    updated_ms  bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tl_rows (
+    workspace text NOT NULL,
+    seq       bigint NOT NULL,
+    batch_id  text NOT NULL,
+    boundary  text,
+    raw       bytea NOT NULL,
+    PRIMARY KEY (workspace, seq)
+);
+CREATE INDEX IF NOT EXISTS tl_rows_boundaries ON tl_rows (workspace, seq)
+    WHERE boundary IS NOT NULL;
+CREATE TABLE IF NOT EXISTS tl_batches (
+    workspace text NOT NULL,
+    batch_id  text NOT NULL,
+    first_seq bigint NOT NULL,
+    n         integer NOT NULL,
+    PRIMARY KEY (workspace, batch_id)
+);
+CREATE TABLE IF NOT EXISTS tl_quarantine (
+    workspace text NOT NULL,
+    id        bigserial,
+    ts_ms     bigint NOT NULL,
+    seq       bigint,
+    reason    text NOT NULL,
+    raw       bytea NOT NULL,
+    PRIMARY KEY (workspace, id)
+);
+"""
+
+
+def ensure_schema(conn: Any, where: str) -> None:
+    """Create the tables when missing and check the version, in one
+    transaction under an advisory lock. ``where`` names the database in
+    errors."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,))
+        conn.execute(DDL)
+        got = conn.execute("SELECT max(version) FROM tl_schema").fetchone()
+        version = got[0] if got else None
+        if version is None:
+            conn.execute("INSERT INTO tl_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+        elif version > SCHEMA_VERSION:
+            raise FormatError(
+                f"{where}: schema version {version} was written by a newer transcript-ledger "
+                f"(this one reads version {SCHEMA_VERSION}); upgrade the package"
+            )

@@ -1,0 +1,274 @@
+"""One workspace on PostgreSQL: the state, reads, and the append transaction.
+
+An append is one transaction (``Database.write``):
+
+1. ``SELECT ... FOR UPDATE`` the head row (created on the first write): the
+   per-workspace writer lock, held to COMMIT;
+2. a caller's batch id already in ``tl_batches`` answers with its seqs;
+3. the conditional rules (``check_expectations``);
+4. the rows get their seqs (``renumber``) and go in with one multi-row
+   INSERT, the batch into ``tl_batches``, the new next seq, window and floor
+   into the head row;
+5. COMMIT. Nothing before it is visible to anyone; a failure rolls it all
+   back (``CommitFailed``); a connection lost during it is ``CommitUncertain``.
+
+Positions for ``session_history`` are ``(seq, byte offset in the row)``: a
+row starts at ``(seq, 0)`` and ends at ``(seq, len + 1)``, so the retrieval
+rules written for segment offsets hold unchanged (``reader.py``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ledger.core import format as fmt
+from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
+from ledger.core.errors import HistoryDamaged, WorkspaceNotFound
+from ledger.core.rows import Row, now_ms, prepare_batch, renumber
+from ledger.core.windows import Boundary, batch_boundaries
+from ledger.storage.engine import StoreOptions
+from ledger.storage.postgres.connect import Database
+
+PAGE_ROWS = 1000  # rows per round trip when streaming
+
+
+def new_epoch(old: int = 0) -> int:
+    """A fresh epoch: random (53 bits, exact in JSON), never the old one, so a
+    workspace deleted and created again never revives an old cursor."""
+    while True:
+        epoch = secrets.randbits(53)
+        if epoch not in (0, old):
+            return epoch
+
+
+@dataclass(frozen=True)
+class PgState:
+    """The head row: what ``History.snapshot()`` reports."""
+
+    next_seq: int
+    epoch: int
+    window: Boundary | None
+    floor: Boundary | None
+
+    @property
+    def window_seq(self) -> int:
+        return self.window.seq if self.window is not None else 0
+
+
+def boundary(seq: int | None, reason: str | None) -> Boundary | None:
+    return None if seq is None or seq <= 0 else Boundary(seq, seq, 0, reason or "manual")
+
+
+def state_of(row: Sequence[Any]) -> PgState:
+    next_seq, epoch, window_seq, window_reason, floor_seq = row
+    return PgState(next_seq, epoch, boundary(window_seq, window_reason),
+                   boundary(floor_seq, "manual"))
+
+
+HEAD_COLUMNS = "next_seq, epoch, window_seq, window_reason, floor_seq"
+
+
+def decode(workspace: str, seq: int, raw: bytes) -> Row:
+    data = fmt.decode_line(raw)
+    if data is None or data.get("seq") != seq:
+        raise HistoryDamaged(
+            f"workspace {workspace!r}: row {seq} fails verification; run "
+            f"`tledger check {workspace}` and `tledger repair {workspace}`"
+        )
+    return Row(raw, seq, 0, data)
+
+
+class PgWorkspace:
+    """One workspace of the PostgreSQL engine (module doc)."""
+
+    def __init__(self, db: Database, store: StoreOptions, workspace: str) -> None:
+        self.db = db
+        self.store = store
+        self.workspace = workspace
+
+    def __repr__(self) -> str:
+        return f"PgWorkspace({self.workspace!r})"
+
+    # --- state ------------------------------------------------------------------
+
+    def _head(self, conn: Any, lock: bool = False) -> PgState | None:
+        sql = f"SELECT {HEAD_COLUMNS} FROM tl_head WHERE workspace = %s"
+        got = conn.execute(sql + (" FOR UPDATE" if lock else ""), (self.workspace,)).fetchone()
+        return state_of(got) if got is not None else None
+
+    def exists(self) -> bool:
+        with self.db.read("exists") as conn:
+            return self._head(conn) is not None
+
+    def require(self) -> None:
+        if not self.exists():
+            raise WorkspaceNotFound(
+                f"workspace {self.workspace!r} has no history in {self.db.where}"
+            )
+
+    def snapshot(self) -> PgState:
+        with self.db.read("snapshot") as conn:
+            st = self._head(conn)
+        if st is None:
+            return PgState(1, 0, None, None)
+        return st
+
+    # --- reads ------------------------------------------------------------------
+
+    def rows(self, after_seq: int | None = None) -> Iterator[Row]:
+        """Every row after ``after_seq``, in pages of PAGE_ROWS by key; a
+        rewrite between two pages (a new epoch) raises HistoryDamaged ("read
+        again"), as in the file engine."""
+        self.require()
+        return self._rows(after_seq or 0)
+
+    def _rows(self, last: int) -> Iterator[Row]:
+        epoch: int | None = None
+        sql = (
+            "SELECT (SELECT epoch FROM tl_head WHERE workspace = %(ws)s), seq, raw "
+            "FROM tl_rows WHERE workspace = %(ws)s AND seq > %(last)s ORDER BY seq LIMIT %(n)s"
+        )
+        while True:
+            with self.db.read("read rows") as conn:
+                page = conn.execute(sql, {"ws": self.workspace, "last": last,
+                                          "n": PAGE_ROWS}).fetchall()
+            if not page:
+                return
+            if epoch is None:
+                epoch = page[0][0]
+            elif page[0][0] != epoch:
+                raise HistoryDamaged(
+                    f"workspace {self.workspace!r}: a rewrite ran while reading (new epoch); "
+                    "read again"
+                )
+            for _, seq, raw in page:
+                yield decode(self.workspace, seq, bytes(raw))
+            last = page[-1][1]
+            if len(page) < PAGE_ROWS:
+                return
+
+    def get(self, seq: int) -> Row | None:
+        with self.db.read("get") as conn:
+            got = conn.execute("SELECT raw FROM tl_rows WHERE workspace = %s AND seq = %s",
+                               (self.workspace, seq)).fetchone()
+        return decode(self.workspace, seq, bytes(got[0])) if got is not None else None
+
+    def window_rows(self) -> list[Row]:
+        """The rows after the newest boundary: one indexed range read, in the
+        same statement as the head row it starts from."""
+        self.require()
+        with self.db.read("read the window") as conn:
+            got = conn.execute(
+                "SELECT seq, raw FROM tl_rows WHERE workspace = %(ws)s AND seq > "
+                "(SELECT window_seq FROM tl_head WHERE workspace = %(ws)s) ORDER BY seq",
+                {"ws": self.workspace},
+            ).fetchall()
+        return [decode(self.workspace, seq, bytes(raw)) for seq, raw in got]
+
+    def reader(self) -> Any:
+        from ledger.storage.postgres.reader import PgReader
+
+        return PgReader(self)
+
+    # --- append -------------------------------------------------------------------
+
+    def append_batch(self, batch: PendingBatch) -> AppendResult:
+        bid = batch.batch_id
+        with self.db.write(f"append to workspace {self.workspace!r}", bid) as conn:
+            st = self._head(conn, lock=True)
+            if st is None:
+                refuse_on_empty(self.workspace, batch)
+                now = now_ms()
+                conn.execute(
+                    "INSERT INTO tl_head (workspace, next_seq, epoch, created_ms, updated_ms) "
+                    "VALUES (%s, 1, %s, %s, %s) ON CONFLICT (workspace) DO NOTHING",
+                    (self.workspace, new_epoch(), now, now),
+                )
+                st = self._head(conn, lock=True)
+                assert st is not None
+            if batch.caller_id:
+                found = conn.execute(
+                    "SELECT first_seq, n FROM tl_batches WHERE workspace = %s AND batch_id = %s",
+                    (self.workspace, bid),
+                ).fetchone()
+                if found is not None:
+                    first, n = found
+                    return AppendResult(list(range(first, first + n)), st.epoch,
+                                        st.window_seq, bid)
+            check_expectations(self.workspace, batch, st.next_seq, st.window_seq)
+            if batch.before_encode is not None:
+                batch.before_encode(st.next_seq)
+                stored, lines = prepare_batch(batch.rows, st.next_seq, bid,
+                                              self.store.max_row_bytes, internal=batch.internal)
+            else:
+                stored, bodies = batch.prepared
+                lines = renumber(stored, bodies, st.next_seq, self.store.max_row_bytes)
+            window, floor = st.window, st.floor
+            reasons: dict[int, str] = {}
+            for i, reason in batch_boundaries(stored):
+                seq = st.next_seq + i
+                reasons[i] = reason
+                window = Boundary(seq, seq, 0, reason)
+                if reason == "manual":
+                    floor = window
+            self._insert(conn, stored, lines, bid, reasons)
+            next_seq = st.next_seq + len(lines)
+            conn.execute(
+                "INSERT INTO tl_batches (workspace, batch_id, first_seq, n) VALUES (%s, %s, %s, "
+                "%s) ON CONFLICT (workspace, batch_id) DO NOTHING",
+                (self.workspace, bid, st.next_seq, len(lines)),
+            )
+            conn.execute(
+                "UPDATE tl_head SET next_seq = %s, window_seq = %s, window_reason = %s, "
+                "floor_seq = %s, updated_ms = %s WHERE workspace = %s",
+                (next_seq, window.seq if window else 0, window.reason if window else None,
+                 floor.seq if floor else None, now_ms(), self.workspace),
+            )
+        return AppendResult([int(r["seq"]) for r in stored], st.epoch,
+                            window.seq if window else 0, bid)
+
+    def _insert(self, conn: Any, stored: list[dict[str, Any]], lines: list[bytes], bid: str,
+                reasons: dict[int, str]) -> None:
+        values = []
+        params: list[Any] = []
+        for i, (row, line) in enumerate(zip(stored, lines, strict=True)):
+            values.append("(%s, %s, %s, %s, %s)")
+            params += [self.workspace, row["seq"], bid, reasons.get(i),
+                       line[:-1] if line.endswith(b"\n") else line]
+        conn.execute("INSERT INTO tl_rows (workspace, seq, batch_id, boundary, raw) VALUES "
+                     + ", ".join(values), params)
+
+    # --- rewrites, backup, stat (rewrites.py) ---------------------------------------
+
+    def reject(self, seq_or_seqs: Any) -> Any:
+        from ledger.storage.postgres.rewrites import reject
+
+        return reject(self, seq_or_seqs)
+
+    def truncate_after(self, seq: int) -> Any:
+        from ledger.storage.postgres.rewrites import truncate_after
+
+        return truncate_after(self, seq)
+
+    def purge_before_floor(self) -> Any:
+        from ledger.storage.postgres.rewrites import purge_before_floor
+
+        return purge_before_floor(self)
+
+    def rebaseline(self) -> int:
+        from ledger.storage.postgres.rewrites import rebaseline
+
+        return rebaseline(self)
+
+    def backup(self, dest: str) -> Any:
+        from ledger.storage.postgres.rewrites import backup
+
+        return backup(self, dest)
+
+    def stat(self) -> dict[str, Any]:
+        from ledger.storage.postgres.rewrites import stat
+
+        return stat(self)
