@@ -41,6 +41,8 @@ from ledger.storage.files.receipt import read_receipt, receipt_status
 from ledger.storage.files.state import unwrap
 from ledger.storage.files.workspace import FileWorkspace
 from ledger.transcript.history import History
+from recovery.database import check as check_database
+from recovery.database import is_database
 from recovery.scan import (  # noqa: F401
     _CODE_TEXT,
     _END,
@@ -138,6 +140,8 @@ def damage_findings(workspace: str, scan: ScanResult) -> Iterator[Finding]:
 def check(history: History | FileWorkspace, *, progress: Progress | None = None) -> Report:
     """Verify ``history`` without writing anything (module doc)."""
     history = unwrap(history)
+    if is_database(history):
+        return check_database(history)
     if not history.exists():
         raise WorkspaceNotFound(
             f"workspace {history.workspace!r} has no history under {history.store.root}"

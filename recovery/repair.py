@@ -58,6 +58,8 @@ from ledger.storage.files.state import unwrap
 from ledger.storage.files.workspace import FileWorkspace
 from ledger.transcript.history import History
 from recovery import check as chk
+from recovery.database import is_database
+from recovery.database import repair as repair_database
 
 POLICIES = ("salvage", "tail", "prefix", "strict")
 
@@ -236,6 +238,8 @@ def repair(history: History | FileWorkspace, *, policy: str = "salvage", dry_run
     history = unwrap(history)
     if policy not in POLICIES:
         raise RecoveryError(f"unknown repair policy {policy!r}; use one of {', '.join(POLICIES)}")
+    if is_database(history):
+        return repair_database(history, policy, dry_run)  # type: ignore[return-value]
     if not history.exists():
         raise WorkspaceNotFound(
             f"workspace {history.workspace!r} has no history under {history.store.root}"

@@ -134,7 +134,8 @@ def _stat_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("epoch", str(report["epoch"])),
         ("window", str(report["window"])),
         ("next seq", str(report["next_seq"])),
-        ("floor", "none" if floor is None else f"seq {floor['seq']} ({floor['segment']})"),
+        ("floor", "none" if floor is None else f"seq {floor['seq']}"
+         + (f" ({floor['segment']})" if floor.get("segment") else "")),
         ("rows", str(report["rows"])),
         ("bytes", str(report["bytes"])),
         ("segments", f"{len(segments)}" + (f" (newest {segments[-1]['name']})" if segments
@@ -243,6 +244,11 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
     args=[arg("dir", metavar="DIR", nargs="?", default=None)],
 )
 def cmd_demo(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger.cli import UsageError
     from ledger.interop.demo import run_demo
 
-    return run_demo(args.dir or ctx.explicit_root, ctx.stdout)
+    where = args.dir or ctx.explicit_root
+    if where and "://" in where:
+        raise UsageError("the demo runs on the embedded file engine: give it a directory "
+                         f"(got {where!r})")
+    return run_demo(where, ctx.stdout)

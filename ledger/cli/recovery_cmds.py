@@ -169,7 +169,9 @@ def cmd_purge(args: argparse.Namespace, ctx: Any) -> int:
     if args.quarantine_older_than is not None:
         if args.quarantine_older_than < 0:
             raise LedgerError("--quarantine-older-than takes a number of days >= 0")
-        out["quarantine"] = clean_quarantine(h, args.quarantine_older_than * 86400.0)
+        engine_clean = getattr(h.engine, "clean_quarantine", None)  # a database engine's own
+        seconds = args.quarantine_older_than * 86400.0
+        out["quarantine"] = engine_clean(seconds) if engine_clean else clean_quarantine(h, seconds)
     if args.json:
         ctx.emit_json(out)
     else:

@@ -324,6 +324,13 @@ class FileWorkspace(WorkspaceBase):
         """A consistent copy of this history, taken under the lock."""
         return backup_history(self, dest)
 
+    def load_rows(self, rows: Any) -> dict[str, int]:
+        """Write verified rows byte for byte as this new workspace
+        (``ledger.storage.files.load``; ``tledger migrate``)."""
+        from ledger.storage.files.load import load_rows
+
+        return load_rows(self, rows)
+
     def merge_segments(self) -> int:
         """Merge sealed segments by size class until no class is full (see
         ``ledger.merge``); returns how many merges ran. A merge keeps the

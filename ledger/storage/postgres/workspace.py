@@ -20,19 +20,31 @@ rules written for segment offsets hold unchanged (``reader.py``).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ledger.core import format as fmt
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
-from ledger.core.errors import HistoryDamaged, WorkspaceNotFound
+from ledger.core.errors import HistoryDamaged, LedgerError, WorkspaceNotFound
 from ledger.core.rows import Row, now_ms, prepare_batch, renumber
 from ledger.core.windows import Boundary, batch_boundaries
 from ledger.storage.engine import StoreOptions
 from ledger.storage.postgres.connect import Database
 
 PAGE_ROWS = 1000  # rows per round trip when streaming
+
+
+def _batch_runs(rows: Iterable[Row]) -> Iterator[list[Row]]:
+    """Rows grouped into runs of one batch id, in order."""
+    run: list[Row] = []
+    for row in rows:
+        if run and row.batch.get("id") != run[-1].batch.get("id"):
+            yield run
+            run = []
+        run.append(row)
+    if run:
+        yield run
 
 
 def new_epoch(old: int = 0) -> int:
@@ -240,6 +252,60 @@ class PgWorkspace:
                        line[:-1] if line.endswith(b"\n") else line]
         conn.execute("INSERT INTO tl_rows (workspace, seq, batch_id, boundary, raw) VALUES "
                      + ", ".join(values), params)
+
+    def load_rows(self, rows: Iterable[Row]) -> dict[str, int]:
+        """Write verified rows byte for byte as this new workspace, in one
+        transaction (COPY): a failure leaves no partial workspace. The
+        boundary projection, batches and head row come from the rows."""
+        count = total = 0
+        with self.db.write(f"load workspace {self.workspace!r}") as conn:
+            if self._head(conn, lock=True) is not None:
+                raise LedgerError(f"workspace {self.workspace!r} already exists in "
+                                  f"{self.db.where}; nothing was written")
+            now = now_ms()
+            conn.execute(
+                "INSERT INTO tl_head (workspace, next_seq, epoch, created_ms, updated_ms) "
+                "VALUES (%s, 1, %s, %s, %s)", (self.workspace, new_epoch(), now, now))
+            window: Boundary | None = None
+            floor: Boundary | None = None
+            batches: list[tuple[str, int, int]] = []
+            last = 0
+            with conn.cursor().copy("COPY tl_rows (workspace, seq, batch_id, boundary, raw) "
+                                    "FROM STDIN") as copy:
+                for run in _batch_runs(rows):
+                    reasons = dict(batch_boundaries([r.data for r in run]))
+                    bid = str(run[0].batch.get("id", ""))
+                    batches.append((bid, run[0].seq, len(run)))
+                    for i, row in enumerate(run):
+                        reason = reasons.get(i)
+                        if reason is not None:
+                            window = Boundary(row.seq, row.seq, 0, reason)
+                            floor = window if reason == "manual" else floor
+                        copy.write_row((self.workspace, row.seq, bid, reason, row.line))
+                        count += 1
+                        total += len(row.line) + 1
+                        last = row.seq
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO tl_batches (workspace, batch_id, first_seq, n) VALUES "
+                    "(%s, %s, %s, %s) ON CONFLICT (workspace, batch_id) DO NOTHING",
+                    [(self.workspace, b, first, n) for b, first, n in batches])
+            conn.execute(
+                "UPDATE tl_head SET next_seq = %s, window_seq = %s, window_reason = %s, "
+                "floor_seq = %s WHERE workspace = %s",
+                (last + 1, window.seq if window else 0, window.reason if window else None,
+                 floor.seq if floor else None, self.workspace))
+        return {"rows": count, "bytes": total}
+
+    def clean_quarantine(self, older_than_s: float) -> dict[str, int]:
+        """Remove quarantine entries older than ``older_than_s`` seconds."""
+        cutoff = now_ms() - int(older_than_s * 1000)
+        with self.db.write(f"clean the quarantine of {self.workspace!r}") as conn:
+            got = conn.execute(
+                "WITH gone AS (DELETE FROM tl_quarantine WHERE workspace = %s AND ts_ms < %s "
+                "RETURNING raw) SELECT count(*), coalesce(sum(octet_length(raw)), 0) FROM gone",
+                (self.workspace, cutoff)).fetchone()
+        return {"removed": int(got[0]), "bytes": int(got[1])}
 
     # --- rewrites, backup, stat (rewrites.py) ---------------------------------------
 

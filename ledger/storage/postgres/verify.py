@@ -1,0 +1,188 @@
+"""``check`` and ``repair`` for a PostgreSQL workspace.
+
+``verify`` reads every row of one snapshot (REPEATABLE READ, a server-side
+cursor: memory stays flat) and reports, without writing anything:
+
+- ``bad-row``: a row whose bytes fail their checksum, do not decode, or carry
+  another seq than their key;
+- ``seq-gap``: seqs that are not consecutive (before the first row is fine: a
+  purge removes a prefix);
+- ``torn-batch``: a batch whose rows are not ``i = 0 .. n-1`` side by side;
+- ``projection``: a boundary column that disagrees with the rows;
+- ``head``: a head row whose next seq, window or floor disagrees with the rows.
+
+``repair`` (one transaction, a new epoch) moves every batch holding a bad row
+or torn apart to ``tl_quarantine``, rewrites the boundary projection from the
+rows, and recomputes the head row. A bad row that may be a reset keeps the
+floor where it was (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ledger.core import format as fmt
+from ledger.core.rows import now_ms
+from ledger.core.windows import batch_boundaries
+from ledger.storage.postgres.workspace import new_epoch
+
+if TYPE_CHECKING:
+    from ledger.storage.postgres.workspace import PgWorkspace
+
+
+@dataclass
+class Problem:
+    code: str
+    seq: int | None
+    message: str
+    length: int | None = None
+
+
+@dataclass
+class Verified:
+    rows: int = 0
+    bytes: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    bad_batches: set[str] = field(default_factory=set)
+    projection: dict[int, str | None] = field(default_factory=dict)  # seq -> right value
+    may_be_reset: list[int] = field(default_factory=list)
+    window: tuple[int, str] | None = None  # the newest boundary the rows show
+    floor: int | None = None  # the newest manual reset the rows show
+    last: int | None = None  # the last seq
+
+
+def _batches(conn: Any, workspace: str) -> Iterator[list[tuple[int, str, str | None, bytes]]]:
+    """Rows of one snapshot grouped by runs of the same batch id."""
+    cur = conn.cursor(name="tl_verify")
+    cur.itersize = 2000
+    cur.execute("SELECT seq, batch_id, boundary, raw FROM tl_rows WHERE workspace = %s "
+                "ORDER BY seq", (workspace,))
+    run: list[tuple[int, str, str | None, bytes]] = []
+    for seq, bid, b, raw in cur:
+        if run and run[-1][1] != bid:
+            yield run
+            run = []
+        run.append((seq, bid, b, bytes(raw)))
+    if run:
+        yield run
+
+
+def verify_rows(conn: Any, workspace: str) -> Verified:
+    out = Verified()
+    prev: int | None = None
+    window: tuple[int, str] | None = None
+    floor: int | None = None
+    for run in _batches(conn, workspace):
+        dicts: list[dict[str, Any] | None] = []
+        bid = run[0][1]
+        for seq, _, _, raw in run:
+            out.rows += 1
+            out.bytes += len(raw) + 1
+            if prev is not None and seq != prev + 1:
+                out.problems.append(Problem("seq-gap", seq, f"seq {seq} follows seq {prev}"))
+            prev = seq
+            data = fmt.decode_line(raw)
+            if data is None or data.get("seq") != seq:
+                out.problems.append(Problem("bad-row", seq, "row fails verification (checksum "
+                                            "or framing)", len(raw)))
+                out.bad_batches.add(bid)
+                if fmt.raw_may_be_reset(raw):
+                    out.may_be_reset.append(seq)
+            dicts.append(data)
+        ok = [d for d in dicts if d is not None]
+        batch = [d.get("batch") if isinstance(d.get("batch"), dict) else {} for d in ok]
+        if len(ok) == len(dicts) and not all(
+            b.get("id") == bid and b.get("n") == len(run) and b.get("i") == i
+            for i, b in enumerate(batch)
+        ):
+            out.problems.append(Problem("torn-batch", run[0][0], f"batch {bid!r} is not whole "
+                                        f"({len(run)} rows side by side)"))
+            out.bad_batches.add(bid)
+        right: dict[int, str] = {}
+        if len(ok) == len(dicts):
+            right = {run[i][0]: reason for i, reason in batch_boundaries(ok)}
+        for seq, _, stored, _ in run:
+            want = right.get(seq)
+            if stored != want and bid not in out.bad_batches:
+                out.problems.append(Problem("projection", seq, f"boundary column {stored!r}, "
+                                            f"the row says {want!r}"))
+                out.projection[seq] = want
+            if want is not None:
+                window = (seq, want)
+                if want == "manual":
+                    floor = seq
+    out.window, out.floor, out.last = window, floor, prev
+    return out
+
+
+def verify(ws: PgWorkspace) -> Verified:
+    """Everything in the module doc, from one snapshot."""
+    with ws.db.read("check") as conn, conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        out = verify_rows(conn, ws.workspace)
+        head = ws._head(conn)
+    if head is not None:
+        window, floor, last = out.window, out.floor, out.last
+        if last is not None and head.next_seq <= last:
+            out.problems.append(Problem("head", None, f"head next seq {head.next_seq} is not "
+                                        f"past the last row {last}"))
+        if window is not None and head.window_seq != window[0]:
+            out.problems.append(Problem("head", None, f"head window {head.window_seq}, the "
+                                        f"rows say {window[0]}"))
+        want_floor = floor
+        if head.floor is not None and (floor is None or floor < head.floor.seq):
+            # The floor row may have been purged: the head keeps it (fail closed).
+            want_floor = head.floor.seq
+        if (head.floor.seq if head.floor else None) != want_floor:
+            out.problems.append(Problem("head", None, f"head floor {head.floor}, the rows say "
+                                        f"{want_floor}"))
+    return out
+
+
+def repair(ws: PgWorkspace, dry_run: bool) -> dict[str, Any]:
+    """Settle what ``verify`` finds (module doc); a dry run writes nothing."""
+    found = verify(ws)
+    result: dict[str, Any] = {"problems": [p.__dict__ for p in found.problems],
+                              "quarantined_batches": sorted(found.bad_batches),
+                              "changed": bool(found.problems), "epoch": None}
+    if dry_run or not found.problems:
+        return result
+    with ws.db.write(f"repair workspace {ws.workspace!r}") as conn:
+        st = ws._head(conn, lock=True)
+        assert st is not None
+        if found.bad_batches:
+            conn.execute(
+                "WITH gone AS (DELETE FROM tl_rows WHERE workspace = %(ws)s AND batch_id = "
+                "ANY(%(b)s) RETURNING seq, raw) INSERT INTO tl_quarantine (workspace, ts_ms, "
+                "seq, reason, raw) SELECT %(ws)s, %(ts)s, seq, 'repair: failed verification', "
+                "raw FROM gone", {"ws": ws.workspace, "b": sorted(found.bad_batches),
+                                  "ts": now_ms()})
+            conn.execute("DELETE FROM tl_batches WHERE workspace = %s AND batch_id = ANY(%s)",
+                         (ws.workspace, sorted(found.bad_batches)))
+        for seq, want in found.projection.items():
+            conn.execute("UPDATE tl_rows SET boundary = %s WHERE workspace = %s AND seq = %s",
+                         (want, ws.workspace, seq))
+        window = conn.execute(
+            "SELECT seq, boundary FROM tl_rows WHERE workspace = %s AND boundary IS NOT NULL "
+            "ORDER BY seq DESC LIMIT 1", (ws.workspace,)).fetchone()
+        floor = conn.execute(
+            "SELECT max(seq) FROM tl_rows WHERE workspace = %s AND boundary = 'manual'",
+            (ws.workspace,)).fetchone()[0]
+        kept = [s for s in [*found.may_be_reset, st.floor.seq if st.floor else None]
+                if s is not None]
+        floor = max([s for s in (floor, *kept) if s is not None], default=None)
+        last = conn.execute("SELECT max(seq) FROM tl_rows WHERE workspace = %s",
+                            (ws.workspace,)).fetchone()[0] or 0
+        window_seq = max(window[0] if window else 0, floor or 0)
+        reason = (window[1] if window and window[0] == window_seq else "manual") \
+            if window_seq else None
+        epoch = new_epoch(st.epoch)
+        conn.execute(
+            "UPDATE tl_head SET next_seq = %s, epoch = %s, window_seq = %s, window_reason = %s,"
+            " floor_seq = %s, updated_ms = %s WHERE workspace = %s",
+            (max(st.next_seq, last + 1), epoch, window_seq, reason, floor, now_ms(),
+             ws.workspace))
+    result["epoch"] = epoch
+    return result
