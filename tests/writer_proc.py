@@ -17,6 +17,10 @@ Modes:
     Prints ``ready``, waits for GO_FILE, then THREADS threads append BATCHES
     batches of 1-4 rows each; prints one ack line per batch, exit 0 (1 with a
     traceback on any error).
+``resilient ROOT WS ACK SEED N``
+    Appends N 3-row batches; a batch that fails with CommitFailed, a
+    CommitUncertain or Unavailable (a server restarting) is retried with the
+    same batch id until it commits; acks like ``spawn``. Exit 0 when done.
 ``append1 ROOT WS``
     One tracked append of one row; prints ``{"seqs":..., "epoch":..., "window":...}``.
 """
@@ -61,6 +65,11 @@ def writer_loop(root: str, ws: str, durability: str, segment_bytes: int, ack: st
 
 
 def zygote() -> int:
+    try:  # warm: a forked writer for a postgresql:// root connects at once
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError:
+        pass
     for line in sys.stdin:
         req = json.loads(line)
         if "spawn" in req:
@@ -121,6 +130,28 @@ def threads(root: str, ws: str, nthreads: int, nbatches: int, go: str, seed: int
     return 0
 
 
+def resilient(root: str, ws: str, ack: str, seed: int, n: int) -> int:
+    from ledger.core.errors import CommitFailed, CommitUncertain, Unavailable
+
+    rnd = random.Random(seed)
+    fd = os.open(ack, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    h = Store(root, durability="full", lock_timeout=60).history(ws)
+    deadline = time.monotonic() + 120
+    for k in range(n):
+        bid = f"r{seed}-{k}"
+        rows = [_row(rnd, bid) for _ in range(3)]
+        while True:
+            try:
+                r = h.append_many(rows, batch_id=bid)
+                break
+            except (CommitFailed, CommitUncertain, Unavailable):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        os.write(fd, (bid + " " + " ".join(map(str, r.seqs)) + "\n").encode())
+    return 0
+
+
 def main(argv: list[str]) -> int:
     mode = argv[0]
     if mode == "zygote":
@@ -132,6 +163,9 @@ def main(argv: list[str]) -> int:
     if mode == "threads":
         root, ws, n, b, go, seed = argv[1:]
         return threads(root, ws, int(n), int(b), go, int(seed))
+    if mode == "resilient":
+        root, ws, ack, seed, n = argv[1:]
+        return resilient(root, ws, ack, int(seed), int(n))
     if mode == "append1":
         root, ws = argv[1:]
         r = Store(root, durability="off").history(ws).append(

@@ -94,6 +94,16 @@ def ensure_schema(conn: Any, where: str) -> None:
     """Create the tables when missing and check the version, in one
     transaction under an advisory lock. ``where`` names the database in
     errors."""
+    from psycopg.errors import UndefinedTable
+
+    try:  # the common case: the tables exist; one query, no lock
+        with conn.transaction():
+            got = conn.execute("SELECT max(version) FROM tl_schema").fetchone()
+        if got is not None and got[0] is not None:
+            _check_version(got[0], where)
+            return
+    except UndefinedTable:
+        pass  # a new database: create everything below
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,))
         conn.execute(DDL)
@@ -101,8 +111,13 @@ def ensure_schema(conn: Any, where: str) -> None:
         version = got[0] if got else None
         if version is None:
             conn.execute("INSERT INTO tl_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
-        elif version > SCHEMA_VERSION:
-            raise FormatError(
-                f"{where}: schema version {version} was written by a newer transcript-ledger "
-                f"(this one reads version {SCHEMA_VERSION}); upgrade the package"
-            )
+        else:
+            _check_version(version, where)
+
+
+def _check_version(version: int, where: str) -> None:
+    if version > SCHEMA_VERSION:
+        raise FormatError(
+            f"{where}: schema version {version} was written by a newer transcript-ledger "
+            f"(this one reads version {SCHEMA_VERSION}); upgrade the package"
+        )
