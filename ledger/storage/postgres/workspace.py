@@ -12,6 +12,12 @@ An append is one transaction (``Database.write``):
 5. COMMIT. Nothing before it is visible to anyone; a failure rolls it all
    back (``CommitFailed``); a connection lost during it is ``CommitUncertain``.
 
+Durability: ``full`` and ``normal`` commit as the server is configured
+(``synchronous_commit`` on by default: COMMIT returns after the WAL flush);
+``off`` sets ``synchronous_commit = off`` for the batch, so COMMIT returns
+before the flush and a server crash may lose the newest batches -- whole
+batches, never part of one.
+
 Positions for ``session_history`` are ``(seq, byte offset in the row)``: a
 row starts at ``(seq, 0)`` and ends at ``(seq, len + 1)``, so the retrieval
 rules written for segment offsets hold unchanged (``reader.py``).
@@ -190,6 +196,8 @@ class PgWorkspace:
     def append_batch(self, batch: PendingBatch) -> AppendResult:
         bid = batch.batch_id
         with self.db.write(f"append to workspace {self.workspace!r}", bid) as conn:
+            if self.store.durability == "off":  # COMMIT returns before the WAL flush
+                conn.execute("SET LOCAL synchronous_commit TO off")
             st = self._head(conn, lock=True)
             if st is None:
                 refuse_on_empty(self.workspace, batch)
