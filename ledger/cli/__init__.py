@@ -60,9 +60,9 @@ class Context:
 
 
 def _command_modules() -> list[Any]:
-    from ledger.cli import core, interop, recovery_cmds, tokens
+    from ledger.cli import core, interop, mcp, recovery_cmds, tokens
 
-    return [core, tokens, recovery_cmds, interop]
+    return [core, tokens, recovery_cmds, interop, mcp]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,33 @@
+"""``tledger mcp``: serve one workspace's session_history over MCP (stdio)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def cmd_mcp(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger.integrations.mcp_server import build_server
+
+    root = args.mcp_root or ctx.root
+    server = build_server(root, args.workspace, allow_write=args.allow_write)
+    server.run("stdio")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "mcp",
+        help="serve session_history over MCP (stdio)",
+        description="Serve the session_history tool (list, search, read) and the current "
+        "window (resource ledger://window) of one workspace over MCP on stdio. Read-only "
+        "unless --allow-write adds the append and clear tools. Needs the mcp extra: "
+        "pip install 'transcript-ledger[mcp]'.",
+        epilog="Example: tledger mcp --root ./.tledger --workspace ws-1",
+    )
+    p.add_argument("--root", dest="mcp_root", default=None, metavar="DIR",
+                   help="store root (default: tledger's --root, $TLEDGER_ROOT, ./.tledger)")
+    p.add_argument("--workspace", dest="workspace", required=True, metavar="WS")
+    p.add_argument("--allow-write", action="store_true",
+                   help="also offer the append and clear tools (off by default)")
+    p.set_defaults(handler=cmd_mcp)
