@@ -15,13 +15,13 @@ import pytest
 pytest.importorskip("agents", reason="the agents extra is not installed "
                     "(pip install 'transcript-ledger[agents]')")
 
-from agents import Runner, SQLiteSession  # noqa: E402
-from agents_script import ScriptedModel, agent, call, message  # noqa: E402
-from core_helpers import PYTHON, subprocess_env  # noqa: E402
+from agents import Runner, SQLiteSession
+from agents_script import ScriptedModel, agent, call, message
+from core_helpers import PYTHON, subprocess_env
 
-from ledger import CursorExpired, InvalidWorkspace, LedgerError, Store  # noqa: E402
-from ledger.integrations import MissingExtra, require  # noqa: E402
-from ledger.integrations.openai_agents import (  # noqa: E402
+from ledger import CursorExpired, InvalidWorkspace, LedgerError, Store
+from ledger.integrations import MissingExtra, require
+from ledger.integrations.openai_agents import (
     LedgerSession,
     session_history_tool,
 )

@@ -16,25 +16,24 @@ import pytest
 pytest.importorskip("langchain_core", reason="the langchain extra is not installed "
                     "(pip install 'transcript-ledger[langchain]')")
 
-from langchain_core.chat_history import InMemoryChatMessageHistory  # noqa: E402
-from langchain_core.language_models.fake_chat_models import FakeListChatModel  # noqa: E402
-from langchain_core.messages import (  # noqa: E402
+from langchain_core.chat_history import InMemoryChatMessageHistory
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder  # noqa: E402
-from langchain_core.runnables import RunnableLambda  # noqa: E402
-from langchain_core.runnables.history import RunnableWithMessageHistory  # noqa: E402
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from ledger import InvalidWorkspace, Store  # noqa: E402
-from ledger.integrations.langchain import (  # noqa: E402
+from ledger import InvalidWorkspace, Store
+from ledger.integrations.langchain import (
     LedgerChatMessageHistory,
     session_history_tool,
 )
-
 
 # LangChain 1.6.4 deprecated its chat-history classes and RunnableWithMessageHistory in
 # favour of LangGraph persistence; they still ship and are what the issue asks for.

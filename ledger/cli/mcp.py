@@ -10,7 +10,8 @@ def cmd_mcp(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.integrations.mcp_server import build_server
 
     root = args.mcp_root or ctx.root
-    server = build_server(root, args.workspace, allow_write=args.allow_write)
+    server = build_server(root, args.workspace, allow_write=args.allow_write,
+                          retrieval=not args.no_retrieval, lock_timeout=args.lock_timeout)
     server.run("stdio")
     return 0
 
@@ -30,4 +31,9 @@ def register(sub: Any) -> None:
     p.add_argument("--workspace", dest="workspace", required=True, metavar="WS")
     p.add_argument("--allow-write", action="store_true",
                    help="also offer the append and clear tools (off by default)")
+    p.add_argument("--no-retrieval", action="store_true",
+                   help="serve with retrieval turned off (every call: retrieval_disabled)")
+    p.add_argument("--lock-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long a call waits for a writer (default 10; then "
+                   "history_unavailable)")
     p.set_defaults(handler=cmd_mcp)

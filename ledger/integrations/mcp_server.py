@@ -12,8 +12,9 @@
 - with ``allow_write=True`` only: tools ``append`` (canonical rows as one
   batch) and ``clear`` (a manual reset). Without it the server never writes.
 
-A path-like workspace id (``InvalidWorkspace``) and a workspace whose
-directory resolves outside the root (a symlink) are refused before serving.
+A path-like workspace id (``InvalidWorkspace``, a usage error for the CLI) and
+a workspace whose directory resolves outside the root (a symlink;
+``WorkspaceOutsideRoot``) are refused before serving.
 """
 
 # No `from __future__ import annotations`: MCPServer reads the tool's signature, and
@@ -25,7 +26,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from ledger.core.errors import InvalidWorkspace, WorkspaceNotFound
+from ledger.core.errors import LedgerError, WorkspaceNotFound
 from ledger.core.ids import validate_workspace
 from ledger.integrations import require
 from ledger.transcript.store import Store
@@ -35,9 +36,13 @@ from mcp.server.mcpserver import MCPServer  # noqa: E402
 from mcp_types import CallToolResult, TextContent  # noqa: E402
 from pydantic import Field  # noqa: E402
 
-__all__ = ["WINDOW_URI", "build_server", "check_workspace"]
+__all__ = ["WINDOW_URI", "WorkspaceOutsideRoot", "build_server", "check_workspace"]
 
 WINDOW_URI = "ledger://window"
+
+
+class WorkspaceOutsideRoot(LedgerError):
+    """The workspace directory resolves outside the store root (a symlink)."""
 
 
 def check_workspace(root: str, workspace: str) -> str:
@@ -50,7 +55,7 @@ def check_workspace(root: str, workspace: str) -> str:
         if os.path.commonpath([real_root, os.path.realpath(path)]) != real_root or (
             os.path.dirname(os.path.realpath(path)) != real_root
         ):
-            raise InvalidWorkspace(
+            raise WorkspaceOutsideRoot(
                 f"workspace {ws!r} resolves outside the root {root} "
                 f"({os.path.realpath(path)}); refusing to serve it"
             )
@@ -62,10 +67,12 @@ def _desc(spec: dict[str, Any], name: str) -> str:
 
 
 def build_server(root: str, workspace: str, *, allow_write: bool = False,
-                 store: Store | None = None) -> MCPServer:
-    """An MCP server for ``workspace`` under ``root`` (see the module docstring)."""
+                 **store_options: Any) -> MCPServer:
+    """An MCP server for ``workspace`` under ``root`` (see the module docstring);
+    ``store_options`` go to ``Store`` (``retrieval=False`` serves only
+    ``retrieval_disabled`` results; ``lock_timeout`` bounds each call's wait)."""
     ws = check_workspace(root, workspace)
-    store = store or Store(root)
+    store = Store(root, **store_options)
     history = store.history(ws)
     tool = history.session_history()
     spec = tool.definition("openai")["function"]
