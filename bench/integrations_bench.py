@@ -59,8 +59,9 @@ PEER_LIMIT = 60
 _words = random.Random(14)
 _VOCAB = ["".join(_words.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(_words.randint(2, 9)))
           for _ in range(2000)]
-_TEXTS = [" ".join(_words.choice(_VOCAB) for _ in range(n)) for n in
-          [_words.randint(40, 90) for _ in range(64)] + [_words.randint(150, 230) for _ in range(64)]]
+_LENGTHS = [_words.randint(40, 90) for _ in range(64)] + [_words.randint(150, 230)
+                                                         for _ in range(64)]
+_TEXTS = [" ".join(_words.choice(_VOCAB) for _ in range(n)) for n in _LENGTHS]
 
 
 def turn_items(k: int) -> list[dict[str, Any]]:
@@ -228,7 +229,8 @@ def run(quick: bool, log: Callable[[str], None] = lambda m: None) -> dict[str, A
                 out["items_seen"].setdefault("ledger agents", {})[str(mib)] = n_a
                 out["items_seen"].setdefault("ledger langchain", {})[str(mib)] = n_l
         for name, by_size in samples.items():
-            out["median_ms"][name] = {str(m): statistics.median(v) * 1e3 for m, v in by_size.items()}
+            out["median_ms"][name] = {str(m): statistics.median(v) * 1e3
+                                      for m, v in by_size.items()}
             out["repeats"][name] = {str(m): len(v) for m, v in by_size.items()}
         log(f"ours: {out['median_ms']}")
         shutil.rmtree(os.path.join(tmp), ignore_errors=True)

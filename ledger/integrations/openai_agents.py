@@ -19,6 +19,12 @@ Meanings (README "OpenAI Agents SDK"):
   quarantine, the epoch changes and open ``session_history`` cursors expire.
   Returns the popped item; None on an empty window. The lead-in of a rolled
   over window cannot be popped (``LedgerError``).
+- ``rollover_tokens``: optional. When the window's provider view counts more
+  tokens than this (``ledger.budget`` with ``model``'s tokenizer), the next
+  ``get_items`` first rolls over: a fresh window that starts with the lead-in,
+  which offers ``session_history`` (give the agent
+  ``session_history_tool(session)``). The SDK calls ``get_items`` when a run
+  starts, so a rollover never splits a run's tool calls from their results.
 - ``clear_session()``: a manual reset (``History.clear_soft``): the window
   empties, and the rows before it become the privacy floor, unreachable by
   ``session_history`` but retained. ``delete_session()`` removes the whole
@@ -34,7 +40,8 @@ from typing import Any
 
 from ledger.adapters import openai_responses
 from ledger.adapters.common import raw_part
-from ledger.core.errors import LedgerError, WorkspaceNotFound
+from ledger.budget.tokens import TokenCounter
+from ledger.core.errors import LedgerError, WindowChanged, WorkspaceNotFound
 from ledger.core.rows import Row
 from ledger.integrations import open_store, require
 from ledger.interop.aio import AsyncStore
@@ -107,7 +114,13 @@ class LedgerSession(SessionABC):
         store: Store | None = None,
         root: str | os.PathLike[str] | None = None,
         session_settings: SessionSettings | None = None,
+        rollover_tokens: int | None = None,
+        model: str = "gpt-4o",
     ) -> None:
+        if rollover_tokens is not None and rollover_tokens < 1:
+            raise LedgerError("rollover_tokens must be a positive number of tokens")
+        self.rollover_tokens = rollover_tokens
+        self._counter = TokenCounter(model) if rollover_tokens is not None else None
         self.store = open_store(store, root)
         self.history: History = self.store.history(session_id)
         self.session_id = self.history.workspace
@@ -120,9 +133,20 @@ class LedgerSession(SessionABC):
 
     def _view(self) -> list[Row]:
         try:
-            return self.history.provider_view()
+            window = self.history.window if self._counter is not None else 0
+            view = self.history.provider_view()
         except WorkspaceNotFound:
             return []
+        if self._counter is None or not any(r.kind != "lead_in" for r in view):
+            return view
+        assert self.rollover_tokens is not None
+        if self._counter.rows([r.data for r in view]).tokens <= self.rollover_tokens:
+            return view
+        try:
+            self.history.rollover([], expect_window=window)
+        except WindowChanged:
+            pass  # another writer moved the window first: serve the window as it is now
+        return self.history.provider_view()
 
     def items(self, limit: int | None = None) -> list[dict[str, Any]]:
         """``get_items`` without the event loop."""
