@@ -187,3 +187,38 @@ def test_path_like_ids_and_workspaces_outside_the_root_are_refused(tmp_path: Pat
     os.symlink(outside, root / "linked")
     done = _tledger("mcp", "--root", str(root), "--workspace", "linked")
     assert done.returncode == 1 and "outside the root" in done.stderr
+
+
+def test_streamable_http_on_the_loopback_interface(tmp_path: Path) -> None:
+    import socket
+    import time
+
+    Store(tmp_path, durability="off").history("ws").append(msg("over http"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [PYTHON, "-m", "ledger", "mcp", "--root", str(tmp_path), "--workspace", "ws",
+         "--http", str(port)], env=subprocess_env(), stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # wait until it listens
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "no server"
+                time.sleep(0.1)
+
+        async def scenario() -> None:
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                found = await call(client, action="search", query="over http")
+                assert [i["text"] for i in found["items"]] == ["over http"]
+
+        asyncio.run(scenario())
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        assert server.stderr is not None
+        server.stderr.close()

@@ -1,4 +1,5 @@
-"""``tledger mcp``: serve one workspace's session_history over MCP (stdio)."""
+"""``tledger mcp``: serve one workspace's session_history over MCP (stdio, or
+streamable HTTP on the loopback interface)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ def cmd_mcp(args: argparse.Namespace, ctx: Any) -> int:
     root = args.mcp_root or ctx.root
     server = build_server(root, args.workspace, allow_write=args.allow_write,
                           retrieval=not args.no_retrieval, lock_timeout=args.lock_timeout)
-    server.run("stdio")
+    if args.http is None:
+        server.run("stdio")
+    else:  # loopback only: the SDK then also turns on DNS-rebinding protection
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
     return 0
 
 
@@ -31,6 +35,8 @@ def register(sub: Any) -> None:
     p.add_argument("--workspace", dest="workspace", required=True, metavar="WS")
     p.add_argument("--allow-write", action="store_true",
                    help="also offer the append and clear tools (off by default)")
+    p.add_argument("--http", type=int, default=None, metavar="PORT",
+                   help="serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio")
     p.add_argument("--no-retrieval", action="store_true",
                    help="serve with retrieval turned off (every call: retrieval_disabled)")
     p.add_argument("--lock-timeout", type=float, default=10.0, metavar="SECONDS",
