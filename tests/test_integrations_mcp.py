@@ -222,3 +222,19 @@ def test_streamable_http_on_the_loopback_interface(tmp_path: Path) -> None:
         server.wait(timeout=30)
         assert server.stderr is not None
         server.stderr.close()
+
+
+def test_a_call_reads_at_most_2_mib(tmp_path: Path) -> None:
+    h = Store(tmp_path, durability="off").history("ws")
+    h.append_many([msg(f"{i} " + "b" * (900 << 10)) for i in range(4)])  # 3.5 MiB, 4 rows
+    h.append(msg("needle"))
+
+    async def scenario() -> None:
+        async with serve(tmp_path, "ws") as client:
+            first = await call(client, action="search", query="needle")
+            assert first["items"] == [] and first["cursor"] is not None  # paused by bytes
+            pages = await _follow(client, action="search", query="needle")
+            assert len(pages) >= 2
+            assert [i["text"] for p in pages for i in p["items"]] == ["needle"]
+
+    asyncio.run(scenario())
