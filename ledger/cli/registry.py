@@ -106,8 +106,8 @@ def install(sub: Any) -> None:
                                 epilog=f"Example: {cmd.example}")
         for a in cmd.args:
             options = dict(a.options)
-            if a is WS:
-                options["type"] = _workspace_id
+            if a is WS or options.get("dest") == "workspace":
+                options["type"] = _workspace_id  # WS, or an option naming the workspace
             parser.add_argument(*a.flags, **options)
         parser.add_argument(
             "--json", action="store_true",

@@ -1,0 +1,45 @@
+"""``tledger mcp``: serve one workspace's session_history over MCP (stdio, or
+streamable HTTP on the loopback interface)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ledger.cli.registry import arg, command
+
+
+@command(
+    "mcp",
+    help="serve session_history over MCP (stdio)",
+    description="Serve the session_history tool (list, search, read) and the current "
+    "window (resource ledger://window) of one workspace over MCP on stdio. Read-only "
+    "unless --allow-write adds the append and clear tools. Needs the mcp extra: "
+    "pip install 'transcript-ledger[mcp]'.",
+    example="tledger mcp --root ./.tledger --workspace ws-1",
+    args=[
+        arg("--root", dest="mcp_root", default=None, metavar="DIR",
+            help="store root (default: tledger's --root, $TLEDGER_ROOT, ./.tledger)"),
+        arg("--workspace", dest="workspace", required=True, metavar="WS"),
+        arg("--allow-write", action="store_true",
+            help="also offer the append and clear tools (off by default)"),
+        arg("--http", type=int, default=None, metavar="PORT",
+            help="serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio"),
+        arg("--no-retrieval", action="store_true",
+            help="serve with retrieval turned off (every call: retrieval_disabled)"),
+        arg("--lock-timeout", type=float, default=10.0, metavar="SECONDS",
+            help="how long a call waits for a writer (default 10; then "
+            "history_unavailable)"),
+    ],
+)
+def cmd_mcp(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger.integrations.mcp_server import build_server
+
+    root = args.mcp_root or ctx.root
+    server = build_server(root, args.workspace, allow_write=args.allow_write,
+                          retrieval=not args.no_retrieval, lock_timeout=args.lock_timeout)
+    if args.http is None:
+        server.run("stdio")
+    else:  # loopback only: the SDK then also turns on DNS-rebinding protection
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
+    return 0

@@ -1,0 +1,169 @@
+"""LangChain's ``BaseChatMessageHistory``, stored in a ledger workspace.
+
+``LedgerChatMessageHistory(session_id, store=None, root=None)`` keeps one chat
+history in the workspace ``session_id``. Every message is one canonical row:
+its parts are the message as the ledger sees a conversation (text, tool calls,
+tool results), and ``meta["langchain"]`` holds ``message_to_dict(message)``,
+from which ``messages`` rebuilds it unchanged: type, id, name,
+``additional_kwargs``, ``response_metadata``, ``tool_calls``,
+``tool_call_id``, content blocks.
+
+- ``messages``: the current window, oldest first (a rolled-over window starts
+  with its lead-in as a ``SystemMessage``). It reads the window, never the
+  whole history.
+- ``add_messages``: one all-or-nothing batch.
+- ``clear``: a manual reset (``History.clear_soft``), the privacy floor; the
+  rows stay retained. ``delete`` removes the workspace (``Store.delete``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from ledger.adapters.common import raw_part
+from ledger.core.errors import WorkspaceNotFound
+from ledger.core.rows import Row, is_empty_assistant
+from ledger.integrations import open_store, require
+from ledger.transcript.history import History
+from ledger.transcript.store import Store
+
+require("langchain_core", "langchain")
+from langchain_core.chat_history import BaseChatMessageHistory  # noqa: E402
+from langchain_core.messages import (  # noqa: E402
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    message_to_dict,
+    messages_from_dict,
+)
+from langchain_core.tools import StructuredTool  # noqa: E402
+
+__all__ = ["META_KEY", "LedgerChatMessageHistory", "message_row", "session_history_tool"]
+
+META_KEY = "langchain"
+API = "langchain"
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool",
+          "function": "tool", "developer": "system"}
+
+
+def _content_parts(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    parts: list[dict[str, Any]] = []
+    for block in content or []:
+        if isinstance(block, str):
+            parts.append({"type": "text", "text": block})
+        elif isinstance(block, dict) and block.get("type") == "text" and isinstance(
+            block.get("text"), str
+        ):
+            parts.append({"type": "text", "text": block["text"]})
+        elif isinstance(block, dict):
+            parts.append(raw_part(API, block))
+    return parts
+
+
+def _role(message: BaseMessage) -> str:
+    role = _ROLES.get(message.type)
+    if role is None:  # ChatMessage and other custom types
+        given = getattr(message, "role", "user")
+        role = {"assistant": "assistant", "ai": "assistant", "system": "system"}.get(given, "user")
+    return role
+
+
+def message_row(message: BaseMessage) -> dict[str, Any]:
+    """The canonical row of one message (the message itself kept in meta)."""
+    role = _role(message)
+    if role == "tool":
+        output = message.content if isinstance(message.content, str) else msgspec.to_builtins(
+            message.content)
+        parts = [{"type": "tool_result", "id": getattr(message, "tool_call_id", None)
+                  or getattr(message, "name", None) or "", "output": output,
+                  "error": getattr(message, "status", "success") == "error"}]
+    else:
+        parts = _content_parts(message.content)
+        for call in getattr(message, "tool_calls", None) or []:
+            parts.append({"type": "tool_call", "id": call.get("id") or "",
+                          "name": call.get("name", ""), "input": call.get("args", {})})
+    if not parts:
+        parts = [{"type": "text", "text": ""}]
+    kept = msgspec.to_builtins(message_to_dict(message))
+    return {"kind": "message", "role": role, "parts": parts, "meta": {META_KEY: kept}}
+
+
+def _row_message(row: Row) -> BaseMessage | None:
+    kept = row.meta.get(META_KEY)
+    if isinstance(kept, dict):
+        return messages_from_dict([kept])[0]
+    if row.kind not in ("message", "lead_in") or is_empty_assistant(row.data):
+        return None
+    text = "\n".join(p["text"] for p in row.parts
+                     if isinstance(p, dict) and p.get("type") == "text"
+                     and isinstance(p.get("text"), str))
+    if row.role == "assistant":
+        return AIMessage(content=text, id=row.id)
+    if row.role == "system":
+        return SystemMessage(content=text, id=row.id)
+    return HumanMessage(content=text, id=row.id)
+
+
+class LedgerChatMessageHistory(BaseChatMessageHistory):
+    """A LangChain chat history kept in the ledger workspace ``session_id``.
+
+    ``store`` or ``root`` pick the store (default ``$TLEDGER_ROOT``, else
+    ``./.tledger``); the id must be a valid workspace id. Nothing is created
+    on disk until the first write.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        store: Store | None = None,
+        root: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.store = open_store(store, root)
+        self.history: History = self.store.history(session_id)
+        self.session_id = self.history.workspace
+
+    def __repr__(self) -> str:
+        return f"LedgerChatMessageHistory({self.session_id!r}, root={self.store.root!r})"
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        try:
+            rows = self.history.window_rows()
+        except WorkspaceNotFound:
+            return []
+        return [m for m in (_row_message(r) for r in rows) if m is not None]
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        if messages:
+            self.history.append_many([message_row(m) for m in messages])
+
+    def clear(self) -> None:
+        self.history.clear_soft()
+
+    def delete(self) -> bool:
+        """Delete the whole workspace (retention ends). False if there was none."""
+        return self.store.delete(self.session_id)
+
+
+def session_history_tool(history: LedgerChatMessageHistory) -> StructuredTool:
+    """``session_history`` of the history's workspace as a LangChain tool.
+
+    The result is the JSON text the model gets; bad arguments come back as
+    error results, never exceptions."""
+    tool = history.history.session_history()
+    spec = tool.definition("openai")["function"]
+
+    def call(**kwargs: Any) -> str:
+        return tool.call({k: v for k, v in kwargs.items() if v is not None})
+
+    return StructuredTool.from_function(
+        func=call, name=spec["name"], description=spec["description"],
+        args_schema=spec["parameters"],
+    )

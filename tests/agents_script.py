@@ -1,0 +1,88 @@
+"""A local Agents SDK model with scripted replies, and a runner script.
+
+``ScriptedModel`` implements the SDK's ``Model`` interface: each call pops
+the next scripted output and records the input the SDK sent, so a test sees
+exactly what the session gave the model. Run as a script
+(``python tests/agents_script.py ROOT SESSION QUESTION REPLY``) it reopens the
+session in a fresh process, runs one ``Runner.run`` turn and prints the input
+the model received as JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from agents import Agent, ModelResponse, Runner, Usage, function_tool, set_tracing_disabled
+from agents.models.interface import Model
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
+
+set_tracing_disabled(True)
+
+
+def message(text: str, msg_id: str) -> ResponseOutputMessage:
+    return ResponseOutputMessage(
+        id=msg_id, type="message", role="assistant", status="completed",
+        content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
+    )
+
+
+def call(name: str, arguments: str, call_id: str) -> ResponseFunctionToolCall:
+    return ResponseFunctionToolCall(
+        id=f"fc_{call_id}", type="function_call", call_id=call_id, name=name,
+        arguments=arguments, status="completed",
+    )
+
+
+class ScriptedModel(Model):
+    """Returns ``outputs`` in order, one list of output items per model call."""
+
+    def __init__(self, outputs: list[list[Any]]) -> None:
+        self.outputs = list(outputs)
+        self.inputs: list[Any] = []
+
+    async def get_response(self, system_instructions: Any, input: Any, model_settings: Any,
+                           tools: Any, output_schema: Any, handoffs: Any, tracing: Any,
+                           **kwargs: Any) -> ModelResponse:
+        self.inputs.append(json.loads(json.dumps(input, default=str)))
+        if not self.outputs:
+            raise AssertionError("the scripted model ran out of replies")
+        return ModelResponse(output=self.outputs.pop(0), usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError("the scripted model does not stream")
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+def agent(model: ScriptedModel) -> Agent[Any]:
+    return Agent(name="assistant", instructions="Be brief.", model=model, tools=[get_weather])
+
+
+def main(argv: list[str]) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from ledger import Store
+    from ledger.integrations.openai_agents import LedgerSession
+
+    root, session_id, question, reply = argv
+    model = ScriptedModel([[message(reply, "msg_child")]])
+    session = LedgerSession(session_id, store=Store(root, durability="off"))
+    result = asyncio.run(Runner.run(agent(model), question, session=session))
+    print(json.dumps({"final": result.final_output, "input": model.inputs[0]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
