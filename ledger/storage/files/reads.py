@@ -72,6 +72,8 @@ class WorkspaceBase:
                 text = f.read(64)
         except FileNotFoundError:
             return
+        if not text:
+            return  # created, then its bytes lost with the power: no claim (writers rewrite it)
         if text != fmt.FORMAT_TEXT:
             raise FormatError(
                 f"workspace {self.workspace!r}: FORMAT is {text[:40]!r}, this build reads "
@@ -359,8 +361,11 @@ class WorkspaceBase:
     def _ensure_format(self, present: bool | None = None) -> None:
         """Under the exclusive lock: write FORMAT when missing, else check it
         (once per History object: FORMAT never changes under a writer)."""
+        path = os.path.join(self.path, fmt.FORMAT_NAME)
         if present is None:
-            present = os.path.exists(os.path.join(self.path, fmt.FORMAT_NAME))
+            present = os.path.exists(path)
+        if present and not self._format_checked and os.path.getsize(path) == 0:
+            present = False  # its bytes were lost with the power: write it again
         if present:
             if not self._format_checked:
                 self._check_format()
