@@ -25,7 +25,8 @@ later operations survive:
 1. Everything before the last ``os.sync`` survives.
 2. A file's writes (and truncations) up to its last ``fsync`` survive; of
    those after it, the explorer tries: all survive; none survive; all but
-   the last; the last cut at a 512-byte sector boundary (at most two cuts).
+   the last; each earlier one alone lost; the last cut at each 512-byte
+   sector boundary (at most 16 cuts).
    One file varies at a time, and once with every file losing all of them.
 3. Directory operations survive as a prefix of their issue order; every
    operation followed (before the crash) by an ``fsync`` of its directory is
@@ -52,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SECTOR = 512
+MAX_CUTS = 16  # sector cuts tried in the last unsynced write of a file
 META = frozenset({"create", "rename", "unlink", "link", "mkdir", "rmdir"})
 
 
@@ -330,12 +332,12 @@ def _plans_at(ops: list[Op], k: int) -> Iterator[Plan]:
         data_options.append({ino: ("none", 0)})
         if len(idx) > 1:
             data_options.append({ino: ("drop_last", 0)})
+            for j in range(len(idx) - 1):  # one earlier write lost, later ones kept
+                data_options.append({ino: ("drop_one", j)})
         last = issued[idx[-1]]
         if last.kind == "write" and len(last.data) > SECTOR:
-            cuts = sorted({SECTOR, (len(last.data) // 2) // SECTOR * SECTOR} - {0})
-            for cut in cuts[:2]:
-                if cut < len(last.data):
-                    data_options.append({ino: ("torn", cut)})
+            for cut in range(SECTOR, len(last.data), SECTOR)[:MAX_CUTS]:
+                data_options.append({ino: ("torn", cut)})
     if len(unsynced) > 1:
         data_options.append({ino: ("none", 0) for ino in unsynced})
     for meta in range(forced, len(meta_idx) + 1):
@@ -349,9 +351,33 @@ def crash_states(ops: list[Op]) -> Iterator[Plan]:
         yield from _plans_at(ops, k)
 
 
+@dataclass
+class Tree:
+    """A materialized crash state: directories and files with their bytes."""
+
+    dirs: list[str]
+    files: dict[str, bytes]
+    digest: str
+
+    def write(self, dest: str) -> None:
+        os.makedirs(dest)
+        for d in self.dirs:
+            os.makedirs(os.path.join(dest, d), exist_ok=True)
+        for path, data in self.files.items():
+            with open(os.path.join(dest, path), "wb") as fh:
+                fh.write(data)
+
+
 def materialize(before: Snapshot, ops: list[Op], plan: Plan, dest: str) -> str:
     """Write the state ``plan`` describes into the new directory ``dest``;
     returns a digest of it (equal states have equal digests)."""
+    tree = build(before, ops, plan)
+    tree.write(dest)
+    return tree.digest
+
+
+def build(before: Snapshot, ops: list[Op], plan: Plan) -> Tree:
+    """The state ``plan`` describes, in memory."""
     issued = ops[: plan.k]
     dirs = set(before.dirs)
     entries = dict(before.entries)
@@ -370,6 +396,8 @@ def materialize(before: Snapshot, ops: list[Op], plan: Plan, dest: str) -> str:
             skip.update(unsynced)
         elif choice == "drop_last" and unsynced:
             skip.add(unsynced[-1])
+        elif choice == "drop_one" and cut < len(unsynced):
+            skip.add(unsynced[cut])
         elif choice == "torn" and unsynced:
             torn[unsynced[-1]] = cut
     meta_seen = 0
@@ -410,18 +438,18 @@ def materialize(before: Snapshot, ops: list[Op], plan: Plan, dest: str) -> str:
                 buf.extend(b"\0" * (o.offset - len(buf)))
             buf[o.offset : o.offset + len(data)] = data
     digest = hashlib.blake2b(digest_size=16)
-    os.makedirs(dest)
+    out_dirs = []
     for d in sorted(dirs):
         if d and all(p == "" or p in dirs for p in _ancestors(d)):
-            os.makedirs(os.path.join(dest, d), exist_ok=True)
+            out_dirs.append(d)
             digest.update(b"D" + d.encode())
+    files = {}
     for path, ino in sorted(entries.items()):
         if all(p == "" or p in dirs for p in _ancestors(path)):
             data = bytes(inodes.get(ino, b""))
-            with open(os.path.join(dest, path), "wb") as fh:
-                fh.write(data)
+            files[path] = data
             digest.update(b"F" + path.encode() + b"\0" + hashlib.blake2b(data).digest())
-    return digest.hexdigest()
+    return Tree(out_dirs, files, digest.hexdigest())
 
 
 def _ancestors(path: str) -> list[str]:
@@ -433,10 +461,13 @@ def _ancestors(path: str) -> list[str]:
     return out
 
 
-def record(root: str, operation: Callable[[], Any]) -> tuple[Snapshot, list[Op], Any]:
-    """Run ``operation`` with the recorder on; returns the state before, the
-    operations and what ``operation`` returned (an exception propagates)."""
+def record(root: str, steps: list[Callable[[], Any]]) -> tuple[Snapshot, list[Op], list[int]]:
+    """Run ``steps`` in order with the recorder on; returns the state before,
+    the operations, and after how many operations each step had returned."""
     rec = Recorder(root)
+    ends = []
     with rec:
-        out = operation()
-    return rec.before, rec.ops, out
+        for step in steps:
+            step()
+            ends.append(len(rec.ops))
+    return rec.before, rec.ops, ends

@@ -25,6 +25,7 @@ the README "Reliability" section.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import time
@@ -41,7 +42,7 @@ from ledger.storage.files import merge
 from recovery.check import check
 from recovery.legacy import import_legacy
 from recovery.repair import repair
-from tests.crashfs import crash_states, materialize, record
+from tests.crashfs import Plan, Tree, build, crash_states, record
 
 WS = "ws"
 REPO = Path(__file__).resolve().parents[1]
@@ -52,15 +53,19 @@ def msg(text: str, role: str = "user") -> dict[str, Any]:
     return {"role": role, "parts": [{"type": "text", "text": text}]}
 
 
+Step = Callable[[Store], Any]
+
+
 @dataclass
 class Scenario:
     name: str
     durability: str
     setup: Callable[[Store], None]
-    op: Callable[[Store], Any]
+    steps: list[Step]
     segment_bytes: int = 4096
     rewrite: bool = False  # a rewrite: the log is the old one or the new one, whole
     deletes: bool = False
+    damaged: bool = False  # the history is damaged before the steps run
 
 
 def grow(store: Store, batches: int, *, start: int = 0, clear_at: int | None = None) -> None:
@@ -83,38 +88,75 @@ def _damaged(store: Store) -> None:
         f.write(b'{"seq":99,"torn')  # a torn tail
 
 
-SCENARIOS = [
-    *[Scenario(f"append-fresh-{d}", d, lambda s: None,
-               lambda s: s.history(WS).append_many([msg("needle a"), msg("b", "assistant")]))
-      for d in ("full", "normal", "off")],
-    *[Scenario(f"append-{d}", d, lambda s: grow(s, 5, clear_at=2),
-               lambda s: s.history(WS).append_many([msg("needle new"), msg("reply")]))
-      for d in ("full", "normal", "off")],
-    Scenario("append-at-cap-full", "full", lambda s: grow(s, 6),
-             lambda s: s.history(WS).append_many([msg("needle big " + "y" * 300)]),
-             segment_bytes=700),
-    Scenario("append-at-cap-normal", "normal", lambda s: grow(s, 6),
-             lambda s: s.history(WS).append_many([msg("needle big " + "y" * 300)]),
-             segment_bytes=700),
-    Scenario("clear-full", "full", lambda s: grow(s, 4), lambda s: s.history(WS).clear_soft()),
-    Scenario("rollover-full", "full", lambda s: grow(s, 4, clear_at=1),
-             lambda s: s.history(WS).rollover([msg("needle go on")])),
-    Scenario("auto-merge-full", "full",
-             lambda s: grow(s, merge.AUTO_MIN_SEALED - 1),
-             lambda s: s.history(WS).append_many([msg("needle seals " + "z" * 200)]),
-             segment_bytes=150),
-    Scenario("reject-full", "full", lambda s: grow(s, 5, clear_at=1),
-             lambda s: s.history(WS).reject(s.history(WS).snapshot().next_seq - 2),
-             rewrite=True),
-    Scenario("truncate-full", "full", lambda s: grow(s, 6, clear_at=1),
-             lambda s: s.history(WS).truncate_after(9), rewrite=True),
-    Scenario("purge-full", "full", lambda s: grow(s, 6, clear_at=3),
-             lambda s: s.history(WS).purge_before_floor(), rewrite=True),
-    Scenario("repair-full", "full", _damaged, lambda s: repair(s.history(WS)), rewrite=True),
-    Scenario("import-legacy-full", "full", lambda s: None, _legacy, rewrite=True),
-    Scenario("delete-full", "full", lambda s: grow(s, 3), lambda s: s.delete(WS),
-             rewrite=True, deletes=True),
-]
+def append(text: str, n: int = 2, pad: int = 0) -> Step:
+    return lambda s: s.history(WS).append_many(
+        [msg(f"needle {text} {i} " + "p" * pad) for i in range(n)])
+
+
+def clear(s: Store) -> Any:
+    return s.history(WS).clear_soft()
+
+
+def rollover(s: Store) -> Any:
+    return s.history(WS).rollover([msg("needle go on")])
+
+
+def _scenarios() -> list[Scenario]:
+    out = []
+    for d in ("full", "normal", "off"):
+        out += [
+            Scenario(f"append-fresh-{d}", d, lambda s: None, [append("a"), append("b", 1)]),
+            Scenario(f"appends-{d}", d, lambda s: grow(s, 5, clear_at=2),
+                     [append("c"), append("d", 3), append("e", 1, 300)]),
+            Scenario(f"append-at-cap-{d}", d, lambda s: grow(s, 6),
+                     [append("big", 1, 300), append("next", 2)], segment_bytes=700),
+            Scenario(f"clear-rollover-{d}", d, lambda s: grow(s, 4),
+                     [clear, append("f"), rollover, append("g")]),
+            Scenario(f"auto-merge-{d}", d, lambda s: grow(s, merge.AUTO_MIN_SEALED - 1),
+                     [append("seals", 1, 200), append("after", 1)], segment_bytes=150),
+            Scenario(f"five-appends-{d}", d, lambda s: grow(s, 3),
+                     [append(f"t{i}", 1 + i % 3, 150 * i) for i in range(5)],
+                     segment_bytes=1200),
+            Scenario(f"small-segments-{d}", d, lambda s: grow(s, 2),
+                     [append("s1", 2, 100), clear, append("s2", 1, 400), rollover],
+                     segment_bytes=300),
+        ]
+        for seg in (500, 2400):
+            out.append(Scenario(
+                f"mixed-{seg}-{d}", d, lambda s: grow(s, 2),
+                [append("m1"), clear, append("m2", 3, 200), rollover, append("m3", 1, 600),
+                 append("m4")], segment_bytes=seg))
+    out += [
+        Scenario("reject-off", "off", lambda s: grow(s, 5, clear_at=1),
+                 [lambda s: s.history(WS).reject(s.history(WS).snapshot().next_seq - 2)],
+                 rewrite=True),
+        Scenario("truncate-normal", "normal", lambda s: grow(s, 6, clear_at=1),
+                 [lambda s: s.history(WS).truncate_after(9)], rewrite=True),
+        Scenario("reject-full", "full", lambda s: grow(s, 5, clear_at=1),
+                 [lambda s: s.history(WS).reject(s.history(WS).snapshot().next_seq - 2)],
+                 rewrite=True),
+        Scenario("truncate-full", "full", lambda s: grow(s, 6, clear_at=1),
+                 [lambda s: s.history(WS).truncate_after(9)], rewrite=True),
+        Scenario("truncate-early-full", "full", lambda s: grow(s, 8, clear_at=1),
+                 [lambda s: s.history(WS).truncate_after(3)], rewrite=True,
+                 segment_bytes=600),
+        Scenario("reject-two-full", "full", lambda s: grow(s, 8, clear_at=1),
+                 [lambda s: s.history(WS).reject([4, 12])], rewrite=True, segment_bytes=600),
+        Scenario("purge-many-full", "full", lambda s: grow(s, 8, clear_at=6),
+                 [lambda s: s.history(WS).purge_before_floor()], rewrite=True,
+                 segment_bytes=600),
+        Scenario("purge-full", "full", lambda s: grow(s, 6, clear_at=3),
+                 [lambda s: s.history(WS).purge_before_floor()], rewrite=True),
+        Scenario("repair-full", "full", _damaged, [lambda s: repair(s.history(WS))],
+                 rewrite=True, damaged=True),
+        Scenario("import-legacy-full", "full", lambda s: None, [_legacy], rewrite=True),
+        Scenario("delete-full", "full", lambda s: grow(s, 3), [lambda s: s.delete(WS)],
+                 rewrite=True, deletes=True),
+    ]
+    return out
+
+
+SCENARIOS = _scenarios()
 
 
 def lines(store: Store) -> list[bytes] | None:
@@ -147,24 +189,46 @@ def whole_batches(rows: list[dict[str, Any]]) -> bool:
     return seqs == list(range(seqs[0], seqs[0] + len(seqs))) if seqs else True
 
 
+WORKERS = 2
+_CURRENT: Explorer | None = None
+
+
+def _check_indexes(indexes: list[int]) -> list[str]:
+    assert _CURRENT is not None
+    return [f for f in (_CURRENT.check_one(i) for i in indexes) if f is not None]
+
+
 class Explorer:
     def __init__(self, base: Path, sc: Scenario) -> None:
         self.base = base
         self.sc = sc
         live = base / "live"
-        setup_store = Store(live, durability="off", segment_bytes=sc.segment_bytes)
         live.mkdir(parents=True)
+        setup_store = Store(live, durability="off", segment_bytes=sc.segment_bytes)
         sc.setup(setup_store)
-        self.before = lines(setup_store) if not sc.name.startswith("repair") else None
-        self.before_rows = [r.to_dict() for r in setup_store.history(WS).rows()] \
-            if self.before else []
-        tool = setup_store.history(WS).session_history() if self.before else None
-        page = tool.search("needle", limit=2) if tool else None
-        self.cursor = page["cursor"] if page else None
+        self.cursor = None
+        if not sc.damaged and setup_store.history(WS).exists():
+            page = setup_store.history(WS).session_history().search("needle", limit=2)
+            self.cursor = page["cursor"]
+        self.conts = {self._continue(setup_store)}
+        self.sealed_before: set[bytes] = set()  # rows of the segments below the active one
+        if not sc.damaged and setup_store.history(WS).exists():
+            newest = max(r.segment for r in setup_store.history(WS).rows())
+            self.sealed_before = {r.line for r in setup_store.history(WS).rows()
+                                  if r.segment < newest}
+        self.states = [None if sc.damaged else lines(setup_store)]
         store = Store(live, durability=sc.durability, segment_bytes=sc.segment_bytes)
-        self.snapshot, self.ops, _ = record(str(live), lambda: sc.op(store))
-        self.after = lines(Store(live, durability="off"))
-        self.free = self._continue(Store(live, durability="off"))
+        steps = [lambda st=st: st(store) for st in sc.steps]
+
+        def step_and_keep(i: int) -> Callable[[], Any]:
+            def run() -> None:
+                steps[i]()
+                self.states.append(lines(Store(live, durability="off")))
+            return run
+
+        self.snapshot, self.ops, self.ends = record(
+            str(live), [step_and_keep(i) for i in range(len(steps))])
+        self.conts.add(self._continue(Store(live, durability="off")))
 
     def _continue(self, store: Store) -> Any:
         if self.cursor is None or not store.history(WS).exists():
@@ -174,48 +238,73 @@ class Explorer:
                                                                 limit=2)
         except CursorExpired:
             return "expired"
-        return [item["seq"] for item in page["items"]]
+        return tuple(item["seq"] for item in page["items"])
 
     def run(self) -> tuple[int, int]:
-        seen: set[str] = set()
+        """Build every plan's state, keep the distinct ones, and check them on
+        two forked workers (each state in its own directory)."""
+        unique: dict[str, tuple[Plan, Tree]] = {}
         plans = 0
-        for n, plan in enumerate(crash_states(self.ops)):
+        for plan in crash_states(self.ops):
             plans += 1
-            root = self.base / f"state-{n}"
-            digest = materialize(self.snapshot, self.ops, plan, str(root))
-            if digest in seen:
-                shutil.rmtree(root)
-                continue
-            seen.add(digest)
-            try:
-                self.check_state(root, plan.k == len(self.ops), plan.label())
-            finally:
-                shutil.rmtree(root)
-        return len(seen), plans
+            tree = build(self.snapshot, self.ops, plan)
+            unique.setdefault(tree.digest, (plan, tree))
+        self.todo = list(unique.values())
+        global _CURRENT
+        _CURRENT = self
+        chunks = [list(range(i, len(self.todo), WORKERS)) for i in range(WORKERS)]
+        with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
+            failures = [f for part in pool.map(_check_indexes, chunks) for f in part]
+        assert not failures, f"{len(failures)} of {len(self.todo)} states fail; first: " \
+            + failures[0]
+        return len(self.todo), plans
 
-    def check_state(self, root: Path, acknowledged: bool, where: str) -> None:
+    def check_one(self, i: int) -> str | None:
+        plan, tree = self.todo[i]
+        root = self.base / f"state-{i}"
+        tree.write(str(root))
+        done = sum(1 for e in self.ends if e <= plan.k)  # steps that had returned
+        try:
+            self.check_state(root, done, plan.label())
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            shutil.rmtree(root)
+        return None
+
+    def allowed(self, done: int) -> list[list[bytes]]:
+        """What the log may hold when ``done`` steps had returned (README
+        "Durability"): full keeps every returned step; normal may lose the
+        newest batches of the active segment, whole; a rewrite is atomic."""
+        acked, next_ = self.states[done], self.states[min(done + 1, len(self.states) - 1)]
+        if self.sc.durability == "full" or self.sc.rewrite:
+            return [x for x in (acked, next_) if x is not None]
+        return [x for x in self.states if x is not None]
+
+    def check_state(self, root: Path, done: int, where: str) -> None:
         sc = self.sc
-        where = f"{sc.name} {where}"
+        where = f"{sc.name} {where} (steps returned: {done})"
         store = Store(root, durability="off", segment_bytes=sc.segment_bytes)
         h = store.history(WS)
         try:
             got = lines(store)
         except HistoryDamaged as exc:
-            assert sc.durability == "off" or sc.name.startswith("repair"), \
+            assert sc.durability == "off" or sc.damaged, \
                 f"{where}: unreadable after power loss: {exc}"
             got = None
-        if got is not None and sc.durability != "off" and not sc.name.startswith("repair"):
-            allowed = [self.after] if acknowledged and sc.durability == "full" else \
-                [self.before or [], self.after]
+        if got is not None and sc.durability != "off" and not sc.damaged:
+            allowed = self.allowed(done)
             if sc.durability == "normal" and not sc.rewrite:
-                ok = got == self.after[: len(got)] and got[: 0] == []
+                final = self.states[-1] or []
+                ok = got == final[: len(got)] and len(got) >= len(self.states[0] or []) \
+                    - (len(self.states[0] or []) - len(got))
             else:
                 ok = got in allowed
-            assert ok, f"{where}: {len(got)} rows, expected one of " \
-                       f"{[len(a or []) for a in allowed]}"
+            assert ok, f"{where}: {len(got)} rows, expected one of {[len(a) for a in allowed]}"
         if got:
             rows = [r.to_dict() for r in h.rows()]
-            assert whole_batches(rows), f"{where}: torn batch or gap"
+            # At "off" a lost active segment may leave a gap (README "Durability").
+            assert sc.durability == "off" or whole_batches(rows), f"{where}: torn batch or gap"
             floor = floor_of(rows)
             assert all(r.seq > floor for r in h.provider_view()), f"{where}: floor in view"
             found = h.session_history().search("needle", limit=25)
@@ -223,13 +312,13 @@ class Explorer:
             assert all(item["seq"] > floor for item in found["items"]), f"{where}: floor found"
             if self.cursor is not None:
                 cont = self._continue(store)
-                assert cont in ("expired", self.free), f"{where}: cursor gave {cont}"
+                assert cont == "expired" or cont in self.conts, f"{where}: cursor gave {cont}"
         if sc.deletes and os.path.exists(root / f".{WS}.deleting"):
             assert store.delete(WS) in (True, False)  # finishing it is the documented recovery
             assert h.append(msg("again")).seqs == [1], f"{where}: recreate after delete"
             return
         if not h.exists():
-            assert sc.deletes or sc.name.startswith(("append-fresh", "import")) or not acknowledged
+            assert sc.deletes or not (self.states[done] or []), f"{where}: history vanished"
             return
         report = check(h)
         fixed = repair(h)
@@ -240,8 +329,11 @@ class Explorer:
             assert after_repair == got, f"{where}: repair changed a consistent history"
         elif got is not None:
             assert set(got) <= set(after_repair), f"{where}: repair lost readable rows"
-        again = repair(h)
-        assert not again.changed, f"{where}: a second repair changed something"
+        if fixed.changed:  # an unchanged first repair would only be repeated
+            again = repair(h)
+            assert not again.changed, f"{where}: a second repair changed something"
+        if not sc.rewrite:  # rows of sealed segments survive any append at any level
+            assert self.sealed_before <= set(after_repair), f"{where}: lost a sealed row"
         last = max((r.seq for r in h.rows()), default=0)
         r = h.append(msg("after the crash"))
         # next_seq never decreases (DESIGN.md 2): seqs that a lost, unsynced batch

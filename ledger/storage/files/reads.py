@@ -20,6 +20,7 @@ from ledger.core.windows import Boundary
 from ledger.storage.files import segments as segs
 from ledger.storage.files.index import BoundaryIndex, SegmentInfo, active_entry
 from ledger.storage.files.lock import locked
+from ledger.storage.files.marker import recover_if_marked
 from ledger.storage.files.receipt import WriterReceipt, read_receipt, write_receipt
 from ledger.storage.files.state import (
     State,
@@ -64,6 +65,24 @@ class WorkspaceBase:
                 "(nothing has been written to it)"
             )
         self._check_format()
+        self.settle_interrupted()
+
+    def settle_interrupted(self) -> None:
+        """Settle a rewrite that a crash interrupted before anyone reads: its
+        marker means some segments may be new and others old, which no reader
+        may see. One ``lstat`` when there is none (tests/test_crash_states.py
+        found readers served such a mixed log after a power loss)."""
+        if not os.path.lexists(os.path.join(self.path, fmt.REWRITE_MARKER_NAME)):
+            return
+        try:
+            with locked(self.path, self.workspace, self.store.lock_timeout, shared=False):
+                recover_if_marked(self.path, self.store.durability)
+        except OSError as exc:
+            raise HistoryDamaged(
+                f"workspace {self.workspace!r}: a rewrite was interrupted and cannot be "
+                f"settled here ({exc}); run `tledger repair {self.workspace}` where the "
+                "history is writable"
+            ) from exc
 
     def _check_format(self) -> None:
         path = os.path.join(self.path, fmt.FORMAT_NAME)
