@@ -9,12 +9,19 @@ Readers take the lock shared, validate, read, and never write or recover.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from ledger.core import format as fmt
-from ledger.core.errors import CommitFailed, FormatError, HistoryDamaged, WorkspaceNotFound
+from ledger.core.errors import (
+    CommitFailed,
+    FormatError,
+    HistoryDamaged,
+    Unavailable,
+    WorkspaceNotFound,
+)
 from ledger.core.rows import Row
 from ledger.core.windows import Boundary
 from ledger.storage.files import segments as segs
@@ -29,6 +36,27 @@ from ledger.storage.files.state import (
     new_epoch,
     stable_receipt,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _reading(what: str) -> Callable[[F], F]:
+    """An OS error while reading (no descriptor left, an I/O error) becomes
+    ``Unavailable``: nothing was changed, and the call may be retried."""
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(self, *args, **kwargs)
+            except OSError as exc:
+                raise _unavailable(self.workspace, what, exc) from exc
+        return run  # type: ignore[return-value]
+    return wrap
+
+
+def _unavailable(workspace: str, what: str, exc: OSError) -> Unavailable:
+    return Unavailable(f"workspace {workspace!r}: cannot {what}: {exc.strerror or exc}; "
+                       "nothing was changed, retry")
 
 
 class WorkspaceBase:
@@ -58,6 +86,7 @@ class WorkspaceBase:
         another format."""
         self._require()
 
+    @_reading("open the history")
     def _require(self) -> None:
         if not self.exists():
             raise WorkspaceNotFound(
@@ -201,6 +230,7 @@ class WorkspaceBase:
     def window(self) -> int:
         return self.snapshot().window_seq
 
+    @_reading("read the state")
     def snapshot(self) -> State:
         """Validate under the shared lock and return the state."""
         self._require()
@@ -215,7 +245,13 @@ class WorkspaceBase:
         HistoryDamaged at a line that fails verification.
         """
         self._require()
-        return self._rows(after_seq)
+        return self._guarded(self._rows(after_seq))
+
+    def _guarded(self, rows: Iterator[Row]) -> Iterator[Row]:
+        try:
+            yield from rows
+        except OSError as exc:
+            raise _unavailable(self.workspace, "read rows", exc) from exc
 
     def _rows(self, after_seq: int | None) -> Iterator[Row]:
         """Stream the segments listed under the shared lock, outside it.
@@ -316,6 +352,7 @@ class WorkspaceBase:
                 hi = mid - 1
         return best
 
+    @_reading("read a row")
     def get(self, seq: int) -> Row | None:
         """The row with ``seq``, or None."""
         self._require()
@@ -337,6 +374,7 @@ class WorkspaceBase:
                 if data is not None and isinstance(data.get("seq"), int):
                     yield Row(line.data, number, line.offset, data)
 
+    @_reading("read the window")
     def window_rows(self) -> list[Row]:
         """Every readable row after the newest boundary (the active window)."""
         self._require()
