@@ -74,6 +74,8 @@ class FileWorkspace(WorkspaceBase):
                 self._ensure_dir()
             lock = locked(self.path, self.workspace, self.store.lock_timeout, shared=False)
             lock.__enter__()
+        except CommitFailed as exc:  # the lock file could not be opened: name the batch
+            raise CommitFailed(str(exc), bid) from exc
         except OSError as exc:
             raise CommitFailed(
                 f"workspace {self.workspace!r}: cannot open or lock the history: {exc}", bid
