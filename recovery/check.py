@@ -236,7 +236,9 @@ def _read_format(path: str) -> bytes | None:
     except OSError:
         return None
     try:
-        return os.read(fd, 64)
+        # Empty: the writer that created it lost power before the bytes reached
+        # the disk (durability off). It claims no format; treat it as missing.
+        return os.read(fd, 64) or None
     finally:
         os.close(fd)
 

@@ -16,6 +16,7 @@ again and waits on that one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from collections.abc import Iterator
 import portalocker
 
 from ledger.core import format as fmt
-from ledger.core.errors import LockTimeout
+from ledger.core.errors import CommitFailed, LockTimeout, Unavailable
 
 _POLL_FIRST = 0.0005
 _POLL_MAX = 0.01
@@ -46,6 +47,17 @@ def locked(workspace_dir: str, workspace: str, timeout: float, *, shared: bool) 
                 yield
                 return
             raise
+        except OSError as exc:  # read-only media, no descriptor left, ...
+            if shared and exc.errno == errno.EROFS:
+                yield  # nobody can write here: read unlocked
+                return
+            raise CommitFailed(
+                f"workspace {workspace!r}: cannot open its lock file {path}: "
+                f"{exc.strerror or exc}; nothing was written"
+            ) if not shared else Unavailable(
+                f"workspace {workspace!r}: cannot open its lock file {path}: "
+                f"{exc.strerror or exc}"
+            ) from exc
         try:
             _acquire(fd, path, workspace, shared, deadline, timeout)
         except BaseException:

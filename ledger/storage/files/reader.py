@@ -197,6 +197,7 @@ class FileReader:
         return bool(self.ws.exists())
 
     def locked(self) -> AbstractContextManager[Any]:
+        self.ws.settle_interrupted()  # before the shared lock: settling takes it exclusively
         return locked(self.ws.path, self.ws.workspace, self.ws.store.lock_timeout, shared=True)
 
     def state(self) -> State:

@@ -9,17 +9,25 @@ Readers take the lock shared, validate, read, and never write or recover.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from ledger.core import format as fmt
-from ledger.core.errors import CommitFailed, FormatError, HistoryDamaged, WorkspaceNotFound
+from ledger.core.errors import (
+    CommitFailed,
+    FormatError,
+    HistoryDamaged,
+    Unavailable,
+    WorkspaceNotFound,
+)
 from ledger.core.rows import Row
 from ledger.core.windows import Boundary
 from ledger.storage.files import segments as segs
 from ledger.storage.files.index import BoundaryIndex, SegmentInfo, active_entry
 from ledger.storage.files.lock import locked
+from ledger.storage.files.marker import recover_if_marked
 from ledger.storage.files.receipt import WriterReceipt, read_receipt, write_receipt
 from ledger.storage.files.state import (
     State,
@@ -28,6 +36,27 @@ from ledger.storage.files.state import (
     new_epoch,
     stable_receipt,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _reading(what: str) -> Callable[[F], F]:
+    """An OS error while reading (no descriptor left, an I/O error) becomes
+    ``Unavailable``: nothing was changed, and the call may be retried."""
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(self, *args, **kwargs)
+            except OSError as exc:
+                raise _unavailable(self.workspace, what, exc) from exc
+        return run  # type: ignore[return-value]
+    return wrap
+
+
+def _unavailable(workspace: str, what: str, exc: OSError) -> Unavailable:
+    return Unavailable(f"workspace {workspace!r}: cannot {what}: {exc.strerror or exc}; "
+                       "nothing was changed, retry")
 
 
 class WorkspaceBase:
@@ -57,6 +86,7 @@ class WorkspaceBase:
         another format."""
         self._require()
 
+    @_reading("open the history")
     def _require(self) -> None:
         if not self.exists():
             raise WorkspaceNotFound(
@@ -64,6 +94,24 @@ class WorkspaceBase:
                 "(nothing has been written to it)"
             )
         self._check_format()
+        self.settle_interrupted()
+
+    def settle_interrupted(self) -> None:
+        """Settle a rewrite that a crash interrupted before anyone reads: its
+        marker means some segments may be new and others old, which no reader
+        may see. One ``lstat`` when there is none (tests/test_crash_states.py
+        found readers served such a mixed log after a power loss)."""
+        if not os.path.lexists(os.path.join(self.path, fmt.REWRITE_MARKER_NAME)):
+            return
+        try:
+            with locked(self.path, self.workspace, self.store.lock_timeout, shared=False):
+                recover_if_marked(self.path, self.store.durability)
+        except OSError as exc:
+            raise HistoryDamaged(
+                f"workspace {self.workspace!r}: a rewrite was interrupted and cannot be "
+                f"settled here ({exc}); run `tledger repair {self.workspace}` where the "
+                "history is writable"
+            ) from exc
 
     def _check_format(self) -> None:
         path = os.path.join(self.path, fmt.FORMAT_NAME)
@@ -72,6 +120,8 @@ class WorkspaceBase:
                 text = f.read(64)
         except FileNotFoundError:
             return
+        if not text:
+            return  # created, then its bytes lost with the power: no claim (writers rewrite it)
         if text != fmt.FORMAT_TEXT:
             raise FormatError(
                 f"workspace {self.workspace!r}: FORMAT is {text[:40]!r}, this build reads "
@@ -180,6 +230,7 @@ class WorkspaceBase:
     def window(self) -> int:
         return self.snapshot().window_seq
 
+    @_reading("read the state")
     def snapshot(self) -> State:
         """Validate under the shared lock and return the state."""
         self._require()
@@ -194,7 +245,13 @@ class WorkspaceBase:
         HistoryDamaged at a line that fails verification.
         """
         self._require()
-        return self._rows(after_seq)
+        return self._guarded(self._rows(after_seq))
+
+    def _guarded(self, rows: Iterator[Row]) -> Iterator[Row]:
+        try:
+            yield from rows
+        except OSError as exc:
+            raise _unavailable(self.workspace, "read rows", exc) from exc
 
     def _rows(self, after_seq: int | None) -> Iterator[Row]:
         """Stream the segments listed under the shared lock, outside it.
@@ -295,6 +352,7 @@ class WorkspaceBase:
                 hi = mid - 1
         return best
 
+    @_reading("read a row")
     def get(self, seq: int) -> Row | None:
         """The row with ``seq``, or None."""
         self._require()
@@ -316,6 +374,7 @@ class WorkspaceBase:
                 if data is not None and isinstance(data.get("seq"), int):
                     yield Row(line.data, number, line.offset, data)
 
+    @_reading("read the window")
     def window_rows(self) -> list[Row]:
         """Every readable row after the newest boundary (the active window)."""
         self._require()
@@ -359,8 +418,11 @@ class WorkspaceBase:
     def _ensure_format(self, present: bool | None = None) -> None:
         """Under the exclusive lock: write FORMAT when missing, else check it
         (once per History object: FORMAT never changes under a writer)."""
+        path = os.path.join(self.path, fmt.FORMAT_NAME)
         if present is None:
-            present = os.path.exists(os.path.join(self.path, fmt.FORMAT_NAME))
+            present = os.path.exists(path)
+        if present and not self._format_checked and os.path.getsize(path) == 0:
+            present = False  # its bytes were lost with the power: write it again
         if present:
             if not self._format_checked:
                 self._check_format()

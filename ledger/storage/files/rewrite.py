@@ -111,7 +111,9 @@ def commit_rewrite(
     """Replace segments (number -> new bytes, None to delete) as one
     transaction (module doc). Call under the exclusive lock with ``st`` fresh."""
     path = history.path
-    durability = history.store.durability
+    # Always durable: a rewrite replaces rows that were on disk before it; the
+    # durability levels only ever allow a power loss to take the newest batches.
+    durability = "full"
     changes = {n: c for n, c in changes.items() if n in st.segments}
     if not changes:
         return RewriteOutcome([], st.epoch)

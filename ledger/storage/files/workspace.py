@@ -74,11 +74,19 @@ class FileWorkspace(WorkspaceBase):
                 self._ensure_dir()
             lock = locked(self.path, self.workspace, self.store.lock_timeout, shared=False)
             lock.__enter__()
+        except CommitFailed as exc:  # the lock file could not be opened: name the batch
+            raise CommitFailed(str(exc), bid) from exc
         except OSError as exc:
             raise CommitFailed(
                 f"workspace {self.workspace!r}: cannot open or lock the history: {exc}", bid
             ) from exc
-        rf = WriterReceipt(self.path)  # held for the whole append (one open)
+        try:
+            rf = WriterReceipt(self.path)  # held for the whole append (one open)
+        except OSError as exc:
+            lock.__exit__(None, None, None)
+            raise CommitFailed(
+                f"workspace {self.workspace!r}: cannot open the receipt: {exc}; nothing "
+                "was written", bid) from exc
         try:
             return self._append_locked(batch, rf)
         finally:
@@ -87,7 +95,12 @@ class FileWorkspace(WorkspaceBase):
 
     def _append_locked(self, batch: PendingBatch, rf: WriterReceipt) -> AppendResult:
         bid = batch.batch_id
-        st = self._arrive_locked(bid, rf)
+        try:
+            st = self._arrive_locked(bid, rf)
+        except OSError as exc:  # before anything is written: no descriptor, I/O error
+            raise CommitFailed(
+                f"workspace {self.workspace!r}: cannot read the history before writing: "
+                f"{exc.strerror or exc}; nothing was written", bid) from exc
         if batch.caller_id:
             found = self._find_batch(st, bid)
             if found is not None:
