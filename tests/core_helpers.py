@@ -230,3 +230,15 @@ class Faults:
             if self.step == "stable_receipt_write" and self._hit("rw", start=2):
                 self._fail("pwrite receipt")
         return self._real["pwrite"](fd, data, offset)
+
+
+def read_acks(path: Path) -> dict[str, list[int]]:
+    """A writer's acknowledged batches (``<batch id> <seq>...`` lines); a line
+    without its newline is not an ack."""
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_bytes().split(b"\n")[:-1]:
+        bid, *seqs = line.decode().split()
+        out[bid] = [int(s) for s in seqs]
+    return out

@@ -16,7 +16,16 @@ import time
 from pathlib import Path
 
 import pytest
-from core_helpers import PYTHON, WRITER, check_log, dicts, msg, subprocess_env, temps
+from core_helpers import (
+    PYTHON,
+    WRITER,
+    check_log,
+    dicts,
+    msg,
+    read_acks,
+    subprocess_env,
+    temps,
+)
 
 from ledger import Store
 from ledger import format as fmt
@@ -26,25 +35,16 @@ KILLS_PER_WORKSPACE = 9
 KILLS_SPAWNED = 12
 
 
-def _acks(path: Path) -> dict[str, list[int]]:
-    """Acknowledged batches; a line without its newline is not an ack."""
-    if not path.exists():
-        return {}
-    out = {}
-    for line in path.read_bytes().split(b"\n")[:-1]:
-        bid, *seqs = line.decode().split()
-        out[bid] = [int(s) for s in seqs]
-    return out
 
 
 def _verify_after_kill(root: Path, ws: str, ack: Path, where: str) -> None:
     h = Store(root, durability="off").history(ws)
     if not h.exists():
-        assert not _acks(ack), f"{where}: acknowledged batches but no workspace"
+        assert not read_acks(ack), f"{where}: acknowledged batches but no workspace"
         return
     rows = dicts(h)
     batches = check_log(rows, where)
-    for bid, seqs in _acks(ack).items():
+    for bid, seqs in read_acks(ack).items():
         assert batches.get(bid) == seqs, (
             f"{where}: acknowledged batch {bid} {seqs} is {batches.get(bid)} in the log"
         )
@@ -98,7 +98,7 @@ def test_sigkill_forked_writers(zygote: subprocess.Popen, tmp_path: Path) -> Non
         _verify_after_kill(root, ws, ack, f"kill {k} ({ws}, durability={durability})")
     assert deaths == KILLS_FORKED
     # The writers really wrote: most kills landed after several acknowledged batches.
-    acked = sum(len(_acks(tmp_path / f"ack-{k}")) for k in range(KILLS_FORKED))
+    acked = sum(len(read_acks(tmp_path / f"ack-{k}")) for k in range(KILLS_FORKED))
     assert acked > KILLS_FORKED
 
 

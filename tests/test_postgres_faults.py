@@ -21,21 +21,21 @@ from typing import Any
 import pytest
 
 from ledger import Store
-from tests.core_helpers import PYTHON, WRITER, check_log, dicts, msg, subprocess_env
+from tests.core_helpers import (
+    PYTHON,
+    WRITER,
+    check_log,
+    dicts,
+    msg,
+    read_acks,
+    subprocess_env,
+)
 
 pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
 
 KILLS = 60  # 6 workspaces x 10 kills
 
 
-def _acks(path: Path) -> dict[str, list[int]]:
-    if not path.exists():
-        return {}
-    out = {}
-    for line in path.read_bytes().split(b"\n")[:-1]:
-        bid, *seqs = line.decode().split()
-        out[bid] = [int(s) for s in seqs]
-    return out
 
 
 def _verify(root: str, ws: str, acks: dict[str, list[int]], where: str) -> int:
@@ -88,9 +88,9 @@ def test_sigkill_writers_mid_transaction(
             f"kill {k}: the writer ended by itself (status {status})")
         acks = {}
         for j in range(k - k % 10, k + 1):
-            acks.update(_acks(tmp_path / f"ack-{j}"))
+            acks.update(read_acks(tmp_path / f"ack-{j}"))
         n = _verify(pg_root, ws, acks, f"kill {k}")
-        acked_total += len(_acks(ack))
+        acked_total += len(read_acks(ack))
         if k % 10 == 9:  # the next append continues the seqs
             r = Store(pg_root).history(ws).append_many([msg("after"), msg("kills")])
             assert r.seqs == [n + 1, n + 2]
@@ -127,7 +127,7 @@ def test_a_server_crash_and_restart_during_a_write_load(tmp_path: Path) -> None:
                 [PYTHON, WRITER, "resilient", root, "ws", str(ack), str(seed), "120"],
                 env=subprocess_env(), stderr=subprocess.PIPE)))
         deadline = time.monotonic() + 30
-        while sum(len(_acks(a)) for a, _ in writers) < 30:
+        while sum(len(read_acks(a)) for a, _ in writers) < 30:
             assert time.monotonic() < deadline, "writers acknowledged nothing"
             time.sleep(0.01)
         cluster.stop("immediate")
@@ -138,7 +138,7 @@ def test_a_server_crash_and_restart_during_a_write_load(tmp_path: Path) -> None:
             proc.stderr.close()  # type: ignore[union-attr]
         acks: dict[str, list[int]] = {}
         for ack, _ in writers:
-            acks.update(_acks(ack))
+            acks.update(read_acks(ack))
         assert len(acks) == 360
         n = _verify(root, "ws", acks, "after the restart")
         assert n == 1 + 3 * 360  # each batch exactly once: retries never duplicated
