@@ -50,7 +50,7 @@ class Store:
             raise LedgerError("segment_bytes must be positive")
         if max_row_bytes < 64:
             raise LedgerError("max_row_bytes must be at least 64")
-        self.root = os.fspath(root) if not isinstance(root, str) else root
+        self.root = os.fspath(root)
         self.segment_bytes = segment_bytes
         self.lock_timeout = lock_timeout
         self.retrieval = retrieval
