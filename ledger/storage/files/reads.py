@@ -3,8 +3,11 @@ the stamps of every segment (``state``), streaming reads of rows, and the
 steps every writer shares (directory, FORMAT, pending receipt, publishing a
 state).
 
-Readers take the lock shared, validate, read, and never write or recover.
-``workspace.FileWorkspace`` adds the write path on top.
+Readers take the lock shared, validate and read. They write one thing only:
+a rewrite that a crash interrupted is settled (under the exclusive lock)
+before anyone reads, so no reader sees a log half old, half new. OS errors
+while reading become ``Unavailable``. ``workspace.FileWorkspace`` adds the
+write path on top.
 """
 
 from __future__ import annotations
