@@ -176,6 +176,12 @@ def _results_only(row: Mapping[str, Any]) -> bool:
     )
 
 
+def _canonical(row: Any) -> dict[str, Any]:
+    """A request message as a canonical row: ``kind`` always present."""
+    out = _plain(row)
+    return out if "kind" in out else {"kind": "message", **out}
+
+
 def _plain(row: Any) -> dict[str, Any]:
     return dict(row) if isinstance(row, Mapping) else row.to_dict()
 
@@ -447,7 +453,7 @@ class Conversation:
             model=provider.model,
             system=system,
             tools=tuple(provider.tools),
-            messages=tuple(_plain(m) for m in provider_rows(provider.messages)),
+            messages=tuple(_canonical(m) for m in provider_rows(provider.messages)),
             tokens=counted.tokens,
             exact=counted.exact,
             ceiling=self.config.ceiling,
