@@ -60,7 +60,6 @@ from ledger.budget.rollover import (
     RolloverHooks,
     RolloverParts,
     RolloverState,
-    carried_rows,
     check_step,
     run_rollover,
     send_inputs,
@@ -353,7 +352,6 @@ class Conversation:
 
     def _send(self, trigger: list[dict[str, Any]], quarantine: bool, memory: str) -> Request:
         view = [_plain(r) for r in self.history.provider_view()]
-        carry = carried_rows(view, trigger)
         policy = self.parts.current_policy()
 
         def request_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
@@ -368,7 +366,6 @@ class Conversation:
             notes_writable=self.notes_writable,
             precedence=self.parts.current_precedence(),
             lead_in_text=self.parts.lead_in_text,
-            carry=carry,
             view=view,
         )
         decision, state = step(self.state, inputs, self.config)
@@ -376,7 +373,7 @@ class Conversation:
             self._refuse(decision, trigger, quarantine)
         if decision.action is Action.ROLLOVER:
             try:
-                return self._rollover(decision, [*carry, *trigger], len(carry))
+                return self._rollover(decision, trigger)
             except AdmissionRefused as exc:
                 # Admission may refuse what the decision allowed (middleware,
                 # precedence that appeared meanwhile): the rollover waits, and
@@ -417,8 +414,9 @@ class Conversation:
         return ProviderRequest(self.model, live["system"], tuple(live["tools"]),
                                tuple(live["messages"]), memory)
 
-    def _rollover(self, decision: Decision, trigger: list[dict[str, Any]], carried: int) -> Request:
+    def _rollover(self, decision: Decision, trigger: list[dict[str, Any]]) -> Request:
         outcome = run_rollover(self.history, trigger, self.parts, self.hooks)
+        carried = len(outcome.prepared.trigger) - len(trigger)
         self.state = RolloverState(outcome.window)
         if outcome.discarded:
             # Committed, but the snapshot was revoked after publication: the
