@@ -66,7 +66,7 @@ from ledger.budget.rollover import (
     step,
     warning_row,
 )
-from ledger.budget.rollover_rules import Count
+from ledger.budget.rollover_rules import Count, _count, lead_in_for, lead_in_message
 from ledger.core.errors import InvalidRow, LedgerError
 from ledger.core.windows import provider_rows
 
@@ -309,11 +309,40 @@ class Conversation:
 
     # --- writes -------------------------------------------------------------------
 
-    def record(self, rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> AppendResult:
+    def record(
+        self,
+        rows: Iterable[Mapping[str, Any]] | Mapping[str, Any],
+        *,
+        quarantine: bool = True,
+    ) -> AppendResult:
         """Store rows that need no request now -- the model's output, tool
-        results as they arrive -- in the active window, as one batch."""
+        results as they arrive -- in the active window, as one batch.
+
+        The hard preflight of rule B5 applies here too: rows that cannot fit
+        even a fresh window (a huge tool output) would make every later
+        request impossible, so they are refused with :class:`SendRefused` and
+        stored as rejected records in one batch (unless ``quarantine=False``);
+        send an error result for the call instead.
+        """
+        trigger = _input(rows)
         self._follow()
-        return self.history.append_many(_input(rows), expect_window=self.state.window)
+        memory = self.parts.memory()
+        try:
+            lead = lead_in_message(lead_in_for(self.history.next_seq, self.parts.lead_in_text))
+            fresh = _count(self._count, self._request_for([lead, *trigger], memory.text))
+        finally:
+            if memory.release is not None:
+                memory.release()
+        if fresh.tokens > self.config.ceiling:
+            est = "" if fresh.exact else " (estimate)"
+            self._refuse(Decision(
+                Action.REJECT, "B5",
+                f"the rows count {fresh.tokens} tokens{est} even in a fresh window, above the "
+                f"hard ceiling {self.config.ceiling}; no request could hold them",
+                fresh.tokens, fresh.exact, self.config.ceiling, quarantine=True,
+                continuation=False,
+            ), trigger, quarantine)
+        return self.history.append_many(trigger, expect_window=self.state.window)
 
     def clear(self) -> AppendResult:
         """A manual clear (``History.clear_soft``): the new window starts empty
