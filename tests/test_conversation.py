@@ -277,3 +277,23 @@ def test_a_recorded_result_too_big_for_any_window_is_refused_and_quarantined(
     assert_paired(req.messages)
     assert_within(req, conv)
     assert all("log1 " not in str(m) for m in req.messages)  # never in the provider view
+
+
+def test_history_rollover_never_splits_a_pair(tmp_path: Path) -> None:
+    from ledger.transcript.history import OpenToolCalls
+
+    h = Store(tmp_path, durability="off").history("h")
+    h.append_many([user("go"), calls("a", "b"), result("a", "A")])
+    with pytest.raises(OpenToolCalls) as info:
+        h.rollover([user("next")])  # "b" would get its result in the new window
+    assert info.value.call_ids == ("b",) and "['b']" in str(info.value)
+    with pytest.raises(OpenToolCalls) as info:
+        h.rollover([result("b", "B")])  # the result without its call
+    assert info.value.call_ids == ("b",)
+    assert h.window == 0  # nothing written
+    h.append(result("b", "B"))
+    r = h.rollover([user("next"), calls("c")])  # a call in the trigger may wait
+    h.append(result("c", "C"))
+    view = [row.to_dict() for row in h.provider_view()]
+    assert_paired(view)
+    assert f"(window {r.window})" in view[0]["parts"][0]["text"] and r.window == h.window
