@@ -297,3 +297,20 @@ def test_history_rollover_never_splits_a_pair(tmp_path: Path) -> None:
     view = [row.to_dict() for row in h.provider_view()]
     assert_paired(view)
     assert f"(window {r.window})" in view[0]["parts"][0]["text"] and r.window == h.window
+
+
+def test_context_limit_defaults_to_the_models_input_room_and_never_exceeds_it(
+    tmp_path: Path,
+) -> None:
+    from ledger.budget.models import resolve
+    from ledger.rollover import BudgetConfigError
+
+    spec = resolve("gpt-4o")
+    store = Store(tmp_path, durability="off")
+    conv = Conversation.open(store, WS, model="gpt-4o")
+    assert conv.config.context_limit == spec.context_limit - spec.output_reserve
+    with pytest.raises(BudgetConfigError) as info:
+        Conversation.open(store, WS, model="gpt-4o", context_limit=spec.context_limit)
+    assert "output reserve" in str(info.value)
+    with pytest.raises(BudgetConfigError):
+        Conversation.open(store, WS, model="gpt-4o", context_limit=0)

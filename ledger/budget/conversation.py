@@ -53,6 +53,7 @@ from ledger.budget.policy import HISTORY_TOOL, ToolPolicy, advertised_schemas, p
 from ledger.budget.rollover import (
     Action,
     BudgetConfig,
+    BudgetConfigError,
     Decision,
     MemoryContext,
     PinnedModel,
@@ -201,8 +202,9 @@ def _input(rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> list[dict[s
 class Conversation:
     """One workspace's conversation with one model under one token budget.
 
-    ``context_limit`` is the caller's budget (default: the model's window from
-    the model registry); the thresholds are fractions of it as in
+    ``context_limit`` is the caller's budget, at most the model's window minus
+    its output reserve (the model registry's numbers, also the default); the
+    thresholds are fractions of it as in
     :class:`~ledger.rollover.BudgetConfig` (warn 70%, roll over 85%, hard
     ceiling 95% unless given). ``tools`` maps names to neutral schemas
     (:func:`tool_schema`); ``session_history`` is added when absent, since a
@@ -238,7 +240,13 @@ class Conversation:
         models: ModelRegistry | None = None,
     ) -> None:
         spec = resolve(model, models)
-        limit = spec.context_limit if context_limit is None else context_limit
+        room = spec.context_limit - spec.output_reserve
+        limit = room if context_limit is None else context_limit
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > room:
+            raise BudgetConfigError(
+                f"context_limit {limit} is above what model {model!r} can take as input "
+                f"({spec.context_limit} context - {spec.output_reserve} output reserve = {room})"
+            )
         self.history = history
         self.model = model
         self.config = BudgetConfig(
