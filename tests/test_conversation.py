@@ -118,6 +118,7 @@ def test_forty_turn_loop_with_tool_steps_rolls_over_and_stays_within_the_ceiling
         assert_within(req, conv)
         assert_paired(req.messages)
         chat_pairs_ok(req.openai_chat())
+        assert req.anthropic()["messages"][0]["role"] == "user"  # also after a carried step
     for req in rollovers:
         # the step that settled is in the new window: call and result together
         kinds = [m.get("kind", "message") for m in req.messages]

@@ -159,13 +159,24 @@ class Request:
                           **({"tools": tools} if tools else {}), **extra)
 
     def anthropic(self, **extra: Any) -> dict[str, Any]:
-        """The Messages request body (``ledger.adapters.anthropic``)."""
+        """The Messages request body (``ledger.adapters.anthropic``).
+
+        A window that starts with a carried assistant tool call (a rollover at
+        a tool step) gets its lead-in as the first user message, since some
+        Messages endpoints (Bedrock's) refuse an assistant first message."""
         tools = [
             {"name": t["name"], "description": t.get("description", ""),
              "input_schema": t.get("parameters", {"type": "object"})}
             for t in self.tools
         ]
-        return to_request("anthropic", self.rows(), model=self.model,
+        rows = self.rows()
+        talk = [i for i, r in enumerate(rows) if r.get("role") in ("user", "assistant", "tool")]
+        if talk and rows[talk[0]].get("role") == "assistant":
+            leads = [i for i in range(talk[0]) if rows[i].get("kind") == "lead_in"]
+            if leads:
+                lead = rows.pop(leads[-1])
+                rows.insert(talk[0] - 1, {**lead, "kind": "message", "role": "user"})
+        return to_request("anthropic", rows, model=self.model,
                           **({"tools": tools} if tools else {}), **extra)
 
 
