@@ -315,3 +315,22 @@ def test_context_limit_defaults_to_the_models_input_room_and_never_exceeds_it(
     assert "output reserve" in str(info.value)
     with pytest.raises(BudgetConfigError):
         Conversation.open(store, WS, model="gpt-4o", context_limit=0)
+
+
+@pytest.mark.parametrize("bad", [
+    {"role": "robot", "parts": []},
+    {"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "manual"}},
+    {"role": "user", "parts": [{"type": "text", "text": "x"}], "seq": 4},
+    "not a row",
+])
+def test_bad_rows_are_refused_before_anything_is_stored(tmp_path: Path, bad: Any) -> None:
+    from ledger import InvalidRow
+
+    conv = conversation(tmp_path / "r")
+    for call in (lambda: conv.send([user("ok"), bad]),
+                 lambda: conv.send([user("big " * 5000), bad]),
+                 lambda: conv.record([bad])):
+        with pytest.raises(InvalidRow) as info:
+            call()
+        assert "row 1" in str(info.value) or "row 0" in str(info.value)
+    assert not (tmp_path / "r").exists()

@@ -69,6 +69,7 @@ from ledger.budget.rollover import (
 )
 from ledger.budget.rollover_rules import Count, _count, lead_in_for, lead_in_message
 from ledger.core.errors import InvalidRow, LedgerError
+from ledger.core.rows import check_caller_row
 from ledger.core.windows import provider_rows
 
 if TYPE_CHECKING:
@@ -207,6 +208,9 @@ def _input(rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> list[dict[s
         if not isinstance(row, Mapping):
             raise InvalidRow(f"row {i}: must be a JSON object, got {type(row).__name__}", i)
         out.append(dict(row))
+        # The store's row rules, before any count or write: a bad row is
+        # refused as such (never quarantined, never half stored).
+        check_caller_row(out[-1], i)
     return out
 
 
