@@ -334,3 +334,27 @@ def test_bad_rows_are_refused_before_anything_is_stored(tmp_path: Path, bad: Any
             call()
         assert "row 1" in str(info.value) or "row 0" in str(info.value)
     assert not (tmp_path / "r").exists()
+
+
+def test_the_runtime_object_on_postgresql(pg_root: str) -> None:
+    """The same object over the PostgreSQL engine: a new workspace, preflight
+    with one-batch quarantine, tool steps carried at rollovers."""
+    conv = Conversation.open(Store(pg_root), WS, model="gpt-4o", context_limit=2000,
+                             tools={"bash": BASH})
+    assert conv.window == 0 and conv.history.provider_view() == []
+    with pytest.raises(SendRefused) as info:
+        conv.send(user(words(4000, "big")))
+    assert len(info.value.quarantined) == 1 and conv.history.provider_view() == []
+    rolled = []
+    for turn in range(14):
+        conv.send(user(words(40, "q")))
+        conv.record(calls(f"p{turn}"))
+        req = conv.send(result(f"p{turn}", words(80, "o")))
+        assert_within(req, conv)
+        assert_paired(req.messages)
+        if req.rolled_over:
+            rolled.append(req)
+            assert req.carried == 1 and f"(window {req.window})" in str(req.messages[0])
+    assert len(rolled) >= 2
+    windows = [w["window"] for w in conv.session_history().list()["items"]]
+    assert windows[-1] == conv.window == rolled[-1].window
