@@ -20,6 +20,7 @@ import msgspec
 
 from ledger.cli import registry
 from ledger.core.errors import InvalidWorkspace, LedgerError
+from ledger.core.terminal import visible, visible_line
 
 Handler = registry.Handler
 
@@ -31,7 +32,7 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(2, f"tledger: error: {message}\n")
+        self.exit(2, f"tledger: error: {visible_line(message)}\n")
 
 
 @dataclass
@@ -50,7 +51,8 @@ class Context:
         self.stdout.write(msgspec.json.encode(obj).decode("utf-8") + "\n")
 
     def emit_line(self, text: str) -> None:
-        self.stdout.write(text + "\n")
+        """A line (or lines) for people: control characters written out."""
+        self.stdout.write(visible(text) + "\n")
 
     def emit_result(self, as_json: bool, result: Any, text: str) -> None:
         """A command's result: the JSON document with ``--json``, else one line."""
@@ -84,24 +86,70 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fail(ctx: Context, code: int, line: str) -> int:
+    """One line on stderr (control characters written out), then exit ``code``."""
+    try:
+        ctx.stderr.write(visible_line(line) + "\n")
+        ctx.stderr.flush()
+    except (OSError, ValueError):
+        pass  # stderr is gone too: the exit code still says it
+    return code
+
+
+def _os_error(exc: OSError) -> str:
+    what = exc.strerror or str(exc) or type(exc).__name__
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"tledger: {type(exc).__name__}: {what}{where}"
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    """Run the parsed command ``args`` and map what it raises to an exit code.
+
+    The one place errors become exit codes: usage errors 2; every
+    ``LedgerError``, ``OSError`` (a file the command could not read or write),
+    ``RecursionError`` (input nested too deeply) and ``MemoryError`` 1 with one
+    line on stderr and no traceback. A closed pipe on stdout is not an error.
+    """
+    handler: Handler = args.handler
+    try:
+        return handler(args, ctx)
+    except (InvalidWorkspace, UsageError) as exc:
+        return _fail(ctx, 2, f"tledger: error: {exc}")
+    except LedgerError as exc:
+        return _fail(ctx, 1, f"tledger: {type(exc).__name__}: {exc}")
+    except BrokenPipeError:
+        _quiet_stdout(ctx)
+        return 0
+    except OSError as exc:
+        return _fail(ctx, 1, _os_error(exc))
+    except RecursionError:
+        return _fail(ctx, 1, "tledger: error: the input is nested too deeply to process "
+                     "(RecursionError)")
+    except MemoryError:
+        return _fail(ctx, 1, "tledger: error: out of memory (MemoryError)")
+    except KeyboardInterrupt:
+        return _fail(ctx, 130, "tledger: interrupted")
+
+
+def _quiet_stdout(ctx: Context) -> None:
+    """After a closed pipe: point stdout at /dev/null so the interpreter's own
+    flush at exit does not complain about it (Python's documented recipe)."""
+    if ctx.stdout is sys.stdout:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     explicit = args.root or os.environ.get("TLEDGER_ROOT") or None
     root = explicit or os.path.join(".", ".tledger")
     ctx = Context(root=root, stdout=sys.stdout, stderr=sys.stderr, explicit_root=explicit)
-    handler: Handler = args.handler
-    try:
-        return handler(args, ctx)
-    except (InvalidWorkspace, UsageError) as exc:
-        ctx.stderr.write(f"tledger: error: {exc}\n")
-        return 2
-    except LedgerError as exc:
-        message = " ".join(str(exc).split())
-        ctx.stderr.write(f"tledger: {type(exc).__name__}: {message}\n")
-        return 1
-    except BrokenPipeError:
-        return 0
+    return run(args, ctx)
 
 
 if __name__ == "__main__":  # pragma: no cover

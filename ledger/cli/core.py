@@ -35,6 +35,8 @@ def numbered_jsonl_rows(data: bytes, source: str) -> list[tuple[int, dict[str, A
             row = msgspec.json.decode(line)
         except msgspec.DecodeError as exc:
             raise InvalidRow(f"{source} line {number}: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise InvalidRow(f"{source} line {number}: JSON nested too deeply to read") from None
         if not isinstance(row, dict):
             raise InvalidRow(f"{source} line {number}: a row must be a JSON object")
         rows.append((number, row))
@@ -194,7 +196,8 @@ def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
         floor = snap.floor.seq if snap.floor is not None else None
         rows.append([ws, snap.next_seq - 1, snap.window_seq, floor, None])
     print_table(ctx.stdout, ["workspace", "last seq", "window", "floor", "problem"], rows,
-                caption=f"{len(names)} workspaces under {ctx.root}",
+                caption=f"{len(names)} workspace{'' if len(names) == 1 else 's'} under "
+                f"{ctx.root}",
                 numeric=["last seq", "window", "floor"])
     return 0
 
