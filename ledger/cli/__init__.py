@@ -10,6 +10,7 @@ module that may import ``recovery``.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from typing import Any, NoReturn
 import msgspec
 
 from ledger.cli import registry
-from ledger.core.errors import InvalidWorkspace, LedgerError
+from ledger.core.errors import InvalidRoot, InvalidWorkspace, LedgerError
 from ledger.core.terminal import visible, visible_line
 
 Handler = registry.Handler
@@ -105,7 +106,8 @@ def _os_error(exc: OSError) -> str:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     """Run the parsed command ``args`` and map what it raises to an exit code.
 
-    The one place errors become exit codes: usage errors 2; every
+    The one place errors become exit codes: usage errors 2 (an invalid
+    workspace id, a malformed root URL, a bad argument found after parsing); every
     ``LedgerError``, ``OSError`` (a file the command could not read or write),
     ``RecursionError`` (input nested too deeply) and ``MemoryError`` 1 with one
     line on stderr and no traceback. A closed pipe on stdout is not an error.
@@ -113,7 +115,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     handler: Handler = args.handler
     try:
         return handler(args, ctx)
-    except (InvalidWorkspace, UsageError) as exc:
+    except (InvalidWorkspace, InvalidRoot, UsageError) as exc:
         return _fail(ctx, 2, f"tledger: error: {exc}")
     except LedgerError as exc:
         return _fail(ctx, 1, f"tledger: {type(exc).__name__}: {exc}")
@@ -144,6 +146,10 @@ def _quiet_stdout(ctx: Context) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # psycopg_pool logs each failed connection attempt as a warning; with no
+    # handler configured Python would print them to stderr. The command reports
+    # the failure itself, on one line.
+    logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
     parser = build_parser()
     args = parser.parse_args(argv)
     explicit = args.root or os.environ.get("TLEDGER_ROOT") or None
