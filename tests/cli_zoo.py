@@ -66,10 +66,10 @@ INVOCATIONS: dict[str, list[list[str]]] = {
     "truncate": [["truncate", WS, "--after", "4"]],
     "reject": [["reject", WS, "2"]],
     "delete": [["delete", WS, "--yes"]],
-    "backup": [["backup", WS, "{out}"]],
+    "backup": [["backup", WS, "{out}"], ["backup", WS, "/proc/self/tledger-zoo"]],
     "count": [],  # reads no workspace: run once (ONCE)
     "mcp": [],  # serves stdio until EOF: run with an empty stdin (STDIN_RUNS)
-    "migrate": [["migrate", "{root}", "{out}"]],
+    "migrate": [["migrate", "{root}", "{out}"], ["migrate", "{root}", "/proc/self/tledger-zoo"]],
 }
 
 # Invocations that read stdin: (argv, stdin bytes).

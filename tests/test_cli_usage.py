@@ -108,3 +108,29 @@ def test_store_refuses_a_lock_timeout_that_is_not_a_finite_number(
 ) -> None:
     with pytest.raises(LedgerError, match="lock_timeout"):
         Store(tmp_path, lock_timeout=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("exc", "code", "text"), [
+    (PermissionError(13, "Permission denied", "/x/seg-00000001.jsonl"), 1,
+     "tledger: PermissionError: Permission denied: /x/seg-00000001.jsonl"),
+    (OSError(30, "Read-only file system"), 1, "tledger: OSError: Read-only file system"),
+    (RecursionError("maximum recursion depth exceeded"), 1, "nested too deeply"),
+    (MemoryError(), 1, "out of memory"),
+    (LedgerError("two\nlines \x1b[2J here"), 1, "tledger: LedgerError: two lines \\x1b[2J here"),
+])
+def test_the_dispatcher_turns_every_failure_into_one_line(
+    exc: BaseException, code: int, text: str
+) -> None:
+    """ledger.cli.run, where every command is dispatched: no traceback, one line."""
+    import argparse
+    import io
+
+    from ledger.cli import Context, run
+
+    def handler(args: argparse.Namespace, ctx: Context) -> int:
+        raise exc
+
+    err = io.StringIO()
+    ctx = Context(root="r", stdout=io.StringIO(), stderr=err)
+    assert run(argparse.Namespace(handler=handler), ctx) == code
+    assert err.getvalue().count("\n") == 1 and text in err.getvalue()
