@@ -134,3 +134,8 @@ def test_the_dispatcher_turns_every_failure_into_one_line(
     ctx = Context(root="r", stdout=io.StringIO(), stderr=err)
     assert run(argparse.Namespace(handler=handler), ctx) == code
     assert err.getvalue().count("\n") == 1 and text in err.getvalue()
+
+
+def test_stat_no_tokens_leaves_the_count_out(root: Path) -> None:
+    report = json.loads(tl(root, "stat", "ws", "--no-tokens").stdout)
+    assert report["window_tokens"] is None and report["windows"] == 2

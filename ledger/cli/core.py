@@ -121,15 +121,18 @@ def cmd_context(args: argparse.Namespace, ctx: Any) -> int:
     return 0
 
 
-def stat_report(h: Any, model: str = "gpt-4o") -> dict[str, Any]:
+def stat_report(h: Any, model: str | None = "gpt-4o") -> dict[str, Any]:
     """The stat document of a history (read-only): ``History.stat`` plus
     ``window_tokens``, the active window's provider view counted as ``tledger
     count --rows`` counts it for ``model`` (None with ``window_tokens_error``
-    when the view cannot be read, e.g. damage)."""
+    when the view cannot be read, e.g. damage; None when ``model`` is None)."""
     from ledger.budget.shapes import shape_for
     from ledger.budget.tokens import TokenCounter
 
     report: dict[str, Any] = h.stat()
+    if model is None:
+        report["window_tokens"] = None
+        return report
     counter = TokenCounter(model)
     try:
         rows = [r.to_dict() for r in h.provider_view()]
@@ -147,7 +150,7 @@ def stat_report(h: Any, model: str = "gpt-4o") -> dict[str, Any]:
 def _tokens_line(report: dict[str, Any]) -> str:
     t = report.get("window_tokens")
     if t is None:
-        return f"unknown ({report.get('window_tokens_error', 'not counted')})"
+        return f"unknown ({report.get('window_tokens_error', 'not counted: --no-tokens')})"
     about = "" if t["exact"] else "about "
     return f"{about}{t['tokens']} in {t['rows']} rows ({t['model']}, {t['encoding']})"
 
@@ -184,12 +187,14 @@ def _stat_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
     "the JSON document when piped or with --json.",
     example="tledger stat ws-1",
     args=[WS, arg("--model", default="gpt-4o",
-                  help="model whose tokenizer counts the window (default: gpt-4o)")],
+                  help="model whose tokenizer counts the window (default: gpt-4o)"),
+          arg("--no-tokens", action="store_true",
+              help="leave the window's tokens out (skips loading the tokenizer)")],
     json_help="print the JSON document (the default when stdout is not a terminal)",
 )
 def cmd_stat(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
-    report = stat_report(h, args.model)
+    report = stat_report(h, None if args.no_tokens else args.model)
     if args.json or not is_terminal(ctx.stdout):
         ctx.emit_json(report)  # scripts and pipes get the JSON document (DESIGN.md 12)
         return 0
