@@ -117,6 +117,8 @@ def test_store_refuses_a_lock_timeout_that_is_not_a_finite_number(
     (RecursionError("maximum recursion depth exceeded"), 1, "nested too deeply"),
     (MemoryError(), 1, "out of memory"),
     (LedgerError("two\nlines \x1b[2J here"), 1, "tledger: LedgerError: two lines \\x1b[2J here"),
+    (AttributeError("'X' object has no attribute 'y'"), 1,
+     "tledger: internal error: AttributeError: 'X' object has no attribute 'y' (a bug;"),
 ])
 def test_the_dispatcher_turns_every_failure_into_one_line(
     exc: BaseException, code: int, text: str

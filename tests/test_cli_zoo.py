@@ -62,7 +62,8 @@ def problems(results: list[dict[str, Any]]) -> list[str]:
             found.append(f"{where}: {r['code']}: {r['escaped'][-600:]}")
         elif r["code"] not in (0, 1, 2):
             found.append(f"{where}: exit code {r['code']}")
-        elif "Traceback" in r["stdout"] or "Traceback" in r["stderr"]:
+        elif "Traceback" in r["stdout"] or "Traceback" in r["stderr"] or \
+                "internal error" in r["stderr"]:
             found.append(f"{where}: printed a traceback: {r['stderr'][-600:]}")
         elif r["code"] == 1 and r["stderr"].count("\n") > 1:
             found.append(f"{where}: more than one error line: {r['stderr'][-600:]}")

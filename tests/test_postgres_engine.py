@@ -305,3 +305,27 @@ def test_the_cli_works_the_same_on_a_postgres_root(pg_root: str) -> None:
     assert demo.returncode == 2 and b"directory" in demo.stderr
     assert tl(pg_root, "delete", "ws", "--yes").returncode == 0
     assert tl(pg_root, "ls").stdout == b""
+
+
+def test_a_damaged_import_quarantines_into_the_database(pg_root: str, tmp_path: Path) -> None:
+    """Import salvage on a postgresql:// root: the unreadable tail and the record the
+    store refuses go to tl_quarantine (once, however often it is imported)."""
+    def record(uuid: str, content: str, extra: str = "") -> str:
+        return ('{"parentUuid":null,"isSidechain":false,"sessionId":"s","type":"user",'
+                f'"uuid":"{uuid}","timestamp":"2026-01-01T00:00:00.000Z"{extra},'
+                f'"message":{{"role":"user","content":"{content}"}}}}\n')
+
+    src = tmp_path / "session.jsonl"
+    src.write_text(record("u1", "kept") + record("u2", "huge", ',"n":18446744073709551616')
+                   + record("u3", "also kept") + '{"type":"user","mess')
+    for _ in range(2):
+        done = tl(pg_root, "import-claude-code", str(src), "ws")
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert [q["line"] for q in report["quarantine"]] == [2, 4]
+    h = Store(pg_root).history("ws")
+    assert [r.to_dict()["parts"][0]["text"] for r in h.rows()] == ["kept", "also kept"]
+    with psycopg.connect(pg_root) as conn:
+        reasons = [r[0] for r in conn.execute(
+            "SELECT reason FROM tl_quarantine WHERE workspace = 'ws' ORDER BY id")]
+    assert len(reasons) == 2 and "64-bit" in reasons[0] and "torn-tail" in reasons[1]

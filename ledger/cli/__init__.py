@@ -24,6 +24,7 @@ from ledger.core.errors import InvalidRoot, InvalidWorkspace, LedgerError
 from ledger.core.terminal import visible, visible_line
 
 Handler = registry.Handler
+TRACEBACK_ENV = "TLEDGER_TRACEBACK"
 
 
 class UsageError(Exception):
@@ -111,6 +112,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     ``LedgerError``, ``OSError`` (a file the command could not read or write),
     ``RecursionError`` (input nested too deeply) and ``MemoryError`` 1 with one
     line on stderr and no traceback. A closed pipe on stdout is not an error.
+    Any other exception is a bug: one "internal error" line, exit 1 (the
+    traceback when ``$TLEDGER_TRACEBACK`` is set).
     """
     handler: Handler = args.handler
     try:
@@ -131,6 +134,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         return _fail(ctx, 1, "tledger: error: out of memory (MemoryError)")
     except KeyboardInterrupt:
         return _fail(ctx, 130, "tledger: interrupted")
+    except Exception as exc:  # a bug: still one line; the traceback on request
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        return _fail(ctx, 1, f"tledger: internal error: {type(exc).__name__}: {exc} (a bug; "
+                     f"{TRACEBACK_ENV}=1 prints the traceback, please report it)")
 
 
 def _quiet_stdout(ctx: Context) -> None:
