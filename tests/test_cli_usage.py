@@ -53,6 +53,8 @@ def test_history_read_takes_the_seq_as_a_positional(root: Path) -> None:
     ["purge", "ws", "--quarantine-older-than", "nan"],
     ["purge", "ws", "--quarantine-older-than", "-1"],
     ["rows", "ws", "--after", "soon"],
+    ["export", "ws", "--format", "anthropic", "--max-tokens", "-5"],
+    ["show", "ws", "--max-lines", "0"],
 ])
 def test_usage_errors_exit_2_with_one_line(root: Path, args: list[str]) -> None:
     p = tl(root, *args)

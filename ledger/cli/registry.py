@@ -25,7 +25,8 @@ from ledger.core.errors import InvalidWorkspace
 
 Handler = Callable[[argparse.Namespace, Any], int]
 
-__all__ = ["WS", "Arg", "Command", "arg", "command", "commands", "install", "non_negative"]
+__all__ = ["WS", "Arg", "Command", "arg", "command", "commands", "install", "non_negative",
+           "positive_int"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,17 @@ def non_negative(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not 0 <= value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argument type: an integer >= 1 (else a usage error, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text!r}")
     return value
 
 
