@@ -322,3 +322,22 @@ def test_lock_timeout_must_be_a_finite_number(tmp_path: Path, value: str) -> Non
                     "--lock-timeout", value)
     assert done.returncode == 2, done.stderr
     assert "--lock-timeout" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_unreadable_window_is_an_error_with_its_reason_and_no_traceback(
+    tmp_path: Path
+) -> None:
+    errfile = tmp_path / "server.err"
+    h = Store(tmp_path, durability="off").history("ws")
+    h.append_many([msg("first"), msg("second", role="assistant")])
+    (Path(h.path) / "FORMAT").write_text("transcript-ledger 99\n")  # a newer version's
+
+    async def scenario() -> None:
+        async with serve_logging(tmp_path, "ws", errfile) as client:
+            with pytest.raises(Exception) as info:
+                await client.read_resource("ledger://window")
+            assert "format_error" in str(info.value) and "99" in str(info.value)
+            await call(client, action="search", query="first")  # a result, whatever it is
+
+    asyncio.run(scenario())
+    assert "Traceback" not in errfile.read_text()

@@ -19,7 +19,8 @@ SDK coercing or dropping them. A refused ``append`` or ``clear`` is an error
 result ``{"error": {"code": ..., "message": ...}}`` -- the code is the
 ``LedgerError`` class in snake case (``invalid_row``, ``lock_timeout``,
 ``window_changed``, ...) or ``bad_request`` for bad arguments -- and the server
-prints no traceback.
+prints no traceback. A window that cannot be read (damage) is a resource error
+naming the reason.
 
 A path-like workspace id (``InvalidWorkspace``, a usage error for the CLI) and
 a workspace whose directory resolves outside the root (a symlink;
@@ -45,6 +46,7 @@ from ledger.transcript.store import Store
 require("mcp", "mcp")
 import anyio  # noqa: E402
 from mcp.server.mcpserver import MCPServer  # noqa: E402
+from mcp.server.mcpserver.exceptions import ResourceError  # noqa: E402
 from mcp_types import CallToolResult, TextContent  # noqa: E402
 from pydantic import Field  # noqa: E402
 
@@ -183,6 +185,8 @@ def build_server(root: str, workspace: str, *, allow_write: bool = False,
             rows = history.provider_view()
         except WorkspaceNotFound:
             rows = []
+        except (LedgerError, OSError, RecursionError) as exc:  # damage: say what, no traceback
+            raise ResourceError(f"{_code(exc)}: {' '.join(str(exc).split())}") from exc
         return msgspec.json.encode([r.to_dict() for r in rows]).decode("utf-8")
 
     if allow_write:
