@@ -136,8 +136,8 @@ def _explain_gaps(conn: Any, workspace: str, out: Verified) -> None:
                 f"seqs {before + 1}..{after - 1}"
             out.problems.append(Problem(
                 "seq-gap", after, f"seq {after} follows seq {before}: {missing} missing and "
-                "not in tl_quarantine (deleted outside transcript-ledger?); nothing to "
-                "repair", notice=True))
+                "not in tl_quarantine (deleted outside transcript-ledger, or their "
+                "quarantine entries were purged); nothing to repair", notice=True))
 
 
 def verify(ws: PgWorkspace) -> Verified:
