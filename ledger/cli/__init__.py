@@ -1,8 +1,10 @@
 """``tledger``: a thin command line over the Python API.
 
 Each command opens the store, calls one API method and formats the result.
-Exit codes: 0 fine, 1 damage found or operation failed (every ``LedgerError``),
-2 bad usage (unknown command or flag, bad argument syntax, invalid workspace id).
+Exit codes: 0 fine, 1 damage found or operation failed (every ``LedgerError``,
+``OSError``, ...: see ``run``), 2 bad usage (unknown command or flag, bad
+argument syntax, invalid workspace id, malformed root URL). Errors are one line
+on stderr, with control characters written out (``ledger.core.terminal``).
 This is the only place that turns errors into exit codes, and the only ledger
 module that may import ``recovery``.
 """
@@ -143,8 +145,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
 def _quiet_stdout(ctx: Context) -> None:
     """After a closed pipe: point stdout at /dev/null so the interpreter's own
-    flush at exit does not complain about it (Python's documented recipe)."""
-    if ctx.stdout is sys.stdout:
+    flush at exit does not complain about it (Python's documented recipe). Only
+    for the process's own stdout, never a stream a caller swapped in."""
+    if ctx.stdout is sys.stdout and sys.stdout is sys.__stdout__:
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
