@@ -427,8 +427,16 @@ def import_file(
 
 
 def _write(history: Any, step: Step) -> int:
-    if step.action == "compact":
-        history.compact(step.rows, batch_id=step.batch_id)
-    else:
-        history.append_many(step.rows, batch_id=step.batch_id)
+    try:
+        if step.action == "compact":
+            history.compact(step.rows, batch_id=step.batch_id)
+        else:
+            history.append_many(step.rows, batch_id=step.batch_id)
+    except InvalidRow as exc:  # checked per record in plan(): name the source line anyway
+        index = exc.index if step.action == "append" and exc.index is not None and \
+            exc.index < len(step.rows) else None
+        line = step.rows[index]["meta"]["import"]["line"] if index is not None else None
+        where = f"line {line}" if line is not None else f"lines {step.first}..{step.last}"
+        raise InvalidRow(f"{where} of the source: {exc}; the rows before this batch are "
+                         "imported, run the import again to resume") from exc
     return len(step.rows)

@@ -619,3 +619,22 @@ def test_a_record_the_converter_cannot_handle_is_quarantined_alone() -> None:
     assert "cannot convert (KeyError" in result.salvage.quarantine[0].reason
     assert [s.rows[0]["parts"][0]["text"] for s in result.steps for _ in s.rows][:1] == ["m0"]
     assert result.rows == 2
+
+
+def test_a_write_the_store_still_refuses_names_the_source_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should a row pass the per-record check and still be refused at append (here: a
+    store whose row limit is below the record), the error names the source line."""
+    import recovery.imports as imports
+    from ledger.core.errors import InvalidRow
+
+    records = [_cc("user", f"u{i}", message={"role": "user", "content": f"m{i}"})
+               for i in range(3)]
+    src = tmp_path / "s.jsonl"
+    src.write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in records))
+    store = Store(tmp_path / "store", durability="off", max_row_bytes=64)
+    real = imports.plan_bytes  # plan for the default limit, so only the write can refuse
+    monkeypatch.setattr(imports, "plan_bytes", lambda data, fmt, max_row_bytes=0: real(data, fmt))
+    with pytest.raises(InvalidRow, match=r"line 1 of the source"):
+        import_file(store, "ws", src, "claude-code")
