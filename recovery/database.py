@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from recovery.scan import DAMAGE, Finding
+from recovery.scan import DAMAGE, NOTICE, Finding
 
 ACTIONS = {
     "bad-row": "tledger repair {ws} (its batch goes to tl_quarantine)",
     "torn-batch": "tledger repair {ws} (the batch goes to tl_quarantine)",
-    "seq-gap": "tledger repair {ws}",
+    "seq-gap": "none: tl_quarantine does not hold the missing rows",
     "projection": "tledger repair {ws} (recomputes the boundary column)",
     "head": "tledger repair {ws} (recomputes the head row)",
 }
@@ -24,8 +24,9 @@ def is_database(history: Any) -> bool:
 
 
 def findings(ws: str, problems: list[Any]) -> list[Finding]:
-    return [Finding(DAMAGE, p.code, p.message, ACTIONS[p.code].format(ws=ws), None, None,
-                    p.length, p.seq) for p in problems]
+    return [Finding(NOTICE if getattr(p, "notice", False) else DAMAGE, p.code, p.message,
+                    ACTIONS[p.code].format(ws=ws), None, None, p.length, p.seq)
+            for p in problems]
 
 
 def check(history: Any) -> Any:

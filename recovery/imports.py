@@ -12,7 +12,14 @@ Three steps, the first two pure:
    workspace's quarantine (``ledger.retention``), skipping every record an earlier
    import of the same bytes already wrote.
 
-Every readable record ends up somewhere: a conversation record is a row whose
+Salvage is per record. A readable record the store would refuse (an integer
+beyond 64 bits, a ``tool_use`` whose id is not a string, nesting deeper than a
+row may hold, anything ``ledger.core.rows`` rejects) or that the format module
+cannot convert is quarantined like unreadable bytes -- its bytes, its offset and
+its source line, the reason naming what was refused -- and every other record is
+imported. One bad record never stops an import.
+
+Every other readable record ends up somewhere: a conversation record is a row whose
 ``meta.source`` is the original object; a bookkeeping record is kept whole in
 ``meta.bookkeeping`` (a list) of the next conversation row, or of the last one
 when none follows (``meta.bookkeeping_after``). Only a file with no conversation
@@ -32,7 +39,8 @@ from typing import Any
 import msgspec
 import xxhash
 
-from ledger.core.errors import RecoveryError
+from ledger.core.errors import InvalidRow, RecoveryError
+from ledger.core.rows import prepare_bodies
 from recovery import claude_code, codex
 from recovery.events import Event, parse_ts, source_row
 from recovery.salvage import Quarantined, Record, Salvage, salvage_jsonl
@@ -41,6 +49,7 @@ __all__ = ["Event", "parse_ts", "source_row"]  # re-exported: their old home
 
 BATCH_ROWS = 256
 BATCH_BYTES = 4 << 20
+MAX_ROW_BYTES = 64 << 20  # the Store's default max_row_bytes
 
 
 @dataclass
@@ -85,11 +94,104 @@ def _size(row: dict[str, Any]) -> int:
     return len(msgspec.json.encode(row))
 
 
-def plan(data: bytes, fmt: str, events: Sequence[Event], salvage: Salvage) -> Plan:
+def refusal(row: dict[str, Any], max_row_bytes: int = MAX_ROW_BYTES) -> str | None:
+    """Why the store would refuse ``row`` (its own checks, ``prepare_bodies``), or
+    None when it would take it."""
+    try:
+        prepare_bodies([row], 1, "import-check", max_row_bytes)
+    except InvalidRow as exc:
+        text = str(exc)
+        return text[len("row 0: "):] if text.startswith("row 0: ") else text
+    except RecursionError:
+        return "nested too deeply to store"
+    return None
+
+
+def _refuse(salvage: Salvage, data: bytes, records: Iterable[Record], why: str) -> None:
+    """Quarantine readable ``records`` (``why`` says what was refused)."""
+    for r in records:
+        salvage.quarantine.append(Quarantined(
+            r.offset, r.length, f"refused-record (line {r.line}): {why}",
+            data[r.offset : r.offset + r.length], r.line))
+
+
+def _storable(
+    data: bytes, events: Sequence[Event], salvage: Salvage, max_row_bytes: int
+) -> list[Event]:
+    """``events`` without those the store would refuse: their records go to
+    ``salvage.quarantine`` and leave ``salvage.records`` (module doc). A
+    bookkeeping record is checked where it will be kept (``meta.bookkeeping``);
+    a compaction whose summary row is refused keeps its boundary record."""
+    kept: list[Event] = []
+    refused: set[int] = set()
+    for event in events:
+        if event.kind == "bookkeeping":
+            good = []
+            for r in event.records:
+                why = refusal({"role": "user", "meta": {"bookkeeping": [r.value]}},
+                              max_row_bytes)
+                if why is None:
+                    good.append(r)
+                else:
+                    _refuse(salvage, data, [r], why)
+                    refused.add(id(r))
+            if good:
+                kept.append(Event("bookkeeping", good))
+            continue
+        why = next((w for w in (refusal(row, max_row_bytes) for row in event.rows)
+                    if w is not None), None)
+        if why is None:
+            kept.append(event)
+        elif event.kind == "compaction":
+            boundary, summary = event.records[:1], event.records[1:]
+            _refuse(salvage, data, summary, why)
+            refused.update(id(r) for r in summary)
+            kept.append(Event("compaction", boundary))
+        else:
+            _refuse(salvage, data, event.records, why)
+            refused.update(id(r) for r in event.records)
+    if refused:
+        salvage.records = [r for r in salvage.records if id(r) not in refused]
+        salvage.quarantine.sort(key=lambda q: q.offset)
+    return kept
+
+
+def _convert(
+    data: bytes, convert: Callable[[list[Record]], list[Event]], salvage: Salvage
+) -> list[Event]:
+    """``convert(salvage.records)``; when it raises, each record is converted
+    alone to find those that cannot be, which are quarantined, and the rest is
+    converted again."""
+    try:
+        return convert(salvage.records)
+    except Exception:  # a converter bug or a record of an odd shape
+        pass
+    good: list[Record] = []
+    for r in salvage.records:
+        try:
+            convert([r])
+        except Exception as exc:  # any failure refuses this record only
+            _refuse(salvage, data, [r], f"cannot convert ({type(exc).__name__}: {exc})")
+        else:
+            good.append(r)
+    salvage.records = good
+    salvage.quarantine.sort(key=lambda q: q.offset)
+    try:
+        return convert(good)
+    except Exception as exc:
+        raise RecoveryError(f"cannot convert the records ({type(exc).__name__}: {exc}); "
+                            "every record converts alone, so the failure lies between "
+                            "records: please report it") from exc
+
+
+def plan(data: bytes, fmt: str, events: Sequence[Event], salvage: Salvage,
+         max_row_bytes: int = MAX_ROW_BYTES) -> Plan:
     """Steps that write ``events``: rows batched between compactions (at most
     BATCH_ROWS rows or about BATCH_BYTES each), bookkeeping attached to rows, each
-    step with a deterministic batch id."""
+    step with a deterministic batch id. Events the store would refuse are
+    quarantined first (their records leave ``salvage.records``)."""
     digest = xxhash.xxh3_128_hexdigest(data)
+    events = _storable(data, events, salvage, max_row_bytes)
     pending: list[Any] = []
     bookkeeping = 0
     # (action, row, first line, last line); each "compact" item carries its rows.
@@ -167,10 +269,11 @@ def plan_file(
     fmt: str,
     convert: Callable[[list[Record]], list[Event]],
     looks_like_record: Callable[[dict[str, Any]], bool],
+    max_row_bytes: int = MAX_ROW_BYTES,
 ) -> Plan:
     """Salvage, convert and plan one file's bytes (pure)."""
     salvage = salvage_jsonl(data, looks_like_record)
-    return plan(data, fmt, convert(salvage.records), salvage)
+    return plan(data, fmt, _convert(data, convert, salvage), salvage, max_row_bytes)
 
 
 # --- the store side -----------------------------------------------------------
@@ -178,15 +281,19 @@ def plan_file(
 
 def write_quarantine(history: Any, source: str, entries: Iterable[Quarantined]) -> list[str]:
     """Put quarantined import bytes aside in the workspace's quarantine
-    (:class:`ledger.retention.Quarantine`, under the workspace lock); returns the
-    entry names. Idempotent: the same bytes from the same source and offset are
-    stored once. The workspace must exist (its first commit creates it)."""
-    from ledger.storage.files.lock import locked
-    from ledger.storage.files.retention import Quarantine
-
+    (:class:`ledger.retention.Quarantine`, under the workspace lock; a database
+    engine's own table); returns the entry names. Idempotent: the same bytes
+    from the same source and offset are stored once. The workspace must exist
+    (its first commit creates it)."""
     entries = list(entries)
     if not entries:
         return []
+    put = getattr(history.engine, "put_quarantine", None)  # a database engine
+    if put is not None:
+        return [put(e.data, source=source, offset=e.offset, reason=e.reason) for e in entries]
+    from ledger.storage.files.lock import locked
+    from ledger.storage.files.retention import Quarantine
+
     quarantine = Quarantine(history.path, durability=history.store.durability)
     with locked(history.path, history.workspace, history.store.lock_timeout, shared=False):
         return [quarantine.put(e.data, source=source, offset=e.offset, reason=e.reason)
@@ -239,10 +346,10 @@ def _format_module(fmt: str) -> Any:
     return modules[fmt]
 
 
-def plan_bytes(data: bytes, fmt: str) -> Plan:
+def plan_bytes(data: bytes, fmt: str, max_row_bytes: int = MAX_ROW_BYTES) -> Plan:
     """The pure plan for ``data`` in format ``claude-code`` or ``codex``."""
     module = _format_module(fmt)
-    return plan_file(data, fmt, module.convert, module.looks_like_record)
+    return plan_file(data, fmt, module.convert, module.looks_like_record, max_row_bytes)
 
 
 def import_file(
@@ -263,13 +370,13 @@ def import_file(
             data = f.read()
     except OSError as exc:
         raise RecoveryError(f"cannot read {source}: {exc.strerror}") from exc
-    result = plan_bytes(data, fmt)
+    result = plan_bytes(data, fmt, getattr(store, "max_row_bytes", MAX_ROW_BYTES))
     if strict and result.salvage.quarantine:
         first = result.salvage.quarantine[0]
         raise RecoveryError(
-            f"{source}: {len(result.salvage.quarantine)} unreadable ranges "
-            f"({result.salvage.quarantined_bytes} bytes; the first at offset {first.offset}: "
-            f"{first.reason}); strict import writes nothing"
+            f"{source}: {len(result.salvage.quarantine)} ranges would be quarantined "
+            f"({result.salvage.quarantined_bytes} bytes; the first at offset {first.offset}, "
+            f"line {first.line}: {first.reason}); strict import writes nothing"
         )
     records = len(result.salvage.records)
     if result.unattached and not result.steps:
@@ -320,8 +427,16 @@ def import_file(
 
 
 def _write(history: Any, step: Step) -> int:
-    if step.action == "compact":
-        history.compact(step.rows, batch_id=step.batch_id)
-    else:
-        history.append_many(step.rows, batch_id=step.batch_id)
+    try:
+        if step.action == "compact":
+            history.compact(step.rows, batch_id=step.batch_id)
+        else:
+            history.append_many(step.rows, batch_id=step.batch_id)
+    except InvalidRow as exc:  # checked per record in plan(): name the source line anyway
+        index = exc.index if step.action == "append" and exc.index is not None and \
+            exc.index < len(step.rows) else None
+        line = step.rows[index]["meta"]["import"]["line"] if index is not None else None
+        where = f"line {line}" if line is not None else f"lines {step.first}..{step.last}"
+        raise InvalidRow(f"{where} of the source: {exc}; the rows before this batch are "
+                         "imported, run the import again to resume") from exc
     return len(step.rows)

@@ -18,7 +18,10 @@ damage users report, and what happens to it here:
   record, which is then imported as salvaged; its three bytes are quarantined
   (``stray-line-separator``).
 - **Anything else unreadable** (invalid UTF-8, a truncated middle, JSON that is not
-  an object): quarantined with its reason; the next line is read as usual.
+  an object, JSON nested deeper than the reader's stack -- ``nested-too-deeply``):
+  quarantined with its reason; the next line is read as usual.
+
+Every quarantine entry names the line of the input it was on (``line``, 1-based).
 
 Guarantees: every byte of the input is in an imported record's span, a quarantine
 entry, or is whitespace between records (``\\n``, ``\\r``, space, tab); spans and
@@ -60,21 +63,23 @@ class Record:
 
 @dataclass(frozen=True)
 class Quarantined:
-    """Unreadable bytes: where they were, why, and the bytes themselves."""
+    """Unreadable bytes: where they were, why, the bytes themselves, and the
+    (1-based) line of the source they were on."""
 
     offset: int
     length: int
     reason: str
     data: bytes
+    line: int | None = None
 
     @property
     def digest(self) -> str:
         return xxhash.xxh3_128_hexdigest(self.data)
 
     def manifest(self, source: str) -> dict[str, Any]:
-        """The manifest entry ``{source, offset, length, reason, digest}``."""
+        """The manifest entry ``{source, offset, length, line, reason, digest}``."""
         return {"source": source, "offset": self.offset, "length": self.length,
-                "reason": self.reason, "digest": self.digest}
+                "line": self.line, "reason": self.reason, "digest": self.digest}
 
 
 @dataclass
@@ -96,7 +101,7 @@ class Salvage:
 def _decode_object(data: bytes) -> dict[str, Any] | None:
     try:
         value = msgspec.json.decode(data)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -204,6 +209,7 @@ class _Reader:
         self.anywhere = looks_like_record is not None
         self.looks_like_record = looks_like_record or (lambda _value: True)
         self.out = Salvage()
+        self.number = 0  # the line being read
 
     def run(self) -> Salvage:
         pos = 0
@@ -215,6 +221,7 @@ class _Reader:
             if not terminated:
                 end = size
             number += 1
+            self.number = number
             self._line(pos, end, number, tail=not terminated)
             pos = end + 1
         return self.out
@@ -225,7 +232,7 @@ class _Reader:
             return
         chunk = self.data[start:stop]
         why = reason or _reason(chunk, tail=tail, glued=glued)
-        self.out.quarantine.append(Quarantined(start, stop - start, why, chunk))
+        self.out.quarantine.append(Quarantined(start, stop - start, why, chunk, self.number))
 
     def _line(self, start: int, end: int, number: int, *, tail: bool) -> None:
         raw = self.data[start:end]
@@ -238,6 +245,9 @@ class _Reader:
             value = msgspec.json.decode(body)
         except (msgspec.DecodeError, UnicodeDecodeError):
             value = None
+        except RecursionError:  # valid JSON, but nested deeper than a reader's stack
+            self._quarantine(first, first + len(body), reason="nested-too-deeply")
+            return
         else:
             if not isinstance(value, dict):
                 self._quarantine(first, first + len(body), reason="not-an-object")

@@ -523,3 +523,118 @@ def test_cli_import_and_strict(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert report["quarantine"][0]["reason"] == "torn-tail"
     assert cli_main(["--root", root, "import-codex", str(tmp_path / "missing"), "ws"]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+# --- salvage per record (issue 20, item 9) --------------------------------------------
+
+
+def _deep(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+@pytest.mark.parametrize("fmt", ["claude-code", "codex"])
+def test_a_bad_record_is_quarantined_with_its_line_and_the_rest_imported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    """Among 300 good records: one nested 3000 deep, one holding an integer >= 2^64, one
+    tool call with a numeric id (codex: with a huge integer in its arguments). Each is
+    quarantined naming its source line; the 300 others are imported, through the CLI."""
+    if fmt == "claude-code":
+        def good(i: int) -> bytes:
+            return msgspec.json.encode(_cc("user", f"u{i}", message={
+                "role": "user", "content": f"message {i}"}))
+        deep = (b'{"parentUuid":null,"isSidechain":false,"sessionId":"s","type":"user",'
+                b'"uuid":"deep","message":{"role":"user","content":"x"},"x":'
+                + _deep(3000) + b"}")
+        huge = msgspec.json.encode(_cc("user", "huge", message={
+            "role": "user", "content": "big"})).replace(b'"big"', b'"big","n":1', 1)
+        huge = huge[:-1] + b',"count":18446744073709551616}'
+        numeric = msgspec.json.encode(_cc("assistant", "num", message={
+            "role": "assistant", "content": [
+                {"type": "tool_use", "id": 7, "name": "Read", "input": {}}]}))
+    else:
+        def line(payload: dict[str, Any]) -> bytes:
+            return msgspec.json.encode({"timestamp": "2025-09-25T01:22:20.083Z",
+                                        "type": "response_item", "payload": payload})
+
+        def good(i: int) -> bytes:
+            return line({"type": "message", "role": "user",
+                         "content": [{"type": "input_text", "text": f"message {i}"}]})
+        deep = (b'{"timestamp":"2025-09-25T01:22:20.083Z","type":"response_item","payload":'
+                b'{"type":"message","role":"user","content":' + _deep(3000) + b"}}")
+        huge = line({"type": "message", "role": "user",
+                     "content": [{"type": "input_text", "text": "big"}]})
+        huge = huge[:-1] + b',"count":18446744073709551616}'
+        # (a numeric call_id is bookkeeping for codex; a call whose parsed
+        # arguments hold a huge integer is a row the store refuses)
+        numeric = line({"type": "function_call", "name": "shell", "call_id": "c7",
+                        "arguments": '{"n": 18446744073709551616}'})
+    lines = [good(i) for i in range(300)]
+    lines[10:10] = [deep]  # line 11
+    lines[100:100] = [huge]  # line 101
+    lines[200:200] = [numeric]  # line 201
+    src = tmp_path / "session.jsonl"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    root = str(tmp_path / "store")
+    command = "import-claude-code" if fmt == "claude-code" else "import-codex"
+    code = cli_main(["--root", root, command, str(src), "ws", "--durability", "off"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "Traceback" not in err
+    report = json.loads(out)
+    assert [q["line"] for q in report["quarantine"]] == [11, 101, 201]
+    reasons = [q["reason"] for q in report["quarantine"]]
+    assert reasons[0] == "nested-too-deeply"
+    assert "64-bit" in reasons[1] and "line 101" in reasons[1]
+    assert ("'id'" in reasons[2] or "64-bit" in reasons[2]) and "line 201" in reasons[2]
+    data = src.read_bytes()
+    for q in report["quarantine"]:  # the quarantine names the record's own bytes
+        assert data.count(b"\n", 0, q["offset"]) + 1 == q["line"]
+    texts = [r.to_dict()["parts"][0]["text"] for r in Store(root).history("ws").rows()]
+    assert texts == [f"message {i}" for i in range(300)]
+    # Importing again adds nothing and still names the same lines.
+    assert cli_main(["--root", root, command, str(src), "ws", "--durability", "off"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (again["written"], again["already_present"]) == (0, 300)
+    # --strict refuses and names the first refused line.
+    assert cli_main(["--root", str(tmp_path / "strict"), command, str(src), "ws",
+                     "--strict"]) == 1
+    assert "line 11" in capsys.readouterr().err
+
+
+def test_a_record_the_converter_cannot_handle_is_quarantined_alone() -> None:
+    good = [_cc("user", f"u{i}", message={"role": "user", "content": f"m{i}"})
+            for i in range(3)]
+    data = b"\n".join(msgspec.json.encode(r) for r in good) + b"\n"
+
+    def convert(records: list[Any]) -> list[Any]:
+        if any(r.value["uuid"] == "u1" for r in records):
+            raise KeyError("boom")
+        return claude_code.convert(records)
+
+    from recovery.imports import plan_file
+
+    result = plan_file(data, "claude-code", convert, claude_code.looks_like_record)
+    assert [q.line for q in result.salvage.quarantine] == [2]
+    assert "cannot convert (KeyError" in result.salvage.quarantine[0].reason
+    assert [s.rows[0]["parts"][0]["text"] for s in result.steps for _ in s.rows][:1] == ["m0"]
+    assert result.rows == 2
+
+
+def test_a_write_the_store_still_refuses_names_the_source_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should a row pass the per-record check and still be refused at append (here: a
+    store whose row limit is below the record), the error names the source line."""
+    import recovery.imports as imports
+    from ledger.core.errors import InvalidRow
+
+    records = [_cc("user", f"u{i}", message={"role": "user", "content": f"m{i}"})
+               for i in range(3)]
+    src = tmp_path / "s.jsonl"
+    src.write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in records))
+    store = Store(tmp_path / "store", durability="off", max_row_bytes=64)
+    real = imports.plan_bytes  # plan for the default limit, so only the write can refuse
+    monkeypatch.setattr(imports, "plan_bytes", lambda data, fmt, max_row_bytes=0: real(data, fmt))
+    with pytest.raises(InvalidRow, match=r"line 1 of the source"):
+        import_file(store, "ws", src, "claude-code")

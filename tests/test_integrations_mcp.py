@@ -238,3 +238,106 @@ def test_a_call_reads_at_most_2_mib(tmp_path: Path) -> None:
             assert [i["text"] for p in pages for i in p["items"]] == ["needle"]
 
     asyncio.run(scenario())
+
+
+@asynccontextmanager
+async def serve_logging(root: Path, ws: str, errfile: Path, *flags: str
+                        ) -> AsyncIterator[Client]:
+    """``serve`` with the server's stderr kept in ``errfile``."""
+    params = StdioServerParameters(
+        command="/bin/sh",
+        args=["-c", 'exec "$0" "$@" 2>>"$TLEDGER_ERRFILE"', PYTHON, "-m", "ledger", "mcp",
+              "--root", str(root), "--workspace", ws, *flags],
+        env={**subprocess_env(), "TLEDGER_ERRFILE": str(errfile)})
+    async with Client(params) as client:
+        yield client
+
+
+def error_of(result: Any) -> dict[str, Any]:
+    assert result.is_error
+    doc: dict[str, Any] = json.loads(result.content[0].text)
+    return doc["error"]  # type: ignore[no-any-return]
+
+
+def test_refusals_reach_the_client_with_code_and_reason_and_no_traceback(
+    tmp_path: Path
+) -> None:
+    """Issue 20, item 10: an append the store refuses names its reason; the server
+    prints no traceback."""
+    errfile = tmp_path / "server.err"
+    h = Store(tmp_path, durability="off").history("ws")
+    h.append(msg("first"))
+
+    async def scenario() -> None:
+        async with serve_logging(tmp_path, "ws", errfile, "--allow-write",
+                                 "--lock-timeout", "0.1") as client:
+            bad = await client.call_tool("append", {"rows": [{"role": "wizard", "parts": []}]})
+            err = error_of(bad)
+            assert err["code"] == "invalid_row" and "role must be one of" in err["message"]
+            huge = await client.call_tool("append", {"rows": [
+                {"role": "user", "parts": [], "n": 18446744073709551616}]})
+            assert "64-bit" in error_of(huge)["message"]
+            extra = await client.call_tool("append", {"rows": [msg("x")], "batch": "b"})
+            assert error_of(extra)["code"] == "bad_request"
+            with locked(h.path, "ws", 5.0, shared=False):
+                busy = await client.call_tool("append", {"rows": [msg("late")]})
+                assert error_of(busy)["code"] == "lock_timeout"
+                busy = await client.call_tool("clear", {})
+                assert error_of(busy)["code"] == "lock_timeout"
+            ok = await client.call_tool("append", {"rows": [msg("second")]})
+            assert json.loads(ok.content[0].text)["seqs"] == [2]
+
+    asyncio.run(scenario())
+    assert [r.to_dict()["parts"][0]["text"] for r in h.rows()] == ["first", "second"]
+    assert "Traceback" not in errfile.read_text()
+
+
+def test_arguments_are_checked_as_the_python_tool_checks_them(tmp_path: Path) -> None:
+    """``limit: true`` and unknown arguments are bad_request, as tool.call() says;
+    the SDK neither coerces nor drops them (issue 20, item 11)."""
+    h = Store(tmp_path, durability="off").history("ws")
+    h.append(msg("hello there"))
+    tool = h.session_history()
+    cases = [
+        {"action": "list", "limit": True},
+        {"action": "search", "query": "hello", "bogus": 1},
+        {"action": "read", "seq": "1"},
+        {"action": "search", "query": "hello", "limit": 1.5},
+    ]
+
+    async def scenario() -> None:
+        async with serve(tmp_path, "ws") as client:
+            for args in cases:
+                doc = await call(client, **args)
+                assert code(doc) == "bad_request", (args, doc)
+                assert doc == json.loads(tool.call(args)), args
+            assert (await call(client, action="search", query="hello"))["items"]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "soon"])
+def test_lock_timeout_must_be_a_finite_number(tmp_path: Path, value: str) -> None:
+    done = _tledger("mcp", "--root", str(tmp_path), "--workspace", "ws",
+                    "--lock-timeout", value)
+    assert done.returncode == 2, done.stderr
+    assert "--lock-timeout" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_unreadable_window_is_an_error_with_its_reason_and_no_traceback(
+    tmp_path: Path
+) -> None:
+    errfile = tmp_path / "server.err"
+    h = Store(tmp_path, durability="off").history("ws")
+    h.append_many([msg("first"), msg("second", role="assistant")])
+    (Path(h.path) / "FORMAT").write_text("transcript-ledger 99\n")  # a newer version's
+
+    async def scenario() -> None:
+        async with serve_logging(tmp_path, "ws", errfile) as client:
+            with pytest.raises(Exception) as info:
+                await client.read_resource("ledger://window")
+            assert "format_error" in str(info.value) and "99" in str(info.value)
+            await call(client, action="search", query="first")  # a result, whatever it is
+
+    asyncio.run(scenario())
+    assert "Traceback" not in errfile.read_text()

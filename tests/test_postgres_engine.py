@@ -152,6 +152,44 @@ def test_check_finds_a_damaged_row_and_repair_quarantines_its_batch(pg_root: str
     assert tl(pg_root, "repair", "ws", "--dry-run").returncode == 0  # nothing left to do
 
 
+def test_repair_of_a_row_in_the_middle_converges(pg_root: str) -> None:
+    """The gap repair leaves (seqs moved to tl_quarantine) is not damage: check is
+    ok afterwards and a second repair has nothing to do (issue 20, item 3)."""
+    h = Store(pg_root).history("ws")
+    for text in ("one", "two", "three", "four"):
+        h.append(msg(text))
+    with psycopg.connect(pg_root, autocommit=True) as conn:
+        conn.execute("UPDATE tl_rows SET raw = overlay(raw placing 'X' from 30 for 1) "
+                     "WHERE workspace = 'ws' AND seq = 2")
+    assert tl(pg_root, "check", "ws").returncode == 1
+    fixed = tl(pg_root, "repair", "ws", "--json")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert json.loads(fixed.stdout)["quarantined_batches"]
+    assert [r.seq for r in h.rows()] == [1, 3, 4]  # seqs are identities: no renumbering
+    after = tl(pg_root, "check", "ws", "--json")
+    assert after.returncode == 0, after.stdout
+    assert json.loads(after.stdout)["findings"] == []
+    again = tl(pg_root, "repair", "ws", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["changed"] is False
+    assert h.append(msg("five")).seqs == [5]
+
+
+def test_a_gap_nothing_explains_is_a_notice_not_damage(pg_root: str) -> None:
+    """Rows deleted behind the store's back leave a gap no repair can fill: check
+    names it as a notice (exit 0) instead of failing forever."""
+    h = Store(pg_root).history("ws")
+    for text in ("one", "two", "three"):
+        h.append(msg(text))
+    with psycopg.connect(pg_root, autocommit=True) as conn:
+        conn.execute("DELETE FROM tl_rows WHERE workspace = 'ws' AND seq = 2")
+    out = tl(pg_root, "check", "ws", "--json")
+    assert out.returncode == 0, out.stdout
+    [finding] = json.loads(out.stdout)["findings"]
+    assert (finding["code"], finding["severity"], finding["seq"]) == ("seq-gap", "notice", 3)
+    assert "not in tl_quarantine" in finding["message"]
+    assert tl(pg_root, "repair", "ws").returncode == 0
+
+
 def test_backup_is_a_file_workspace_with_the_same_bytes(pg_root: str, tmp_path: Path) -> None:
     store = Store(pg_root)
     h = store.history("ws")
@@ -267,3 +305,27 @@ def test_the_cli_works_the_same_on_a_postgres_root(pg_root: str) -> None:
     assert demo.returncode == 2 and b"directory" in demo.stderr
     assert tl(pg_root, "delete", "ws", "--yes").returncode == 0
     assert tl(pg_root, "ls").stdout == b""
+
+
+def test_a_damaged_import_quarantines_into_the_database(pg_root: str, tmp_path: Path) -> None:
+    """Import salvage on a postgresql:// root: the unreadable tail and the record the
+    store refuses go to tl_quarantine (once, however often it is imported)."""
+    def record(uuid: str, content: str, extra: str = "") -> str:
+        return ('{"parentUuid":null,"isSidechain":false,"sessionId":"s","type":"user",'
+                f'"uuid":"{uuid}","timestamp":"2026-01-01T00:00:00.000Z"{extra},'
+                f'"message":{{"role":"user","content":"{content}"}}}}\n')
+
+    src = tmp_path / "session.jsonl"
+    src.write_text(record("u1", "kept") + record("u2", "huge", ',"n":18446744073709551616')
+                   + record("u3", "also kept") + '{"type":"user","mess')
+    for _ in range(2):
+        done = tl(pg_root, "import-claude-code", str(src), "ws")
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert [q["line"] for q in report["quarantine"]] == [2, 4]
+    h = Store(pg_root).history("ws")
+    assert [r.to_dict()["parts"][0]["text"] for r in h.rows()] == ["kept", "also kept"]
+    with psycopg.connect(pg_root) as conn:
+        reasons = [r[0] for r in conn.execute(
+            "SELECT reason FROM tl_quarantine WHERE workspace = 'ws' ORDER BY id")]
+    assert len(reasons) == 2 and "64-bit" in reasons[0] and "torn-tail" in reasons[1]

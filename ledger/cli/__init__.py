@@ -1,8 +1,10 @@
 """``tledger``: a thin command line over the Python API.
 
 Each command opens the store, calls one API method and formats the result.
-Exit codes: 0 fine, 1 damage found or operation failed (every ``LedgerError``),
-2 bad usage (unknown command or flag, bad argument syntax, invalid workspace id).
+Exit codes: 0 fine, 1 damage found or operation failed (every ``LedgerError``,
+``OSError``, ...: see ``run``), 2 bad usage (unknown command or flag, bad
+argument syntax, invalid workspace id, malformed root URL). Errors are one line
+on stderr, with control characters written out (``ledger.core.terminal``).
 This is the only place that turns errors into exit codes, and the only ledger
 module that may import ``recovery``.
 """
@@ -10,6 +12,7 @@ module that may import ``recovery``.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -19,9 +22,11 @@ from typing import Any, NoReturn
 import msgspec
 
 from ledger.cli import registry
-from ledger.core.errors import InvalidWorkspace, LedgerError
+from ledger.core.errors import InvalidRoot, InvalidWorkspace, LedgerError
+from ledger.core.terminal import visible, visible_line
 
 Handler = registry.Handler
+TRACEBACK_ENV = "TLEDGER_TRACEBACK"
 
 
 class UsageError(Exception):
@@ -31,7 +36,7 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(2, f"tledger: error: {message}\n")
+        self.exit(2, f"tledger: error: {visible_line(message)}\n")
 
 
 @dataclass
@@ -50,7 +55,8 @@ class Context:
         self.stdout.write(msgspec.json.encode(obj).decode("utf-8") + "\n")
 
     def emit_line(self, text: str) -> None:
-        self.stdout.write(text + "\n")
+        """A line (or lines) for people: control characters written out."""
+        self.stdout.write(visible(text) + "\n")
 
     def emit_result(self, as_json: bool, result: Any, text: str) -> None:
         """A command's result: the JSON document with ``--json``, else one line."""
@@ -84,24 +90,83 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fail(ctx: Context, code: int, line: str) -> int:
+    """One line on stderr (control characters written out), then exit ``code``."""
+    try:
+        ctx.stderr.write(visible_line(line) + "\n")
+        ctx.stderr.flush()
+    except (OSError, ValueError):
+        pass  # stderr is gone too: the exit code still says it
+    return code
+
+
+def _os_error(exc: OSError) -> str:
+    what = exc.strerror or str(exc) or type(exc).__name__
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"tledger: {type(exc).__name__}: {what}{where}"
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    """Run the parsed command ``args`` and map what it raises to an exit code.
+
+    The one place errors become exit codes: usage errors 2 (an invalid
+    workspace id, a malformed root URL, a bad argument found after parsing); every
+    ``LedgerError``, ``OSError`` (a file the command could not read or write),
+    ``RecursionError`` (input nested too deeply) and ``MemoryError`` 1 with one
+    line on stderr and no traceback. A closed pipe on stdout is not an error.
+    Any other exception is a bug: one "internal error" line, exit 1 (the
+    traceback when ``$TLEDGER_TRACEBACK`` is set).
+    """
+    handler: Handler = args.handler
+    try:
+        return handler(args, ctx)
+    except (InvalidWorkspace, InvalidRoot, UsageError) as exc:
+        return _fail(ctx, 2, f"tledger: error: {exc}")
+    except LedgerError as exc:
+        return _fail(ctx, 1, f"tledger: {type(exc).__name__}: {exc}")
+    except BrokenPipeError:
+        _quiet_stdout(ctx)
+        return 0
+    except OSError as exc:
+        return _fail(ctx, 1, _os_error(exc))
+    except RecursionError:
+        return _fail(ctx, 1, "tledger: error: the input is nested too deeply to process "
+                     "(RecursionError)")
+    except MemoryError:
+        return _fail(ctx, 1, "tledger: error: out of memory (MemoryError)")
+    except KeyboardInterrupt:
+        return _fail(ctx, 130, "tledger: interrupted")
+    except Exception as exc:  # a bug: still one line; the traceback on request
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        return _fail(ctx, 1, f"tledger: internal error: {type(exc).__name__}: {exc} (a bug; "
+                     f"{TRACEBACK_ENV}=1 prints the traceback, please report it)")
+
+
+def _quiet_stdout(ctx: Context) -> None:
+    """After a closed pipe: point stdout at /dev/null so the interpreter's own
+    flush at exit does not complain about it (Python's documented recipe). Only
+    for the process's own stdout, never a stream a caller swapped in."""
+    if ctx.stdout is sys.stdout and sys.stdout is sys.__stdout__:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # psycopg_pool logs each failed connection attempt as a warning; with no
+    # handler configured Python would print them to stderr. The command reports
+    # the failure itself, on one line.
+    logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
     parser = build_parser()
     args = parser.parse_args(argv)
     explicit = args.root or os.environ.get("TLEDGER_ROOT") or None
     root = explicit or os.path.join(".", ".tledger")
     ctx = Context(root=root, stdout=sys.stdout, stderr=sys.stderr, explicit_root=explicit)
-    handler: Handler = args.handler
-    try:
-        return handler(args, ctx)
-    except (InvalidWorkspace, UsageError) as exc:
-        ctx.stderr.write(f"tledger: error: {exc}\n")
-        return 2
-    except LedgerError as exc:
-        message = " ".join(str(exc).split())
-        ctx.stderr.write(f"tledger: {type(exc).__name__}: {message}\n")
-        return 1
-    except BrokenPipeError:
-        return 0
+    return run(args, ctx)
 
 
 if __name__ == "__main__":  # pragma: no cover

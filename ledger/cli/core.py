@@ -35,6 +35,8 @@ def numbered_jsonl_rows(data: bytes, source: str) -> list[tuple[int, dict[str, A
             row = msgspec.json.decode(line)
         except msgspec.DecodeError as exc:
             raise InvalidRow(f"{source} line {number}: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise InvalidRow(f"{source} line {number}: JSON nested too deeply to read") from None
         if not isinstance(row, dict):
             raise InvalidRow(f"{source} line {number}: a row must be a JSON object")
         rows.append((number, row))
@@ -119,9 +121,38 @@ def cmd_context(args: argparse.Namespace, ctx: Any) -> int:
     return 0
 
 
-def stat_report(h: Any) -> dict[str, Any]:
-    """The stat document of a history (read-only; ``History.stat``)."""
-    return h.stat()  # type: ignore[no-any-return]
+def stat_report(h: Any, model: str | None = "gpt-4o") -> dict[str, Any]:
+    """The stat document of a history (read-only): ``History.stat`` plus
+    ``window_tokens``, the active window's provider view counted as ``tledger
+    count --rows`` counts it for ``model`` (None with ``window_tokens_error``
+    when the view cannot be read, e.g. damage; None when ``model`` is None)."""
+    from ledger.budget.shapes import shape_for
+    from ledger.budget.tokens import TokenCounter
+
+    report: dict[str, Any] = h.stat()
+    if model is None:
+        report["window_tokens"] = None
+        return report
+    counter = TokenCounter(model)
+    try:
+        rows = [r.to_dict() for r in h.provider_view()]
+        counted = counter.rows(rows, shape_for(api=None, family=counter.spec.family))
+    except LedgerError as exc:
+        report["window_tokens"] = None
+        report["window_tokens_error"] = f"{type(exc).__name__}: {exc}"
+    else:
+        report["window_tokens"] = {"tokens": counted.tokens, "rows": len(rows),
+                                   "model": counted.model, "encoding": counted.encoding,
+                                   "exact": counted.exact}
+    return report
+
+
+def _tokens_line(report: dict[str, Any]) -> str:
+    t = report.get("window_tokens")
+    if t is None:
+        return f"unknown ({report.get('window_tokens_error', 'not counted: --no-tokens')})"
+    about = "" if t["exact"] else "about "
+    return f"{about}{t['tokens']} in {t['rows']} rows ({t['model']}, {t['encoding']})"
 
 
 def _stat_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
@@ -133,6 +164,8 @@ def _stat_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("workspace", str(report["workspace"])),
         ("epoch", str(report["epoch"])),
         ("window", str(report["window"])),
+        ("windows", str(report.get("windows", "?"))),
+        ("window tokens", _tokens_line(report)),
         ("next seq", str(report["next_seq"])),
         ("floor", "none" if floor is None else f"seq {floor['seq']}"
          + (f" ({floor['segment']})" if floor.get("segment") else "")),
@@ -147,17 +180,21 @@ def _stat_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
 
 @command(
     "stat",
-    help="receipt, epoch, window, segments, rows, bytes, floor",
-    description="Show the receipt, whether the stamps match, epoch, window, floor, "
+    help="receipt, epoch, window, windows, window tokens, segments, rows, bytes, floor",
+    description="Show the receipt, whether the stamps match, epoch, window, the number "
+    "of windows, the active window's tokens (as count --rows counts them), floor, "
     "segments, rows and bytes of a history (read-only). Aligned lines at a terminal; "
     "the JSON document when piped or with --json.",
     example="tledger stat ws-1",
-    args=[WS],
+    args=[WS, arg("--model", default="gpt-4o",
+                  help="model whose tokenizer counts the window (default: gpt-4o)"),
+          arg("--no-tokens", action="store_true",
+              help="leave the window's tokens out (skips loading the tokenizer)")],
     json_help="print the JSON document (the default when stdout is not a terminal)",
 )
 def cmd_stat(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
-    report = stat_report(h)
+    report = stat_report(h, None if args.no_tokens else args.model)
     if args.json or not is_terminal(ctx.stdout):
         ctx.emit_json(report)  # scripts and pipes get the JSON document (DESIGN.md 12)
         return 0
@@ -194,7 +231,8 @@ def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
         floor = snap.floor.seq if snap.floor is not None else None
         rows.append([ws, snap.next_seq - 1, snap.window_seq, floor, None])
     print_table(ctx.stdout, ["workspace", "last seq", "window", "floor", "problem"], rows,
-                caption=f"{len(names)} workspaces under {ctx.root}",
+                caption=f"{len(names)} workspace{'' if len(names) == 1 else 's'} under "
+                f"{ctx.root}",
                 numeric=["last seq", "window", "floor"])
     return 0
 
@@ -202,12 +240,15 @@ def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
 @command(
     "history",
     help="one session_history tool call",
-    description="Run one session_history call (list, search, read) and print its JSON.",
+    description="Run one session_history call (list, search, read) and print its JSON. "
+    "The argument after the action is the query of search, the seq of read "
+    "(like --seq) or the window of list (like --window).",
     example='tledger history ws-1 search "stack trace"',
     args=[
         WS,
         arg("action", choices=["list", "search", "read"]),
-        arg("query", nargs="?", default=None, metavar="QUERY"),
+        arg("query", nargs="?", default=None, metavar="QUERY|SEQ|WINDOW",
+            help="search: the query; read: the seq; list: a window"),
         arg("--window", type=int, default=None),
         arg("--seq", type=int, default=None),
         arg("--cursor", default=None),
@@ -216,6 +257,7 @@ def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
     ],
 )
 def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger.cli import UsageError
     from ledger.transcript.retrieval import SessionHistory
 
     h = ctx.store().history(args.workspace)
@@ -225,7 +267,16 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
         if args.action == "search":
             call["query"] = args.query
         else:
-            raise LedgerError(f"QUERY is only for the search action, not {args.action!r}")
+            key = "seq" if args.action == "read" else "window"
+            try:
+                number = int(args.query)
+            except ValueError:
+                raise UsageError(f"history {args.action}: {key.upper()} must be an integer, "
+                                 f"got {args.query!r}") from None
+            if getattr(args, key) not in (None, number):
+                raise UsageError(f"history {args.action}: {key.upper()} {number} and "
+                                 f"--{key} {getattr(args, key)} disagree")
+            setattr(args, key, number)
     for key in ("window", "seq", "cursor", "limit", "offset"):
         value = getattr(args, key)
         if value is not None:

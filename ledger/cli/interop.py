@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from ledger.cli.registry import WS, arg, command
+from ledger.cli.registry import WS, arg, command, positive_int
 from ledger.interop import display
 from ledger.storage.files.segments import DURABILITY_LEVELS
 
@@ -31,7 +31,7 @@ EXPORT_FORMATS = (*API_FORMATS, "markdown", "jsonl")
         WS,
         arg("--format", choices=EXPORT_FORMATS, required=True),
         arg("--model", default=None, help="model in the request body"),
-        arg("--max-tokens", type=int, default=4096, help="anthropic max_tokens"),
+        arg("--max-tokens", type=positive_int, default=4096, help="anthropic max_tokens"),
         arg("--system-role", choices=("system", "developer"), default="system",
             help="role of system rows for the OpenAI APIs"),
         arg("--no-reasoning", action="store_true", help="markdown: leave reasoning out"),
@@ -85,7 +85,7 @@ def _use_color(choice: str, stream: Any) -> bool:
         arg("--color", choices=("auto", "always", "never"), default="auto"),
         arg("--no-pager", action="store_true"),
         arg("--full", action="store_true", help="do not cut long tool input/output"),
-        arg("--max-lines", type=int, default=40, help="lines per tool input/output"),
+        arg("--max-lines", type=positive_int, default=40, help="lines per tool input/output"),
         arg("--no-reasoning", action="store_true", help="leave reasoning out"),
     ],
     json_help="print the rows as JSONL instead of rendering them",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ledger.cli.registry import arg, command
+from ledger.cli.registry import arg, command, non_negative
 
 
 @command(
@@ -27,7 +27,7 @@ from ledger.cli.registry import arg, command
             help="serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio"),
         arg("--no-retrieval", action="store_true",
             help="serve with retrieval turned off (every call: retrieval_disabled)"),
-        arg("--lock-timeout", type=float, default=10.0, metavar="SECONDS",
+        arg("--lock-timeout", type=non_negative, default=10.0, metavar="SECONDS",
             help="how long a call waits for a writer (default 10; then "
             "history_unavailable)"),
     ],

@@ -12,9 +12,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ledger.cli.registry import WS, arg, command
+from ledger.cli.registry import WS, arg, command, non_negative
 from ledger.cli.tables import is_terminal, print_table
-from ledger.core.errors import LedgerError
 
 Progress = Callable[[int, int], None]
 
@@ -153,7 +152,7 @@ def cmd_import_legacy(args: argparse.Namespace, ctx: Any) -> int:
     example="tledger purge ws-1 --quarantine-older-than 30",
     args=[
         WS,
-        arg("--quarantine-older-than", type=float, default=None, metavar="DAYS"),
+        arg("--quarantine-older-than", type=non_negative, default=None, metavar="DAYS"),
         arg("--quarantine-only", action="store_true",
             help="only clean the quarantine; leave the rows"),
     ],
@@ -167,8 +166,6 @@ def cmd_purge(args: argparse.Namespace, ctx: Any) -> int:
     if not args.quarantine_only:
         out["rows"] = h.purge_before_floor()
     if args.quarantine_older_than is not None:
-        if args.quarantine_older_than < 0:
-            raise LedgerError("--quarantine-older-than takes a number of days >= 0")
         engine_clean = getattr(h.engine, "clean_quarantine", None)  # a database engine's own
         seconds = args.quarantine_older_than * 86400.0
         out["quarantine"] = engine_clean(seconds) if engine_clean else clean_quarantine(h, seconds)

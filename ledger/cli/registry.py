@@ -16,6 +16,7 @@ declarations into argparse subcommands and applies what they all share:
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,8 @@ from ledger.core.errors import InvalidWorkspace
 
 Handler = Callable[[argparse.Namespace, Any], int]
 
-__all__ = ["WS", "Arg", "Command", "arg", "command", "commands", "install"]
+__all__ = ["WS", "Arg", "Command", "arg", "command", "commands", "install", "non_negative",
+           "positive_int"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,29 @@ def command(
 def commands() -> list[Command]:
     """The declared commands, in declaration order."""
     return list(_COMMANDS.values())
+
+
+def non_negative(text: str) -> float:
+    """An argument type: a finite number >= 0 (``nan``, ``inf`` and negatives are
+    usage errors, exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argument type: an integer >= 1 (else a usage error, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text!r}")
+    return value
 
 
 def _workspace_id(text: str) -> str:

@@ -16,6 +16,10 @@ class InvalidWorkspace(LedgerError):
     """A workspace id that cannot name a directory below the store root."""
 
 
+class InvalidRoot(LedgerError):
+    """A store root that cannot name a store: a malformed ``postgresql://`` URL."""
+
+
 class WorkspaceNotFound(LedgerError):
     """A read of a workspace that has no history yet."""
 

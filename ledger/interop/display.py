@@ -14,7 +14,10 @@ What a person sees, unlike the model:
   "row": original}``) restored to the original row and marked *rejected*;
 - reasoning dimmed (or left out), tool calls with their JSON input, tool results
   with their output (long ones cut to ``max_lines`` lines unless asked for all),
-  media as a one-line description, unknown kinds and part types as JSON.
+  media as a one-line description, unknown kinds and part types as JSON;
+- control characters of stored text written out (``\x1b``), never sent to the
+  terminal (:func:`ledger.core.terminal.visible`): every renderer below gets
+  blocks that are safe to print.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+
+from ledger.core.terminal import visible
 
 _CANONICAL_KEYS = frozenset(
     {"seq", "id", "kind", "role", "parts", "partial", "meta", "ts", "batch", "reset"}
@@ -161,7 +166,16 @@ def layout(
     rows: Iterable[Mapping[str, Any]], *, reasoning: bool = True, max_lines: int | None = 40
 ) -> Iterator[Block]:
     """Blocks for ``rows`` in order (see the module docstring). ``max_lines`` caps
-    each tool call input and tool output (None: no cap)."""
+    each tool call input and tool output (None: no cap). Titles and lines hold no
+    control character (they are written out)."""
+    for block in _layout(rows, reasoning=reasoning, max_lines=max_lines):
+        yield Block(block.kind, block.seq, visible(block.role), visible(block.title),
+                    [Line(line.style, visible(line.text)) for line in block.lines])
+
+
+def _layout(
+    rows: Iterable[Mapping[str, Any]], *, reasoning: bool, max_lines: int | None
+) -> Iterator[Block]:
     first = True
     for row in rows:
         kind = row.get("kind", "message")

@@ -8,6 +8,7 @@ one database holds every workspace.
 
 from __future__ import annotations
 
+import math
 import os
 
 from ledger.core import format as fmt
@@ -50,6 +51,10 @@ class Store:
             raise LedgerError("segment_bytes must be positive")
         if max_row_bytes < 64:
             raise LedgerError("max_row_bytes must be at least 64")
+        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or \
+                not 0 <= lock_timeout < math.inf:
+            raise LedgerError(f"lock_timeout must be a finite number of seconds >= 0, "
+                              f"got {lock_timeout!r}")
         self.root = os.fspath(root)
         self.segment_bytes = segment_bytes
         self.lock_timeout = lock_timeout

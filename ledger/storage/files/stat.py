@@ -13,7 +13,9 @@ from ledger.storage.files.receipt import read_receipt, receipt_status
 
 def stat_report(h: Any) -> dict[str, Any]:
     """The stat document of a file-engine workspace (read-only): receipt,
-    epoch, window, floor, segments with their line counts, quarantine bytes."""
+    epoch, window, number of windows, floor, segments with their line counts,
+    quarantine bytes. Windows are counted from the boundary index (INDEX; a
+    segment it does not cover is scanned)."""
     h._require()
     st = h.snapshot()
     receipt = read_receipt(h.path)
@@ -27,6 +29,8 @@ def stat_report(h: Any) -> dict[str, Any]:
         seg_list.append({"name": fmt.segment_name(number), "bytes": stamp.size, "lines": lines})
         total_bytes += stamp.size
         total_rows += lines
+    active = (st.active, st.active_stamp) if st.active_stamp is not None else None
+    bounds = h.index.all_bounds(st.sealed, active, st.epoch if st.verified else None)
     quarantine = os.path.join(h.path, fmt.QUARANTINE_DIR)
     q_bytes = 0
     if os.path.isdir(quarantine):
@@ -52,6 +56,7 @@ def stat_report(h: Any) -> dict[str, Any]:
         },
         "epoch": st.epoch,
         "window": st.window_seq,
+        "windows": 1 + len(bounds),  # window 0, then one per boundary
         "next_seq": st.next_seq,
         "floor": floor,
         "segments": seg_list,

@@ -12,16 +12,23 @@ resume by themselves once the server is back.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
-from ledger.core.errors import CommitFailed, CommitUncertain, LedgerError, Unavailable
+from ledger.core.errors import (
+    CommitFailed,
+    CommitUncertain,
+    InvalidRoot,
+    LedgerError,
+    Unavailable,
+)
 from ledger.storage.postgres.schema import ensure_schema
 
-__all__ = ["Database", "close_pools", "is_postgres_root", "redact"]
+__all__ = ["Database", "check_url", "close_pools", "is_postgres_root", "redact"]
 
 _SCHEMES = ("postgresql://", "postgres://")
 _POOLS: dict[tuple[int, str], Any] = {}
@@ -33,12 +40,37 @@ def is_postgres_root(root: str) -> bool:
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """The URL without its password, for messages (a malformed one too)."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # e.g. an unclosed IPv6 bracket: hide user:password@ crudely
+        return re.sub(r"(://[^/@]*?:)[^/@]*@", r"\1***@", url)
+    if password is None:
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
     return parts._replace(netloc=netloc).geturl()
+
+
+def check_url(url: str) -> None:
+    """Raise ``InvalidRoot`` (one line, password hidden) for a URL that cannot
+    name a database: a port that is not a number in 0..65535, an unclosed IPv6
+    bracket, an unknown query parameter, bad percent-encoding. Checked before
+    any connection is tried, so a typo is reported at once, not after the
+    connection timeout."""
+    where = redact(url)
+    try:
+        urlsplit(url).port  # noqa: B018 - parsing the port is the check
+    except ValueError as exc:
+        raise InvalidRoot(f"malformed PostgreSQL URL {where}: {exc}") from None
+    psycopg, _ = _psycopg()
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        reason = _first_line(exc).replace(url, where)
+        raise InvalidRoot(f"malformed PostgreSQL URL {where}: {reason}") from None
 
 
 def _psycopg() -> Any:
@@ -61,6 +93,7 @@ class Database:
         self.url = url
         self.where = redact(url)
         self.psycopg, pool_mod = _psycopg()
+        check_url(url)
         key = (os.getpid(), url)
         with _POOLS_LOCK:
             pool = _POOLS.get(key)

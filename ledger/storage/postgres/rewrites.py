@@ -248,6 +248,9 @@ def stat(ws: PgWorkspace) -> dict[str, Any]:
             "WHERE workspace = %s", (ws.workspace,)).fetchone()
         q = conn.execute("SELECT coalesce(sum(octet_length(raw)), 0) FROM tl_quarantine "
                          "WHERE workspace = %s", (ws.workspace,)).fetchone()
+        bounds = conn.execute(  # by the partial index on boundary rows
+            "SELECT count(*) FROM tl_rows WHERE workspace = %s AND boundary IS NOT NULL",
+            (ws.workspace,)).fetchone()
     assert st is not None
     return {
         "workspace": ws.workspace,
@@ -257,6 +260,7 @@ def stat(ws: PgWorkspace) -> dict[str, Any]:
                     "stamps_match": True},
         "epoch": st.epoch,
         "window": st.window_seq,
+        "windows": 1 + int(bounds[0]),  # window 0, then one per boundary
         "next_seq": st.next_seq,
         "floor": None if st.floor is None else {"seq": st.floor.seq, "segment": None,
                                                  "offset": None},

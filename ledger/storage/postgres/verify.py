@@ -5,8 +5,13 @@ cursor: memory stays flat) and reports, without writing anything:
 
 - ``bad-row``: a row whose bytes fail their checksum, do not decode, or carry
   another seq than their key;
-- ``seq-gap``: seqs that are not consecutive (before the first row is fine: a
-  purge removes a prefix);
+- ``seq-gap``: seqs that are not consecutive. A gap whose every missing seq is
+  in ``tl_quarantine`` was left by ``repair`` (or a truncation) and is no
+  finding at all: seqs are identities, so repair never renumbers, and a
+  history it repaired checks clean (the file engine accepts the same gap). A
+  gap nothing explains (rows deleted behind the store's back) is a *notice*:
+  no repair can bring the rows back, so it must not fail ``check`` forever.
+  Before the first row is fine: a purge removes a prefix;
 - ``torn-batch``: a batch whose rows are not ``i = 0 .. n-1`` side by side;
 - ``projection``: a boundary column that disagrees with the rows;
 - ``head``: a head row whose next seq, window or floor disagrees with the rows.
@@ -38,6 +43,7 @@ class Problem:
     seq: int | None
     message: str
     length: int | None = None
+    notice: bool = False  # True: reported, but not damage (check exits 0)
 
 
 @dataclass
@@ -51,6 +57,7 @@ class Verified:
     window: tuple[int, str] | None = None  # the newest boundary the rows show
     floor: int | None = None  # the newest manual reset the rows show
     last: int | None = None  # the last seq
+    gaps: list[tuple[int, int]] = field(default_factory=list)  # (seq before, seq after)
 
 
 def _batches(conn: Any, workspace: str) -> Iterator[list[tuple[int, str, str | None, bytes]]]:
@@ -81,7 +88,7 @@ def verify_rows(conn: Any, workspace: str) -> Verified:
             out.rows += 1
             out.bytes += len(raw) + 1
             if prev is not None and seq != prev + 1:
-                out.problems.append(Problem("seq-gap", seq, f"seq {seq} follows seq {prev}"))
+                out.gaps.append((prev, seq))
             prev = seq
             data = fmt.decode_line(raw)
             if data is None or data.get("seq") != seq:
@@ -117,11 +124,28 @@ def verify_rows(conn: Any, workspace: str) -> Verified:
     return out
 
 
+def _explain_gaps(conn: Any, workspace: str, out: Verified) -> None:
+    """A problem for each gap that ``tl_quarantine`` does not account for (module
+    doc): a notice, since nothing can fill it."""
+    for before, after in out.gaps:
+        held = conn.execute(
+            "SELECT count(DISTINCT seq) FROM tl_quarantine WHERE workspace = %s AND seq > %s "
+            "AND seq < %s", (workspace, before, after)).fetchone()[0]
+        if held < after - before - 1:
+            missing = f"seq {before + 1}" if after == before + 2 else \
+                f"seqs {before + 1}..{after - 1}"
+            out.problems.append(Problem(
+                "seq-gap", after, f"seq {after} follows seq {before}: {missing} missing and "
+                "not in tl_quarantine (deleted outside transcript-ledger, or their "
+                "quarantine entries were purged); nothing to repair", notice=True))
+
+
 def verify(ws: PgWorkspace) -> Verified:
     """Everything in the module doc, from one snapshot."""
     with ws.db.read("check") as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         out = verify_rows(conn, ws.workspace)
+        _explain_gaps(conn, ws.workspace, out)
         head = ws._head(conn)
     if head is not None:
         window, floor, last = out.window, out.floor, out.last
@@ -144,10 +168,11 @@ def verify(ws: PgWorkspace) -> Verified:
 def repair(ws: PgWorkspace, dry_run: bool) -> dict[str, Any]:
     """Settle what ``verify`` finds (module doc); a dry run writes nothing."""
     found = verify(ws)
-    result: dict[str, Any] = {"problems": [p.__dict__ for p in found.problems],
+    damage = [p for p in found.problems if not p.notice]
+    result: dict[str, Any] = {"problems": [p.__dict__ for p in damage],
                               "quarantined_batches": sorted(found.bad_batches),
-                              "changed": bool(found.problems), "epoch": None}
-    if dry_run or not found.problems:
+                              "changed": bool(damage), "epoch": None}
+    if dry_run or not damage:
         return result
     with ws.db.write(f"repair workspace {ws.workspace!r}") as conn:
         st = ws._head(conn, lock=True)

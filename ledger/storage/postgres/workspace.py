@@ -315,6 +315,22 @@ class PgWorkspace:
                 (self.workspace, cutoff)).fetchone()
         return {"removed": int(got[0]), "bytes": int(got[1])}
 
+    def put_quarantine(self, data: bytes, *, source: str, offset: int, reason: str) -> str:
+        """Put bytes that never entered the log aside (an import's unreadable or
+        refused records); returns the entry name. The same bytes from the same
+        source and offset are stored once (an import run again adds nothing)."""
+        why = f"{source} offset {offset}: {reason}"
+        with self.db.write(f"quarantine bytes of {self.workspace!r}") as conn:
+            got = conn.execute(
+                "SELECT id FROM tl_quarantine WHERE workspace = %s AND reason = %s AND raw = %s",
+                (self.workspace, why, data)).fetchone()
+            if got is None:
+                got = conn.execute(
+                    "INSERT INTO tl_quarantine (workspace, ts_ms, seq, reason, raw) VALUES "
+                    "(%s, %s, NULL, %s, %s) RETURNING id",
+                    (self.workspace, now_ms(), why, data)).fetchone()
+        return f"tl_quarantine:{got[0]}"
+
     # --- rewrites, backup, stat (rewrites.py) ---------------------------------------
 
     def reject(self, seq_or_seqs: Any) -> Any:
