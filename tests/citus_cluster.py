@@ -114,14 +114,26 @@ class CitusCluster:
         self.add_database("postgres", create=False)
         return self.dsn()
 
-    def add_database(self, name: str, create: bool = True) -> str:
-        """A Citus database ``name`` on every node; returns its coordinator DSN."""
+    def add_database(self, name: str, create: bool = True, citus: bool = True) -> str:
+        """A database ``name`` on every node, with Citus in it unless
+        ``citus=False`` (``enable_citus`` adds it later); returns its
+        coordinator DSN."""
+        import psycopg
+
+        if create:
+            for node in self.nodes:
+                with psycopg.connect(node.dsn(), autocommit=True) as conn:
+                    conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+        if citus:
+            self.enable_citus(name)
+        return self.dsn(name)
+
+    def enable_citus(self, name: str) -> None:
+        """The extension in database ``name`` on every node, the workers
+        registered on the coordinator."""
         import psycopg
 
         for node in self.nodes:
-            if create:
-                with psycopg.connect(node.dsn(), autocommit=True) as conn:
-                    conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
             with psycopg.connect(node.dsn(name), autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS citus")
         with psycopg.connect(self.dsn(name), autocommit=True) as conn:
@@ -129,7 +141,6 @@ class CitusCluster:
                          (self.socket_dir, COORDINATOR_PORT))
             for node in self.workers:
                 conn.execute("SELECT citus_add_node(%s, %s)", (self.socket_dir, node.port))
-        return self.dsn(name)
 
     def schema_root(self, schema: str) -> str:
         """A root URL on the ``postgres`` database whose ``search_path`` is a

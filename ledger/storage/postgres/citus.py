@@ -199,9 +199,10 @@ def status_of(conn: Any, where: str) -> dict[str, Any]:
     if not out["citus"]:
         return out
     tables = layout(conn)
-    out["tables"] = {name: {"kind": t.kind, "column": t.column}
-                     for name, t in tables.items()}
-    out["problems"] = problems(tables)
+    fresh = all(t.kind == "missing" for t in tables.values())  # a store creates them
+    out["tables"] = {} if fresh else {name: {"kind": t.kind, "column": t.column}
+                                      for name, t in tables.items()}
+    out["problems"] = [] if fresh else problems(tables)
     nodes = conn.execute(
         "SELECT n.nodename, n.nodeport, n.isactive, count(s.shardid) FILTER "
         "(WHERE p.logicalrelid = to_regclass('tl_rows')) "
