@@ -4,11 +4,13 @@ translation of server and connection failures into the library's errors.
 A write that fails before COMMIT was sent raises ``CommitFailed``; a
 connection lost while COMMIT was in flight raises ``CommitUncertain`` with the
 batch id (the batch may or may not have committed; a retry with the same
-``batch_id`` answers with the original seqs if it did). On Citus a COMMIT can
-also succeed on the coordinator while the worker holding the workspace's
-shard failed to commit: Citus reports that with a WARNING ("failed to commit
-transaction on HOST:PORT") and no error, so a WARNING during COMMIT is
-``CommitUncertain`` too. The pool discards a
+``batch_id`` answers with the original seqs if it did). Any error COMMIT
+itself returns is ``CommitUncertain`` as well: on Citus the coordinator
+sends COMMIT on to the worker holding the workspace's shard and, when that
+connection fails, answers "could not commit transaction for shard ..."
+without knowing whether the worker committed (on plain PostgreSQL these
+transactions have no deferred checks, so COMMIT does not fail otherwise).
+The pool discards a
 broken connection when it comes back, so the next call reconnects: writers
 resume by themselves once the server is back.
 """
@@ -111,12 +113,11 @@ class Database:
             raise CommitFailed(f"{self.where}: {what}: cannot connect: {_first_line(exc)}",
                                batch_id) from exc
         committing = False
-        warned: list[str] = []
         try:
             conn.execute("BEGIN")
             yield conn
             committing = True
-            _commit(conn, warned)
+            conn.execute("COMMIT")
         except BaseException as exc:
             lost = isinstance(exc, psycopg.OperationalError) or conn.broken
             if not conn.broken:
@@ -131,29 +132,16 @@ class Database:
                     f"outcome is unknown: retry with the same batch_id ({batch_id})",
                     batch_id or "",
                 ) from exc
+            if committing and isinstance(exc, psycopg.Error):
+                raise CommitUncertain(
+                    f"{self.where}: {what}: COMMIT failed ({_first_line(exc)}); the outcome "
+                    f"is unknown: retry with the same batch_id ({batch_id})", batch_id or "",
+                ) from exc
             if isinstance(exc, psycopg.Error):
                 raise CommitFailed(f"{self.where}: {what} failed: {_first_line(exc)}",
                                    batch_id) from exc
             raise
         conn_cm.__exit__(None, None, None)
-        if warned:
-            raise CommitUncertain(
-                f"{self.where}: {what}: COMMIT reported {warned[0]!r}; the outcome is "
-                f"unknown: retry with the same batch_id ({batch_id})", batch_id or "")
-
-
-def _commit(conn: Any, warned: list[str]) -> None:
-    """COMMIT, collecting the WARNINGs it raises into ``warned``."""
-
-    def note(diag: Any) -> None:
-        if diag.severity_nonlocalized == "WARNING":
-            warned.append(diag.message_primary or "WARNING")
-
-    conn.add_notice_handler(note)
-    try:
-        conn.execute("COMMIT")
-    finally:
-        conn.remove_notice_handler(note)
 
 
 def close_pools(url: str | None = None) -> None:
