@@ -109,8 +109,19 @@ class CitusCluster:
         self.base.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             shutil.chown(self.base, "postgres", "postgres")
-        for node in self.nodes:
-            node.start()
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(self.nodes)) as pool:  # initdb and start side by side
+            starts = [pool.submit(node.start) for node in self.nodes]
+        try:
+            for started in starts:
+                started.result()
+        except PgUnavailable as exc:
+            if "undefined symbol" in str(exc):
+                raise PgUnavailable(
+                    f"{exc} -- the Citus build in ../shared/citus needs Debian's PostgreSQL "
+                    "15.20 or newer: apt-get install postgresql-15") from exc
+            raise
         self.add_database("postgres", create=False)
         return self.dsn()
 
@@ -131,11 +142,16 @@ class CitusCluster:
     def enable_citus(self, name: str) -> None:
         """The extension in database ``name`` on every node, the workers
         registered on the coordinator."""
+        from concurrent.futures import ThreadPoolExecutor
+
         import psycopg
 
-        for node in self.nodes:
+        def create(node: Cluster) -> None:
             with psycopg.connect(node.dsn(name), autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS citus")
+
+        with ThreadPoolExecutor(len(self.nodes)) as pool:
+            list(pool.map(create, self.nodes))
         with psycopg.connect(self.dsn(name), autocommit=True) as conn:
             conn.execute("SELECT citus_set_coordinator_host(%s, %s)",
                          (self.socket_dir, COORDINATOR_PORT))
@@ -169,7 +185,7 @@ class CitusCluster:
             node.stop(mode)
 
     def remove(self) -> None:
-        self.stop()
+        self.stop("immediate")  # thrown away: no shutdown checkpoint to wait for
         shutil.rmtree(self.base, ignore_errors=True)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ import pytest
 
 from ledger import Store
 from tests.citus_helpers import Roamers, node_of, verify_acks
-from tests.core_helpers import msg, read_acks
+from tests.core_helpers import PYTHON, WRITER, msg, read_acks, subprocess_env
+from tests.test_postgres_faults import _ask, _verify
 
 psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
 
@@ -45,16 +47,12 @@ def test_eight_processes_over_sixteen_workspaces_on_two_workers(
 
 
 def test_sigkill_writers_mid_transaction(citus_root: str, tmp_path: Path) -> None:
-    """Writers forked from a warm interpreter, each killed 30-150 ms after it
-    started (connecting, mid-transaction, mid-COMMIT): what was in flight is
-    rolled back on the worker, so no batch is ever partial."""
-    from tests.test_postgres_faults import _ask, _verify
-
+    """Writers forked from a warm interpreter and SIGKILLed: every other one
+    30-150 ms after it started (connecting, or in its first batches), the
+    others 0-40 ms after their first acknowledged batch, so they die
+    mid-transaction or mid-COMMIT however slow the machine is. What was in
+    flight is rolled back on the worker: no batch is ever partial."""
     Store(citus_root).history("warm").append(msg("tables first"))
-    import subprocess
-
-    from tests.core_helpers import PYTHON, WRITER, subprocess_env
-
     zygote = subprocess.Popen([PYTHON, WRITER, "zygote"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=subprocess_env())
     rng = random.Random(0xC1)
@@ -67,7 +65,14 @@ def test_sigkill_writers_mid_transaction(citus_root: str, tmp_path: Path) -> Non
             spec = {"root": citus_root, "ws": ws, "durability": "full",
                     "segment_bytes": 65536, "ack": str(ack), "seed": k}
             pid = _ask(zygote, {"spawn": spec})
-            time.sleep(rng.uniform(0.030, 0.150))
+            if k % 2:
+                deadline = time.monotonic() + 30
+                while not read_acks(ack):
+                    assert time.monotonic() < deadline, f"kill {k}: the writer never acked"
+                    time.sleep(0.002)
+                time.sleep(rng.uniform(0, 0.040))
+            else:
+                time.sleep(rng.uniform(0.030, 0.150))
             os.kill(pid, signal.SIGKILL)
             status = _ask(zygote, {"wait": pid})
             assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
@@ -83,4 +88,4 @@ def test_sigkill_writers_mid_transaction(citus_root: str, tmp_path: Path) -> Non
     finally:
         zygote.stdin.close()  # type: ignore[union-attr]
         zygote.wait(timeout=30)
-    assert acked_total > kills  # the kills landed mid-stream, not before the first batch
+    assert acked_total >= kills // 2  # half the kills landed mid-stream at least
