@@ -109,3 +109,33 @@ def test_db_refuses_a_directory_and_a_database_without_citus(pg_root: str,
     assert p.returncode == 1 and b"citus extension is not installed" in p.stderr
     p = tl(pg_root, "db", "status", "--json")
     assert p.returncode == 0 and json.loads(p.stdout)["citus"] is False
+
+
+def test_durability_off_reaches_the_worker(citus_root: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``durability="off"`` is asynchronous commit where the batch commits:
+    on the worker, not only on the coordinator (whose commit writes nothing)."""
+    from urllib.parse import quote
+
+    logged = citus_root.replace("&options=", "&options=" + quote(
+        "-c citus.log_remote_commands=on -c client_min_messages=log ", safe=""), 1)
+    remote: list[str] = []
+    real = psycopg.Connection.execute
+
+    def execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(self, "_tl_noted", False):
+            self._tl_noted = True
+            self.add_notice_handler(lambda d: remote.append(d.message_primary or ""))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", execute)
+    store = Store(logged, durability="off")  # the tables first
+    remote.clear()
+    store.history("ws").append(msg("x"))
+    begins = [m for m in remote if m.startswith("issuing BEGIN")]
+    assert begins and all("SET LOCAL synchronous_commit TO off" in m for m in begins)
+    store = Store(logged.replace("options=", "options=%20", 1))  # another pool, durability full
+    remote.clear()
+    store.history("ws").append(msg("y"))
+    begins = [m for m in remote if m.startswith("issuing BEGIN")]
+    assert begins and not any("synchronous_commit" in m for m in begins)  # full: as set

@@ -14,9 +14,9 @@ An append is one transaction (``Database.write``):
 
 Durability: ``full`` and ``normal`` commit as the server is configured
 (``synchronous_commit`` on by default: COMMIT returns after the WAL flush);
-``off`` sets ``synchronous_commit = off`` for the batch, so COMMIT returns
-before the flush and a server crash may lose the newest batches -- whole
-batches, never part of one.
+``off`` sets ``synchronous_commit = off`` for the batch (on Citus on the
+worker too), so COMMIT returns before the flush and a server crash may lose
+the newest batches -- whole batches, never part of one.
 
 Positions for ``session_history`` are ``(seq, byte offset in the row)``: a
 row starts at ``(seq, 0)`` and ends at ``(seq, len + 1)``, so the retrieval
@@ -39,6 +39,12 @@ from ledger.storage.engine import StoreOptions
 from ledger.storage.postgres.connect import Database
 
 PAGE_ROWS = 1000  # rows per round trip when streaming
+
+# durability="off": asynchronous commit for this transaction; on Citus the
+# setting goes along to the worker that commits the batch (a placeholder
+# setting, ignored, on plain PostgreSQL). One round trip.
+SYNC_OFF = ("SET LOCAL citus.propagate_set_commands = 'local'; "
+            "SET LOCAL synchronous_commit TO off")
 
 
 def _batch_runs(rows: Iterable[Row]) -> Iterator[list[Row]]:
@@ -197,7 +203,7 @@ class PgWorkspace:
         bid = batch.batch_id
         with self.db.write(f"append to workspace {self.workspace!r}", bid) as conn:
             if self.store.durability == "off":  # COMMIT returns before the WAL flush
-                conn.execute("SET LOCAL synchronous_commit TO off")
+                conn.execute(SYNC_OFF)
             st = self._head(conn, lock=True)
             if st is None:
                 refuse_on_empty(self.workspace, batch)
