@@ -125,9 +125,11 @@ class CitusCluster:
         self.add_database("postgres", create=False)
         return self.dsn()
 
-    def add_database(self, name: str, create: bool = True, citus: bool = True) -> str:
+    def add_database(self, name: str, create: bool = True, citus: bool = True,
+                     workers: int | None = None) -> str:
         """A database ``name`` on every node, with Citus in it unless
-        ``citus=False`` (``enable_citus`` adds it later); returns its
+        ``citus=False`` (``enable_citus`` adds it later) and the first
+        ``workers`` workers (all by default) registered; returns its
         coordinator DSN."""
         import psycopg
 
@@ -136,12 +138,12 @@ class CitusCluster:
                 with psycopg.connect(node.dsn(), autocommit=True) as conn:
                     conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
         if citus:
-            self.enable_citus(name)
+            self.enable_citus(name, workers)
         return self.dsn(name)
 
-    def enable_citus(self, name: str) -> None:
-        """The extension in database ``name`` on every node, the workers
-        registered on the coordinator."""
+    def enable_citus(self, name: str, workers: int | None = None) -> None:
+        """The extension in database ``name`` on every node, the workers (the
+        first ``workers`` of them) registered on the coordinator."""
         from concurrent.futures import ThreadPoolExecutor
 
         import psycopg
@@ -155,7 +157,7 @@ class CitusCluster:
         with psycopg.connect(self.dsn(name), autocommit=True) as conn:
             conn.execute("SELECT citus_set_coordinator_host(%s, %s)",
                          (self.socket_dir, COORDINATOR_PORT))
-            for node in self.workers:
+            for node in self.workers[:workers]:
                 conn.execute("SELECT citus_add_node(%s, %s)", (self.socket_dir, node.port))
 
     def schema_root(self, schema: str) -> str:

@@ -1,0 +1,160 @@
+"""Citus beside single-node PostgreSQL, in one run.
+
+    python -m bench.citus_bench [--quick] [--sizes 0,100] [--json FILE]
+
+Two private servers on this machine, fsync on (``fast=False``): a
+single-node PostgreSQL 15 (``tests/pg_cluster.py``) and a Citus 13.2
+cluster of a coordinator and two workers (``tests/citus_cluster.py``), where
+the store's tables are distributed by workspace.
+
+- *turn* (as in ``bench.postgres_bench``): append 3 rows, read the provider
+  view of a 200-row window and count its tokens (gpt-4o); ``pg`` and
+  ``citus`` interleaved at each history size. On Citus each statement goes
+  client -> coordinator -> the worker holding the workspace's shard.
+- *append*: 3-row batches alone, p50 and p99.
+- *throughput*: 16 writer processes, each appending to its own workspace,
+  through the coordinator of a database with one worker registered and of
+  one with two (the same servers: ``pg_dist_node`` is per database), and on
+  the single node for reference.
+
+The histories are the corpus of ``bench.corpus`` (real transcripts when
+../shared is present), built with the file engine's ``bulk_load`` and copied
+byte for byte into both databases with ``load_rows`` (COPY).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+from bench.corpus import Corpus, load_corpus
+from bench.measure import interleave, ratio
+from bench.postgres_bench import MIB, WS, history_batches, writers_throughput
+from ledger.budget.tokens import TokenCounter
+from ledger.storage.files.bulk import bulk_load
+from ledger.transcript.store import Store
+
+
+class Histories:
+    """One history size in both databases."""
+
+    def __init__(self, tmp: str, pg_root: str, citus_root: str, corpus: Corpus,
+                 size_mib: int) -> None:
+        self.corpus = corpus
+        files = Store(os.path.join(tmp, f"files-{size_mib}")).history(WS)
+        batches, tail = history_batches(corpus, size_mib)
+        bulk_load(files, [*batches, *tail], 64 * MIB, durability="off", internal=True)
+        for root in (pg_root, citus_root):
+            Store(root).history(WS).engine.load_rows(files.rows())  # type: ignore[attr-defined]
+        self.pg = Store(pg_root).history(WS)
+        self.citus = Store(citus_root).history(WS)
+        self.counter = TokenCounter("gpt-4o")
+        self.k = 0
+
+    def batch(self) -> list[dict[str, Any]]:
+        self.k += 1
+        return self.corpus.sized_batch(3, 400, self.k)
+
+    def turn(self, h: Any) -> int:
+        h.append_many(self.batch())
+        view = h.provider_view()
+        return int(self.counter.rows([r.to_dict() for r in view]).tokens)
+
+
+def run(sizes: list[int], quick: bool, log: Any) -> dict[str, Any]:
+    import psycopg
+
+    from ledger.storage.postgres.connect import close_pools
+    from tests.citus_cluster import CitusCluster
+    from tests.pg_cluster import Cluster
+
+    corpus = load_corpus()
+    tmp = tempfile.mkdtemp(prefix="tledger-citusbench-")
+    single = Cluster(fast=False)
+    citus = CitusCluster(fast=False)
+    out: dict[str, Any] = {"corpus": corpus.source, "sizes_mib": sizes, "turn_ms": {},
+                           "append_ms": {}, "ratios": {}}
+    try:
+        server = single.start()
+        citus.start()
+        log("servers up")
+        for size in sizes:
+            t0 = time.monotonic()
+            with psycopg.connect(server, autocommit=True) as conn:
+                conn.execute(f"CREATE DATABASE bench_{size}")
+            pg_root = single.dsn(f"bench_{size}")
+            citus_root = citus.add_database(f"bench_{size}")
+            w = Histories(tmp, pg_root, citus_root, corpus, size)
+            log(f"{size} MiB built in {time.monotonic() - t0:.1f}s")
+            runs = 15 if quick else 40
+            turns = interleave({"pg": lambda w=w: w.turn(w.pg),
+                                "citus": lambda w=w: w.turn(w.citus)},
+                               min_runs=runs, max_runs=runs, budget_s=60)
+            appends = interleave({"pg": lambda w=w: w.pg.append_many(w.batch()),
+                                  "citus": lambda w=w: w.citus.append_many(w.batch())},
+                                 min_runs=runs * 7, max_runs=runs * 7, budget_s=60)
+            out["turn_ms"][size] = {k: round(s.p50 * 1e3, 3) for k, s in turns.items()}
+            out["append_ms"][size] = {k: {"p50": round(s.p50 * 1e3, 3),
+                                          "p99": round(s.pct(99) * 1e3, 3)}
+                                      for k, s in appends.items()}
+            log(f"{size} MiB: turns {out['turn_ms'][size]} appends {out['append_ms'][size]}")
+            close_pools(pg_root)
+            close_pools(citus_root)
+        big, empty = max(sizes), min(sizes)
+        t = out["turn_ms"]
+        out["ratios"] = {f"citus_over_pg_turn_at_{s}": ratio(t[s]["citus"], t[s]["pg"])
+                         for s in sizes}
+        out["ratios"]["citus_turn_big_over_empty"] = ratio(t[big]["citus"], t[empty]["citus"])
+        out["ratios"]["pg_turn_big_over_empty"] = ratio(t[big]["pg"], t[empty]["pg"])
+        n = 60 if quick else 150
+        tput: dict[str, float] = {}
+        for label, workers in (("citus_1_worker", 1), ("citus_2_workers", 2)):
+            root = citus.add_database(f"tput_{workers}", workers=workers)
+            tput[label] = round(writers_throughput(root, 16, n, tmp), 1)
+            close_pools(root)
+            log(f"{label}: {tput[label]} batches/s")
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE tput")
+        tput["pg_single_node"] = round(writers_throughput(single.dsn("tput"), 16, n, tmp), 1)
+        out["throughput_16_writers_batches_per_s"] = tput
+        out["ratios"]["throughput_2_workers_over_1"] = ratio(tput["citus_2_workers"],
+                                                            tput["citus_1_worker"])
+        log(f"ratios {out['ratios']} throughput {tput}")
+    finally:
+        close_pools()
+        single.remove()
+        citus.remove()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.citus_bench",
+                                description=__doc__.split("\n\n")[1])
+    p.add_argument("--quick", action="store_true", help="fewer samples")
+    p.add_argument("--sizes", default="0,100", metavar="MIB,...")
+    p.add_argument("--json", metavar="FILE")
+    args = p.parse_args(argv)
+    started = time.monotonic()
+
+    def log(msg: str) -> None:
+        print(f"{time.monotonic() - started:7.1f}s {msg}", file=sys.stderr, flush=True)
+
+    doc = run(sorted({int(x) for x in args.sizes.split(",")}), args.quick, log)
+    doc["machine"] = {"cpus": os.cpu_count(), "load_at_end": os.getloadavg()}
+    text = json.dumps(doc, indent=2)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
