@@ -121,11 +121,13 @@ def citus_cluster():  # type: ignore[no-untyped-def]
     if given:
         yield CitusCluster.from_dsn(given)
         return
+    cluster = None
     try:
         cluster = CitusCluster()
         cluster.start()
     except PgUnavailable as exc:
-        cluster.remove()
+        if cluster is not None:
+            cluster.remove()
         _pg_unavailable(f"Citus: {exc}")
     try:
         yield cluster
