@@ -115,13 +115,17 @@ def test_a_worker_lost_before_commit_is_commit_uncertain(
         if query == "COMMIT" and armed[0]:
             armed[0] = False
             gpid = real(self, "SELECT citus_backend_gpid()").fetchone()[0]
+            name = f"citus_internal gpid={gpid}"
             for node in citus_cluster.workers:
                 with psycopg.connect(node.dsn(), autocommit=True) as w:
                     got = w.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                    "WHERE application_name = %s",
-                                    (f"citus_internal gpid={gpid}",)).fetchall()
+                                    "WHERE application_name = %s", (name,)).fetchall()
                     killed.extend(1 for (ok,) in got if ok)
-            time.sleep(0.2)  # the backend is gone before COMMIT reaches it
+                    deadline = time.monotonic() + 10  # gone before COMMIT reaches it
+                    while w.execute("SELECT count(*) FROM pg_stat_activity WHERE "
+                                    "application_name = %s", (name,)).fetchone()[0]:
+                        assert time.monotonic() < deadline, "the worker backend lives on"
+                        time.sleep(0.01)
         return real(self, query, *args, **kwargs)
 
     monkeypatch.setattr(psycopg.Connection, "execute", execute)
