@@ -45,10 +45,19 @@ COORDINATOR_PORT = 9700
 def citus_installed() -> bool:
     """Whether the server can load Citus (``citus.so`` in the pkglibdir of
     the PostgreSQL whose binaries the clusters use)."""
+    import subprocess
+
     from tests.pg_cluster import find_bindir
 
     bindir = find_bindir()
-    return bindir is not None and (bindir.parent / "lib" / "citus.so").exists()
+    if bindir is None:
+        return False
+    libdir = bindir.parent / "lib"  # Debian's layout, when pg_config is not there
+    if (bindir / "pg_config").exists():
+        done = subprocess.run([str(bindir / "pg_config"), "--pkglibdir"], capture_output=True,
+                              text=True, timeout=30)
+        libdir = Path(done.stdout.strip()) if done.returncode == 0 else libdir
+    return (libdir / "citus.so").exists()
 
 
 class CitusCluster:
