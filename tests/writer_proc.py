@@ -19,8 +19,8 @@ Modes:
     traceback on any error).
 ``resilient ROOT WS ACK SEED N``
     Appends N 3-row batches; a batch that fails with CommitFailed, a
-    CommitUncertain or Unavailable (a server restarting) is retried with the
-    same batch id until it commits; acks like ``spawn``. Exit 0 when done.
+    CommitUncertain or Unavailable (a server restarting; opening the store
+    too) is retried with the same batch id until it commits; acks like ``spawn``. Exit 0 when done.
 ``roam ROOT PREFIX NWS ACK SEED N GO_FILE STOP_FILE``
     Prints ``ready``, waits for GO_FILE, then appends batches of 1-4 rows,
     each to one of the workspaces PREFIX-0 .. PREFIX-(NWS-1) at random, until
@@ -143,13 +143,15 @@ def resilient(root: str, ws: str, ack: str, seed: int, n: int) -> int:
 
     rnd = random.Random(seed)
     fd = os.open(ack, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    h = Store(root, durability="full", lock_timeout=60).history(ws)
+    h = None  # opened in the loop: a server restarting may refuse the first connection
     deadline = time.monotonic() + 120
     for k in range(n):
         bid = f"r{seed}-{k}"
         rows = [_row(rnd, bid) for _ in range(3)]
         while True:
             try:
+                if h is None:
+                    h = Store(root, durability="full", lock_timeout=60).history(ws)
                 r = h.append_many(rows, batch_id=bid)
                 break
             except (CommitFailed, CommitUncertain, Unavailable):
