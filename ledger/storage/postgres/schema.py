@@ -110,7 +110,7 @@ def ensure_schema(conn: Any, where: str) -> None:
 
     from ledger.storage.postgres import citus
 
-    try:  # the common case: the tables exist; one query, no lock
+    try:  # the common case: the tables exist; two small queries, no lock
         with conn.transaction():
             got = conn.execute("SELECT max(version) FROM tl_schema").fetchone()
             on_citus = citus.installed(conn)
