@@ -158,7 +158,7 @@ class PgWorkspace:
         while True:
             with self.db.read("read rows") as conn:
                 page = conn.execute(sql, {"ws": self.workspace, "last": last,
-                                          "n": PAGE_ROWS}).fetchall()
+                                          "n": PAGE_ROWS}, binary=True).fetchall()
             if not page:
                 return
             if epoch is None:
@@ -177,7 +177,7 @@ class PgWorkspace:
     def get(self, seq: int) -> Row | None:
         with self.db.read("get") as conn:
             got = conn.execute("SELECT raw FROM tl_rows WHERE workspace = %s AND seq = %s",
-                               (self.workspace, seq)).fetchone()
+                               (self.workspace, seq), binary=True).fetchone()
         return decode(self.workspace, seq, bytes(got[0])) if got is not None else None
 
     def window_rows(self) -> list[Row]:
@@ -189,7 +189,7 @@ class PgWorkspace:
             got = conn.execute(
                 "SELECT r.seq, r.raw FROM tl_head h LEFT JOIN tl_rows r ON r.workspace = "
                 "h.workspace AND r.seq > h.window_seq WHERE h.workspace = %s ORDER BY r.seq",
-                (self.workspace,),
+                (self.workspace,), binary=True,  # bytea as bytes: no hex to encode or parse
             ).fetchall()
         if not got:
             self.require()  # raises WorkspaceNotFound (or reports a race: it exists now)
