@@ -49,6 +49,19 @@ WS = "bench"
 _enc = msgspec.json.Encoder()
 
 
+def history_batches(corpus: Corpus, size_mib: int) -> tuple[list[Any], list[Any]]:
+    """The batches of a ``size_mib`` history, then those of its last window:
+    a rollover (reset, lead-in) and WINDOW_ROWS rows after it."""
+    batches = list(corpus.batches(size_mib * MIB, seed=size_mib + 1)) if size_mib else []
+    window = corpus.window_rows(WINDOW_ROWS, seed=42)
+    reset = {"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "rollover"}}
+    lead = {"kind": "lead_in", "role": "system",
+            "parts": [{"type": "text", "text": LEAD_IN_TEXT.format(window=1, tool="")}],
+            "meta": {"window": 1, "session_history": True}}
+    tail = [[reset, lead, window[0]]] + [window[i : i + 2] for i in range(1, WINDOW_ROWS, 2)]
+    return batches, tail
+
+
 class Worlds:
     """One history size: our two engines and the two session-table peers."""
 
@@ -75,14 +88,7 @@ class Worlds:
         self.k = 0
 
     def _build(self) -> None:
-        batches = list(self.corpus.batches(self.size * MIB, seed=self.size + 1)) if self.size \
-            else []
-        window = self.corpus.window_rows(WINDOW_ROWS, seed=42)
-        reset = {"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "rollover"}}
-        lead = {"kind": "lead_in", "role": "system",
-                "parts": [{"type": "text", "text": LEAD_IN_TEXT.format(window=1, tool="")}],
-                "meta": {"window": 1, "session_history": True}}
-        tail = [[reset, lead, window[0]]] + [window[i : i + 2] for i in range(1, WINDOW_ROWS, 2)]
+        batches, tail = history_batches(self.corpus, self.size)
         bulk_load(self.files, [*batches, *tail], 64 * MIB, durability="off", internal=True)
         Store(self.pg_root).history(WS).engine.load_rows(self.files.rows())  # type: ignore[attr-defined]
         items = [row for b in batches for row in b] + [row for b in tail for row in b]
@@ -136,9 +142,15 @@ def throughput(server: str, processes: int, batches: int, tmp: str) -> float:
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {db}")
         conn.execute(f"CREATE DATABASE {db}")
-    root = server.replace("/postgres?", f"/{db}?", 1)
+    return writers_throughput(server.replace("/postgres?", f"/{db}?", 1), processes, batches,
+                              tmp)
+
+
+def writers_throughput(root: str, processes: int, batches: int, tmp: str) -> float:
+    """Batches per second of ``processes`` writer processes (``tests/writer_proc.py
+    threads``, durability off), each appending to its own workspace of ``root``."""
     Store(root).history("warm").append({"role": "user", "parts": []})  # the schema
-    go = os.path.join(tmp, f"go-{processes}")
+    go = os.path.join(tmp, f"go-{processes}-{time.monotonic_ns()}")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     writer = str(REPO / "tests" / "writer_proc.py")
     procs = [subprocess.Popen([sys.executable, writer, "threads", root, f"ws-{i}", "1",

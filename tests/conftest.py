@@ -103,3 +103,51 @@ def pg_root(pg_server: str, request: pytest.FixtureRequest):  # type: ignore[no-
     close_pools(root)
     with psycopg.connect(pg_server, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# --- Citus (tests/citus_cluster.py) -------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def citus_cluster():  # type: ignore[no-untyped-def]
+    """A Citus cluster (a coordinator and two workers): the one .ci/run starts
+    ($TLEDGER_TEST_CITUS, its coordinator's DSN), else one this session starts
+    and stops itself. Skips locally when Citus cannot start; fails under CI."""
+    if importlib.util.find_spec("psycopg") is None:
+        _pg_unavailable("psycopg is not installed: pip install -e '.[postgres]'")
+    from tests.citus_cluster import ENV_DSN, CitusCluster, PgUnavailable
+
+    given = os.environ.get(ENV_DSN)
+    if given:
+        yield CitusCluster.from_dsn(given)
+        return
+    cluster = None
+    try:
+        cluster = CitusCluster()
+        cluster.start()
+    except PgUnavailable as exc:
+        if cluster is not None:
+            cluster.remove()
+        _pg_unavailable(f"Citus: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+@pytest.fixture
+def citus_root(citus_cluster, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """A ``postgresql://`` root on the Citus cluster whose ``search_path`` is
+    a new, empty schema (tests/citus_cluster.py says why not a database),
+    dropped afterwards."""
+    import re
+    import uuid
+
+    name = "c_" + re.sub(r"[^a-z0-9]", "_", request.node.name.lower())[:40] + "_" + \
+        uuid.uuid4().hex[:8]
+    root = citus_cluster.schema_root(name)
+    yield root
+    from ledger.storage.postgres.connect import close_pools
+
+    close_pools(root)
+    citus_cluster.drop_schema(name)

@@ -60,7 +60,9 @@ class Cluster:
     ``fast=False`` so the server pays for durability like a real one.
     """
 
-    def __init__(self, base: str | os.PathLike[str] | None = None, fast: bool = True) -> None:
+    def __init__(self, base: str | os.PathLike[str] | None = None, fast: bool = True,
+                 port: int = 5432, socket_dir: str | None = None,
+                 settings: dict[str, str] | None = None) -> None:
         bindir = find_bindir()
         if bindir is None:
             raise PgUnavailable("no PostgreSQL binaries (pg_ctl) found; install Debian's "
@@ -70,13 +72,17 @@ class Cluster:
         self.data = self.base / "data"
         self.log = self.base / "server.log"
         self.fast = fast
+        self.port = port
+        self._socket_dir = socket_dir
+        self.settings = dict(settings or {})  # written to postgresql.conf by init()
 
     @property
     def socket_dir(self) -> str:
-        return str(self.base)
+        return self._socket_dir or str(self.base)
 
     def dsn(self, dbname: str = "postgres") -> str:
-        return f"postgresql://postgres@/{dbname}?host={quote(self.socket_dir, safe='')}"
+        port = "" if self.port == 5432 else f"&port={self.port}"
+        return f"postgresql://postgres@/{dbname}?host={quote(self.socket_dir, safe='')}{port}"
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = _as_server_user([str(self.bindir / args[0]), *args[1:]])
@@ -94,11 +100,15 @@ class Cluster:
         if not (self.data / "PG_VERSION").exists():
             self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust",
                       "--no-sync", "-E", "UTF8", "--locale=C")
+            if self.settings:
+                with open(self.data / "postgresql.conf", "a") as conf:
+                    conf.writelines(f"{k} = '{v}'\n" for k, v in self.settings.items())
 
     def start(self) -> str:
         """Initialise if needed and start; returns the DSN of the ``postgres`` db."""
         self.init()
-        opts = f"-k {self.socket_dir} -c listen_addresses='' -c max_connections=200"
+        opts = (f"-p {self.port} -k {self.socket_dir} -c listen_addresses='' "
+                "-c max_connections=200")
         if self.fast:
             opts += " -c fsync=off -c full_page_writes=off"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w",

@@ -19,8 +19,16 @@ Modes:
     traceback on any error).
 ``resilient ROOT WS ACK SEED N``
     Appends N 3-row batches; a batch that fails with CommitFailed, a
-    CommitUncertain or Unavailable (a server restarting) is retried with the
-    same batch id until it commits; acks like ``spawn``. Exit 0 when done.
+    CommitUncertain or Unavailable (a server restarting; opening the store
+    too) is retried with the same batch id until it commits; acks like ``spawn``. Exit 0 when done.
+``roam ROOT PREFIX NWS ACK SEED N GO_FILE STOP_FILE``
+    Prints ``ready``, waits for GO_FILE, then appends batches of 1-4 rows,
+    each to one of the workspaces PREFIX-0 .. PREFIX-(NWS-1) at random, until
+    N batches are acknowledged (N = 0: no limit) or STOP_FILE exists. Batch
+    ids are ``<workspace>:<seed>-<k>``; a batch that fails with CommitFailed,
+    CommitUncertain or Unavailable is retried with its batch id until it
+    commits; acks like ``spawn``. At the end ``ACK.stats`` holds the count of
+    each failure seen, as JSON. Exit 0 when done.
 ``append1 ROOT WS``
     One tracked append of one row; prints ``{"seqs":..., "epoch":..., "window":...}``.
 """
@@ -135,13 +143,15 @@ def resilient(root: str, ws: str, ack: str, seed: int, n: int) -> int:
 
     rnd = random.Random(seed)
     fd = os.open(ack, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    h = Store(root, durability="full", lock_timeout=60).history(ws)
+    h = None  # opened in the loop: a server restarting may refuse the first connection
     deadline = time.monotonic() + 120
     for k in range(n):
         bid = f"r{seed}-{k}"
         rows = [_row(rnd, bid) for _ in range(3)]
         while True:
             try:
+                if h is None:
+                    h = Store(root, durability="full", lock_timeout=60).history(ws)
                 r = h.append_many(rows, batch_id=bid)
                 break
             except (CommitFailed, CommitUncertain, Unavailable):
@@ -149,6 +159,40 @@ def resilient(root: str, ws: str, ack: str, seed: int, n: int) -> int:
                     raise
                 time.sleep(0.05)
         os.write(fd, (bid + " " + " ".join(map(str, r.seqs)) + "\n").encode())
+    return 0
+
+
+def roam(root: str, prefix: str, nws: int, ack: str, seed: int, n: int, go: str,
+         stop: str) -> int:
+    from ledger.core.errors import CommitFailed, CommitUncertain, Unavailable
+
+    rnd = random.Random(seed)
+    store = Store(root, durability="full", lock_timeout=60)
+    fd = os.open(ack, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    seen = {"CommitFailed": 0, "CommitUncertain": 0, "Unavailable": 0}
+    print("ready", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    k = 0
+    while (n == 0 or k < n) and not os.path.exists(stop):
+        k += 1
+        ws = f"{prefix}-{rnd.randrange(nws)}"
+        bid = f"{ws}:{seed}-{k}"
+        rows = [_row(rnd, bid) for _ in range(rnd.randrange(1, 5))]
+        h = store.history(ws)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                r = h.append_many(rows, batch_id=bid)
+                break
+            except (CommitFailed, CommitUncertain, Unavailable) as exc:
+                seen[type(exc).__name__] += 1
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        os.write(fd, (bid + " " + " ".join(map(str, r.seqs)) + "\n").encode())
+    with open(ack + ".stats", "w") as f:
+        json.dump(seen, f)
     return 0
 
 
@@ -166,6 +210,9 @@ def main(argv: list[str]) -> int:
     if mode == "resilient":
         root, ws, ack, seed, n = argv[1:]
         return resilient(root, ws, ack, int(seed), int(n))
+    if mode == "roam":
+        root, prefix, nws, ack, seed, n, go, stop = argv[1:]
+        return roam(root, prefix, int(nws), ack, int(seed), int(n), go, stop)
     if mode == "append1":
         root, ws = argv[1:]
         r = Store(root, durability="off").history(ws).append(

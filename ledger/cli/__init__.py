@@ -69,7 +69,7 @@ class Context:
 def _load_commands() -> None:
     """Import the command modules: each declares its commands with
     ``ledger.cli.registry.command`` (help lists them in this order)."""
-    from ledger.cli import core, interop, mcp, migrate, recovery_cmds, tokens  # noqa: F401
+    from ledger.cli import core, db, interop, mcp, migrate, recovery_cmds, tokens  # noqa: F401
 
 
 def build_parser() -> argparse.ArgumentParser:

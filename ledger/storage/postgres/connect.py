@@ -4,7 +4,13 @@ translation of server and connection failures into the library's errors.
 A write that fails before COMMIT was sent raises ``CommitFailed``; a
 connection lost while COMMIT was in flight raises ``CommitUncertain`` with the
 batch id (the batch may or may not have committed; a retry with the same
-``batch_id`` answers with the original seqs if it did). The pool discards a
+``batch_id`` answers with the original seqs if it did). Any error COMMIT
+itself returns is ``CommitUncertain`` as well: on Citus the coordinator
+sends COMMIT on to the worker holding the workspace's shard and, when that
+connection fails, answers "could not commit transaction for shard ..."
+without knowing whether the worker committed (on plain PostgreSQL these
+transactions have no deferred checks, so COMMIT does not fail otherwise).
+The pool discards a
 broken connection when it comes back, so the next call reconnects: writers
 resume by themselves once the server is back.
 """
@@ -158,6 +164,11 @@ class Database:
                     f"{self.where}: {what}: the connection was lost during COMMIT; the "
                     f"outcome is unknown: retry with the same batch_id ({batch_id})",
                     batch_id or "",
+                ) from exc
+            if committing and isinstance(exc, psycopg.Error):
+                raise CommitUncertain(
+                    f"{self.where}: {what}: COMMIT failed ({_first_line(exc)}); the outcome "
+                    f"is unknown: retry with the same batch_id ({batch_id})", batch_id or "",
                 ) from exc
             if isinstance(exc, psycopg.Error):
                 raise CommitFailed(f"{self.where}: {what} failed: {_first_line(exc)}",

@@ -103,7 +103,7 @@ class PgScan:
             return {}
         got = self.conn.execute(
             "SELECT seq, raw FROM tl_rows WHERE workspace = %s AND seq = ANY(%s)",
-            (self.workspace, seqs)).fetchall()
+            (self.workspace, seqs), binary=True).fetchall()
         return {s: bytes(raw) for s, raw in got}
 
 
@@ -192,7 +192,7 @@ class PgReader:
         got = self.conn.execute(
             "SELECT octet_length(raw), CASE WHEN octet_length(raw) <= %s THEN raw END "
             "FROM tl_rows WHERE workspace = %s AND seq = %s",
-            (LINE_CAP, self.ws.workspace, seq)).fetchone()
+            (LINE_CAP, self.ws.workspace, seq), binary=True).fetchone()
         if got is None:
             raise NotFound(f"no retrievable row {seq}")
         n, raw = got

@@ -66,6 +66,27 @@ def recompute_head(ws: PgWorkspace, conn: Any, old: PgState, next_seq: int | Non
     return epoch
 
 
+def quarantine(conn: Any, workspace: str, condition: str, params: dict[str, Any],
+               reason: str) -> tuple[int, int, list[str] | None]:
+    """Move the rows of ``workspace`` that match ``condition`` (SQL over
+    ``tl_rows`` with named parameters) to ``tl_quarantine``; returns how many,
+    their bytes (with newlines) and their batch ids. Two statements, each on
+    the workspace's shard alone: the ids are the workspace's largest plus one,
+    given under the head row's lock the caller holds (schema.py says why not
+    the sequence)."""
+    args = {**params, "ws": workspace, "ts": now_ms(), "reason": reason}
+    conn.execute(
+        "INSERT INTO tl_quarantine (workspace, id, ts_ms, seq, reason, raw) "
+        "SELECT workspace, (SELECT coalesce(max(id), 0) FROM tl_quarantine WHERE "
+        "workspace = %(ws)s) + row_number() OVER (ORDER BY seq), %(ts)s, seq, %(reason)s, raw "
+        f"FROM tl_rows WHERE workspace = %(ws)s AND {condition}", args)
+    got = conn.execute(
+        f"WITH gone AS (DELETE FROM tl_rows WHERE workspace = %(ws)s AND {condition} "
+        "RETURNING batch_id, raw) SELECT count(*), coalesce(sum(octet_length(raw) + 1), 0), "
+        "array_agg(DISTINCT batch_id) FROM gone", args).fetchone()
+    return int(got[0]), int(got[1]), got[2]
+
+
 def rebaseline(ws: PgWorkspace) -> int:
     with ws.db.write(f"rebaseline workspace {ws.workspace!r}") as conn:
         st = _begin(ws, conn)
@@ -149,15 +170,8 @@ def truncate_after(ws: PgWorkspace, seq: int) -> dict[str, Any]:
                 f"workspace {ws.workspace!r}: truncating after seq {seq} would remove the "
                 f"privacy floor (the manual reset at seq {st.floor.seq}); truncate after seq "
                 f"{st.floor.seq} or later")
-        moved = conn.execute(
-            "WITH gone AS (DELETE FROM tl_rows WHERE workspace = %(ws)s AND seq > %(seq)s "
-            "RETURNING seq, batch_id, raw), "
-            "q AS (INSERT INTO tl_quarantine (workspace, ts_ms, seq, reason, raw) "
-            "SELECT %(ws)s, %(ts)s, seq, %(reason)s, raw FROM gone) "
-            "SELECT count(*), coalesce(sum(octet_length(raw) + 1), 0), "
-            "array_agg(DISTINCT batch_id) FROM gone",
-            {"ws": ws.workspace, "seq": seq, "ts": now_ms(),
-             "reason": f"truncated after seq {seq}"}).fetchone()
+        moved = quarantine(conn, ws.workspace, "seq > %(seq)s", {"seq": seq},
+                           f"truncated after seq {seq}")
         removed_rows, removed_bytes, batches = moved
         if batches:
             conn.execute("DELETE FROM tl_batches WHERE workspace = %s AND batch_id = ANY(%s)",

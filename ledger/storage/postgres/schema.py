@@ -31,8 +31,19 @@ file engine looks back 1 MiB).
 ``tl_quarantine`` -- what rewrites take out of the log (truncated rows), with
 the reason, kept until purged.
 
+``tl_quarantine.id`` is assigned by the engine (the workspace's largest id
+plus one, under the head row's lock), never by the ``bigserial`` sequence of
+the column's default: an INSERT ... SELECT with ``nextval()`` in it cannot run
+on one Citus shard (the coordinator would pull the rows through itself).
+
 ``tl_schema`` -- the schema version. A database written by a newer version of
 the package refuses to open (``FormatError``), like the file engine's FORMAT.
+
+On a database with the ``citus`` extension the tables are created
+distributed, in the same transaction (``citus.py``): the four workspace
+tables hash-distributed by ``workspace`` and colocated with ``tl_rows``,
+``tl_schema`` a reference table. A plain schema found on a Citus database is
+refused until ``tledger db distribute`` converts it.
 """
 
 from __future__ import annotations
@@ -92,21 +103,29 @@ CREATE TABLE IF NOT EXISTS tl_quarantine (
 
 def ensure_schema(conn: Any, where: str) -> None:
     """Create the tables when missing and check the version, in one
-    transaction under an advisory lock. ``where`` names the database in
-    errors."""
+    transaction under an advisory lock; on a Citus database, create them
+    distributed, and refuse a plain schema (module doc). ``where`` names the
+    database in errors."""
     from psycopg.errors import UndefinedTable
 
-    try:  # the common case: the tables exist; one query, no lock
+    from ledger.storage.postgres import citus
+
+    try:  # the common case: the tables exist; two small queries, no lock
         with conn.transaction():
             got = conn.execute("SELECT max(version) FROM tl_schema").fetchone()
+            on_citus = citus.installed(conn)
         if got is not None and got[0] is not None:
             _check_version(got[0], where)
+            if on_citus:
+                citus.require_distributed(conn, where)
             return
     except UndefinedTable:
         pass  # a new database: create everything below
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,))
         conn.execute(DDL)
+        if citus.installed(conn):
+            citus.distribute_tables(conn, where, fresh=True)
         got = conn.execute("SELECT max(version) FROM tl_schema").fetchone()
         version = got[0] if got else None
         if version is None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ledger.core import format as fmt
 from ledger.core.rows import now_ms
 from ledger.core.windows import batch_boundaries
+from ledger.storage.postgres.rewrites import quarantine
 from ledger.storage.postgres.workspace import new_epoch
 
 if TYPE_CHECKING:
@@ -178,12 +179,8 @@ def repair(ws: PgWorkspace, dry_run: bool) -> dict[str, Any]:
         st = ws._head(conn, lock=True)
         assert st is not None
         if found.bad_batches:
-            conn.execute(
-                "WITH gone AS (DELETE FROM tl_rows WHERE workspace = %(ws)s AND batch_id = "
-                "ANY(%(b)s) RETURNING seq, raw) INSERT INTO tl_quarantine (workspace, ts_ms, "
-                "seq, reason, raw) SELECT %(ws)s, %(ts)s, seq, 'repair: failed verification', "
-                "raw FROM gone", {"ws": ws.workspace, "b": sorted(found.bad_batches),
-                                  "ts": now_ms()})
+            quarantine(conn, ws.workspace, "batch_id = ANY(%(b)s)",
+                       {"b": sorted(found.bad_batches)}, "repair: failed verification")
             conn.execute("DELETE FROM tl_batches WHERE workspace = %s AND batch_id = ANY(%s)",
                          (ws.workspace, sorted(found.bad_batches)))
         for seq, want in found.projection.items():

@@ -14,9 +14,9 @@ An append is one transaction (``Database.write``):
 
 Durability: ``full`` and ``normal`` commit as the server is configured
 (``synchronous_commit`` on by default: COMMIT returns after the WAL flush);
-``off`` sets ``synchronous_commit = off`` for the batch, so COMMIT returns
-before the flush and a server crash may lose the newest batches -- whole
-batches, never part of one.
+``off`` sets ``synchronous_commit = off`` for the batch (on Citus on the
+worker too), so COMMIT returns before the flush and a server crash may lose
+the newest batches -- whole batches, never part of one.
 
 Positions for ``session_history`` are ``(seq, byte offset in the row)``: a
 row starts at ``(seq, 0)`` and ends at ``(seq, len + 1)``, so the retrieval
@@ -39,6 +39,12 @@ from ledger.storage.engine import StoreOptions
 from ledger.storage.postgres.connect import Database
 
 PAGE_ROWS = 1000  # rows per round trip when streaming
+
+# durability="off": asynchronous commit for this transaction; on Citus the
+# setting goes along to the worker that commits the batch (a placeholder
+# setting, ignored, on plain PostgreSQL). One round trip.
+SYNC_OFF = ("SET LOCAL citus.propagate_set_commands = 'local'; "
+            "SET LOCAL synchronous_commit TO off")
 
 
 def _batch_runs(rows: Iterable[Row]) -> Iterator[list[Row]]:
@@ -152,7 +158,7 @@ class PgWorkspace:
         while True:
             with self.db.read("read rows") as conn:
                 page = conn.execute(sql, {"ws": self.workspace, "last": last,
-                                          "n": PAGE_ROWS}).fetchall()
+                                          "n": PAGE_ROWS}, binary=True).fetchall()
             if not page:
                 return
             if epoch is None:
@@ -171,20 +177,24 @@ class PgWorkspace:
     def get(self, seq: int) -> Row | None:
         with self.db.read("get") as conn:
             got = conn.execute("SELECT raw FROM tl_rows WHERE workspace = %s AND seq = %s",
-                               (self.workspace, seq)).fetchone()
+                               (self.workspace, seq), binary=True).fetchone()
         return decode(self.workspace, seq, bytes(got[0])) if got is not None else None
 
     def window_rows(self) -> list[Row]:
-        """The rows after the newest boundary: one indexed range read, in the
-        same statement as the head row it starts from."""
-        self.require()
+        """The rows after the newest boundary: one indexed range read joined
+        to the head row it starts from, in one statement (one round trip; on
+        Citus one task on the workspace's worker). No head row, no result
+        row: the workspace does not exist."""
         with self.db.read("read the window") as conn:
             got = conn.execute(
-                "SELECT seq, raw FROM tl_rows WHERE workspace = %(ws)s AND seq > "
-                "(SELECT window_seq FROM tl_head WHERE workspace = %(ws)s) ORDER BY seq",
-                {"ws": self.workspace},
+                "SELECT r.seq, r.raw FROM tl_head h LEFT JOIN tl_rows r ON r.workspace = "
+                "h.workspace AND r.seq > h.window_seq WHERE h.workspace = %s ORDER BY r.seq",
+                (self.workspace,), binary=True,  # bytea as bytes: no hex to encode or parse
             ).fetchall()
-        return [decode(self.workspace, seq, bytes(raw)) for seq, raw in got]
+        if not got:
+            self.require()  # raises WorkspaceNotFound (or reports a race: it exists now)
+            return self.window_rows()
+        return [decode(self.workspace, seq, bytes(raw)) for seq, raw in got if seq is not None]
 
     def reader(self) -> Any:
         from ledger.storage.postgres.reader import PgReader
@@ -197,7 +207,7 @@ class PgWorkspace:
         bid = batch.batch_id
         with self.db.write(f"append to workspace {self.workspace!r}", bid) as conn:
             if self.store.durability == "off":  # COMMIT returns before the WAL flush
-                conn.execute("SET LOCAL synchronous_commit TO off")
+                conn.execute(SYNC_OFF)
             st = self._head(conn, lock=True)
             if st is None:
                 refuse_on_empty(self.workspace, batch)
