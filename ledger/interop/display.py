@@ -214,6 +214,8 @@ def layout(
             continue
         parts = row.get("parts")
         if role == "assistant" and not parts and not row.get("partial", False):
+            if "langgraph" in meta:
+                continue  # a LangGraph checkpoint record: bookkeeping, not conversation
             yield Block("empty", seq, role, _title(seq, "assistant (empty record)", ts=ts))
             continue
         yield Block("message", seq, role,
