@@ -22,7 +22,8 @@ How a thread is stored (README "LangGraph"):
 - Other channel values, the checkpoint itself, its metadata and the pending
   writes are serialised with the saver's ``serde`` into bookkeeping records:
   empty assistant records (never provider-visible, never returned by
-  ``session_history``) whose ``meta["langgraph"]`` holds them. Only channels
+  ``session_history``, hidden by ``tledger show``: ``meta.bookkeeping``) whose
+  ``meta["langgraph"]`` holds them. Only channels
   in ``new_versions`` are written; others are found at the version stored
   earlier.
 - Concurrent writers never fork a thread silently. A config that
@@ -105,7 +106,8 @@ def _conf(config: RunnableConfig | None) -> dict[str, Any]:
 
 
 def _empty_record(rec: dict[str, Any]) -> dict[str, Any]:
-    return {"kind": "message", "role": "assistant", "parts": [], "meta": {META_KEY: rec}}
+    return {"kind": "message", "role": "assistant", "parts": [],
+            "meta": {"bookkeeping": True, META_KEY: rec}}
 
 
 class LedgerSaver(BaseCheckpointSaver[int]):
