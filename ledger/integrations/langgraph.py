@@ -169,20 +169,34 @@ class LedgerSaver(BaseCheckpointSaver[int]):
 
     def _append(self, ws: str, build: Any) -> tuple[ThreadIndex, list[int]]:
         """Append ``build(idx)`` rows conditionally on the projection's next
-        seq, refreshing and rebuilding after another writer's append. ``build``
-        returns the rows or None (nothing to write); it may raise."""
+        seq. The first attempt trusts the projection as it is (a stale one
+        fails the condition); after a conflict -- the condition, or a
+        ``CheckpointConflict`` that ``build`` raised on a projection not read
+        just now -- it refreshes and builds again. ``build`` returns the rows,
+        or nothing to write nothing."""
         history = self.store.history(ws)
-        for _ in range(_MAX_RETRIES):
+        idx = self._indexes.get(ws)
+        fresh = idx is None
+        if idx is None:
             idx = self._refresh(ws)
-            rows = build(idx)
+        for _ in range(_MAX_RETRIES):
+            try:
+                rows = build(idx)
+            except CheckpointConflict:
+                if fresh:
+                    raise
+                idx, fresh = self._refresh(ws), True
+                continue
             if not rows:
-                return idx, []
+                if fresh:
+                    return idx, []
+                idx, fresh = self._refresh(ws), True  # nothing to write: make sure
+                continue
             try:
                 result = history.append_many(rows, expect_next_seq=idx.next_seq)
-            except Conflict as exc:
-                if isinstance(exc, CheckpointConflict):
-                    raise
-                continue  # another writer appended first: look again
+            except Conflict:
+                idx, fresh = self._refresh(ws), True  # another writer appended first
+                continue
             for seq, row in zip(result.seqs, rows, strict=True):
                 idx.apply(seq, row)
             idx.epoch = result.epoch
@@ -205,24 +219,40 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             obj = idx.objects[seq] = messages_from_dict([idx.messages[seq]])[0]
         return obj
 
+    def _list_objects(self, idx: ThreadIndex, seq: int, channel: str) -> list[BaseMessage]:
+        """The message objects of the list described in the record at ``seq``."""
+        cached = idx.cached_objects(seq, channel)
+        if cached is None:
+            objs = idx.objects
+            cached = [objs[s] if s in objs else self._message(idx, s)
+                      for s in idx.message_list(seq, channel)]
+            idx.remember_objects(seq, channel, cached)
+        return cached
+
     def _messages_entry(
-        self, idx: ThreadIndex, ns: str, channel: str, value: list[BaseMessage],
+        self, idx: ThreadIndex, ns: str, channel: str, value: list[Any],
         parent: CheckpointRec | None, first_seq: int, rows: list[dict[str, Any]],
-    ) -> tuple[dict[str, Any], list[tuple[int, BaseMessage]]]:
-        """The delta descriptor of ``value`` against the parent's list; new
-        message rows go to ``rows`` (their seqs start at ``first_seq``)."""
+    ) -> tuple[dict[str, Any], list[tuple[int, BaseMessage]], tuple[int, ...]] | None:
+        """The delta descriptor of ``value`` against the parent's list (new
+        message rows go to ``rows``, their seqs from ``first_seq``), the new
+        messages and the list's seqs; None when ``value`` holds anything but
+        messages."""
         base_seq: int | None = None
         base: tuple[int, ...] = ()
+        base_objs: list[Any] = []
         if parent is not None:
             version = parent.rec.get("cv", {}).get(channel)
             found = idx.blobs.get((ns, channel, str(version))) if version is not None else None
             if found is not None and "m" in found[1]:
                 base_seq = found[0]
                 base = idx.message_list(base_seq, channel)
-        base_objs = [self._message(idx, s) for s in base]
+                base_objs = self._list_objects(idx, base_seq, channel)
         n = min(len(base), len(value))
+        # Identical objects compare at C speed; a list the graph built from ours is.
         keep = n if value[:n] == base_objs[:n] else next(
             i for i in range(n) if value[i] != base_objs[i])
+        if not all(isinstance(m, BaseMessage) for m in value[keep:]):
+            return None
         add: list[int] = []
         fresh: list[tuple[int, BaseMessage]] = []
         for message in value[keep:]:
@@ -234,7 +264,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             rows.append(message_row(message))
             add.append(seq)
             fresh.append((seq, message))
-        return {"base": base_seq, "keep": keep, "add": add}, fresh
+        return {"base": base_seq, "keep": keep, "add": add}, fresh, (*base[:keep], *add)
 
     # --- reads ----------------------------------------------------------------------
 
@@ -248,9 +278,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                 continue
             seq, entry = found
             if "m" in entry:
-                objs = idx.objects
-                values[channel] = [objs[s] if s in objs else self._message(idx, s)
-                                   for s in idx.message_list(seq, channel)]
+                values[channel] = list(self._list_objects(idx, seq, channel))
             elif "s" in entry:
                 values[channel] = self._load(entry["s"])
         checkpoint["channel_values"] = values
@@ -357,6 +385,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         cid = str(checkpoint["id"])
         fresh: list[tuple[int, BaseMessage]] = []
+        lists: dict[str, tuple[tuple[int, ...], list[Any]]] = {}
 
         def build(idx: ThreadIndex) -> list[dict[str, Any]]:
             head = idx.head(ns)
@@ -376,16 +405,22 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             rows: list[dict[str, Any]] = []
             blobs: dict[str, Any] = {}
             fresh.clear()
+            lists.clear()
             for channel, version in new_versions.items():
                 if channel not in values:
                     continue
                 value = values[channel]
-                if channel in self.message_channels and isinstance(value, list) and all(
-                    isinstance(m, BaseMessage) for m in value
-                ):
-                    desc, new = self._messages_entry(
+                made = None
+                if channel in self.message_channels and isinstance(value, list):
+                    mark = len(rows)
+                    made = self._messages_entry(
                         idx, ns, channel, value, parent, idx.next_seq, rows)
+                    if made is None:
+                        del rows[mark:]
+                if made is not None:
+                    desc, new, seqs = made
                     fresh.extend(new)
+                    lists[channel] = (seqs, list(value))
                     blobs[channel] = {"v": version, "m": desc}
                 else:
                     blobs[channel] = {"v": version, "s": self._dump(value)}
@@ -400,9 +435,12 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             return rows
 
         with self._lock(ws):
-            idx, _seqs = self._append(ws, build)
+            idx, seqs = self._append(ws, build)
             for seq, message in fresh:  # the graph holds these objects: keep them
                 idx.objects[seq] = message
+            for channel, (list_seqs, objects) in lists.items():
+                idx.remember(seqs[-1], channel, list_seqs)
+                idx.remember_objects(seqs[-1], channel, objects)
             head = idx.head(ns)
         return {"configurable": {
             "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid,

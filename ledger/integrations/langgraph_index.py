@@ -52,6 +52,7 @@ class ThreadIndex:
     next_seq: int = 1
     cps: dict[str, dict[str, CheckpointRec]] = field(default_factory=dict)
     by_seq: dict[int, CheckpointRec] = field(default_factory=dict)
+    heads: dict[str, CheckpointRec | None] = field(default_factory=dict)
     hidden: set[tuple[str, str]] = field(default_factory=set)
     # (ns, channel, version) -> (row seq, blob entry)
     blobs: dict[tuple[str, str, str], tuple[int, dict[str, Any]]] = field(default_factory=dict)
@@ -61,6 +62,8 @@ class ThreadIndex:
     # materialised message lists: seq of the record holding a descriptor -> message seqs
     lists: OrderedDict[tuple[int, str], tuple[int, ...]] = field(default_factory=OrderedDict)
     objects: dict[int, Any] = field(default_factory=dict)  # seq -> decoded message
+    # the same lists as message objects (what the graph holds), most recent first out
+    object_lists: OrderedDict[tuple[int, str], list[Any]] = field(default_factory=OrderedDict)
 
     LIST_CACHE = 16
 
@@ -104,6 +107,9 @@ class ThreadIndex:
         self.cps.setdefault(ns, {})[cid] = cp
         self.by_seq[seq] = cp
         self.hidden.discard((ns, cid))
+        head = self.heads.get(ns)
+        if head is None or cid >= head.id:
+            self.heads[ns] = cp
         blobs = rec.get("blobs")
         if isinstance(blobs, dict):
             for channel, entry in blobs.items():
@@ -127,6 +133,7 @@ class ThreadIndex:
             for cid in table:
                 if keep.get(ns) != cid:
                     self.hidden.add((ns, cid))
+            self._recompute_head(ns)
 
     def _apply_drop_runs(self, rec: dict[str, Any]) -> None:
         runs = set(rec.get("runs") or [])
@@ -134,6 +141,14 @@ class ThreadIndex:
             for cid, cp in table.items():
                 if cp.run_id is not None and cp.run_id in runs:
                     self.hidden.add((ns, cid))
+            self._recompute_head(ns)
+
+    def _recompute_head(self, ns: str) -> None:
+        best: CheckpointRec | None = None
+        for cid, cp in self.cps.get(ns, {}).items():
+            if (ns, cid) not in self.hidden and (best is None or cid > best.id):
+                best = cp
+        self.heads[ns] = best
 
     # --- questions ----------------------------------------------------------------
 
@@ -153,11 +168,7 @@ class ThreadIndex:
 
     def head(self, ns: str) -> CheckpointRec | None:
         """The newest live checkpoint of ``ns`` (LangGraph's "latest")."""
-        best: CheckpointRec | None = None
-        for cid, cp in self.cps.get(ns, {}).items():
-            if (ns, cid) not in self.hidden and (best is None or cid > best.id):
-                best = cp
-        return best
+        return self.heads.get(ns)
 
     def namespaces(self) -> list[str]:
         return sorted(self.cps)
@@ -194,6 +205,18 @@ class ThreadIndex:
         self.lists.move_to_end((seq, channel))
         while len(self.lists) > self.LIST_CACHE:
             self.lists.popitem(last=False)
+
+    def remember_objects(self, seq: int, channel: str, objects: list[Any]) -> None:
+        self.object_lists[(seq, channel)] = objects
+        self.object_lists.move_to_end((seq, channel))
+        while len(self.object_lists) > self.LIST_CACHE:
+            self.object_lists.popitem(last=False)
+
+    def cached_objects(self, seq: int, channel: str) -> list[Any] | None:
+        found = self.object_lists.get((seq, channel))
+        if found is not None:
+            self.object_lists.move_to_end((seq, channel))
+        return found
 
     def _descriptor(self, seq: int, channel: str) -> dict[str, Any]:
         cp = self.by_seq.get(seq)
