@@ -58,12 +58,13 @@ class ScriptedModel(BaseChatModel):
 
 
 def test_create_agent_rolls_over_and_retrieves_window_1(tmp_path: Path) -> None:
-    store = Store(tmp_path, durability="off")
+    store = Store(tmp_path / "windows", durability="off")
     model = ScriptedModel()
     middleware = RolloverMiddleware(store=store, model="gpt-4o", context_limit=1500)
     agent = create_agent(model, tools=[], middleware=[middleware],
                          checkpointer=LedgerSaver(store=Store(tmp_path / "graph",
                                                               durability="off")))
+    # (the graph's state in a store of its own: the middleware's holds the windows)
     cfg = {"configurable": {"thread_id": "ops-1"}}
     agent.invoke({"messages": [HumanMessage(f"Please remember: {FACT}.")]}, cfg)
     filler = " ".join(f"status line {i} of the nightly report is green" for i in range(30))
