@@ -17,8 +17,10 @@ checkpointer's, not the disk's flush latency):
 Measured at 100, 1,000 and 10,000 steps of one thread, as medians over the
 ``WINDOW`` steps that end there: the wall time of a step, the process CPU
 time it took (every thread, user and system: steadier than wall time on a
-shared machine), and the wall time spent inside the saver's methods (LangGraph
-runs puts on a background thread, so this can exceed the step's wall time);
+shared machine), and the wall and CPU time spent inside the saver's methods
+(LangGraph runs puts on a background thread, so the wall time can exceed the
+step's; the CPU time of the calling thread leaves out waiting for the GIL,
+which the graph's own per-message work holds more as the thread grows);
 and the bytes the thread takes on disk (the workspace's files; the SQLite
 file with its WAL; the PostgreSQL tables with their indexes and TOAST).
 SQLite's saver stores the whole message list again in every checkpoint
@@ -44,6 +46,7 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -76,39 +79,47 @@ def build_graph(saver: Any) -> Any:
 
 
 class Timed:
-    """Adds up the time spent in a saver's methods (wrapped on the instance)."""
+    """Adds up the time spent in a saver's methods (wrapped on the instance):
+    wall time, and the CPU time of the calling thread (user + system), which
+    leaves out waiting for the GIL or for other processes."""
 
     METHODS = ("get_tuple", "put", "put_writes", "list")
 
     def __init__(self, saver: Any) -> None:
         self.total = 0.0
+        self.cpu = 0.0
+        self._lock = threading.Lock()
         for name in self.METHODS:
             setattr(saver, name, self._wrap(getattr(saver, name)))
 
     def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             try:
                 result = fn(*args, **kwargs)
                 if fn.__name__ == "list":
                     result = list(result)
                 return result
             finally:
-                self.total += time.perf_counter() - t
+                with self._lock:
+                    self.total += time.perf_counter() - t
+                    self.cpu += time.thread_time() - c
 
         return timed
 
 
-def _step(app: Any, timer: Timed, cfg: dict[str, Any], k: int) -> tuple[float, float, float]:
-    """Wall time, process CPU time (every thread, user + system) and wall
-    time inside the saver, of one step."""
+def _step(app: Any, timer: Timed, cfg: dict[str, Any], k: int
+          ) -> tuple[float, float, float, float]:
+    """Wall time, process CPU time (every thread, user + system), and wall
+    and CPU time inside the saver, of one step."""
     from langchain_core.messages import HumanMessage
 
-    before = timer.total
+    before, before_cpu = timer.total, timer.cpu
     c = time.process_time()
     t = time.perf_counter()
     app.invoke({"messages": [HumanMessage(_texts(k)[0], id=f"user-{k}")]}, cfg)
-    return time.perf_counter() - t, time.process_time() - c, timer.total - before
+    return (time.perf_counter() - t, time.process_time() - c, timer.total - before,
+            timer.cpu - before_cpu)
 
 
 def _dir_bytes(path: str) -> int:
@@ -212,16 +223,17 @@ class Postgres(Contender):
 
 
 def _measure(app: Any, timer: Timed, cfg: dict[str, Any], first: int, n: int
-             ) -> list[tuple[float, float, float]]:
+             ) -> list[tuple[float, float, float, float]]:
     return [_step(app, timer, cfg, k) for k in range(first, first + n)]
 
 
-def _point(steps: int, samples: list[tuple[float, float, float]], size: int, how: str
+def _point(steps: int, samples: list[tuple[float, float, float, float]], size: int, how: str
            ) -> dict[str, Any]:
     return {"steps": steps,
             "step_ms": statistics.median(s[0] for s in samples) * 1e3,
             "step_cpu_ms": statistics.median(s[1] for s in samples) * 1e3,
             "saver_ms": statistics.median(s[2] for s in samples) * 1e3,
+            "saver_cpu_ms": statistics.median(s[3] for s in samples) * 1e3,
             "bytes": size, "how": how, "load": os.getloadavg()[0]}
 
 

@@ -290,3 +290,18 @@ def test_async_graph_and_thread_ids_that_cannot_name_a_workspace(tmp_path: Path)
     assert ws.startswith("lg-") and os.path.isdir(tmp_path / ws)
     listed = list(_saver(tmp_path).list(None))
     assert {t.config["configurable"]["thread_id"] for t in listed} == {"user/42: ünïcode"}
+
+
+def test_a_config_without_a_thread_is_a_clear_error(tmp_path: Path) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from ledger import LedgerError
+
+    saver = _saver(tmp_path)
+    with pytest.raises(LedgerError, match=r"\['thread_id'\] is required"):
+        saver.get_tuple({"configurable": {}})
+    with pytest.raises(LedgerError, match=r"\['thread_id'\] is required"):
+        saver.put({}, empty_checkpoint(), {}, {})
+    with pytest.raises(LedgerError, match=r"\['checkpoint_id'\] is required"):
+        saver.put_writes({"configurable": {"thread_id": "t"}}, [("ch", 1)], "task")
+    assert Store(tmp_path).workspaces() == []

@@ -105,6 +105,13 @@ def _conf(config: RunnableConfig | None) -> dict[str, Any]:
     return dict((config or {}).get("configurable") or {})
 
 
+def _need(conf: dict[str, Any], key: str, what: str) -> str:
+    value = conf.get(key)
+    if value is None or value == "":
+        raise LedgerError(f"LedgerSaver.{what}: config['configurable'][{key!r}] is required")
+    return str(value)
+
+
 def _empty_record(rec: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "message", "role": "assistant", "parts": [],
             "meta": {"bookkeeping": True, META_KEY: rec}}
@@ -302,7 +309,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = _conf(config)
-        tid = str(conf["thread_id"])
+        tid = _need(conf, "thread_id", "get_tuple")
         ns = str(conf.get("checkpoint_ns", "") or "")
         cid = conf.get("checkpoint_id")
         ws = thread_workspace(tid)
@@ -373,7 +380,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         conf = _conf(config)
-        tid = str(conf["thread_id"])
+        tid = _need(conf, "thread_id", "put")
         ns = str(conf.get("checkpoint_ns", "") or "")
         parent_id = conf.get("checkpoint_id")
         parent_id = str(parent_id) if parent_id else None
@@ -455,9 +462,9 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         task_path: str = "",
     ) -> None:
         conf = _conf(config)
-        tid = str(conf["thread_id"])
+        tid = _need(conf, "thread_id", "put_writes")
         ns = str(conf.get("checkpoint_ns", "") or "")
-        cid = str(conf["checkpoint_id"])
+        cid = _need(conf, "checkpoint_id", "put_writes")
         ws = thread_workspace(tid)
 
         def build(idx: ThreadIndex) -> list[dict[str, Any]]:
