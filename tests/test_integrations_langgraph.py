@@ -305,3 +305,18 @@ def test_a_config_without_a_thread_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(LedgerError, match=r"\['checkpoint_id'\] is required"):
         saver.put_writes({"configurable": {"thread_id": "t"}}, [("ch", 1)], "task")
     assert Store(tmp_path).workspaces() == []
+
+
+def test_a_rejected_message_row_is_a_clear_error_not_a_wrong_state(tmp_path: Path) -> None:
+    from ledger import LedgerError
+
+    app = _chat_graph(_saver(tmp_path))
+    cfg = {"configurable": {"thread_id": "rw"}}
+    app.invoke({"messages": [HumanMessage("keep me")]}, cfg)
+    h = Store(tmp_path).history("rw")
+    first = next(r.seq for r in h.rows() if "langchain" in r.meta)
+    h.reject(first)  # a rewrite by another tool: a new epoch
+    with pytest.raises(LedgerError, match=f"message row {first}"):
+        _chat_graph(_saver(tmp_path)).get_state(cfg)
+    with pytest.raises(LedgerError, match=f"message row {first}"):
+        app.get_state(cfg)  # the saver that wrote it notices the new epoch too

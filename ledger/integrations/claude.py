@@ -237,6 +237,9 @@ class LedgerSessionStore(SessionStore):
                     continue  # another writer appended first: fold again from its state
                 for seq, row in zip(result.seqs, rows, strict=True):
                     t.apply({**row, "seq": seq})
+                if t.epoch not in (-1, result.epoch):
+                    self._cache.pop(ws, None)  # a rewrite ran meanwhile: read it again
+                    return
                 t.epoch = result.epoch
                 self._cache[ws] = t
                 return

@@ -206,6 +206,11 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                 continue
             for seq, row in zip(result.seqs, rows, strict=True):
                 idx.apply(seq, row)
+            if idx.epoch not in (-1, result.epoch):
+                # A rewrite (reject, repair...) ran since the projection was
+                # read: the next call reads the log again.
+                self._indexes.pop(ws, None)
+                return idx, result.seqs
             idx.epoch = result.epoch
             self._indexes[ws] = idx
             return idx, result.seqs
@@ -223,7 +228,13 @@ class LedgerSaver(BaseCheckpointSaver[int]):
     def _message(self, idx: ThreadIndex, seq: int) -> BaseMessage:
         obj = idx.objects.get(seq)
         if obj is None:
-            obj = idx.objects[seq] = messages_from_dict([idx.messages[seq]])[0]
+            kept = idx.messages.get(seq)
+            if kept is None:
+                raise LedgerError(
+                    f"a checkpoint refers to message row {seq}, which is no longer a message "
+                    "(rejected, truncated or purged): that checkpoint's messages cannot be "
+                    "restored; load an older checkpoint or a copy of the thread")
+            obj = idx.objects[seq] = messages_from_dict([kept])[0]
         return obj
 
     def _list_objects(self, idx: ThreadIndex, seq: int, channel: str) -> list[BaseMessage]:
