@@ -250,25 +250,27 @@ class LedgerSaver(BaseCheckpointSaver[int]):
     def _messages_entry(
         self, idx: ThreadIndex, ns: str, channel: str, value: list[Any],
         parent: CheckpointRec | None, first_seq: int, rows: list[dict[str, Any]],
-    ) -> tuple[dict[str, Any], list[tuple[int, BaseMessage]], tuple[int, ...]] | None:
+    ) -> tuple[dict[str, Any], list[tuple[int, BaseMessage]]] | None:
         """The delta descriptor of ``value`` against the parent's list (new
-        message rows go to ``rows``, their seqs from ``first_seq``), the new
-        messages and the list's seqs; None when ``value`` holds anything but
-        messages."""
+        message rows go to ``rows``, their seqs from ``first_seq``) and the
+        new messages; None when ``value`` holds anything but messages. Costs
+        one C-level comparison of the kept prefix plus the new messages: the
+        parent's list comes from the projection's cache as the objects the
+        graph holds."""
         base_seq: int | None = None
-        base: tuple[int, ...] = ()
         base_objs: list[Any] = []
         if parent is not None:
             version = parent.rec.get("cv", {}).get(channel)
             found = idx.blobs.get((ns, channel, str(version))) if version is not None else None
             if found is not None and "m" in found[1]:
                 base_seq = found[0]
-                base = idx.message_list(base_seq, channel)
                 base_objs = self._list_objects(idx, base_seq, channel)
-        n = min(len(base), len(value))
-        # Identical objects compare at C speed; a list the graph built from ours is.
-        keep = n if value[:n] == base_objs[:n] else next(
-            i for i in range(n) if value[i] != base_objs[i])
+        n = min(len(base_objs), len(value))
+        if n == len(base_objs):
+            same = value[:n] == base_objs  # identical objects compare at C speed
+        else:
+            same = value == base_objs[:n]
+        keep = n if same else next(i for i in range(n) if value[i] != base_objs[i])
         if not all(isinstance(m, BaseMessage) for m in value[keep:]):
             return None
         add: list[int] = []
@@ -282,7 +284,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             rows.append(message_row(message))
             add.append(seq)
             fresh.append((seq, message))
-        return {"base": base_seq, "keep": keep, "add": add}, fresh, (*base[:keep], *add)
+        return {"base": base_seq, "keep": keep, "add": add}, fresh
 
     # --- reads ----------------------------------------------------------------------
 
@@ -403,7 +405,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         cid = str(checkpoint["id"])
         fresh: list[tuple[int, BaseMessage]] = []
-        lists: dict[str, tuple[tuple[int, ...], list[Any]]] = {}
+        lists: dict[str, list[Any]] = {}
 
         def build(idx: ThreadIndex) -> list[dict[str, Any]]:
             head = idx.head(ns)
@@ -436,9 +438,9 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                     if made is None:
                         del rows[mark:]
                 if made is not None:
-                    desc, new, seqs = made
+                    desc, new = made
                     fresh.extend(new)
-                    lists[channel] = (seqs, list(value))
+                    lists[channel] = list(value)
                     blobs[channel] = {"v": version, "m": desc}
                 else:
                     blobs[channel] = {"v": version, "s": self._dump(value)}
@@ -456,8 +458,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             idx, seqs = self._append(ws, build)
             for seq, message in fresh:  # the graph holds these objects: keep them
                 idx.objects[seq] = message
-            for channel, (list_seqs, objects) in lists.items():
-                idx.remember(seqs[-1], channel, list_seqs)
+            for channel, objects in lists.items():  # the next put's base, as objects
                 idx.remember_objects(seqs[-1], channel, objects)
             head = idx.head(ns)
         return {"configurable": {

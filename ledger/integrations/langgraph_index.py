@@ -195,10 +195,13 @@ class ThreadIndex:
             if link is None:
                 break
             key = (int(link), channel)
-        for desc in reversed(chain):
-            base = (*base[: int(desc.get("keep", 0))], *(int(s) for s in desc.get("add", [])))
-        self.remember(seq, channel, base)
-        return base
+        seqs = list(base)
+        for desc in reversed(chain):  # in place: an append-only step costs its delta
+            del seqs[int(desc.get("keep", 0)):]
+            seqs.extend(int(s) for s in desc.get("add", []))
+        out = tuple(seqs)
+        self.remember(seq, channel, out)
+        return out
 
     def remember(self, seq: int, channel: str, seqs: tuple[int, ...]) -> None:
         self.lists[(seq, channel)] = seqs
