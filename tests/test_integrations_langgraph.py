@@ -10,6 +10,7 @@ import asyncio
 import operator
 import os
 import subprocess
+import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -320,3 +321,62 @@ def test_a_rejected_message_row_is_a_clear_error_not_a_wrong_state(tmp_path: Pat
         _chat_graph(_saver(tmp_path)).get_state(cfg)
     with pytest.raises(LedgerError, match=f"message row {first}"):
         app.get_state(cfg)  # the saver that wrote it notices the new epoch too
+
+
+WRITER = """
+import sys
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.base import create_checkpoint
+from ledger import Store
+from ledger.integrations.langgraph import CheckpointConflict, LedgerSaver
+
+import os, time
+root, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+saver = LedgerSaver(store=Store(root, durability="off"))
+open(os.path.join(root, "..", f"ready-{name}"), "w").close()
+while not os.path.exists(os.path.join(root, "..", "go")):  # start together
+    time.sleep(0.005)
+cfg = {"configurable": {"thread_id": "shared"}}
+done = conflicts = 0
+while done < n:
+    tup = saver.get_tuple(cfg)
+    cp = create_checkpoint(tup.checkpoint, None, done)
+    version = int(tup.checkpoint["channel_versions"]["messages"]) + 1
+    cp["channel_values"] = {"messages": [*tup.checkpoint["channel_values"]["messages"],
+                                         AIMessage(f"{name}-{done}", id=f"{name}-{done}")]}
+    cp["channel_versions"] = {"messages": version}
+    try:
+        saver.put(tup.config, cp, {"source": "loop", "step": done}, {"messages": version})
+    except CheckpointConflict:
+        conflicts += 1
+        continue
+    done += 1
+print(conflicts)
+"""
+
+
+def test_writer_processes_racing_on_one_thread_keep_one_chain(tmp_path: Path) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    store = tmp_path / "store"
+    seed = empty_checkpoint()
+    seed["channel_values"] = {"messages": [HumanMessage("start", id="start")]}
+    seed["channel_versions"] = {"messages": 1}
+    _saver(store).put({"configurable": {"thread_id": "shared", "checkpoint_ns": ""}}, seed,
+                         {"source": "input", "step": -1}, {"messages": 1})
+    procs = [subprocess.Popen([PYTHON, "-c", WRITER, str(tmp_path / "store"), f"w{i}", "8"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=subprocess_env()) for i in range(4)]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("ready-*"))) < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (tmp_path / "go").touch()
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    tuples = list(_saver(store).list({"configurable": {"thread_id": "shared"}}))
+    assert len(tuples) == 1 + 4 * 8
+    parents = [t.parent_config["configurable"]["checkpoint_id"] for t in tuples
+               if t.parent_config]
+    assert len(parents) == len(set(parents)) == 32  # no checkpoint has two children
+    head = tuples[0].checkpoint["channel_values"]["messages"]
+    assert len(head) == 33 and len({m.id for m in head}) == 33  # every write is in the chain
