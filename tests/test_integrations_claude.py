@@ -193,3 +193,54 @@ def test_subagents_stay_out_of_the_main_conversation(tmp_path: Path) -> None:
                   and not set(t[:40]) & set('"\\/'))
     assert s.history(sub_ws).session_history().search(query=needle)["items"]
     assert not s.history(main_ws).session_history().search(query=needle)["items"]
+
+
+APPENDER = """
+import asyncio, os, sys, time, uuid
+from ledger import Store
+from ledger.integrations.claude import LedgerSessionStore
+
+root, name = sys.argv[1], sys.argv[2]
+store = LedgerSessionStore(store=Store(root, durability="off"))
+key = {"project_key": "p", "session_id": "shared"}
+open(os.path.join(root, "..", f"ready-{name}"), "w").close()
+while not os.path.exists(os.path.join(root, "..", "go")):
+    time.sleep(0.005)
+
+async def main():
+    for i in range(15):
+        await store.append(key, [{"type": "user", "uuid": f"{name}-{i}", "sessionId": "shared",
+                                  "timestamp": f"2026-01-01T00:00:{i:02d}.000Z",
+                                  "message": {"role": "user", "content": f"{name} says {i}"}}])
+
+asyncio.run(main())
+"""
+
+
+def test_appending_processes_fold_one_summary_from_every_entry(tmp_path: Path) -> None:
+    import subprocess
+    import time
+
+    from claude_agent_sdk import fold_session_summary
+    from core_helpers import PYTHON, subprocess_env
+
+    root = tmp_path / "store"
+    root.mkdir()
+    procs = [subprocess.Popen([PYTHON, "-c", APPENDER, str(root), f"w{i}"],
+                              stderr=subprocess.PIPE, text=True, env=subprocess_env())
+             for i in range(3)]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("ready-*"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (tmp_path / "go").touch()
+    errs = [p.communicate(timeout=240)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errs
+    store = _store(root)
+    key = {"project_key": "p", "session_id": "shared"}
+    entries = asyncio.run(store.load(key))
+    assert entries is not None and len(entries) == 45
+    assert len({e["uuid"] for e in entries}) == 45
+    [summary] = asyncio.run(store.list_session_summaries("p"))
+    # The stored summary is the fold of every stored entry: no append folded
+    # from a summary another process had already replaced.
+    assert summary["data"] == fold_session_summary(None, key, entries)["data"]
