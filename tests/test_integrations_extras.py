@@ -16,6 +16,8 @@ HIDE = "import sys; sys.modules[{name!r}] = None; "
     ("ledger.integrations.openai_agents", "agents", "agents"),
     ("ledger.integrations.langchain", "langchain_core", "langchain"),
     ("ledger.integrations.mcp_server", "mcp", "mcp"),
+    ("ledger.integrations.langgraph", "langgraph", "langgraph"),
+    ("ledger.integrations.claude", "claude_agent_sdk", "claude"),
 ])
 def test_a_missing_framework_names_its_extra(module: str, framework: str, extra: str) -> None:
     code = HIDE.format(name=framework) + (

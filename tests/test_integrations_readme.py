@@ -12,7 +12,9 @@ import pytest
 from core_helpers import PYTHON, REPO, subprocess_env
 
 SECTION = "## Agent frameworks"
-EXTRAS = {"agents": "agents", "langchain_core": "langchain", "mcp": "mcp"}
+EXTRAS = {"agents": "agents", "langchain_core": "langchain", "langchain": "langchain",
+          "langgraph": "langgraph", "claude_agent_sdk": "claude", "mcp": "mcp"}
+NAMES = ["agents", "langchain", "middleware", "langgraph", "claude", "mcp"]
 
 
 def _blocks(lang: str) -> list[str]:
@@ -27,15 +29,17 @@ PYTHON_BLOCKS = _blocks("python")
 
 
 def test_the_section_has_one_example_per_framework() -> None:
-    assert len(PYTHON_BLOCKS) == 3
+    assert len(PYTHON_BLOCKS) == len(NAMES)
     for framework in EXTRAS:
         assert any(f"from {framework}" in block for block in PYTHON_BLOCKS), framework
+    assert "RolloverMiddleware" in PYTHON_BLOCKS[2] and "LedgerSaver" in PYTHON_BLOCKS[3]
+    assert "LedgerSessionStore" in PYTHON_BLOCKS[4]
 
 
-@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=["agents", "langchain", "mcp"])
+@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=NAMES)
 def test_readme_example_runs_offline(block: str, tmp_path: Path) -> None:
     for module, extra in EXTRAS.items():
-        if f"from {module}" in block and importlib.util.find_spec(module) is None:
+        if re.search(rf"from {module}[. ]", block) and importlib.util.find_spec(module) is None:
             pytest.skip(f"the {extra} extra is not installed "
                         f"(pip install 'transcript-ledger[{extra}]')")
     done = subprocess.run([PYTHON, "-c", block], cwd=tmp_path, env=subprocess_env(),

@@ -4,6 +4,10 @@
   SDK's ``Session`` (extra ``agents``);
 - :mod:`ledger.integrations.langchain`: ``LedgerChatMessageHistory``, a
   LangChain ``BaseChatMessageHistory`` (extra ``langchain``);
+- :mod:`ledger.integrations.langgraph`: ``LedgerSaver``, a LangGraph
+  checkpointer (extra ``langgraph``);
+- :mod:`ledger.integrations.claude`: ``LedgerSessionStore``, the Claude Agent
+  SDK's ``SessionStore`` (extra ``claude``);
 - :mod:`ledger.integrations.mcp_server`: ``session_history`` served over MCP
   (extra ``mcp``; ``tledger mcp``).
 

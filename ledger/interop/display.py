@@ -10,6 +10,9 @@ What a person sees, unlike the model:
   as a separator naming the window it opens and why (cleared, rollover, compacted);
 - lead-ins hidden (they are written for the model);
 - warnings and truncation markers as machine messages, not as human prompts;
+- integrations' bookkeeping records (empty assistant records with
+  ``meta.bookkeeping = true``: LangGraph checkpoints, Claude Code entries that
+  are not messages) hidden;
 - rejected requests (empty assistant records with ``meta.quarantine = {"v": 1,
   "row": original}``) restored to the original row and marked *rejected*;
 - reasoning dimmed (or left out), tool calls with their JSON input, tool results
@@ -228,6 +231,8 @@ def _layout(
             continue
         parts = row.get("parts")
         if role == "assistant" and not parts and not row.get("partial", False):
+            if meta.get("bookkeeping") is True:
+                continue  # an integration's record (a LangGraph checkpoint...), not conversation
             yield Block("empty", seq, role, _title(seq, "assistant (empty record)", ts=ts))
             continue
         yield Block("message", seq, role,

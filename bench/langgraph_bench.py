@@ -1,0 +1,341 @@
+"""LangGraph checkpointers: one agent step on one ever-longer thread.
+
+A step is one turn of a LangGraph agent: ``graph.invoke`` with a user message
+on a ``MessagesState`` graph whose ``agent`` node (a fake model, no network)
+answers with one AI message. LangGraph loads the thread (``get_tuple``),
+writes the input checkpoint, the step-0 checkpoint, the node's writes and the
+step-1 checkpoint: 3 ``put`` and 2 ``put_writes`` per step.
+
+Contenders, all with durability off (no fsync: the cost measured is the
+checkpointer's, not the disk's flush latency):
+
+``ledger``   ``LedgerSaver`` over ``Store(durability="off")``;
+``sqlite``   langgraph-checkpoint-sqlite's ``SqliteSaver`` (WAL, ``synchronous=OFF``);
+``postgres`` langgraph-checkpoint-postgres's ``PostgresSaver`` on a throwaway
+             cluster (``tests/pg_cluster.py``, ``synchronous_commit=off``).
+
+Measured at 100, 1,000 and 10,000 steps of one thread, as medians over the
+``WINDOW`` steps that end there: the wall time of a step, the process CPU
+time it took (every thread, user and system: steadier than wall time on a
+shared machine), and the wall and CPU time spent inside the saver's methods
+(LangGraph runs puts on a background thread, so the wall time can exceed the
+step's; the CPU time of the calling thread leaves out waiting for the GIL,
+which the graph's own per-message work holds more as the thread grows);
+and the bytes the thread takes on disk (the workspace's files; the SQLite
+file with its WAL; the PostgreSQL tables with their indexes and TOAST).
+SQLite's saver stores the whole message list again in every checkpoint
+(O(N^2) bytes: about 1 GB at 1,000 steps) and PostgreSQL's every new
+version of it, so they run for real to 1,000 steps; at 10,000 their step is
+timed on a thread seeded with 9,970 steps of messages in one
+``update_state``, and their bytes are projected from the 100- and 1,000-step
+measurements (a*N^2 + b*N, marked "projected"). Ours runs all 10,000 steps.
+
+Run: ``python -m bench.langgraph_bench [--quick] [--json FILE]`` (``--quick``:
+100 and 1,000 steps only). PostgreSQL runs when ``TLEDGER_TEST_PG`` is set
+(``eval "$(python -m tests.pg_cluster start DIR)"``). Needs the langgraph and
+bench extras.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+WINDOW = 30
+SIZES = (100, 1000, 10000)
+PEER_REAL_MAX = 1000
+
+_TEXT = ("the quick brown fox jumps over the lazy dog while the agent checks the "
+         "inventory, the weather and the calendar before it answers")
+
+
+def _texts(k: int) -> tuple[str, str]:
+    return (f"[{k}] user asks: {_TEXT[: 60 + k % 40]}",
+            f"[{k}] agent answers: {_TEXT} {_TEXT[: k % 97]}")
+
+
+def build_graph(saver: Any) -> Any:
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        k = int(str(state["messages"][-1].content)[1:].split("]", 1)[0])
+        return {"messages": [AIMessage(_texts(k)[1], id=f"ai-{k}")]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("agent", agent)
+    g.add_edge(START, "agent")
+    return g.compile(checkpointer=saver)
+
+
+class Timed:
+    """Adds up the time spent in a saver's methods (wrapped on the instance):
+    wall time, and the CPU time of the calling thread (user + system), which
+    leaves out waiting for the GIL or for other processes."""
+
+    METHODS = ("get_tuple", "put", "put_writes", "list")
+
+    def __init__(self, saver: Any) -> None:
+        self.total = 0.0
+        self.cpu = 0.0
+        self._lock = threading.Lock()
+        for name in self.METHODS:
+            setattr(saver, name, self._wrap(getattr(saver, name)))
+
+    def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t, c = time.perf_counter(), time.thread_time()
+            try:
+                result = fn(*args, **kwargs)
+                if fn.__name__ == "list":
+                    result = list(result)
+                return result
+            finally:
+                with self._lock:
+                    self.total += time.perf_counter() - t
+                    self.cpu += time.thread_time() - c
+
+        return timed
+
+
+def _step(app: Any, timer: Timed, cfg: dict[str, Any], k: int
+          ) -> tuple[float, float, float, float]:
+    """Wall time, process CPU time (every thread, user + system), and wall
+    and CPU time inside the saver, of one step."""
+    from langchain_core.messages import HumanMessage
+
+    before, before_cpu = timer.total, timer.cpu
+    c = time.process_time()
+    t = time.perf_counter()
+    app.invoke({"messages": [HumanMessage(_texts(k)[0], id=f"user-{k}")]}, cfg)
+    return (time.perf_counter() - t, time.process_time() - c, timer.total - before,
+            timer.cpu - before_cpu)
+
+
+def _dir_bytes(path: str) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+# --- contenders ---------------------------------------------------------------------
+
+
+class Contender:
+    name = ""
+
+    def saver(self) -> Any: ...
+
+    def bytes(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Ledger(Contender):
+    name = "ledger"
+
+    def __init__(self, tmp: str) -> None:
+        from ledger import Store
+        from ledger.integrations.langgraph import LedgerSaver
+
+        self.root = os.path.join(tmp, "ledger")
+        self._saver = LedgerSaver(store=Store(self.root, durability="off"))
+
+    def saver(self) -> Any:
+        return self._saver
+
+    def bytes(self) -> int:
+        return _dir_bytes(self.root)
+
+
+class Sqlite(Contender):
+    name = "sqlite"
+
+    def __init__(self, tmp: str) -> None:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        self.path = os.path.join(tmp, "checkpoints.sqlite")
+        self.conn = sqlite3.connect(self.path, check_same_thread=False)
+        self._saver = SqliteSaver(self.conn)
+        self._saver.setup()
+        self.conn.execute("PRAGMA synchronous=OFF")
+
+    def saver(self) -> Any:
+        return self._saver
+
+    def bytes(self) -> int:
+        return sum(os.path.getsize(p) for p in (self.path, self.path + "-wal")
+                   if os.path.exists(p))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class Postgres(Contender):
+    name = "postgres"
+    TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "checkpoint_migrations")
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg.rows import dict_row
+
+        self.conn = psycopg.connect(url, autocommit=True, prepare_threshold=0,
+                                    row_factory=dict_row,
+                                    options="-c synchronous_commit=off")
+        self._saver = PostgresSaver(self.conn)
+        self._saver.setup()
+        for table in self.TABLES[:3]:
+            self.conn.execute(f"TRUNCATE {table}")
+
+    def saver(self) -> Any:
+        return self._saver
+
+    def bytes(self) -> int:
+        row = self.conn.execute(
+            "SELECT sum(pg_total_relation_size(t::regclass))::bigint AS n "
+            "FROM unnest(%s::text[]) t",
+            (list(self.TABLES),)).fetchone()
+        return int(row["n"])
+
+    def close(self) -> None:
+        for table in self.TABLES[:3]:
+            self.conn.execute(f"TRUNCATE {table}")
+        self.conn.close()
+
+
+# --- runs ---------------------------------------------------------------------------
+
+
+def _measure(app: Any, timer: Timed, cfg: dict[str, Any], first: int, n: int
+             ) -> list[tuple[float, float, float, float]]:
+    return [_step(app, timer, cfg, k) for k in range(first, first + n)]
+
+
+def _point(steps: int, samples: list[tuple[float, float, float, float]], size: int, how: str
+           ) -> dict[str, Any]:
+    return {"steps": steps,
+            "step_ms": statistics.median(s[0] for s in samples) * 1e3,
+            "step_cpu_ms": statistics.median(s[1] for s in samples) * 1e3,
+            "saver_ms": statistics.median(s[2] for s in samples) * 1e3,
+            "saver_cpu_ms": statistics.median(s[3] for s in samples) * 1e3,
+            "bytes": size, "how": how, "load": os.getloadavg()[0]}
+
+
+def run_real(contender: Contender, sizes: tuple[int, ...], log: Callable[[str], None]
+             ) -> list[dict[str, Any]]:
+    """One thread grown step by step; a point at each size."""
+    saver = contender.saver()
+    timer = Timed(saver)
+    app = build_graph(saver)
+    cfg = {"configurable": {"thread_id": f"bench-{contender.name}"}}
+    points = []
+    done = 0
+    for size in sizes:
+        window = min(WINDOW, size // 2)
+        _measure(app, timer, cfg, done, size - window - done)
+        samples = _measure(app, timer, cfg, size - window, window)
+        done = size
+        points.append(_point(size, samples, contender.bytes(), "real"))
+        log(f"{contender.name} {size} steps: {points[-1]}")
+    return points
+
+
+def run_seeded(contender: Contender, size: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """A thread that already holds ``size - WINDOW`` steps of messages (one
+    update_state), then WINDOW timed steps."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    saver = contender.saver()
+    timer = Timed(saver)
+    app = build_graph(saver)
+    cfg = {"configurable": {"thread_id": f"seeded-{contender.name}-{size}"}}
+    seed = []
+    for k in range(size - WINDOW):
+        user, ai = _texts(k)
+        seed += [HumanMessage(user, id=f"user-{k}"), AIMessage(ai, id=f"ai-{k}")]
+    app.update_state(cfg, {"messages": seed}, as_node="agent")
+    samples = _measure(app, timer, cfg, size - WINDOW, WINDOW)
+    point = _point(size, samples, 0, "seeded")
+    log(f"{contender.name} {size} steps (seeded): {point}")
+    return point
+
+
+def project(points: list[dict[str, Any]], n: int) -> int:
+    """a*n^2 + b*n through the two measured points."""
+    (n1, y1), (n2, y2) = [(p["steps"], p["bytes"]) for p in points[:2]]
+    a = (y2 / n2 - y1 / n1) / (n2 - n1)
+    b = y1 / n1 - a * n1
+    return int(a * n * n + b * n)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.langgraph_bench",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="100 and 1,000 steps only")
+    p.add_argument("--json", metavar="FILE")
+    p.add_argument("--only", choices=("ledger", "sqlite", "postgres"), action="append")
+    args = p.parse_args(argv)
+    sizes = SIZES[:2] if args.quick else SIZES
+    only = set(args.only or ("ledger", "sqlite", "postgres"))
+    started = time.monotonic()
+
+    def log(msg: str) -> None:
+        print(f"{time.monotonic() - started:7.1f}s {msg}", file=sys.stderr, flush=True)
+
+    url = os.environ.get("TLEDGER_TEST_PG")
+    results: dict[str, Any] = {"sizes": list(sizes), "window": WINDOW, "contenders": {}}
+    tmp = tempfile.mkdtemp(prefix="tledger-lgbench-")
+    try:
+        makers: list[tuple[str, Callable[[], Contender]]] = [
+            ("ledger", lambda: Ledger(tempfile.mkdtemp(dir=tmp))),
+            ("sqlite", lambda: Sqlite(tempfile.mkdtemp(dir=tmp))),
+        ]
+        if url:
+            makers.append(("postgres", lambda: Postgres(url)))
+        else:
+            log("TLEDGER_TEST_PG is not set: postgres skipped")
+        for name, make in makers:
+            if name not in only:
+                continue
+            c = make()
+            real = tuple(s for s in sizes if name == "ledger" or s <= PEER_REAL_MAX)
+            points = run_real(c, real, log)
+            c.close()
+            for size in sizes:
+                if size in real:
+                    continue
+                c = make()
+                point = run_seeded(c, size, log)
+                point["bytes"] = project(points, size)
+                point["how"] = "seeded; bytes projected"
+                points.append(point)
+                c.close()
+            results["contenders"][name] = points
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    text = json.dumps(results, indent=2)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,636 @@
+"""LangGraph's checkpointer, stored in ledger workspaces (extra ``langgraph``).
+
+``LedgerSaver(store=None, root=None)`` is a sync and async
+``BaseCheckpointSaver``: ``get_tuple``, ``list`` (filter, ``before``,
+``limit``), ``put``, ``put_writes``, ``delete_thread``, ``delete_for_runs``,
+``copy_thread`` and ``prune``, and their ``a*`` twins. Each LangGraph thread
+is one workspace, named by the thread id (or ``lg-<hash>`` when the id cannot
+name a workspace).
+
+How a thread is stored (README "LangGraph"):
+
+- Everything is appended; nothing is rewritten. A ``put`` is one batch: the
+  messages new to the thread, then the checkpoint record.
+- The ``messages`` channel (``message_channels``) is stored as canonical
+  transcript rows, one per message, exactly as ``LedgerChatMessageHistory``
+  stores them, so ``session_history``, ``tledger show`` and every export read a
+  LangGraph thread as a conversation. A checkpoint holds its message list as a
+  delta against its parent's: how many leading messages it keeps and which
+  message rows follow (``{"base", "keep", "add"}``). A message already stored
+  (same id, same content) is referred to, never stored again, so storage grows
+  with the thread's length, not with its square.
+- Other channel values, the checkpoint itself, its metadata and the pending
+  writes are serialised with the saver's ``serde`` into bookkeeping records:
+  empty assistant records (never provider-visible, never returned by
+  ``session_history``, hidden by ``tledger show``: ``meta.bookkeeping``) whose
+  ``meta["langgraph"]`` holds them. Only channels
+  in ``new_versions`` are written; others are found at the version stored
+  earlier.
+- Concurrent writers never fork a thread silently. A config that
+  ``get_tuple``/``put`` returned for the newest checkpoint carries
+  ``__ledger_head__: True``; a ``put`` under it is appended only while its
+  parent is still the newest checkpoint of the namespace (a conditional append
+  on the log's next seq, retried while other rows -- writes, other namespaces
+  -- are all that changed). Otherwise it raises :class:`CheckpointConflict`.
+  Starting a run from an older checkpoint (time travel) is a deliberate fork
+  and is allowed. The first input checkpoint of a thread (``source="input"``,
+  ``step=-1``, no parent) is refused when the thread already has one.
+- ``prune`` and ``delete_for_runs`` append tombstone records (the pruned
+  checkpoints disappear from ``get_tuple``/``list``; their bytes stay, as
+  the log is append-only); ``prune(strategy="delete")`` and
+  ``delete_thread`` delete the workspace.
+
+Each saver keeps, per thread it touched, an in-memory projection of the rows
+(:mod:`ledger.integrations.langgraph_index`), brought up to date from the rows
+appended since (by anyone) before every call, and rebuilt when the epoch
+changes. Message lists it wrote or read are kept as the message objects
+themselves, so a turn does not decode the whole thread again; LangGraph's
+reducers treat messages as immutable, and so does the saver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import xxhash
+
+from ledger.core.errors import Conflict, InvalidWorkspace, LedgerError, WorkspaceNotFound
+from ledger.core.ids import validate_workspace
+from ledger.integrations import open_store, require
+from ledger.integrations.langgraph_index import META_KEY, CheckpointRec, ThreadIndex
+from ledger.transcript.store import Store
+
+require("langgraph.checkpoint.base", "langgraph")
+from langchain_core.messages import BaseMessage, messages_from_dict  # noqa: E402
+from langchain_core.runnables import RunnableConfig  # noqa: E402
+from langgraph.checkpoint.base import (  # noqa: E402
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_metadata,
+)
+
+from ledger.integrations.langchain import message_row  # noqa: E402
+
+__all__ = ["HEAD_KEY", "CheckpointConflict", "LedgerSaver", "thread_workspace"]
+
+HEAD_KEY = "__ledger_head__"
+_MAX_RETRIES = 1000
+
+
+class CheckpointConflict(Conflict):
+    """A put whose parent is no longer the newest checkpoint of its namespace:
+    another writer continued the thread first. Nothing was written."""
+
+
+def thread_workspace(thread_id: str) -> str:
+    """The workspace of a LangGraph thread: the id itself when it can name a
+    workspace, else ``lg-`` and a 128-bit hash of it."""
+    tid = str(thread_id)
+    try:
+        return validate_workspace(tid)
+    except InvalidWorkspace:
+        return "lg-" + xxhash.xxh3_128_hexdigest(tid.encode("utf-8", "surrogatepass"))
+
+
+def _conf(config: RunnableConfig | None) -> dict[str, Any]:
+    return dict((config or {}).get("configurable") or {})
+
+
+def _need(conf: dict[str, Any], key: str, what: str) -> str:
+    value = conf.get(key)
+    if value is None or value == "":
+        raise LedgerError(f"LedgerSaver.{what}: config['configurable'][{key!r}] is required")
+    return str(value)
+
+
+def _empty_record(rec: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "message", "role": "assistant", "parts": [],
+            "meta": {"bookkeeping": True, META_KEY: rec}}
+
+
+class LedgerSaver(BaseCheckpointSaver[int]):
+    """A LangGraph checkpointer over a ledger store (module doc).
+
+    ``store`` or ``root`` pick the store (default ``$TLEDGER_ROOT``, else
+    ``./.tledger``). ``message_channels`` name the channels stored as
+    transcript rows when their value is a list of messages.
+    """
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        serde: Any = None,
+        message_channels: Sequence[str] = ("messages",),
+    ) -> None:
+        super().__init__(serde=serde)
+        self.store = open_store(store, root)
+        self.message_channels = frozenset(message_channels)
+        self._indexes: dict[str, ThreadIndex] = {}
+        self._locks: dict[str, threading.RLock] = {}
+        self._guard = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"LedgerSaver(root={self.store.root!r})"
+
+    # --- the projection -------------------------------------------------------------
+
+    def _lock(self, ws: str) -> threading.RLock:
+        with self._guard:
+            lock = self._locks.get(ws)
+            if lock is None:
+                lock = self._locks[ws] = threading.RLock()
+            return lock
+
+    def _refresh(self, ws: str) -> ThreadIndex:
+        """The thread's projection, brought up to date (caller holds the lock)."""
+        history = self.store.history(ws)
+        idx = self._indexes.get(ws)
+        try:
+            snap = history.snapshot()
+        except WorkspaceNotFound:
+            self._indexes.pop(ws, None)
+            return ThreadIndex()
+        if idx is None or idx.epoch != snap.epoch or idx.next_seq > snap.next_seq:
+            idx = ThreadIndex(epoch=snap.epoch)
+            after = None
+        elif idx.next_seq == snap.next_seq:
+            return idx
+        else:
+            after = idx.next_seq - 1
+        for row in history.rows(after_seq=after):
+            idx.apply(row.seq, row.data)
+        idx.next_seq = max(idx.next_seq, snap.next_seq)
+        self._indexes[ws] = idx
+        return idx
+
+    def _append(self, ws: str, build: Any) -> tuple[ThreadIndex, list[int]]:
+        """Append ``build(idx)`` rows conditionally on the projection's next
+        seq. The first attempt trusts the projection as it is (a stale one
+        fails the condition); after a conflict -- the condition, or a
+        ``CheckpointConflict`` that ``build`` raised on a projection not read
+        just now -- it refreshes and builds again. ``build`` returns the rows,
+        or nothing to write nothing."""
+        history = self.store.history(ws)
+        idx = self._indexes.get(ws)
+        fresh = idx is None
+        if idx is None:
+            idx = self._refresh(ws)
+        for _ in range(_MAX_RETRIES):
+            try:
+                rows = build(idx)
+            except CheckpointConflict:
+                if fresh:
+                    raise
+                idx, fresh = self._refresh(ws), True
+                continue
+            if not rows:
+                if fresh:
+                    return idx, []
+                idx, fresh = self._refresh(ws), True  # nothing to write: make sure
+                continue
+            try:
+                result = history.append_many(rows, expect_next_seq=idx.next_seq)
+            except Conflict:
+                idx, fresh = self._refresh(ws), True  # another writer appended first
+                continue
+            for seq, row in zip(result.seqs, rows, strict=True):
+                idx.apply(seq, row)
+            if idx.epoch not in (-1, result.epoch):
+                # A rewrite (reject, repair...) ran since the projection was
+                # read: the next call reads the log again.
+                self._indexes.pop(ws, None)
+                return idx, result.seqs
+            idx.epoch = result.epoch
+            self._indexes[ws] = idx
+            return idx, result.seqs
+        raise LedgerError(f"workspace {ws!r}: gave up after {_MAX_RETRIES} conflicting appends")
+
+    # --- encoding -------------------------------------------------------------------
+
+    def _dump(self, value: Any) -> list[str]:
+        ty, data = self.serde.dumps_typed(value)
+        return [ty, base64.b64encode(data).decode("ascii")]
+
+    def _load(self, typed: Sequence[Any]) -> Any:
+        return self.serde.loads_typed((typed[0], base64.b64decode(typed[1])))
+
+    def _message(self, idx: ThreadIndex, seq: int) -> BaseMessage:
+        obj = idx.objects.get(seq)
+        if obj is None:
+            kept = idx.messages.get(seq)
+            if kept is None:
+                raise LedgerError(
+                    f"a checkpoint refers to message row {seq}, which is no longer a message "
+                    "(rejected, truncated or purged): that checkpoint's messages cannot be "
+                    "restored; load an older checkpoint or a copy of the thread")
+            obj = idx.objects[seq] = messages_from_dict([kept])[0]
+        return obj
+
+    def _list_objects(self, idx: ThreadIndex, seq: int, channel: str) -> list[BaseMessage]:
+        """The message objects of the list described in the record at ``seq``."""
+        cached = idx.cached_objects(seq, channel)
+        if cached is None:
+            objs = idx.objects
+            cached = [objs[s] if s in objs else self._message(idx, s)
+                      for s in idx.message_list(seq, channel)]
+            idx.remember_objects(seq, channel, cached)
+        return cached
+
+    def _messages_entry(
+        self, idx: ThreadIndex, ns: str, channel: str, value: list[Any],
+        parent: CheckpointRec | None, first_seq: int, rows: list[dict[str, Any]],
+    ) -> tuple[dict[str, Any], list[tuple[int, BaseMessage]]] | None:
+        """The delta descriptor of ``value`` against the parent's list (new
+        message rows go to ``rows``, their seqs from ``first_seq``) and the
+        new messages; None when ``value`` holds anything but messages. Costs
+        one C-level comparison of the kept prefix plus the new messages: the
+        parent's list comes from the projection's cache as the objects the
+        graph holds."""
+        base_seq: int | None = None
+        base_objs: list[Any] = []
+        if parent is not None:
+            version = parent.rec.get("cv", {}).get(channel)
+            found = idx.blobs.get((ns, channel, str(version))) if version is not None else None
+            if found is not None and "m" in found[1]:
+                base_seq = found[0]
+                base_objs = self._list_objects(idx, base_seq, channel)
+        n = min(len(base_objs), len(value))
+        if n == len(base_objs):
+            same = value[:n] == base_objs  # identical objects compare at C speed
+        else:
+            same = value == base_objs[:n]
+        keep = n if same else next(i for i in range(n) if value[i] != base_objs[i])
+        if not all(isinstance(m, BaseMessage) for m in value[keep:]):
+            return None
+        add: list[int] = []
+        fresh: list[tuple[int, BaseMessage]] = []
+        for message in value[keep:]:
+            known = idx.message_ids.get(message.id) if message.id else None
+            if known is not None and self._message(idx, known) == message:
+                add.append(known)
+                continue
+            seq = first_seq + len(rows)
+            rows.append(message_row(message))
+            add.append(seq)
+            fresh.append((seq, message))
+        return {"base": base_seq, "keep": keep, "add": add}, fresh
+
+    # --- reads ----------------------------------------------------------------------
+
+    def _tuple(self, ws: str, tid: str, idx: ThreadIndex, cp: CheckpointRec) -> CheckpointTuple:
+        rec = cp.rec
+        checkpoint: dict[str, Any] = self._load(rec["cp"])
+        values: dict[str, Any] = {}
+        for channel, version in checkpoint.get("channel_versions", {}).items():
+            found = idx.blobs.get((cp.ns, channel, str(version)))
+            if found is None:
+                continue
+            seq, entry = found
+            if "m" in entry:
+                values[channel] = list(self._list_objects(idx, seq, channel))
+            elif "s" in entry:
+                values[channel] = self._load(entry["s"])
+        checkpoint["channel_values"] = values
+        table = idx.writes.get((cp.ns, cp.id), {})
+        ordered = sorted(table.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
+        writes = [(w.task_id, w.channel, self._load(w.typed)) for w in ordered]
+        head = idx.head(cp.ns)
+        config: RunnableConfig = {"configurable": {
+            "thread_id": tid, "checkpoint_ns": cp.ns, "checkpoint_id": cp.id,
+            HEAD_KEY: head is not None and head.id == cp.id,
+        }}
+        parent = None
+        if cp.parent is not None:
+            parent = {"configurable": {
+                "thread_id": tid, "checkpoint_ns": cp.ns, "checkpoint_id": cp.parent}}
+        return CheckpointTuple(
+            config=config, checkpoint=checkpoint,  # type: ignore[arg-type]
+            metadata=self._load(rec["md"]), parent_config=parent,  # type: ignore[arg-type]
+            pending_writes=writes,
+        )
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        conf = _conf(config)
+        tid = _need(conf, "thread_id", "get_tuple")
+        ns = str(conf.get("checkpoint_ns", "") or "")
+        cid = conf.get("checkpoint_id")
+        ws = thread_workspace(tid)
+        with self._lock(ws):
+            idx = self._refresh(ws)
+            cp = idx.get(ns, str(cid)) if cid else idx.head(ns)
+            return None if cp is None else self._tuple(ws, tid, idx, cp)
+
+    def _threads(self, config: RunnableConfig | None) -> list[tuple[str, str]]:
+        conf = _conf(config)
+        if "thread_id" in conf:
+            tid = str(conf["thread_id"])
+            return [(tid, thread_workspace(tid))]
+        out = []
+        for ws in self.store.workspaces():
+            with self._lock(ws):
+                idx = self._refresh(ws)
+            for cp in (c for ns in idx.namespaces() for c in idx.visible(ns)):
+                out.append((str(cp.rec.get("thread", ws)), ws))
+                break
+        return out
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        conf = _conf(config)
+        want_ns = conf.get("checkpoint_ns")
+        want_id = conf.get("checkpoint_id")
+        before_id = _conf(before).get("checkpoint_id") if before else None
+        count = 0
+        for tid, ws in self._threads(config):
+            with self._lock(ws):
+                idx = self._refresh(ws)
+                nss = [str(want_ns)] if want_ns is not None else idx.namespaces()
+                cps = sorted((c for ns in nss for c in idx.visible(ns)),
+                             key=lambda c: c.id, reverse=True)
+                found = []
+                for cp in cps:
+                    if limit is not None and count + len(found) >= limit:
+                        break
+                    if want_id and cp.id != want_id:
+                        continue
+                    if before_id is not None and cp.id >= str(before_id):
+                        continue
+                    if filter:
+                        md = self._load(cp.rec["md"])
+                        if any(md.get(k) != v for k, v in filter.items()):
+                            continue
+                    found.append(self._tuple(ws, tid, idx, cp))
+            for tup in found:
+                yield tup
+                count += 1
+            if limit is not None and count >= limit:
+                return
+
+    # --- writes ---------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        conf = _conf(config)
+        tid = _need(conf, "thread_id", "put")
+        ns = str(conf.get("checkpoint_ns", "") or "")
+        parent_id = conf.get("checkpoint_id")
+        parent_id = str(parent_id) if parent_id else None
+        ws = thread_workspace(tid)
+        guarded = conf.get(HEAD_KEY) is True and parent_id is not None
+        md = get_checkpoint_metadata(config, metadata)
+        first_input = parent_id is None and md.get("source") == "input" and md.get("step") == -1
+        values = checkpoint.get("channel_values", {})
+        bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        cid = str(checkpoint["id"])
+        fresh: list[tuple[int, BaseMessage]] = []
+        lists: dict[str, list[Any]] = {}
+
+        def build(idx: ThreadIndex) -> list[dict[str, Any]]:
+            head = idx.head(ns)
+            if guarded and (head is None or head.id != parent_id):
+                raise CheckpointConflict(
+                    f"thread {tid!r} namespace {ns!r}: checkpoint {parent_id} is no longer "
+                    f"the newest (another writer added {head.id if head else 'none'}); "
+                    "nothing was written. Load the thread again and retry, or fork "
+                    "deliberately from an explicit checkpoint_id"
+                )
+            if first_input and head is not None:
+                raise CheckpointConflict(
+                    f"thread {tid!r} namespace {ns!r}: another writer started this thread "
+                    f"first (checkpoint {head.id}); nothing was written. Load it and retry"
+                )
+            parent = idx.get(ns, parent_id) if parent_id else None
+            rows: list[dict[str, Any]] = []
+            blobs: dict[str, Any] = {}
+            fresh.clear()
+            lists.clear()
+            for channel, version in new_versions.items():
+                if channel not in values:
+                    continue
+                value = values[channel]
+                made = None
+                if channel in self.message_channels and isinstance(value, list):
+                    mark = len(rows)
+                    made = self._messages_entry(
+                        idx, ns, channel, value, parent, idx.next_seq, rows)
+                    if made is None:
+                        del rows[mark:]
+                if made is not None:
+                    desc, new = made
+                    fresh.extend(new)
+                    lists[channel] = list(value)
+                    blobs[channel] = {"v": version, "m": desc}
+                else:
+                    blobs[channel] = {"v": version, "s": self._dump(value)}
+            rec = {
+                "t": "cp", "thread": tid, "ns": ns, "id": cid, "parent": parent_id,
+                "run": md.get("run_id"), "cp": self._dump(bare), "md": self._dump(md),
+                "cv": {k: v for k, v in checkpoint.get("channel_versions", {}).items()
+                       if k in self.message_channels},
+                "blobs": blobs,
+            }
+            rows.append(_empty_record(rec))
+            return rows
+
+        with self._lock(ws):
+            idx, seqs = self._append(ws, build)
+            for seq, message in fresh:  # the graph holds these objects: keep them
+                idx.objects[seq] = message
+            for channel, objects in lists.items():  # the next put's base, as objects
+                idx.remember_objects(seqs[-1], channel, objects)
+            head = idx.head(ns)
+        return {"configurable": {
+            "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid,
+            HEAD_KEY: head is not None and head.id == cid,
+        }}
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        conf = _conf(config)
+        tid = _need(conf, "thread_id", "put_writes")
+        ns = str(conf.get("checkpoint_ns", "") or "")
+        cid = _need(conf, "checkpoint_id", "put_writes")
+        ws = thread_workspace(tid)
+
+        def build(idx: ThreadIndex) -> list[dict[str, Any]]:
+            table = idx.writes.get((ns, cid), {})
+            entries = []
+            for i, (channel, value) in enumerate(writes):
+                w_idx = WRITES_IDX_MAP.get(channel, i)
+                if w_idx >= 0 and (task_id, w_idx) in table:
+                    continue
+                entries.append([w_idx, channel, *self._dump(value)])
+            if not entries:
+                return []
+            rec = {"t": "w", "thread": tid, "ns": ns, "cp": cid, "task": task_id,
+                   "path": task_path, "w": entries}
+            return [_empty_record(rec)]
+
+        with self._lock(ws):
+            self._append(ws, build)
+
+    def delete_thread(self, thread_id: str) -> None:
+        ws = thread_workspace(str(thread_id))
+        with self._lock(ws):
+            self.store.delete(ws)
+            self._indexes.pop(ws, None)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        runs = sorted({str(r) for r in run_ids})
+        if not runs:
+            return
+        for _tid, ws in self._threads(None):
+            def build(idx: ThreadIndex) -> list[dict[str, Any]]:
+                hit = any(cp.run_id in runs for ns in idx.namespaces() for cp in idx.visible(ns))
+                return [_empty_record({"t": "drop_runs", "runs": runs})] if hit else []
+
+            with self._lock(ws):
+                self._append(ws, build)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise LedgerError(f"prune: unknown strategy {strategy!r} (keep_latest or delete)")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            ws = thread_workspace(str(thread_id))
+
+            def build(idx: ThreadIndex) -> list[dict[str, Any]]:
+                keep = {}
+                for ns in idx.namespaces():
+                    head = idx.head(ns)
+                    if head is not None:
+                        keep[ns] = head.id
+                if all(len(idx.visible(ns)) <= 1 for ns in idx.namespaces()):
+                    return []
+                return [_empty_record({"t": "prune", "keep": keep})]
+
+            with self._lock(ws):
+                self._append(ws, build)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        src_tid, dst_tid = str(source_thread_id), str(target_thread_id)
+        src, dst = thread_workspace(src_tid), thread_workspace(dst_tid)
+        if src == dst:
+            raise LedgerError(f"copy_thread: source and target are the same thread {src_tid!r}")
+        history = self.store.history(src)
+        try:
+            history.require()
+        except WorkspaceNotFound:
+            return
+        with self._lock(src):
+            snap = history.snapshot()
+            source = [r.data for r in history.rows() if r.seq < snap.next_seq]
+
+        def build(idx: ThreadIndex) -> list[dict[str, Any]]:
+            mapping: dict[int, int] = {}
+            rows: list[dict[str, Any]] = []
+            for data in source:
+                if data.get("kind", "message") not in ("message", "warning", "truncation"):
+                    continue
+                mapping[int(data["seq"])] = idx.next_seq + len(rows)
+                row = {k: v for k, v in data.items() if k not in ("seq", "batch")}
+                rec = row.get("meta", {}).get(META_KEY)
+                if isinstance(rec, dict):
+                    row["meta"] = {**row["meta"], META_KEY: _renumbered(rec, mapping, dst_tid)}
+                rows.append(row)
+            return rows
+
+        with self._lock(dst):
+            self._append(dst, build)
+
+    # --- async twins ------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+        for tup in found:
+            yield tup
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+def _renumbered(rec: dict[str, Any], mapping: dict[int, int], thread: str) -> dict[str, Any]:
+    """A bookkeeping record with its row references moved to the copy's seqs."""
+    out = dict(rec)
+    if "thread" in out:
+        out["thread"] = thread
+    blobs = out.get("blobs")
+    if isinstance(blobs, dict):
+        moved = {}
+        for channel, entry in blobs.items():
+            if isinstance(entry, dict) and isinstance(entry.get("m"), dict):
+                m = entry["m"]
+                base = m.get("base")
+                m = {**m, "base": mapping[int(base)] if base is not None else None,
+                     "add": [mapping[int(s)] for s in m.get("add", [])]}
+                entry = {**entry, "m": m}
+            moved[channel] = entry
+        out["blobs"] = moved
+    return out
