@@ -38,6 +38,8 @@ from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
 from ledger.storage.files.receipt import read_receipt, receipt_status
+from ledger.storage.files.state import covers, recorded_floor
+from ledger.core.windows import Boundary
 from ledger.storage.files.state import unwrap
 from ledger.storage.files.workspace import FileWorkspace
 from ledger.transcript.history import History
@@ -218,6 +220,15 @@ def check(history: History | FileWorkspace, *, progress: Progress | None = None)
         scan.resolve_hidden()
         receipt_found = list(_receipt_findings(ws, receipt, status, numbers, stamps, scan))
     findings.extend(receipt_found)
+    lost = lost_floor(receipt, scan)
+    if lost is not None:
+        findings.append(Finding(
+            DAMAGE, "floor_lost",
+            f"the receipt records a privacy floor at {_pos(lost.segment, lost.offset)}"
+            f"{f' (seq {lost.seq})' if lost.readable else ''} that the log no longer holds at "
+            "or after its place; window reads and session_history are refused",
+            f"tledger repair {ws} (puts a manual reset in its place)",
+            fmt.segment_name(lost.segment), lost.offset))
     for name in temps:
         findings.append(Finding(NOTICE, "stray_temp_file",
                                 "temp file of a writer that died before its rename "
@@ -241,6 +252,23 @@ def _read_format(path: str) -> bytes | None:
         return os.read(fd, 64) or None
     finally:
         os.close(fd)
+
+
+def lost_floor(receipt: fmt.Receipt | None, scan: ScanResult) -> Boundary | None:
+    """The floor the receipt recorded when the log no longer holds a floor at
+    or after it (a cut, or damage past recognition), else None."""
+    recorded = recorded_floor(receipt)
+    if recorded is None:
+        return None
+    for _ in range(2):
+        f = scan.last_floor
+        floor = None if f is None else Boundary(f[2], f[0], f[1], "manual", readable=f[2] >= 0)
+        if covers(floor, recorded):
+            return None
+        if scan.hidden_resolved:
+            break
+        scan.resolve_hidden()  # a reset behind a duplicate key may be the newer floor
+    return recorded
 
 
 def _receipt_findings(ws: str, receipt: fmt.Receipt | None, status: str, numbers: list[int],

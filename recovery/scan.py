@@ -262,6 +262,9 @@ class _Scanner:
         cand = fmt.raw_may_be_reset(data)
         if cand:
             self._boundary(off, fmt.FLOOR_UNREADABLE, "manual")
+        elif code != "malformed_row" and fmt.damage_may_hide_reset(data):
+            cand = True  # damage may have destroyed a reset's marker: a floor too
+            self._boundary(off, fmt.FLOOR_DAMAGED, "manual")
         self._abort_run()
         self.orphan = None
         self._unit(Damage(self.number, off, ln, code, _CODE_TEXT[code], cand, None, 0))

@@ -68,6 +68,14 @@ value ``reset`` or the legacy key ``contextBoundaryKind`` with value
 line), whatever control characters, whitespace or ``\\u`` + 4 hex escapes stand
 between and inside them. Such a line is a privacy floor (fail closed).
 
+Damage may also destroy the marker itself (a flipped byte inside
+``"kind":"reset"``, a cut before it). So an unreadable stored line whose bytes
+do not still show an intact ``"kind":"<a kind other than reset>"``, or that
+show a key ``reset``, is a *damaged floor*: a floor (seq ``FLOOR_DAMAGED`` in
+the receipt and INDEX) that blocks the provider view and ``session_history``
+until repair puts a manual reset in its place. A floor recorded by the
+receipt that the log no longer holds at or after its place is one too.
+
 Receipt (RECEIPT_SIZE = 256 bytes, little-endian)
 =================================================
 ==========  ====  ======================================================
@@ -82,7 +90,8 @@ offset      size  field
 40          4     window segment (u32; 0 = no boundary)
 44          4     active segment number (u32; 0 = no segment yet)
 48          8     window byte offset (u64)
-56          8     floor seq (i64; -1 = no floor; -2 = floor line unreadable)
+56          8     floor seq (i64; -1 = no floor; -2 = floor line unreadable;
+                  -3 = floor damaged or missing: reads blocked until repair)
 64          4     floor segment (u32; 0 = no floor)
 68          4     sealed segment count (u32)
 72          8     floor byte offset (u64)
@@ -274,6 +283,32 @@ def raw_may_be_reset(data: bytes) -> bool:
     return _CANDIDATE_RE.search(data) is not None
 
 
+# A key ``kind`` whose value is a kind other than reset, spelled exactly as the
+# encoder writes it, and a key ``reset`` (which only reset rows carry).
+_NOT_RESET_KIND_RE = re.compile(
+    b'(?:^|[{,])"kind":"(?:' + b"|".join(sorted(k.encode() for k in KINDS if k != "reset"))
+    + b')"[,}]'
+)
+_RESET_KEY_RE = re.compile(
+    b"(?:^|[{,])" + _WS + b'"' + _WS + _word("reset") + _WS + b'"' + _WS + b":"
+)
+
+
+def damage_may_hide_reset(data: bytes) -> bool:
+    """True when an unreadable stored line may once have been a reset whose
+    marker the damage destroyed (a flipped byte inside ``"kind":"reset"``, a
+    cut before or inside it): unless its bytes still show an intact key
+    ``kind`` with a value other than ``reset`` and no key ``reset``.
+    (Not for legacy or imported records: their keys differ.)"""
+    return _NOT_RESET_KIND_RE.search(data) is None or _RESET_KEY_RE.search(data) is not None
+
+
+def line_may_be_reset(data: bytes) -> bool:
+    """An unreadable stored line that counts as a privacy floor: a reset
+    candidate (``raw_may_be_reset``) or damage that may hide one."""
+    return raw_may_be_reset(data) or damage_may_hide_reset(data)
+
+
 def readable_row_is_reset(line: bytes, row: dict[str, Any]) -> bool:
     """True when a decoded row is a reset, counting a duplicate top-level
     ``kind`` key with value ``reset`` that a last-wins decoder hid."""
@@ -307,6 +342,10 @@ PENDING = 1
 STABLE = 2
 NO_FLOOR = -1
 FLOOR_UNREADABLE = -2
+# The floor is damage that may have been a reset (its marker unreadable), or
+# a floor the receipt or INDEX recorded that the log no longer holds: reads
+# of windows and ``session_history`` are refused until ``tledger repair``.
+FLOOR_DAMAGED = -3
 _RECEIPT = struct.Struct("<8sB7xQQqIIQqIIQQQQQQ16sqQ96x")
 _STAMP = struct.Struct("<IQQQQQ")  # segment number + stamp, as the sealed digest hashes it
 assert _RECEIPT.size == RECEIPT_SIZE - 8

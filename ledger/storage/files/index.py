@@ -24,7 +24,10 @@ def entry_of(segment: int, line: segs.Line) -> Entry:
     if row is not None:
         is_reset = fmt.readable_row_is_reset(line.data, row)
         return Entry(segment, line.offset, line.data, row, is_reset, False)
-    return Entry(segment, line.offset, line.data, None, False, fmt.raw_may_be_reset(line.data))
+    if fmt.raw_may_be_reset(line.data):
+        return Entry(segment, line.offset, line.data, None, False, True)
+    damaged = fmt.damage_may_hide_reset(line.data)
+    return Entry(segment, line.offset, line.data, None, False, damaged, damaged)
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def to_entry(info: SegmentInfo) -> fmt.SegmentIndex:
 
 def from_entry(e: fmt.SegmentIndex) -> SegmentInfo:
     bounds = tuple(
-        Boundary(seq, e.number, off, reason, readable=seq != fmt.FLOOR_UNREADABLE, after=after)
+        Boundary(seq, e.number, off, reason, readable=seq >= 0, after=after)
         for off, seq, reason, after in e.bounds
     )
     top = e.max_seq if e.max_seq >= 0 else e.last_seq

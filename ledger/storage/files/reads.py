@@ -35,8 +35,11 @@ from ledger.storage.files.receipt import WriterReceipt, read_receipt, write_rece
 from ledger.storage.files.state import (
     State,
     boundary_from_receipt,
+    covers,
     empty_receipt,
+    missing_floor,
     new_epoch,
+    recorded_floor,
     stable_receipt,
 )
 
@@ -192,8 +195,12 @@ class WorkspaceBase:
         numbers: list[int],
         active_stamp: fmt.Stamp | None,
         sealed: list[tuple[int, fmt.Stamp]],
+        *,
+        evidence: bool = True,
     ) -> State:
-        """Rebuild next seq, window and floor from the segments (newest first)."""
+        """Rebuild next seq, window and floor from the segments (newest first).
+        With ``evidence`` (all but rewrites, which decide the floor themselves)
+        a floor the receipt recorded and the log lost stands as a damaged one."""
         max_seq = 0
         window: Boundary | None = None
         floor: Boundary | None = None
@@ -211,6 +218,13 @@ class WorkspaceBase:
                 floor = floors[-1]
             if floor is not None and seq_found:
                 break
+        recorded = recorded_floor(receipt) if evidence else None
+        if recorded is not None and not covers(floor, recorded):
+            # The receipt recorded a floor the bytes no longer show at or after
+            # its place (damage, a cut): fail closed until repair.
+            floor = missing_floor(recorded)
+            if window is None or (window.segment, window.offset) < (floor.segment, floor.offset):
+                window = floor
         next_seq = max(max_seq + 1, receipt.next_seq if receipt is not None else 1, 1)
         epoch = receipt.epoch if receipt is not None else 0
         return State(
@@ -223,6 +237,20 @@ class WorkspaceBase:
             epoch=epoch,
             window=window,
             floor=floor,
+        )
+
+    def refuse_damaged_floor(self, st: State) -> None:
+        """HistoryDamaged when the newest floor is damage that may have been a
+        reset, or a recorded floor the log lost: which rows it hid is unknown,
+        so no window is served until repair puts a manual reset there."""
+        f = st.floor
+        if f is None or not f.damaged:
+            return
+        raise HistoryDamaged(
+            f"workspace {self.workspace!r}: segment {fmt.segment_name(f.segment)} offset "
+            f"{f.offset}: a privacy floor may have been lost to damage (an unreadable line "
+            "that may have been a reset, or a floor the receipt recorded that the log no "
+            f"longer holds); reads are refused until `tledger repair {self.workspace}`"
         )
 
     @property
@@ -383,6 +411,7 @@ class WorkspaceBase:
         self._require()
         with locked(self.path, self.workspace, self.store.lock_timeout, shared=True):
             st = self.state()
+            self.refuse_damaged_floor(st)
             numbers = st.segments
             if st.window is None:
                 first, offset = (numbers[0] if numbers else 0), 0
@@ -465,13 +494,16 @@ class WorkspaceBase:
         with locked(self.path, self.workspace, self.store.lock_timeout, shared=False):
             return self._rebaseline_locked(self.state(), force_new_epoch=True)
 
-    def _rebaseline_locked(self, st: State, *, force_new_epoch: bool) -> int:
+    def _rebaseline_locked(self, st: State, *, force_new_epoch: bool,
+                           rewritten: bool = False) -> int:
+        """``rewritten``: a rewrite (or repair) just decided the log's floors
+        itself, so the old receipt's floor is no evidence of a lost one."""
         if st.verified and not force_new_epoch:
             return st.epoch
         numbers = segs.list_segments(self.path)
         all_stamps = segs.stamps(self.path, numbers)
         fresh = self._derive(st.receipt, numbers, all_stamps[-1][1] if all_stamps else None,
-                             all_stamps[:-1])
+                             all_stamps[:-1], evidence=not rewritten)
         return self.publish_state(fresh.window, fresh.floor, fresh.next_seq, st.epoch)
 
     def publish_state(
