@@ -34,13 +34,12 @@ from typing import Any
 
 from ledger.core import format as fmt
 from ledger.core.errors import FormatError, WorkspaceNotFound
+from ledger.core.windows import Boundary
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
 from ledger.storage.files.receipt import read_receipt, receipt_status
-from ledger.storage.files.state import covers, recorded_floor
-from ledger.core.windows import Boundary
-from ledger.storage.files.state import unwrap
+from ledger.storage.files.state import covers, recorded_floor, unwrap
 from ledger.storage.files.workspace import FileWorkspace
 from ledger.transcript.history import History
 from recovery.database import check as check_database
