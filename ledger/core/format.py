@@ -294,12 +294,21 @@ _RESET_KEY_RE = re.compile(
 )
 
 
+_NOT_RESET_KINDS = KINDS - {"reset"}
+
+
 def damage_may_hide_reset(data: bytes) -> bool:
     """True when an unreadable stored line may once have been a reset whose
     marker the damage destroyed (a flipped byte inside ``"kind":"reset"``, a
-    cut before or inside it): unless its bytes still show an intact key
-    ``kind`` with a value other than ``reset`` and no key ``reset``.
+    cut before or inside it). A line that still parses as a JSON object is
+    one when it has a key ``reset`` or a ``kind`` that is no known kind; any
+    other line unless its bytes still show an intact key ``kind`` with a
+    known value other than ``reset`` and no key ``reset``.
     (Not for legacy or imported records: their keys differ.)"""
+    row = decode_unframed(data)
+    if row is not None:
+        kind = row.get("kind")
+        return "reset" in row or (kind is not None and kind not in _NOT_RESET_KINDS)
     return _NOT_RESET_KIND_RE.search(data) is None or _RESET_KEY_RE.search(data) is not None
 
 
