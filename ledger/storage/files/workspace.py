@@ -23,7 +23,7 @@ validation and reads they start from.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ledger.core import format as fmt
@@ -307,14 +307,13 @@ class FileWorkspace(WorkspaceBase):
             finally:
                 os.close(fd)
             if needle in data:
-                seqs = []
-                for line in segs.split_lines(data):
-                    row = fmt.decode_line(line.data) if line.complete else None
-                    b = row.get("batch") if row is not None else None
-                    if isinstance(b, dict) and b.get("id") == batch_id:
-                        seqs.append(int(row["seq"]))  # type: ignore[index]
-                if seqs:
-                    return seqs
+                seqs = _batch_seqs(segs.split_lines(data), batch_id)
+                if seqs is not None and len(seqs[0]) < seqs[1]:
+                    # Only the batch's tail lies in the window (a batch bigger than
+                    # it): a batch never spans segments, so read its segment whole.
+                    seqs = _batch_seqs(segs.iter_lines(path), batch_id)
+                if seqs is not None:
+                    return seqs[0]
             remaining -= window
             if remaining <= 0:
                 break
@@ -376,3 +375,23 @@ class FileWorkspace(WorkspaceBase):
     def stat(self) -> dict[str, Any]:
         """The ``tledger stat`` document (``stat.py``)."""
         return stat_report(self)
+
+
+def _batch_seqs(lines: Iterable[segs.Line], batch_id: str) -> tuple[list[int], int] | None:
+    """The seqs of the rows of the newest batch ``batch_id`` among ``lines``
+    and its row count ``n``, or None when no row of it is there."""
+    seqs: list[int] = []
+    n = 0
+    for line in lines:
+        row = fmt.decode_line(line.data) if line.complete else None
+        b = row.get("batch") if row is not None else None
+        if not isinstance(b, dict) or b.get("id") != batch_id:
+            continue
+        seq = row.get("seq") if row is not None else None
+        if not isinstance(seq, int):
+            continue
+        if b.get("i") == 0:
+            seqs = []  # a batch of that id starts (an id reused: the newest counts)
+        seqs.append(seq)
+        n = b["n"] if isinstance(b.get("n"), int) else n
+    return (seqs, n) if seqs else None
