@@ -262,7 +262,7 @@ def lost_floor(receipt: fmt.Receipt | None, scan: ScanResult) -> Boundary | None
     for _ in range(2):
         f = scan.last_floor
         floor = None if f is None else Boundary(f[2], f[0], f[1], "manual", readable=f[2] >= 0)
-        if covers(floor, recorded):
+        if covers(floor, recorded, scan.min_seq):
             return None
         if scan.hidden_resolved:
             break

@@ -92,6 +92,7 @@ class ScanResult:
     kept_rows: int = 0
     bytes: int = 0
     max_seq: int = 0
+    min_seq: int | None = None  # the lowest seq of a kept row (None: no row)
     reused: list[tuple[int, int, int]] = field(default_factory=list)  # (segment, offset, seq)
     reused_count: int = 0
     reused_ids: int = 0
@@ -370,6 +371,9 @@ class _Scanner:
                 if len(res.reused) < MAX_FINDINGS_PER_CODE:
                     res.reused.append((self.number, o, s))
         res.max_seq = top
+        low = min(row.seq for row in rows)
+        if res.min_seq is None or low < res.min_seq:
+            res.min_seq = low
         res.last_kept_seq = rows[-1].seq
         res.kept_rows += len(rows)
 
@@ -440,6 +444,8 @@ class _Scanner:
                         if len(recent) > RECENT_BATCHES:
                             recent.popitem(last=False)
                         res.max_seq = res.last_kept_seq = seq
+                        if res.min_seq is None:
+                            res.min_seq = seq  # the first kept row, above every seq before
                         res.kept_rows += 1
                         self.seg_rows += 1
                         self.orphan = None

@@ -219,7 +219,8 @@ class WorkspaceBase:
             if floor is not None and seq_found:
                 break
         recorded = recorded_floor(receipt) if evidence else None
-        if recorded is not None and not covers(floor, recorded):
+        if recorded is not None and not covers(floor, recorded,
+                                               self._lowest_seq(all_stamps)):
             # The receipt recorded a floor the bytes no longer show at or after
             # its place (damage, a cut): fail closed until repair.
             floor = missing_floor(recorded)
@@ -238,6 +239,14 @@ class WorkspaceBase:
             window=window,
             floor=floor,
         )
+
+    def _lowest_seq(self, all_stamps: list[tuple[int, fmt.Stamp]]) -> int | None:
+        """The first seq of the oldest segment that holds rows (None: no row)."""
+        for number, stamp in all_stamps:
+            info = self.index.info(number, stamp)
+            if info.rows:
+                return info.first_seq
+        return None
 
     def refuse_damaged_floor(self, st: State) -> None:
         """HistoryDamaged when the newest floor is damage that may have been a

@@ -64,11 +64,17 @@ def recorded_floor(receipt: fmt.Receipt | None) -> Boundary | None:
                                  "manual", receipt.floor_after)
 
 
-def covers(floor: Boundary | None, recorded: Boundary) -> bool:
+def covers(floor: Boundary | None, recorded: Boundary, min_seq: int | None) -> bool:
     """Whether ``floor`` (derived from the bytes) hides every row that the
     ``recorded`` floor hid: it lies at or after it, by position or (across a
-    merge, which moves rows) by seq. Otherwise the recorded floor was lost to
-    damage or a cut, and reads must fail closed."""
+    merge, which moves rows) by seq; or no row the recorded floor hid is left
+    (``min_seq``, the lowest seq in the log, is not below it: a purge took
+    the floor with everything before it). Otherwise the recorded floor was
+    lost to damage or a cut, and reads must fail closed."""
+    if min_seq is None:
+        return True  # no readable row at all: nothing to hide
+    if min_seq >= (recorded.seq if recorded.readable else recorded.after + 1):
+        return True
     if floor is None:
         return False
     if (floor.segment, floor.offset) >= (recorded.segment, recorded.offset):
