@@ -42,6 +42,9 @@ class CheckRow(msgspec.Struct):
 
 
 _decode_row = msgspec.json.Decoder(CheckRow).decode
+_too_deep = fmt.too_deep
+with_headroom = fmt.with_headroom
+_SHALLOW = 2 * fmt.MAX_DEPTH  # a line this short cannot nest too deep
 
 
 @dataclass
@@ -123,11 +126,14 @@ _CODE_TEXT = {
     "incomplete_batch": "incomplete batch",
     "duplicate_line": "exact duplicate of a line of the same batch",
     "duplicate_batch": "exact duplicate of an earlier batch",
+    "too_deep": f"nested deeper than {fmt.MAX_DEPTH} levels (the limit for a row)",
 }
 
 
 def _classify_unreadable(data: bytes) -> str:
     """Why a line without a verified body is unreadable (format functions only)."""
+    if fmt.too_deep(data):
+        return "too_deep"
     row = fmt.decode_unframed(data)
     if row is not None:
         return "checksum_mismatch" if fmt.CHECKSUM_KEY in row else "unframed_line"
@@ -406,10 +412,11 @@ class _Scanner:
             if not all([
                 line[_NOT_HEAD:-18] == _HEAD and line[-2:] == _END
                 and b"%016x" % _x3(line[:_NOT_HEAD] + b"}") == line[-18:-2]
+                and (len(line) <= _SHALLOW or not _too_deep(line))
                 for line in lines
             ]):
                 raise _Slow
-            rows = _decode_lines(buf)
+            rows = with_headroom(_decode_lines, buf)
             if len(rows) != len(lines):
                 raise _Slow
             if not buf.isascii():
@@ -480,8 +487,11 @@ class _Scanner:
             if body is None:
                 self._bad(line.offset, ln, data, _classify_unreadable(data))
                 continue
+            if _too_deep(body):
+                self._bad(line.offset, ln, data, "too_deep")
+                continue
             try:
-                row = _decode_row(body)
+                row = with_headroom(_decode_row, body)
             except msgspec.DecodeError:
                 self._bad(line.offset, ln, data, "malformed_row")
                 continue

@@ -115,9 +115,10 @@ import functools
 import json
 import re
 import struct
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 import xxhash
@@ -205,12 +206,13 @@ def body_of(line: bytes) -> bytes | None:
 
 def decode_line(line: bytes) -> dict[str, Any] | None:
     """Decode a verified line (no newline) into its row dict without ``_c``;
-    None when the line fails verification or is not a JSON object."""
+    None when the line fails verification, nests deeper than MAX_DEPTH or
+    is not a JSON object."""
     body = body_of(line)
-    if body is None:
+    if body is None or too_deep(body):
         return None
     try:
-        row = _decoder.decode(body)
+        row = with_headroom(_decoder.decode, body)
     except (msgspec.DecodeError, UnicodeDecodeError):
         return None
     if not isinstance(row, dict):
@@ -220,20 +222,71 @@ def decode_line(line: bytes) -> dict[str, Any] | None:
 
 def decode_unframed(line: bytes) -> dict[str, Any] | None:
     """Decode a line written without a checksum (legacy, imported or edited);
-    None when it is not a JSON object."""
+    None when it is not a JSON object or nests deeper than MAX_DEPTH."""
+    if too_deep(line):
+        return None
     try:
-        row = _decoder.decode(line)
+        row = with_headroom(_decoder.decode, line)
     except (msgspec.DecodeError, UnicodeDecodeError):
         return None
     return row if isinstance(row, dict) else None
 
 
 def encode_json(obj: Any) -> bytes:
-    return _encoder.encode(obj)
+    return with_headroom(_encoder.encode, obj)
 
 
 def decode_json(data: bytes | str) -> Any:
-    return _decoder.decode(data)
+    return with_headroom(_decoder.decode, data)
+
+
+# --- nesting -----------------------------------------------------------------
+
+# Rows may nest at most MAX_DEPTH arrays and objects deep (the row object
+# itself is level 1). Appends refuse deeper rows (InvalidRow); a stored line
+# deeper than that is damage (unreadable: check reports it, repair
+# quarantines it). msgspec recurses once per level and counts against
+# Python's recursion limit, so a reader already deep in its own call stack
+# gets headroom for this many levels (``with_headroom``).
+MAX_DEPTH = 256
+
+_NEST_TOKEN_RE = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+T = TypeVar("T")
+
+
+def too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
+    """True when the JSON text ``data`` nests more than ``limit`` arrays and
+    objects deep (brackets inside strings do not count). Linear and
+    non-recursive; most lines are settled by their length or bracket count."""
+    if len(data) <= 2 * limit or data.count(b"[") + data.count(b"{") <= limit:
+        return False  # every level takes two bytes and one opening bracket
+    depth = 0
+    for m in _NEST_TOKEN_RE.finditer(data):
+        c = m.group()[0]
+        if c == 0x5B or c == 0x7B:  # [ {
+            depth += 1
+            if depth > limit:
+                return True
+        elif c == 0x5D or c == 0x7D:  # ] }
+            depth -= 1
+    return False
+
+
+def with_headroom(fn: Callable[[Any], T], arg: Any) -> T:
+    """``fn(arg)`` (a msgspec encode or decode); when it runs out of Python
+    recursion depth because the caller is deep in its own stack, once more
+    with room for MAX_DEPTH more levels. Input deeper than that still
+    raises RecursionError (callers check ``too_deep`` first)."""
+    try:
+        return fn(arg)
+    except RecursionError:
+        old = sys.getrecursionlimit()
+        sys.setrecursionlimit(old + 2 * MAX_DEPTH + 64)
+        try:
+            return fn(arg)
+        finally:
+            sys.setrecursionlimit(old)
 
 
 # --- reset candidates ------------------------------------------------------
@@ -337,7 +390,7 @@ def readable_row_is_reset(line: bytes, row: dict[str, Any]) -> bool:
         return dict(items)
 
     try:
-        json.loads(line, object_pairs_hook=hook)
+        with_headroom(lambda data: json.loads(data, object_pairs_hook=hook), line)
     except ValueError:
         return True
     return any(k == "kind" and v == "reset" for k, v in pairs)
