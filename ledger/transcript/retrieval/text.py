@@ -34,7 +34,9 @@ def row_text(row: dict[str, Any]) -> str:
             pieces.append(f"{p.get('name', '')} {given}")
         elif t == "tool_result":
             out = p.get("output")
-            pieces.append(out if isinstance(out, str) else fmt.with_headroom(_enc.encode, out).decode("utf-8"))
+            if not isinstance(out, str):
+                out = fmt.with_headroom(_enc.encode, out).decode("utf-8")
+            pieces.append(out)
         elif t == "media":
             pieces.append("[media]")
     return "\n".join(pieces)
