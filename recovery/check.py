@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger.core import format as fmt
-from ledger.core.errors import FormatError, WorkspaceNotFound
+from ledger.core.errors import FormatError, Unavailable, WorkspaceNotFound
 from ledger.core.windows import Boundary
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
@@ -139,10 +139,21 @@ def damage_findings(workspace: str, scan: ScanResult) -> Iterator[Finding]:
 
 
 def check(history: History | FileWorkspace, *, progress: Progress | None = None) -> Report:
-    """Verify ``history`` without writing anything (module doc)."""
+    """Verify ``history`` without writing anything (module doc). An OS error
+    (a file it may not read, an I/O error) is ``Unavailable`` naming the file."""
     history = unwrap(history)
     if is_database(history):
         return check_database(history)
+    try:
+        return _check(history, progress)
+    except OSError as exc:
+        raise Unavailable(
+            f"workspace {history.workspace!r}: check cannot read "
+            f"{exc.filename or 'the history'}: {exc.strerror or exc}; nothing was changed"
+        ) from exc
+
+
+def _check(history: FileWorkspace, progress: Progress | None) -> Report:
     if not history.exists():
         raise WorkspaceNotFound(
             f"workspace {history.workspace!r} has no history under {history.store.root}"
@@ -152,15 +163,16 @@ def check(history: History | FileWorkspace, *, progress: Progress | None = None)
     findings: list[Finding] = []
     with locked(path, ws, history.store.lock_timeout, shared=True):
         numbers = segs.list_segments(path)
-        stamps = dict(segs.stamps(path, numbers))
+        odd = odd_segments(path, numbers)
+        stamps = dict(segs.stamps(path, [n for n in numbers if n not in odd]))
+        stamps.update((n, fmt.ZERO_STAMP) for n in odd)
         receipt = read_receipt(path)
         status = receipt_status(path)
         temps = segs.stray_temps(path)
         marker = os.path.lexists(os.path.join(path, rewrite.MARKER_NAME))
         tombs = rewrite.native_tombstones(path)
-        format_text = _read_format(path)
-        odd = [n for n in numbers if not stat_mod.S_ISREG(
-            os.lstat(segs.segment_path(path, n)).st_mode)]
+        format_odd = odd_format(path)
+        format_text = None if format_odd else _read_format(path)
     if format_text is not None and format_text != fmt.FORMAT_TEXT:
         raise FormatError(
             f"workspace {ws!r}: FORMAT is {format_text[:40]!r}, this build checks "
@@ -179,10 +191,16 @@ def check(history: History | FileWorkspace, *, progress: Progress | None = None)
         [(n, segs.segment_path(path, n)) for n in numbers if n not in odd],
         expected=stamps, progress=tick if progress is not None else None,
     )
-    for n in odd:
-        findings.append(Finding(DAMAGE, "not_a_file", "segment is not a regular file",
-                                f"move {fmt.segment_name(n)} away and run tledger repair {ws}",
-                                fmt.segment_name(n)))
+    for n, what in odd.items():
+        findings.append(Finding(DAMAGE, "not_a_file",
+                                f"{segs.segment_path(path, n)} is {what}, not a regular file",
+                                f"move {fmt.segment_name(n)} away (or restore the file), then "
+                                f"tledger repair {ws}", fmt.segment_name(n)))
+    if format_odd:
+        findings.append(Finding(DAMAGE, "not_a_file",
+                                f"{os.path.join(path, fmt.FORMAT_NAME)} is {format_odd}, not a "
+                                "regular file", f"move it away, then tledger repair {ws} "
+                                "(writes FORMAT)", fmt.FORMAT_NAME))
     if marker:
         plan = rewrite.plan_recovery(path)
         would = plan.action if plan is not None else "settled"
@@ -233,10 +251,33 @@ def check(history: History | FileWorkspace, *, progress: Progress | None = None)
                                 "temp file of a writer that died before its rename "
                                 "(an uncommitted batch)",
                                 "the next write removes it; repair quarantines it", name))
-    if format_text is None and numbers:
+    if format_text is None and not format_odd and numbers:
         findings.append(Finding(NOTICE, "format_missing", "FORMAT file is missing",
                                 "the next write or repair writes it"))
     return Report(ws, findings, len(scan.segments), scan.rows, scan.bytes, status, scan)
+
+
+def odd_segments(path: str, numbers: list[int]) -> dict[int, str]:
+    """Segments that are not regular files (a symlink, a directory, a FIFO,
+    a device), with what each is (lstat: nothing is followed or opened)."""
+    out = {}
+    for n in numbers:
+        try:
+            mode = os.lstat(segs.segment_path(path, n)).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat_mod.S_ISREG(mode):
+            out[n] = segs.describe_mode(mode)
+    return out
+
+
+def odd_format(path: str) -> str | None:
+    """What FORMAT is when it is there and not a regular file, else None."""
+    try:
+        mode = os.lstat(os.path.join(path, fmt.FORMAT_NAME)).st_mode
+    except FileNotFoundError:
+        return None
+    return None if stat_mod.S_ISREG(mode) else segs.describe_mode(mode)
 
 
 def _read_format(path: str) -> bytes | None:

@@ -289,8 +289,17 @@ def repair(history: History | FileWorkspace, *, policy: str = "salvage", dry_run
             f"workspace {history.workspace!r} has no history under {history.store.root}"
         )
     report = RepairReport(history.workspace, policy, dry_run)
-    with locked(history.path, history.workspace, history.store.lock_timeout, shared=dry_run):
-        _repair_locked(history, report, progress)
+    try:
+        with locked(history.path, history.workspace, history.store.lock_timeout, shared=dry_run):
+            _repair_locked(history, report, progress)
+    except (OSError, segs.CommitStepError) as exc:
+        cause = exc.cause if isinstance(exc, segs.CommitStepError) else exc
+        raise RecoveryError(
+            f"workspace {history.workspace!r}: repair stopped: "
+            f"{cause.filename + ': ' if cause.filename else ''}{cause.strerror or cause}; "
+            "whatever it changed is whole (rewrites are transactions), run it again once "
+            "the cause is fixed"
+        ) from exc
     if not dry_run:
         # After the lock is released: check takes it shared.
         report.after = chk.check(history)
@@ -302,6 +311,16 @@ def _repair_locked(history: FileWorkspace, report: RepairReport,
     path = history.path
     dry_run = report.dry_run
     policy = report.policy
+    odd = [f"{segs.segment_path(path, n)} is {what}"
+           for n, what in chk.odd_segments(path, segs.list_segments(path)).items()]
+    format_odd = chk.odd_format(path)
+    if format_odd:
+        odd.append(f"{os.path.join(path, fmt.FORMAT_NAME)} is {format_odd}")
+    if odd:
+        # Not bytes that can be put in quarantine: a person must look at them.
+        report.refused = (f"{'; '.join(odd)}, not a regular file; nothing was changed: move "
+                          "it away (or restore the file) and run repair again")
+        return
     fmt_text = chk._read_format(path)
     if fmt_text is not None and fmt_text != fmt.FORMAT_TEXT:
         raise FormatError(

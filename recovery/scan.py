@@ -513,7 +513,7 @@ class _Scanner:
         for number, base, length in self.fast_chunks:
             if (number, base + length) <= after:
                 continue
-            fd = os.open(paths[number], os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = segs.open_regular(paths[number])
             try:
                 buf = os.pread(fd, length, base)
             finally:
@@ -558,7 +558,7 @@ def scan_paths(paths: list[tuple[int, str]], *, expected: dict[int, fmt.Stamp] |
     sc = _Scanner()
     for number, path in paths:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = segs.open_regular(path)
         except FileNotFoundError:
             sc.res.changed_during_scan.append(number)
             continue

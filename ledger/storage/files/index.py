@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 
 from ledger.core import format as fmt
+from ledger.core.errors import UnsafePath
 from ledger.core.windows import Boundary, Entry, boundaries
 from ledger.storage.files import segments as segs
 
@@ -90,8 +91,10 @@ def append_entry(wsdir: str, info: SegmentInfo | fmt.MergeRecord) -> None:
     no fsync: a projection that is rebuilt when missing)."""
     path = os.path.join(wsdir, fmt.INDEX_NAME)
     entry = info if isinstance(info, fmt.MergeRecord) else to_entry(info)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
+    try:
+        fd = segs.open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    except UnsafePath:
+        return  # not a file (a FIFO, a directory): the projection is rebuilt from the log
     try:
         os.write(fd, fmt.encode_index_entry(entry))
     finally:
@@ -129,7 +132,8 @@ def read_entries(wsdir: str, start: int = 0) -> Entries:
                 active[(e.number, e.epoch)] = from_entry(e)
             else:
                 sealed[e.number] = from_entry(e)
-    except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError):
+    except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError,
+            UnsafePath):
         return Entries({}, {}, {}, 0)
     return Entries(sealed, active, merges, end)
 

@@ -64,7 +64,7 @@ class Scan:
             skip = pos.skip if first else False
             path = segs.segment_path(self.wsdir, number)
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                fd = segs.open_regular(path)
             except FileNotFoundError:
                 raise CursorExpired("a segment vanished; start a new query") from None
             try:
@@ -349,7 +349,7 @@ class FileReader:
         """A line start at or before row ``seq``: binary search on the seq
         prefix of the line after each probe point (about 20 small reads)."""
         path = segs.segment_path(self.ws.path, number)
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = segs.open_regular(path)
         try:
             lo, hi = 0, size
             probe = 16 * 1024

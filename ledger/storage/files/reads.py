@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import functools
 import os
+import stat as stat_mod
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ledger.core import format as fmt
 from ledger.core.errors import (
     CommitFailed,
+    DeletePending,
     FormatError,
     HistoryDamaged,
     Unavailable,
+    UnsafePath,
     WorkspaceNotFound,
 )
 from ledger.core.rows import Row
@@ -85,7 +88,25 @@ class WorkspaceBase:
         return f"{type(self).__name__}({self.workspace!r})"
 
     def exists(self) -> bool:
-        return os.path.isdir(self.path)
+        """Whether the workspace directory is there. UnsafePath when the path
+        is a symlink (never followed: it could lead out of the root) or not a
+        directory; DeletePending while a delete is unfinished."""
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat_mod.S_ISDIR(st.st_mode):
+            raise UnsafePath(
+                f"workspace {self.workspace!r}: {self.path} is {segs.describe_mode(st.st_mode)}, "
+                "not a directory; a workspace is a real directory below the root (a symlink "
+                "is never followed). Move it away or replace it with the directory itself"
+            )
+        if self.store.tombstoned(self.workspace):
+            raise DeletePending(
+                f"workspace {self.workspace!r} is being deleted (a delete was interrupted or "
+                f"failed); run `tledger delete {self.workspace}` to finish it"
+            )
+        return st is not None
 
     def require(self) -> None:
         """WorkspaceNotFound unless the directory exists; FormatError for
@@ -122,10 +143,13 @@ class WorkspaceBase:
     def _check_format(self) -> None:
         path = os.path.join(self.path, fmt.FORMAT_NAME)
         try:
-            with open(path, "rb") as f:
-                text = f.read(64)
+            fd = segs.open_regular(path)
         except FileNotFoundError:
             return
+        try:
+            text = os.read(fd, 64)
+        finally:
+            os.close(fd)
         if not text:
             return  # created, then its bytes lost with the power: no claim (writers rewrite it)
         if text != fmt.FORMAT_TEXT:
@@ -345,7 +369,7 @@ class WorkspaceBase:
         for number in numbers:
             path = segs.segment_path(self.path, number)
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                fd = segs.open_regular(path)
             except FileNotFoundError:
                 yield None
                 return
@@ -446,8 +470,11 @@ class WorkspaceBase:
     def _ensure_dir(self) -> None:
         """Create the workspace directory (not its files: those are written
         under the lock by the first writer)."""
-        if os.path.isdir(self.path):
-            return
+        try:
+            if self.exists():
+                return
+        except DeletePending as exc:
+            raise CommitFailed(f"{exc}; nothing written") from None
         self.store.ensure_root()
         if self.store.tombstoned(self.workspace):
             raise CommitFailed(f"workspace {self.workspace!r} is being deleted; nothing written")
@@ -461,9 +488,13 @@ class WorkspaceBase:
         (once per History object: FORMAT never changes under a writer)."""
         path = os.path.join(self.path, fmt.FORMAT_NAME)
         if present is None:
-            present = os.path.exists(path)
-        if present and not self._format_checked and os.path.getsize(path) == 0:
-            present = False  # its bytes were lost with the power: write it again
+            present = os.path.lexists(path)
+        if present and not self._format_checked:
+            st = os.lstat(path)
+            if not stat_mod.S_ISREG(st.st_mode):
+                raise segs.not_regular(path, segs.describe_mode(st.st_mode))
+            if st.st_size == 0:
+                present = False  # its bytes were lost with the power: write it again
         if present:
             if not self._format_checked:
                 self._check_format()

@@ -28,7 +28,7 @@ from typing import Any
 
 from ledger.core import format as fmt
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
-from ledger.core.errors import CommitFailed, CommitUncertain
+from ledger.core.errors import CommitFailed, CommitUncertain, DeletePending
 from ledger.core.rows import prepare_batch, renumber
 from ledger.core.windows import Boundary, batch_boundaries, window_marker
 from ledger.storage.files import rewrite
@@ -64,7 +64,10 @@ class FileWorkspace(WorkspaceBase):
         """Commit ``batch`` under the exclusive lock (module doc); a refused
         conditional append to a missing workspace creates nothing."""
         bid = batch.batch_id
-        exists = self.exists()
+        try:
+            exists = self.exists()
+        except DeletePending as exc:
+            raise CommitFailed(f"{exc}; nothing written", bid) from None
         if not exists and (
             batch.expect_next_seq not in (None, 1) or batch.expect_window not in (None, 0)
         ):
@@ -301,7 +304,7 @@ class FileWorkspace(WorkspaceBase):
             size = sizes.get(number, 0)
             window = min(size, remaining)
             path = segs.segment_path(self.path, number)
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = segs.open_regular(path)
             try:
                 data = os.pread(fd, window, size - window)
             finally:
