@@ -192,7 +192,7 @@ def test_every_byte_change_and_cut_keeps_the_floor(
             failures += [f"{path.name} {name}: {f}" for f in found]
             if len(failures) > 20:
                 break
-    assert cases > 6_000
+    assert cases > 10_000
     assert failures == [], "\n".join(failures[:20])
 
 
