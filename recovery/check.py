@@ -37,6 +37,7 @@ from ledger.core.errors import FormatError, Unavailable, WorkspaceNotFound
 from ledger.core.windows import Boundary
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
+from ledger.storage.files.index import BoundaryIndex
 from ledger.storage.files.lock import locked
 from ledger.storage.files.receipt import read_receipt, receipt_status
 from ledger.storage.files.state import covers, recorded_floor, unwrap
@@ -237,11 +238,11 @@ def _check(history: FileWorkspace, progress: Progress | None) -> Report:
         scan.resolve_hidden()
         receipt_found = list(_receipt_findings(ws, receipt, status, numbers, stamps, scan))
     findings.extend(receipt_found)
-    lost = lost_floor(receipt, scan)
+    lost = lost_floor(path, receipt, scan)
     if lost is not None:
         findings.append(Finding(
             DAMAGE, "floor_lost",
-            f"the receipt records a privacy floor at {_pos(lost.segment, lost.offset)}"
+            f"the receipt or INDEX records a privacy floor at {_pos(lost.segment, lost.offset)}"
             f"{f' (seq {lost.seq})' if lost.readable else ''} that the log no longer holds at "
             "or after its place; window reads and session_history are refused",
             f"tledger repair {ws} (puts a manual reset in its place)",
@@ -294,21 +295,34 @@ def _read_format(path: str) -> bytes | None:
         os.close(fd)
 
 
-def lost_floor(receipt: fmt.Receipt | None, scan: ScanResult) -> Boundary | None:
-    """The floor the receipt recorded when the log no longer holds a floor at
-    or after it (a cut, or damage past recognition), else None."""
-    recorded = recorded_floor(receipt)
-    if recorded is None:
-        return None
-    for _ in range(2):
-        f = scan.last_floor
-        floor = None if f is None else Boundary(f[2], f[0], f[1], "manual", readable=f[2] >= 0)
-        if covers(floor, recorded, scan.min_seq):
-            return None
-        if scan.hidden_resolved:
-            break
-        scan.resolve_hidden()  # a reset behind a duplicate key may be the newer floor
-    return recorded
+def lost_floor(path: str, receipt: fmt.Receipt | None, scan: ScanResult) -> Boundary | None:
+    """The newest floor that the receipt, or INDEX for a sealed segment whose
+    stamp changed since, recorded and the log no longer holds at or after its
+    place (a cut, or damage past recognition), else None."""
+    records = [recorded_floor(receipt)]
+    numbers = scan.segments
+    if len(numbers) > 1:
+        index = BoundaryIndex(path)
+        for n, stamp in segs.stamps(path, numbers[:-1]):
+            records.append(index.recorded_floor(n, stamp))
+    lost = None
+    for recorded in records:
+        if recorded is None:
+            continue
+        for _ in range(2):
+            f = scan.last_floor
+            floor = None if f is None else Boundary(f[2], f[0], f[1], "manual",
+                                                    readable=f[2] >= 0)
+            if covers(floor, recorded, scan.min_seq):
+                break
+            if scan.hidden_resolved:
+                if lost is None or (recorded.segment, recorded.offset) > (
+                    lost.segment, lost.offset
+                ):
+                    lost = recorded
+                break
+            scan.resolve_hidden()  # a reset behind a duplicate key may be the newer floor
+    return lost
 
 
 def _receipt_findings(ws: str, receipt: fmt.Receipt | None, status: str, numbers: list[int],

@@ -224,7 +224,7 @@ def _keep_floor(removals: list[Removal], lost: Any, scan: chk.ScanResult,
     covers that place gets one, or a zero-length removal (an insertion) is
     made at the first line start at or after it. Rows before the recorded
     floor so stay unreachable; nothing is removed for it."""
-    reason = (f"privacy floor recorded by the receipt at "
+    reason = (f"privacy floor recorded (receipt or INDEX) at "
               f"{fmt.segment_name(lost.segment)}@{lost.offset} is missing from the log")
     numbers = [n for n, _ in paths if n in scan.sizes]
     if not numbers:
@@ -359,11 +359,11 @@ def _repair_locked(history: FileWorkspace, report: RepairReport,
         if dry_run:
             report.changed = report.changed or bool(scan.damage)
         return
-    lost = chk.lost_floor(read_receipt(path), scan)
+    lost = chk.lost_floor(path, read_receipt(path), scan)
     if lost is not None:
         where = f"{fmt.segment_name(lost.segment)}@{lost.offset}"
         if policy == "strict":
-            report.refused = (f"the privacy floor the receipt records at {where} is missing "
+            report.refused = (f"the privacy floor recorded at {where} is missing "
                               "from the log (strict repairs nothing); use --policy salvage, "
                               "which puts a manual reset in its place")
             report.changed = dry_run

@@ -1,18 +1,18 @@
 """The privacy floor fails closed under damage (issue 20, item 1).
 
-A small history (a few KiB over several segments) holds rows before its
-newest manual reset (their text says "secret"), rollovers, a compaction and
-an older manual reset. Every single-byte change of every segment file (one
-bit flipped, and a newline put in: the two changes that break a reset's
-marker or its line), and every truncation point of every segment, is made
-as an untracked edit (a new file renamed over the segment, so its stamp
-changes). For each, no "secret" row may come out of ``provider_view()`` or
+A small history (4 KiB over four segments) holds rows before its newest
+manual reset (their text says "secret"), rollovers, a compaction and an
+older manual reset. A bit flipped at every byte of every segment file, a
+cut at every byte, and inside the manual reset lines a newline, a NUL, a
+quote and a brace written at every byte, are each made as an untracked edit
+(a new file renamed over the segment, so its stamp changes). For each, no "secret" row may come out of ``provider_view()`` or
 ``session_history`` (list of windows, each window's rows, search, read of
 every seq): fail closed means an error is fine, a leak never is. Then
 ``repair`` runs (salvage) and the same holds; its result checks clean.
 Hypothesis adds arbitrary byte values at arbitrary places, with every repair
 policy. One example each goes through the MCP server's tool, the Agents SDK
-session and the LangChain message history.
+session and the LangChain message history. A cut of a sealed segment at its
+floor with RECEIPT deleted is caught through INDEX's record of that segment.
 """
 
 from __future__ import annotations
@@ -360,3 +360,28 @@ def test_framework_readers_fail_closed(
     chat = LedgerChatMessageHistory(WS, root=str(root))
     with pytest.raises(LedgerError):
         _ = chat.messages
+
+
+def test_index_remembers_a_floor_when_the_receipt_is_gone(
+    pristine: tuple[Path, list[int]], tmp_path: Path
+) -> None:
+    """RECEIPT deleted and the sealed segment holding the floor cut at the
+    floor's line: the log looks clean, and INDEX's entry for that segment
+    (written when it was sealed) is what still knows where the floor was."""
+    src, seqs = pristine
+    root = tmp_path / "w"
+    shutil.copytree(src, root)
+    h = Store(root, durability="off").history(WS)
+    floor = h.snapshot().floor
+    assert floor is not None and floor.segment != segs.list_segments(h.path)[-1]
+    (root / WS / "RECEIPT").unlink()
+    seg = Path(segs.segment_path(h.path, floor.segment))
+    _replace(seg, seg.read_bytes()[: floor.offset])
+    assert _leaks(root, seqs) == []
+    with pytest.raises(LedgerError, match="privacy floor"):
+        h.provider_view()
+    assert "floor_lost" in {f.code for f in check(h).findings}
+    assert repair(h).consistent
+    assert _leaks(root, seqs) == []
+    view = [t for r in h.provider_view() for t in _texts(r.to_dict())]
+    assert view and not any(SECRET in t for t in view)

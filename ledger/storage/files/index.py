@@ -149,6 +149,9 @@ class BoundaryIndex:
         self._index_stamp: fmt.Stamp | None = None
         self._index_read = 0  # offset past the last complete line read
         self._merges: dict[tuple[int, int], fmt.MergeRecord] = {}
+        # The newest INDEX entry of each sealed segment, whatever its stamp:
+        # evidence of the floors a segment held before an untracked change.
+        self._recorded: dict[int, SegmentInfo] = {}
 
     def _load(self) -> None:
         """Take in what INDEX holds that this process has not read yet. The
@@ -163,7 +166,10 @@ class BoundaryIndex:
                  and st.size >= old.size)
         start = self._index_read if grown else 0
         found = read_entries(self.wsdir, start)
+        if not grown:
+            self._recorded = {}
         for number, info in found.sealed.items():
+            self._recorded[number] = info
             self._persisted.add((number, info.stamp))
             cached = self._cache.get(number)
             if cached is None or cached.stamp != info.stamp:
@@ -176,6 +182,16 @@ class BoundaryIndex:
             self._merges = found.merges
         self._index_stamp = st
         self._index_read = found.end
+
+    def recorded_floor(self, number: int, stamp: fmt.Stamp) -> Boundary | None:
+        """The newest floor INDEX recorded for sealed segment ``number`` when
+        the segment no longer has the stamp it had then (None otherwise)."""
+        self._load()
+        rec = self._recorded.get(number)
+        if rec is None or rec.stamp == stamp:
+            return None
+        floors = [b for b in rec.bounds if b.is_floor]
+        return floors[-1] if floors else None
 
     def merge_record(self, epoch: int, layout: int) -> fmt.MergeRecord | None:
         """The merge that made receipt layout ``layout`` under ``epoch``."""

@@ -242,14 +242,23 @@ class WorkspaceBase:
                 floor = floors[-1]
             if floor is not None and seq_found:
                 break
-        recorded = recorded_floor(receipt) if evidence else None
-        if recorded is not None and not covers(floor, recorded,
-                                               self._lowest_seq(all_stamps)):
-            # The receipt recorded a floor the bytes no longer show at or after
-            # its place (damage, a cut): fail closed until repair.
-            floor = missing_floor(recorded)
-            if window is None or (window.segment, window.offset) < (floor.segment, floor.offset):
-                window = floor
+        records = [recorded_floor(receipt)] if evidence else []
+        if evidence:  # INDEX's record of sealed segments changed since it was written
+            records += [self.index.recorded_floor(n, s) for n, s in sealed]
+        lowest: list[int | None] = []
+        for recorded in records:
+            if recorded is None or (floor is not None and floor.damaged):
+                continue
+            if not lowest:
+                lowest.append(self._lowest_seq(all_stamps))
+            if not covers(floor, recorded, lowest[0]):
+                # The receipt or INDEX recorded a floor the bytes no longer show
+                # at or after its place (damage, a cut): fail closed until repair.
+                floor = missing_floor(recorded)
+                if window is None or (window.segment, window.offset) < (
+                    floor.segment, floor.offset
+                ):
+                    window = floor
         next_seq = max(max_seq + 1, receipt.next_seq if receipt is not None else 1, 1)
         epoch = receipt.epoch if receipt is not None else 0
         return State(
