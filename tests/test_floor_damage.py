@@ -5,9 +5,9 @@ manual reset (their text says "secret"), rollovers, a compaction and an
 older manual reset. A bit flipped at every byte of every segment file, a
 cut at every byte, and inside the manual reset lines a newline, a NUL, a
 quote and a brace written at every byte, are each made as an untracked edit
-(a new file renamed over the segment, so its stamp changes). For each, no "secret" row may come out of ``provider_view()`` or
-``session_history`` (list of windows, each window's rows, search, read of
-every seq): fail closed means an error is fine, a leak never is. Then
+(a new file renamed over the segment, so its stamp changes). For each, no
+"secret" row may come out of ``provider_view()`` or ``session_history``
+(list of windows, each window's rows, search, read of two of those seqs): fail closed means an error is fine, a leak never is. Then
 ``repair`` runs (salvage) and the same holds; its result checks clean.
 Hypothesis adds arbitrary byte values at arbitrary places, with every repair
 policy. One example each goes through the MCP server's tool, the Agents SDK
