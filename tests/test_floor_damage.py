@@ -7,12 +7,13 @@ cut at every byte, and inside the manual reset lines a newline, a NUL, a
 quote and a brace written at every byte, are each made as an untracked edit
 (a new file renamed over the segment, so its stamp changes). For each, no
 "secret" row may come out of ``provider_view()`` or ``session_history``
-(list of windows, each window's rows, search, read of two of those seqs): fail closed means an error is fine, a leak never is. Then
-``repair`` runs (salvage) and the same holds; its result checks clean.
-Hypothesis adds arbitrary byte values at arbitrary places, with every repair
-policy. One example each goes through the MCP server's tool, the Agents SDK
-session and the LangChain message history. A cut of a sealed segment at its
-floor with RECEIPT deleted is caught through INDEX's record of that segment.
+(the windows, each window's rows, a search, reads): an error is fine (fail
+closed), a leak never is. Every bit flip and cut of the floor's own line is
+then repaired (salvage) and the same must hold, with a result that checks
+clean; Hypothesis adds any byte value anywhere with every repair policy.
+One example each goes through the MCP server's tool, the Agents SDK session
+and the LangChain message history. A cut of a sealed segment at its floor
+with RECEIPT deleted is caught through INDEX's record of that segment.
 """
 
 from __future__ import annotations
