@@ -33,6 +33,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger import History, LedgerError, Store
+from ledger import format as fmt
 from ledger import segments as segs
 from recovery.check import check
 from recovery.repair import repair
@@ -388,3 +389,33 @@ def test_index_remembers_a_floor_when_the_receipt_is_gone(
     assert _leaks(root, seqs) == []
     view = [t for r in h.provider_view() for t in _texts(r.to_dict())]
     assert view and not any(SECRET in t for t in view)
+
+
+def test_every_byte_value_at_every_byte_of_a_reset_line_leaves_a_floor(
+    pristine: tuple[Path, list[int]]
+) -> None:
+    """Exhaustive at the line level: every one of the 255 other values at
+    every byte of the newest manual reset line (a newline splits it in two)
+    leaves a line that counts as a privacy floor -- the same classification
+    readers, check and repair use (``fmt.line_may_be_reset`` for a line that
+    does not verify)."""
+    src, _ = pristine
+    h = Store(src, durability="off").history(WS)
+    floor = h.snapshot().floor
+    assert floor is not None
+    data = Path(segs.segment_path(h.path, floor.segment)).read_bytes()
+    line = data[floor.offset : data.index(b"\n", floor.offset)]
+    assert fmt.decode_line(line) is not None
+    missed = []
+    for i in range(len(line)):
+        for v in range(256):
+            if v == line[i]:
+                continue
+            pieces = (line[:i] + bytes([v]) + line[i + 1 :]).split(b"\n")
+            if not any(
+                fmt.line_may_be_reset(p) if fmt.decode_line(p) is None
+                else fmt.decode_line(p).get("kind") == "reset"  # type: ignore[union-attr]
+                for p in pieces
+            ):
+                missed.append((i, v))
+    assert missed == [], missed[:10]
