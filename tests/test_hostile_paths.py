@@ -4,8 +4,8 @@
   refused the same way by the Python API and by every command: ``UnsafePath``,
   one line, exit 1. ``ls`` lists it (the table shows the problem) instead of
   hiding it; ``delete`` refuses it instead of saying "nothing to delete".
-- A segment that is a directory, a dangling symlink or a FIFO, and FORMAT as
-  a directory or a FIFO: rows, check, repair, backup, append, history and
+- A segment that is a directory, a dangling symlink or a FIFO, FORMAT as a
+  directory or a FIFO, and LOCK as a FIFO: rows, check, repair, backup, append, history and
   context end in bounded time with one line naming the path (no traceback,
   no hang); check reports it as damage, repair refuses clearly.
 - OS errors: an unreadable segment (mode 000, read by an unprivileged
@@ -80,12 +80,13 @@ CASES: dict[str, Callable[[Path, Path], None]] = {
     "active-segment-fifo": lambda r, t: _replace_with(_seg(r / WS, -1), "fifo"),
     "format-directory": lambda r, t: _replace_with(r / WS / "FORMAT", "directory"),
     "format-fifo": lambda r, t: _replace_with(r / WS / "FORMAT", "fifo"),
+    "lock-fifo": lambda r, t: _replace_with(r / WS / "LOCK", "fifo"),
     "workspace-symlink-out-of-root": _symlink_out,
     "workspace-symlink-in-root": _symlink_in,
 }
 WHAT = {"segment-directory": "a directory", "segment-dangling-symlink": "a symlink",
         "segment-fifo": "a FIFO", "active-segment-fifo": "a FIFO",
-        "format-directory": "a directory", "format-fifo": "a FIFO",
+        "format-directory": "a directory", "format-fifo": "a FIFO", "lock-fifo": "a FIFO",
         "workspace-symlink-out-of-root": "a symlink", "workspace-symlink-in-root": "a symlink"}
 
 
