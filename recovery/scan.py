@@ -44,7 +44,8 @@ class CheckRow(msgspec.Struct):
 _decode_row = msgspec.json.Decoder(CheckRow).decode
 _too_deep = fmt.too_deep
 with_headroom = fmt.with_headroom
-_SHALLOW = 2 * fmt.MAX_DEPTH  # a line this short cannot nest too deep
+_LIMIT = fmt.MAX_DEPTH
+_NOT_OPENING = bytes(b for b in range(256) if b not in b"[{\n")  # bytes.translate deletes these
 
 
 @dataclass
@@ -412,10 +413,14 @@ class _Scanner:
             if not all([
                 line[_NOT_HEAD:-18] == _HEAD and line[-2:] == _END
                 and b"%016x" % _x3(line[:_NOT_HEAD] + b"}") == line[-18:-2]
-                and (len(line) <= _SHALLOW or not _too_deep(line))
                 for line in lines
             ]):
                 raise _Slow
+            # No line nests deeper than the limit when none holds more opening
+            # brackets than that: one pass over the chunk keeps just those.
+            if max(map(len, buf.translate(None, _NOT_OPENING).split(b"\n"))) > _LIMIT:
+                if any(_too_deep(line) for line in lines):
+                    raise _Slow
             rows = with_headroom(_decode_lines, buf)
             if len(rows) != len(lines):
                 raise _Slow
