@@ -36,12 +36,14 @@ from typing import Any
 import msgspec
 
 from ledger.core import format as fmt
-from ledger.core.errors import FormatError, WorkspaceNotFound
+from ledger.core.errors import FormatError, LedgerError, Unavailable, WorkspaceNotFound
+from ledger.core.windows import Boundary
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
+from ledger.storage.files.index import BoundaryIndex
 from ledger.storage.files.lock import locked
 from ledger.storage.files.receipt import read_receipt, receipt_status
-from ledger.storage.files.state import unwrap
+from ledger.storage.files.state import covers, recorded_floor, unwrap
 from ledger.storage.files.workspace import FileWorkspace
 from ledger.transcript.history import History
 from recovery.database import check as check_database
@@ -141,10 +143,21 @@ def damage_findings(workspace: str, scan: ScanResult) -> Iterator[Finding]:
 
 
 def check(history: History | FileWorkspace, *, progress: Progress | None = None) -> Report:
-    """Verify ``history`` without writing anything (module doc)."""
+    """Verify ``history`` without writing anything (module doc). An OS error
+    (a file it may not read, an I/O error) is ``Unavailable`` naming the file."""
     history = unwrap(history)
     if is_database(history):
         return check_database(history)
+    try:
+        return _check(history, progress)
+    except OSError as exc:
+        raise Unavailable(
+            f"workspace {history.workspace!r}: check cannot read "
+            f"{exc.filename or 'the history'}: {exc.strerror or exc}; nothing was changed"
+        ) from exc
+
+
+def _check(history: FileWorkspace, progress: Progress | None) -> Report:
     if not history.exists():
         raise WorkspaceNotFound(
             f"workspace {history.workspace!r} has no history under {history.store.root}"
@@ -154,15 +167,16 @@ def check(history: History | FileWorkspace, *, progress: Progress | None = None)
     findings: list[Finding] = []
     with locked(path, ws, history.store.lock_timeout, shared=True):
         numbers = segs.list_segments(path)
-        stamps = dict(segs.stamps(path, numbers))
+        odd = odd_segments(path, numbers)
+        stamps = dict(segs.stamps(path, [n for n in numbers if n not in odd]))
+        stamps.update((n, fmt.ZERO_STAMP) for n in odd)
         receipt = read_receipt(path)
         status = receipt_status(path)
         temps = segs.stray_temps(path)
         marker = os.path.lexists(os.path.join(path, rewrite.MARKER_NAME))
         tombs = rewrite.native_tombstones(path)
-        format_text = _read_format(path)
-        odd = [n for n in numbers if not stat_mod.S_ISREG(
-            os.lstat(segs.segment_path(path, n)).st_mode)]
+        format_odd = odd_format(path)
+        format_text = None if format_odd else _read_format(path)
     if format_text is not None and format_text != fmt.FORMAT_TEXT:
         raise FormatError(
             f"workspace {ws!r}: FORMAT is {format_text[:40]!r}, this build checks "
@@ -181,10 +195,16 @@ def check(history: History | FileWorkspace, *, progress: Progress | None = None)
         [(n, segs.segment_path(path, n)) for n in numbers if n not in odd],
         expected=stamps, progress=tick if progress is not None else None,
     )
-    for n in odd:
-        findings.append(Finding(DAMAGE, "not_a_file", "segment is not a regular file",
-                                f"move {fmt.segment_name(n)} away and run tledger repair {ws}",
-                                fmt.segment_name(n)))
+    for n, what in odd.items():
+        findings.append(Finding(DAMAGE, "not_a_file",
+                                f"{segs.segment_path(path, n)} is {what}, not a regular file",
+                                f"move {fmt.segment_name(n)} away (or restore the file), then "
+                                f"tledger repair {ws}", fmt.segment_name(n)))
+    if format_odd:
+        findings.append(Finding(DAMAGE, "not_a_file",
+                                f"{os.path.join(path, fmt.FORMAT_NAME)} is {format_odd}, not a "
+                                "regular file", f"move it away, then tledger repair {ws} "
+                                "(writes FORMAT)", fmt.FORMAT_NAME))
     if marker:
         plan = rewrite.plan_recovery(path)
         would = plan.action if plan is not None else "settled"
@@ -221,12 +241,21 @@ def check(history: History | FileWorkspace, *, progress: Progress | None = None)
         scan.resolve_hidden()
         receipt_found = list(_receipt_findings(ws, receipt, status, numbers, stamps, scan))
     findings.extend(receipt_found)
+    lost = lost_floor(path, receipt, scan)
+    if lost is not None:
+        findings.append(Finding(
+            DAMAGE, "floor_lost",
+            f"the receipt or INDEX records a privacy floor at {_pos(lost.segment, lost.offset)}"
+            f"{f' (seq {lost.seq})' if lost.readable else ''} that the log no longer holds at "
+            "or after its place; window reads and session_history are refused",
+            f"tledger repair {ws} (puts a manual reset in its place)",
+            fmt.segment_name(lost.segment), lost.offset))
     for name in temps:
         findings.append(Finding(NOTICE, "stray_temp_file",
                                 "temp file of a writer that died before its rename "
                                 "(an uncommitted batch)",
                                 "the next write removes it; repair quarantines it", name))
-    if format_text is None and numbers:
+    if format_text is None and not format_odd and numbers:
         findings.append(Finding(NOTICE, "format_missing", "FORMAT file is missing",
                                 "the next write or repair writes it"))
     if not scan.damage:
@@ -254,7 +283,10 @@ def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
     found = 0
     extra = 0
     for number in numbers:
-        fd = os.open(segs.segment_path(path, number), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fd = segs.open_regular(segs.segment_path(path, number))
+        except (OSError, LedgerError):
+            continue  # reported as damage elsewhere in the check
         try:
             for base, buf, _complete in _chunks(fd):
                 for line in segs.split_lines(buf, base):
@@ -265,8 +297,8 @@ def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
                     if body is None:
                         continue
                     try:
-                        row = _decode_pair_row(body)
-                    except msgspec.DecodeError:
+                        row = fmt.with_headroom(_decode_pair_row, body)
+                    except (msgspec.DecodeError, RecursionError):
                         continue
                     if row.kind == "reset":
                         earlier.update(calls)
@@ -299,6 +331,29 @@ def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
                       "none needed")
 
 
+def odd_segments(path: str, numbers: list[int]) -> dict[int, str]:
+    """Segments that are not regular files (a symlink, a directory, a FIFO,
+    a device), with what each is (lstat: nothing is followed or opened)."""
+    out = {}
+    for n in numbers:
+        try:
+            mode = os.lstat(segs.segment_path(path, n)).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat_mod.S_ISREG(mode):
+            out[n] = segs.describe_mode(mode)
+    return out
+
+
+def odd_format(path: str) -> str | None:
+    """What FORMAT is when it is there and not a regular file, else None."""
+    try:
+        mode = os.lstat(os.path.join(path, fmt.FORMAT_NAME)).st_mode
+    except FileNotFoundError:
+        return None
+    return None if stat_mod.S_ISREG(mode) else segs.describe_mode(mode)
+
+
 def _read_format(path: str) -> bytes | None:
     try:
         fd = os.open(os.path.join(path, fmt.FORMAT_NAME),
@@ -311,6 +366,36 @@ def _read_format(path: str) -> bytes | None:
         return os.read(fd, 64) or None
     finally:
         os.close(fd)
+
+
+def lost_floor(path: str, receipt: fmt.Receipt | None, scan: ScanResult) -> Boundary | None:
+    """The newest floor that the receipt, or INDEX for a sealed segment whose
+    stamp changed since, recorded and the log no longer holds at or after its
+    place (a cut, or damage past recognition), else None."""
+    records = [recorded_floor(receipt)]
+    numbers = scan.segments
+    if len(numbers) > 1:
+        index = BoundaryIndex(path)
+        for n, stamp in segs.stamps(path, numbers[:-1]):
+            records.append(index.recorded_floor(n, stamp))
+    lost = None
+    for recorded in records:
+        if recorded is None:
+            continue
+        for _ in range(2):
+            f = scan.last_floor
+            floor = None if f is None else Boundary(f[2], f[0], f[1], "manual",
+                                                    readable=f[2] >= 0)
+            if covers(floor, recorded, scan.min_seq):
+                break
+            if scan.hidden_resolved:
+                if lost is None or (recorded.segment, recorded.offset) > (
+                    lost.segment, lost.offset
+                ):
+                    lost = recorded
+                break
+            scan.resolve_hidden()  # a reset behind a duplicate key may be the newer floor
+    return lost
 
 
 def _receipt_findings(ws: str, receipt: fmt.Receipt | None, status: str, numbers: list[int],

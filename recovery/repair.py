@@ -131,6 +131,10 @@ class RepairReport:
             entry = f" -> quarantine/{r.entry}" if r.entry else ""
             reset = (f"; manual reset seq {r.reset_seq} in its place"
                      if r.reset_seq is not None else "")
+            if r.length == 0:
+                out.append(f"{would}put a manual reset (seq {r.reset_seq}) at {where}: "
+                           f"{'; '.join(r.reasons)}")
+                continue
             out.append(f"{would}remove {where} ({r.length} bytes): {'; '.join(r.reasons)}"
                        f"{entry}{reset}")
         for t in self.temps:
@@ -213,6 +217,46 @@ def _assign_reset_seqs(removals: list[Removal], policy: str) -> None:
         last = r.reset_seq
 
 
+def _keep_floor(removals: list[Removal], lost: Any, scan: chk.ScanResult,
+                paths: list[tuple[int, str]], policy: str) -> list[Removal]:
+    """Make the repaired log hold a manual reset at or before the place of a
+    floor the receipt recorded and the log lost (``lost``): the removal that
+    covers that place gets one, or a zero-length removal (an insertion) is
+    made at the first line start at or after it. Rows before the recorded
+    floor so stay unreachable; nothing is removed for it."""
+    reason = (f"privacy floor recorded (receipt or INDEX) at "
+              f"{fmt.segment_name(lost.segment)}@{lost.offset} is missing from the log")
+    numbers = [n for n, _ in paths if n in scan.sizes]
+    if not numbers:
+        return removals
+    later = [n for n in numbers if n >= lost.segment]
+    if later and later[0] == lost.segment:
+        number, offset = lost.segment, min(lost.offset, scan.sizes[lost.segment])
+        data = segs.read_file(dict(paths)[number])
+        if 0 < offset < len(data) and data[offset - 1 : offset] != b"\n":
+            nl = data.find(b"\n", offset)
+            offset = len(data) if nl < 0 else nl + 1
+    elif later:
+        number, offset = later[0], 0
+    else:
+        number, offset = numbers[-1], scan.sizes[numbers[-1]]
+    if policy in ("tail", "prefix") and removals:
+        first = removals[0]
+        if (number, offset) >= (first.segment, first.offset):
+            first.may_be_reset = True
+            first.reasons.append(reason)
+            return removals
+    for r in removals:
+        if r.segment == number and r.offset <= offset <= r.offset + r.length:
+            r.may_be_reset = True
+            r.reasons.append(reason)
+            return removals
+    seq = lost.seq if lost.readable else lost.after + 1
+    insert = Removal(number, offset, 0, [reason], True, None, None, reset_seq=None)
+    insert.prev_seq, insert.next_seq = seq - 1, None
+    return sorted([*removals, insert], key=lambda r: (r.segment, r.offset))
+
+
 def _reset_line(seq: int, recovered: str | list[str], max_row_bytes: int) -> bytes:
     row = {"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "manual"},
            "meta": {"recovered": recovered}}
@@ -245,8 +289,17 @@ def repair(history: History | FileWorkspace, *, policy: str = "salvage", dry_run
             f"workspace {history.workspace!r} has no history under {history.store.root}"
         )
     report = RepairReport(history.workspace, policy, dry_run)
-    with locked(history.path, history.workspace, history.store.lock_timeout, shared=dry_run):
-        _repair_locked(history, report, progress)
+    try:
+        with locked(history.path, history.workspace, history.store.lock_timeout, shared=dry_run):
+            _repair_locked(history, report, progress)
+    except (OSError, segs.CommitStepError) as exc:
+        cause = exc.cause if isinstance(exc, segs.CommitStepError) else exc
+        raise RecoveryError(
+            f"workspace {history.workspace!r}: repair stopped: "
+            f"{cause.filename + ': ' if cause.filename else ''}{cause.strerror or cause}; "
+            "whatever it changed is whole (rewrites are transactions), run it again once "
+            "the cause is fixed"
+        ) from exc
     if not dry_run:
         # After the lock is released: check takes it shared.
         report.after = chk.check(history)
@@ -258,6 +311,16 @@ def _repair_locked(history: FileWorkspace, report: RepairReport,
     path = history.path
     dry_run = report.dry_run
     policy = report.policy
+    odd = [f"{segs.segment_path(path, n)} is {what}"
+           for n, what in chk.odd_segments(path, segs.list_segments(path)).items()]
+    format_odd = chk.odd_format(path)
+    if format_odd:
+        odd.append(f"{os.path.join(path, fmt.FORMAT_NAME)} is {format_odd}")
+    if odd:
+        # Not bytes that can be put in quarantine: a person must look at them.
+        report.refused = (f"{'; '.join(odd)}, not a regular file; nothing was changed: move "
+                          "it away (or restore the file) and run repair again")
+        return
     fmt_text = chk._read_format(path)
     if fmt_text is not None and fmt_text != fmt.FORMAT_TEXT:
         raise FormatError(
@@ -296,6 +359,16 @@ def _repair_locked(history: FileWorkspace, report: RepairReport,
         if dry_run:
             report.changed = report.changed or bool(scan.damage)
         return
+    lost = chk.lost_floor(path, read_receipt(path), scan)
+    if lost is not None:
+        where = f"{fmt.segment_name(lost.segment)}@{lost.offset}"
+        if policy == "strict":
+            report.refused = (f"the privacy floor recorded at {where} is missing "
+                              "from the log (strict repairs nothing); use --policy salvage, "
+                              "which puts a manual reset in its place")
+            report.changed = dry_run
+            return
+        removals = _keep_floor(removals, lost, scan, paths, policy)
     _assign_reset_seqs(removals, policy)
     report.removals = removals
     report.temps = segs.stray_temps(path)
@@ -347,6 +420,8 @@ def _apply(history: FileWorkspace, report: RepairReport, scan: chk.ScanResult) -
         data = segs.read_file(seg_path)
         contents[n] = data
         for r in rs:
+            if r.length == 0:
+                continue  # an insertion (a lost floor's reset): no bytes to keep
             r.entry = q.put(data[r.offset : r.offset + r.length], source=fmt.segment_name(n),
                             offset=r.offset, reason="; ".join(r.reasons))
     changes: dict[int, list[bytes] | None] = {}
@@ -361,8 +436,7 @@ def _apply(history: FileWorkspace, report: RepairReport, scan: chk.ScanResult) -
         for r in sorted(rs, key=lambda r: r.offset):
             out.append(data[pos : r.offset])
             if r.reset_seq is not None:
-                assert r.entry is not None
-                recovered: str | list[str] = r.entry
+                recovered: str | list[str] = r.entry or f"{fmt.RECEIPT_NAME}: {r.reasons[0]}"
                 if report.policy in ("tail", "prefix") and len(prefix_entries) > 1:
                     recovered = [e for e in prefix_entries if e is not None]
                 out.append(_reset_line(r.reset_seq, recovered, history.store.max_row_bytes))
@@ -376,7 +450,8 @@ def _apply(history: FileWorkspace, report: RepairReport, scan: chk.ScanResult) -
         report.epoch = outcome.epoch
     else:
         history._derived = {}
-        report.epoch = history._rebaseline_locked(history.state(), force_new_epoch=True)
+        report.epoch = history._rebaseline_locked(history.state(), force_new_epoch=True,
+                                                  rewritten=True)
     _raise_next_seq(path, scan.max_seq)
 
 

@@ -42,6 +42,10 @@ class CheckRow(msgspec.Struct):
 
 
 _decode_row = msgspec.json.Decoder(CheckRow).decode
+_too_deep = fmt.too_deep
+with_headroom = fmt.with_headroom
+_LIMIT = fmt.MAX_DEPTH
+_NOT_OPENING = bytes(b for b in range(256) if b not in b"[{\n")  # bytes.translate deletes these
 
 
 @dataclass
@@ -92,6 +96,7 @@ class ScanResult:
     kept_rows: int = 0
     bytes: int = 0
     max_seq: int = 0
+    min_seq: int | None = None  # the lowest seq of a kept row (None: no row)
     reused: list[tuple[int, int, int]] = field(default_factory=list)  # (segment, offset, seq)
     reused_count: int = 0
     reused_ids: int = 0
@@ -122,11 +127,14 @@ _CODE_TEXT = {
     "incomplete_batch": "incomplete batch",
     "duplicate_line": "exact duplicate of a line of the same batch",
     "duplicate_batch": "exact duplicate of an earlier batch",
+    "too_deep": f"nested deeper than {fmt.MAX_DEPTH} levels (the limit for a row)",
 }
 
 
 def _classify_unreadable(data: bytes) -> str:
     """Why a line without a verified body is unreadable (format functions only)."""
+    if fmt.too_deep(data):
+        return "too_deep"
     row = fmt.decode_unframed(data)
     if row is not None:
         return "checksum_mismatch" if fmt.CHECKSUM_KEY in row else "unframed_line"
@@ -262,6 +270,9 @@ class _Scanner:
         cand = fmt.raw_may_be_reset(data)
         if cand:
             self._boundary(off, fmt.FLOOR_UNREADABLE, "manual")
+        elif code != "malformed_row" and fmt.damage_may_hide_reset(data):
+            cand = True  # damage may have destroyed a reset's marker: a floor too
+            self._boundary(off, fmt.FLOOR_DAMAGED, "manual")
         self._abort_run()
         self.orphan = None
         self._unit(Damage(self.number, off, ln, code, _CODE_TEXT[code], cand, None, 0))
@@ -367,6 +378,9 @@ class _Scanner:
                 if len(res.reused) < MAX_FINDINGS_PER_CODE:
                     res.reused.append((self.number, o, s))
         res.max_seq = top
+        low = min(row.seq for row in rows)
+        if res.min_seq is None or low < res.min_seq:
+            res.min_seq = low
         res.last_kept_seq = rows[-1].seq
         res.kept_rows += len(rows)
 
@@ -402,7 +416,12 @@ class _Scanner:
                 for line in lines
             ]):
                 raise _Slow
-            rows = _decode_lines(buf)
+            # No line nests deeper than the limit when none holds more opening
+            # brackets than that: one pass over the chunk keeps just those.
+            if max(map(len, buf.translate(None, _NOT_OPENING).split(b"\n"))) > _LIMIT:
+                if any(_too_deep(line) for line in lines):
+                    raise _Slow
+            rows = with_headroom(_decode_lines, buf)
             if len(rows) != len(lines):
                 raise _Slow
             if not buf.isascii():
@@ -437,6 +456,8 @@ class _Scanner:
                         if len(recent) > RECENT_BATCHES:
                             recent.popitem(last=False)
                         res.max_seq = res.last_kept_seq = seq
+                        if res.min_seq is None:
+                            res.min_seq = seq  # the first kept row, above every seq before
                         res.kept_rows += 1
                         self.seg_rows += 1
                         self.orphan = None
@@ -471,8 +492,11 @@ class _Scanner:
             if body is None:
                 self._bad(line.offset, ln, data, _classify_unreadable(data))
                 continue
+            if _too_deep(body):
+                self._bad(line.offset, ln, data, "too_deep")
+                continue
             try:
-                row = _decode_row(body)
+                row = with_headroom(_decode_row, body)
             except msgspec.DecodeError:
                 self._bad(line.offset, ln, data, "malformed_row")
                 continue
@@ -494,7 +518,7 @@ class _Scanner:
         for number, base, length in self.fast_chunks:
             if (number, base + length) <= after:
                 continue
-            fd = os.open(paths[number], os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = segs.open_regular(paths[number])
             try:
                 buf = os.pread(fd, length, base)
             finally:
@@ -539,7 +563,7 @@ def scan_paths(paths: list[tuple[int, str]], *, expected: dict[int, fmt.Stamp] |
     sc = _Scanner()
     for number, path in paths:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = segs.open_regular(path)
         except FileNotFoundError:
             sc.res.changed_during_scan.append(number)
             continue

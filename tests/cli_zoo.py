@@ -70,6 +70,7 @@ INVOCATIONS: dict[str, list[list[str]]] = {
     "count": [],  # reads no workspace: run once (ONCE)
     "mcp": [],  # serves stdio until EOF: run with an empty stdin (STDIN_RUNS)
     "migrate": [["migrate", "{root}", "{out}"], ["migrate", "{root}", "/proc/self/tledger-zoo"]],
+    "db": [["db", "status"]],  # a directory root: a usage error, never a traceback
 }
 
 # Invocations that read stdin: (argv, stdin bytes).

@@ -112,18 +112,14 @@ def test_stored_control_characters_never_reach_the_terminal(
             assert "\x1b" not in r[stream] and "\x07" not in r[stream], (r["argv"], stream)
 
 
-# The storage-side cases: fixed on the hostile-store branch (the coordinator removes
-# this skip when merging it).
-STORAGE_SKIP = pytest.mark.skip(reason="needs the hostile-store branch fixes")
-
-
+# The storage-side cases (special files, symlinks, unreadable segments, deep
+# stored rows): each in a process of its own, so one hang cannot hide another.
 @pytest.fixture(scope="module")
 def storage_zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     work = tmp_path_factory.mktemp("storage-zoo")
     return _collect([_start(work / case, [case]) for case in cli_zoo.STORAGE_DAMAGE])
 
 
-@STORAGE_SKIP
 @pytest.mark.parametrize("case", list(cli_zoo.STORAGE_DAMAGE))
 def test_storage_damage_never_prints_a_traceback_or_hangs(
     storage_zoo: dict[str, list[dict[str, Any]]], case: str

@@ -135,3 +135,21 @@ def test_idempotent_retry_wins_over_stale_conditions(store_root: Path) -> None:
     again = h.append(msg("a"), batch_id="job", expect_next_seq=1, expect_window=0)
     assert again.seqs == r.seqs == [1]
     assert len(dicts(h)) == 2
+
+
+@pytest.mark.parametrize("rows", [3, 40], ids=["3-big-rows", "40-rows"])
+def test_retry_of_a_batch_bigger_than_the_idempotency_window(store_root: Path, rows: int) -> None:
+    """A batch of more than 1 MiB (the window the retry looks in): the retry
+    still returns every seq of the original, not just those in the window,
+    and writes nothing."""
+    h = _h(store_root)
+    h.append(msg("before"))
+    pad = "x" * ((3 << 20) // (2 * rows))  # about 1.5 MiB in all
+    batch = [msg(f"{i} {pad}") for i in range(rows)]
+    first = h.append_many(batch, batch_id="big-1")
+    assert first.seqs == list(range(2, 2 + rows))
+    before = tree(store_root / "ws")
+    again = h.append_many(batch, batch_id="big-1")
+    assert again.seqs == first.seqs
+    assert tree(store_root / "ws") == before
+    assert h.append(msg("next")).seqs == [2 + rows]

@@ -174,7 +174,8 @@ def test_reset_candidate_in_the_oldest_sealed_segment_is_the_floor(
         assert floor is not None, f"{when}: no privacy floor for the candidate"
         assert (floor.segment, floor.offset) == (1, offset), f"{when}: floor at {floor}"
         assert floor.seq == fmt.FLOOR_UNREADABLE and not floor.readable
-        assert stat_report(h)["floor"] == {"seq": None, "segment": oldest.name, "offset": offset}
+        assert stat_report(h)["floor"] == {"seq": None, "segment": oldest.name, "offset": offset,
+                                           "damaged": False}
         if when == "immediately":
             assert not snap.verified
             h.append(msg("tracked"))

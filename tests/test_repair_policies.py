@@ -38,11 +38,30 @@ def test_tail_cuts_a_torn_tail(tmp_path: Path) -> None:
     b = build(tmp_path / "s", segment_bytes=700)
     last = _segs(b.path)[-1]
     data = last.read_bytes()
-    last.write_bytes(data + b'{"seq":99,"id":"torn')
+    # The torn line still shows its kind: it cannot have been a reset.
+    torn = b'{"seq":99,"id":"torn","kind":"message","ro'
+    last.write_bytes(data + torn)
     rep = repair(b.history, policy="tail")
     assert rep.exit_code() == 0 and rep.changed and rep.after is not None and rep.after.ok
     assert last.read_bytes() == data
-    assert [(s, d) for s, _, d in quarantined(b.path)] == [(last.name, b'{"seq":99,"id":"torn')]
+    assert [(s, d) for s, _, d in quarantined(b.path)] == [(last.name, torn)]
+
+
+def test_tail_cut_before_the_kind_leaves_a_manual_reset(tmp_path: Path) -> None:
+    """A line cut before its kind may have been a reset (fail closed): the
+    cut goes to quarantine and a manual reset takes its place."""
+    b = build(tmp_path / "s", segment_bytes=700)
+    last = _segs(b.path)[-1]
+    data = last.read_bytes()
+    last.write_bytes(data + b'{"seq":99,"id":"torn')
+    rep = repair(b.history, policy="tail")
+    assert rep.exit_code() == 0 and rep.changed and rep.after is not None and rep.after.ok
+    entry = quarantined(b.path)
+    assert [(s, d) for s, _, d in entry] == [(last.name, b'{"seq":99,"id":"torn')]
+    assert last.read_bytes().startswith(data)
+    rows = [r.to_dict() for r in b.history.rows()]
+    assert rows[-1]["kind"] == "reset" and rows[-1]["reset"] == {"reason": "manual"}
+    assert rows[-1]["meta"]["recovered"].startswith("q")
 
 
 def test_tail_refuses_damage_in_the_middle(tmp_path: Path,

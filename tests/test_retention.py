@@ -74,7 +74,8 @@ def test_delete_crash_at_every_step_then_finishes(tmp_path: Path, step: str) -> 
 
     retention.FAULT_HOOK = boom
     try:
-        with pytest.raises(OSError):
+        # A LedgerError, never a raw OSError: DeletePending once the tombstone is there.
+        with pytest.raises(LedgerError, match="injected at"):
             retention.delete_workspace(b.store, "ws")
     finally:
         retention.FAULT_HOOK = None

@@ -116,6 +116,7 @@ def cmd_rows(args: argparse.Namespace, ctx: Any) -> int:
 )
 def cmd_context(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
+    h.require()  # the API reads a new workspace as an empty view; the CLI names the typo
     for row in h.provider_view():
         ctx.stdout.write(msgspec.json.encode(row.to_dict()).decode("utf-8") + "\n")
     return 0

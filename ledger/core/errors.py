@@ -89,6 +89,18 @@ class FormatError(HistoryDamaged):
     """A file of the on-disk format that cannot be parsed."""
 
 
+class UnsafePath(HistoryDamaged):
+    """A path of a history that is not what it must be: the workspace directory
+    is a symlink or not a directory, or a file (segment, FORMAT) is a symlink,
+    a directory, a FIFO or a device. Nothing is followed, opened for long or
+    changed; move the entry away (or restore it) and run ``tledger check``."""
+
+
+class DeletePending(WorkspaceNotFound):
+    """A workspace whose delete was interrupted or failed half-way: reads and
+    writes are refused until ``tledger delete`` runs again and finishes it."""
+
+
 class ReceiptError(LedgerError):
     """The receipt could not be published."""
 

@@ -68,6 +68,14 @@ value ``reset`` or the legacy key ``contextBoundaryKind`` with value
 line), whatever control characters, whitespace or ``\\u`` + 4 hex escapes stand
 between and inside them. Such a line is a privacy floor (fail closed).
 
+Damage may also destroy the marker itself (a flipped byte inside
+``"kind":"reset"``, a cut before it). So an unreadable stored line whose bytes
+do not still show an intact ``"kind":"<a kind other than reset>"``, or that
+show a key ``reset``, is a *damaged floor*: a floor (seq ``FLOOR_DAMAGED`` in
+the receipt and INDEX) that blocks the provider view and ``session_history``
+until repair puts a manual reset in its place. A floor recorded by the
+receipt that the log no longer holds at or after its place is one too.
+
 Receipt (RECEIPT_SIZE = 256 bytes, little-endian)
 =================================================
 ==========  ====  ======================================================
@@ -82,7 +90,8 @@ offset      size  field
 40          4     window segment (u32; 0 = no boundary)
 44          4     active segment number (u32; 0 = no segment yet)
 48          8     window byte offset (u64)
-56          8     floor seq (i64; -1 = no floor; -2 = floor line unreadable)
+56          8     floor seq (i64; -1 = no floor; -2 = floor line unreadable;
+                  -3 = floor damaged or missing: reads blocked until repair)
 64          4     floor segment (u32; 0 = no floor)
 68          4     sealed segment count (u32)
 72          8     floor byte offset (u64)
@@ -106,9 +115,10 @@ import functools
 import json
 import re
 import struct
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 import xxhash
@@ -196,12 +206,13 @@ def body_of(line: bytes) -> bytes | None:
 
 def decode_line(line: bytes) -> dict[str, Any] | None:
     """Decode a verified line (no newline) into its row dict without ``_c``;
-    None when the line fails verification or is not a JSON object."""
+    None when the line fails verification, nests deeper than MAX_DEPTH or
+    is not a JSON object."""
     body = body_of(line)
-    if body is None:
+    if body is None or too_deep(body):
         return None
     try:
-        row = _decoder.decode(body)
+        row = with_headroom(_decoder.decode, body)
     except (msgspec.DecodeError, UnicodeDecodeError):
         return None
     if not isinstance(row, dict):
@@ -211,20 +222,92 @@ def decode_line(line: bytes) -> dict[str, Any] | None:
 
 def decode_unframed(line: bytes) -> dict[str, Any] | None:
     """Decode a line written without a checksum (legacy, imported or edited);
-    None when it is not a JSON object."""
+    None when it is not a JSON object or nests deeper than MAX_DEPTH."""
+    if too_deep(line):
+        return None
     try:
-        row = _decoder.decode(line)
+        row = with_headroom(_decoder.decode, line)
     except (msgspec.DecodeError, UnicodeDecodeError):
         return None
     return row if isinstance(row, dict) else None
 
 
 def encode_json(obj: Any) -> bytes:
-    return _encoder.encode(obj)
+    return with_headroom(_encoder.encode, obj)
 
 
 def decode_json(data: bytes | str) -> Any:
-    return _decoder.decode(data)
+    return with_headroom(_decoder.decode, data)
+
+
+# --- nesting -----------------------------------------------------------------
+
+# Rows may nest at most MAX_DEPTH arrays and objects deep (the row object
+# itself is level 1). Appends refuse deeper rows (InvalidRow); a stored line
+# deeper than that is damage (unreadable: check reports it, repair
+# quarantines it). msgspec recurses once per level and counts against
+# Python's recursion limit, so a reader already deep in its own call stack
+# gets headroom for this many levels (``with_headroom``).
+MAX_DEPTH = 256
+
+_NEST_TOKEN_RE = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+T = TypeVar("T")
+
+
+def too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
+    """True when the JSON text ``data`` nests more than ``limit`` arrays and
+    objects deep (brackets inside strings do not count). Linear and
+    non-recursive; most lines are settled by their length or bracket count."""
+    if len(data) <= 2 * limit:
+        return False  # every level takes two bytes
+    if len(data) < 4096:
+        if len(data.translate(None, _NOT_OPENING)) <= limit:
+            return False  # every level takes an opening bracket (one pass keeps just those)
+    elif not _brackets_exceed(data, limit):
+        return False  # the same, by memchr jumps (faster than counting long lines)
+    depth = 0
+    for m in _NEST_TOKEN_RE.finditer(data):
+        c = m.group()[0]
+        if c == 0x5B or c == 0x7B:  # [ {
+            depth += 1
+            if depth > limit:
+                return True
+        elif c == 0x5D or c == 0x7D:  # ] }
+            depth -= 1
+    return False
+
+
+_NOT_OPENING = bytes(b for b in range(256) if b not in b"[{")  # bytes.translate deletes these
+
+
+def _brackets_exceed(data: bytes, limit: int) -> bool:
+    """Whether ``data`` holds more than ``limit`` opening brackets."""
+    n = 0
+    for ch in (b"[", b"{"):
+        i = data.find(ch)
+        while i >= 0:
+            n += 1
+            if n > limit:
+                return True
+            i = data.find(ch, i + 1)
+    return False
+
+
+def with_headroom(fn: Callable[[Any], T], arg: Any) -> T:
+    """``fn(arg)`` (a msgspec encode or decode); when it runs out of Python
+    recursion depth because the caller is deep in its own stack, once more
+    with room for MAX_DEPTH more levels. Input deeper than that still
+    raises RecursionError (callers check ``too_deep`` first)."""
+    try:
+        return fn(arg)
+    except RecursionError:
+        old = sys.getrecursionlimit()
+        sys.setrecursionlimit(old + 2 * MAX_DEPTH + 64)
+        try:
+            return fn(arg)
+        finally:
+            sys.setrecursionlimit(old)
 
 
 # --- reset candidates ------------------------------------------------------
@@ -274,6 +357,41 @@ def raw_may_be_reset(data: bytes) -> bool:
     return _CANDIDATE_RE.search(data) is not None
 
 
+# A key ``kind`` whose value is a kind other than reset, spelled exactly as the
+# encoder writes it, and a key ``reset`` (which only reset rows carry).
+_NOT_RESET_KIND_RE = re.compile(
+    b'(?:^|[{,])"kind":"(?:' + b"|".join(sorted(k.encode() for k in KINDS if k != "reset"))
+    + b')"[,}]'
+)
+_RESET_KEY_RE = re.compile(
+    b"(?:^|[{,])" + _WS + b'"' + _WS + _word("reset") + _WS + b'"' + _WS + b":"
+)
+
+
+_NOT_RESET_KINDS = KINDS - {"reset"}
+
+
+def damage_may_hide_reset(data: bytes) -> bool:
+    """True when an unreadable stored line may once have been a reset whose
+    marker the damage destroyed (a flipped byte inside ``"kind":"reset"``, a
+    cut before or inside it). A line that still parses as a JSON object is
+    one when it has a key ``reset`` or a ``kind`` that is no known kind; any
+    other line unless its bytes still show an intact key ``kind`` with a
+    known value other than ``reset`` and no key ``reset``.
+    (Not for legacy or imported records: their keys differ.)"""
+    row = decode_unframed(data)
+    if row is not None:
+        kind = row.get("kind")
+        return "reset" in row or (kind is not None and kind not in _NOT_RESET_KINDS)
+    return _NOT_RESET_KIND_RE.search(data) is None or _RESET_KEY_RE.search(data) is not None
+
+
+def line_may_be_reset(data: bytes) -> bool:
+    """An unreadable stored line that counts as a privacy floor: a reset
+    candidate (``raw_may_be_reset``) or damage that may hide one."""
+    return raw_may_be_reset(data) or damage_may_hide_reset(data)
+
+
 def readable_row_is_reset(line: bytes, row: dict[str, Any]) -> bool:
     """True when a decoded row is a reset, counting a duplicate top-level
     ``kind`` key with value ``reset`` that a last-wins decoder hid."""
@@ -293,7 +411,7 @@ def readable_row_is_reset(line: bytes, row: dict[str, Any]) -> bool:
         return dict(items)
 
     try:
-        json.loads(line, object_pairs_hook=hook)
+        with_headroom(lambda data: json.loads(data, object_pairs_hook=hook), line)
     except ValueError:
         return True
     return any(k == "kind" and v == "reset" for k, v in pairs)
@@ -307,6 +425,10 @@ PENDING = 1
 STABLE = 2
 NO_FLOOR = -1
 FLOOR_UNREADABLE = -2
+# The floor is damage that may have been a reset (its marker unreadable), or
+# a floor the receipt or INDEX recorded that the log no longer holds: reads
+# of windows and ``session_history`` are refused until ``tledger repair``.
+FLOOR_DAMAGED = -3
 _RECEIPT = struct.Struct("<8sB7xQQqIIQqIIQQQQQQ16sqQ96x")
 _STAMP = struct.Struct("<IQQQQQ")  # segment number + stamp, as the sealed digest hashes it
 assert _RECEIPT.size == RECEIPT_SIZE - 8

@@ -178,12 +178,16 @@ def _check_json_domain(row: dict[str, Any], index: int) -> bytes:
         raise InvalidRow(f"row {index}: {plain}", index)
     if plain is None and not _ints_in_range(row):
         raise InvalidRow(f"row {index}: an integer is outside the 64-bit range", index)
+    deep = (f"row {index}: nested deeper than {fmt.MAX_DEPTH} levels of arrays and objects "
+            "(the limit for a row)")
     try:
         body = fmt.encode_json(row)
     except RecursionError:
-        raise InvalidRow(f"row {index}: nested too deeply to store", index) from None
+        raise InvalidRow(deep, index) from None
     except (TypeError, ValueError, OverflowError, UnicodeEncodeError) as exc:
         raise InvalidRow(f"row {index}: not encodable as JSON: {exc}", index) from exc
+    if fmt.too_deep(body):
+        raise InvalidRow(deep, index)
     if plain is True:
         # Plain types in the domain encode to JSON that decodes to an equal
         # value (msgspec writes floats in shortest round-trip form), and what

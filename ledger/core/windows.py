@@ -38,6 +38,12 @@ class Boundary:
     def is_floor(self) -> bool:
         return self.reason == "manual"
 
+    @property
+    def damaged(self) -> bool:
+        """A floor that damage may have made (or a recorded floor that is
+        missing): it blocks window reads and retrieval until repair."""
+        return self.seq == fmt.FLOOR_DAMAGED
+
 
 def classify_reset(row: dict[str, Any], next_row: dict[str, Any] | None) -> str:
     """The effective reason of a readable reset row given the row after it.
@@ -71,7 +77,8 @@ class Entry:
     line: bytes
     row: dict[str, Any] | None  # None: the line does not verify or decode
     is_reset: bool  # readable reset (duplicate-key resets included)
-    candidate: bool  # unreadable and may be a reset
+    candidate: bool  # unreadable and may be a reset (a candidate or damage, see damaged)
+    damaged: bool = False  # unreadable, no candidate, but damage may hide a reset
 
 
 def boundaries(entries: Iterable[Entry]) -> Iterator[Boundary]:
@@ -94,8 +101,9 @@ def boundaries(entries: Iterable[Entry]) -> Iterator[Boundary]:
                 else:
                     yield Boundary(last_seq, entry.segment, entry.offset, "manual")
         elif entry.candidate:
+            seq = fmt.FLOOR_DAMAGED if entry.damaged else UNKNOWN_SEQ
             yield Boundary(
-                UNKNOWN_SEQ, entry.segment, entry.offset, "manual", readable=False, after=last_seq
+                seq, entry.segment, entry.offset, "manual", readable=False, after=last_seq
             )
     if pending is not None:
         assert pending.row is not None

@@ -29,7 +29,17 @@ def backup(history: Any, dest: str) -> dict[str, Any]:
     """
     history = unwrap(history)
     history._require()
-    dest = os.path.abspath(dest)
+    try:
+        return _backup(history, os.path.abspath(dest))
+    except OSError as exc:
+        raise LedgerError(
+            f"workspace {history.workspace!r}: backup to {os.path.abspath(dest)} failed: "
+            f"{exc.strerror or exc}{f' ({exc.filename})' if exc.filename else ''}; nothing "
+            "was left there (the history itself is unchanged)"
+        ) from exc
+
+
+def _backup(history: Any, dest: str) -> dict[str, Any]:
     if os.path.lexists(dest):
         raise LedgerError(f"backup destination {dest} already exists; choose a new path")
     parent = os.path.dirname(dest)
@@ -48,12 +58,12 @@ def backup(history: Any, dest: str) -> dict[str, Any]:
         try:
             # The receipt goes along for its high-water mark (next seq); its
             # stamps will not match the copies, so it is re-baselined below.
-            names = [fmt.FORMAT_NAME, fmt.RECEIPT_NAME] + [
-                fmt.segment_name(n) for n in segs.list_segments(history.path)
-            ]
+            numbers = segs.list_segments(history.path)
+            segs.stamps(history.path, numbers)  # UnsafePath for a segment that is no file
+            names = [fmt.FORMAT_NAME, fmt.RECEIPT_NAME] + [fmt.segment_name(n) for n in numbers]
             for name in names:
                 src = os.path.join(history.path, name)
-                if not os.path.exists(src):
+                if not os.path.lexists(src):
                     continue
                 copied += _copy_file(src, os.path.join(staging, name))
                 files += 1
@@ -63,7 +73,7 @@ def backup(history: Any, dest: str) -> dict[str, Any]:
                 os.mkdir(qdst, 0o700)
                 for name in sorted(os.listdir(qsrc)):
                     src = os.path.join(qsrc, name)
-                    if name.startswith(".") or not os.path.isfile(src):
+                    if name.startswith(".") or os.path.islink(src) or not os.path.isfile(src):
                         continue
                     copied += _copy_file(src, os.path.join(qdst, name))
                     files += 1
@@ -96,13 +106,16 @@ def _copy_file(src: str, dst: str) -> int:
         dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
     )
     try:
-        with open(src, "rb") as f:
-            for chunk in iter(lambda: f.read(_COPY_CHUNK), b""):
+        fd_in = segs.open_regular(src)  # never a FIFO's wait, never a symlink's target
+        try:
+            for chunk in iter(lambda: os.read(fd_in, _COPY_CHUNK), b""):
                 view = memoryview(chunk)
                 while view:
                     w = os.write(fd_out, view)
                     view = view[w:]
                 n += len(chunk)
+        finally:
+            os.close(fd_in)
         os.fsync(fd_out)
     finally:
         os.close(fd_out)

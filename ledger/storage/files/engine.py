@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from ledger.core import format as fmt
+from ledger.core.errors import DeletePending
 from ledger.core.ids import _WORKSPACE_RE, validate_workspace
 from ledger.storage.files import retention
 from ledger.storage.files.workspace import FileWorkspace
@@ -38,8 +39,15 @@ class FileEngine:
         return f"FileEngine({self.root!r})"
 
     def open(self, workspace: str) -> FileWorkspace:
+        """The workspace (nothing is created); UnsafePath when its path is a
+        symlink or not a directory (``FileWorkspace.exists``)."""
         ws = validate_workspace(workspace)
-        return FileWorkspace(self, ws, os.path.join(self.root, ws))
+        opened = FileWorkspace(self, ws, os.path.join(self.root, ws))
+        try:
+            opened.exists()
+        except DeletePending:
+            pass  # reads and writes say so; delete finishes it
+        return opened
 
     def workspaces(self) -> list[str]:
         """Ids of the histories under the root, sorted."""
@@ -52,7 +60,9 @@ class FileEngine:
             if name.startswith(".") or not _WORKSPACE_RE.fullmatch(name):
                 continue
             path = os.path.join(self.root, name)
-            if os.path.isdir(path) and not os.path.islink(path) and not self.tombstoned(name):
+            # A symlink is listed (every use of it is refused: UnsafePath) rather
+            # than hidden; a workspace being deleted is not.
+            if (os.path.islink(path) or os.path.isdir(path)) and not self.tombstoned(name):
                 out.append(name)
         return sorted(out)
 

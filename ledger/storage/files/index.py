@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 
 from ledger.core import format as fmt
+from ledger.core.errors import UnsafePath
 from ledger.core.windows import Boundary, Entry, boundaries
 from ledger.storage.files import segments as segs
 
@@ -24,7 +25,10 @@ def entry_of(segment: int, line: segs.Line) -> Entry:
     if row is not None:
         is_reset = fmt.readable_row_is_reset(line.data, row)
         return Entry(segment, line.offset, line.data, row, is_reset, False)
-    return Entry(segment, line.offset, line.data, None, False, fmt.raw_may_be_reset(line.data))
+    if fmt.raw_may_be_reset(line.data):
+        return Entry(segment, line.offset, line.data, None, False, True)
+    damaged = fmt.damage_may_hide_reset(line.data)
+    return Entry(segment, line.offset, line.data, None, False, damaged, damaged)
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ def to_entry(info: SegmentInfo) -> fmt.SegmentIndex:
 
 def from_entry(e: fmt.SegmentIndex) -> SegmentInfo:
     bounds = tuple(
-        Boundary(seq, e.number, off, reason, readable=seq != fmt.FLOOR_UNREADABLE, after=after)
+        Boundary(seq, e.number, off, reason, readable=seq >= 0, after=after)
         for off, seq, reason, after in e.bounds
     )
     top = e.max_seq if e.max_seq >= 0 else e.last_seq
@@ -87,8 +91,10 @@ def append_entry(wsdir: str, info: SegmentInfo | fmt.MergeRecord) -> None:
     no fsync: a projection that is rebuilt when missing)."""
     path = os.path.join(wsdir, fmt.INDEX_NAME)
     entry = info if isinstance(info, fmt.MergeRecord) else to_entry(info)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
+    try:
+        fd = segs.open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    except UnsafePath:
+        return  # not a file (a FIFO, a directory): the projection is rebuilt from the log
     try:
         os.write(fd, fmt.encode_index_entry(entry))
     finally:
@@ -126,7 +132,8 @@ def read_entries(wsdir: str, start: int = 0) -> Entries:
                 active[(e.number, e.epoch)] = from_entry(e)
             else:
                 sealed[e.number] = from_entry(e)
-    except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError):
+    except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError,
+            UnsafePath):
         return Entries({}, {}, {}, 0)
     return Entries(sealed, active, merges, end)
 
@@ -142,6 +149,9 @@ class BoundaryIndex:
         self._index_stamp: fmt.Stamp | None = None
         self._index_read = 0  # offset past the last complete line read
         self._merges: dict[tuple[int, int], fmt.MergeRecord] = {}
+        # The newest INDEX entry of each sealed segment, whatever its stamp:
+        # evidence of the floors a segment held before an untracked change.
+        self._recorded: dict[int, SegmentInfo] = {}
 
     def _load(self) -> None:
         """Take in what INDEX holds that this process has not read yet. The
@@ -156,7 +166,10 @@ class BoundaryIndex:
                  and st.size >= old.size)
         start = self._index_read if grown else 0
         found = read_entries(self.wsdir, start)
+        if not grown:
+            self._recorded = {}
         for number, info in found.sealed.items():
+            self._recorded[number] = info
             self._persisted.add((number, info.stamp))
             cached = self._cache.get(number)
             if cached is None or cached.stamp != info.stamp:
@@ -169,6 +182,16 @@ class BoundaryIndex:
             self._merges = found.merges
         self._index_stamp = st
         self._index_read = found.end
+
+    def recorded_floor(self, number: int, stamp: fmt.Stamp) -> Boundary | None:
+        """The newest floor INDEX recorded for sealed segment ``number`` when
+        the segment no longer has the stamp it had then (None otherwise)."""
+        self._load()
+        rec = self._recorded.get(number)
+        if rec is None or rec.stamp == stamp:
+            return None
+        floors = [b for b in rec.bounds if b.is_floor]
+        return floors[-1] if floors else None
 
     def merge_record(self, epoch: int, layout: int) -> fmt.MergeRecord | None:
         """The merge that made receipt layout ``layout`` under ``epoch``."""

@@ -18,13 +18,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat as stat_mod
 import time
 from collections.abc import Iterator
 
 import portalocker
 
 from ledger.core import format as fmt
-from ledger.core.errors import CommitFailed, LockTimeout, Unavailable
+from ledger.core.errors import CommitFailed, LockTimeout, Unavailable, UnsafePath
 
 _POLL_FIRST = 0.0005
 _POLL_MAX = 0.01
@@ -34,7 +35,9 @@ _POLL_MAX = 0.01
 def locked(workspace_dir: str, workspace: str, timeout: float, *, shared: bool) -> Iterator[None]:
     """Hold the workspace lock for the body; LockTimeout after ``timeout`` s."""
     path = os.path.join(workspace_dir, fmt.LOCK_NAME)
-    flags = os.O_CLOEXEC | os.O_NOFOLLOW
+    # Never follow a symlink, never wait on a FIFO; an fstat below refuses
+    # anything but a regular file.
+    flags = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -59,6 +62,14 @@ def locked(workspace_dir: str, workspace: str, timeout: float, *, shared: bool) 
                 f"{exc.strerror or exc}"
             ) from exc
         try:
+            mode = os.fstat(fd).st_mode
+            if not stat_mod.S_ISREG(mode):
+                what = ("a FIFO" if stat_mod.S_ISFIFO(mode) else "a directory"
+                        if stat_mod.S_ISDIR(mode) else "not a regular file")
+                raise UnsafePath(
+                    f"workspace {workspace!r}: its lock file {path} is {what}; move it away "
+                    "(a writer then makes a new one); nothing was read or written"
+                )
             _acquire(fd, path, workspace, shared, deadline, timeout)
         except BaseException:
             os.close(fd)

@@ -101,7 +101,7 @@ def runnable(
 
 def _ends_in_newline(path: str) -> bool:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = segs.open_regular(path)
     except OSError:
         return False
     try:

@@ -22,7 +22,7 @@ from ledger.core import cursors
 from ledger.core import format as fmt
 from ledger.core.bounds import LINE_CAP, SCAN_BYTES, SCAN_ROWS, Budget, Event, SkipSink
 from ledger.core.cursors import SEEKING, CursorData, Position
-from ledger.core.errors import CursorExpired, NotFound
+from ledger.core.errors import CursorExpired, HistoryDamaged, NotFound, Unavailable
 from ledger.core.windows import Boundary, window_marker
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
@@ -64,7 +64,7 @@ class Scan:
             skip = pos.skip if first else False
             path = segs.segment_path(self.wsdir, number)
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                fd = segs.open_regular(path)
             except FileNotFoundError:
                 raise CursorExpired("a segment vanished; start a new query") from None
             try:
@@ -201,7 +201,12 @@ class FileReader:
         return locked(self.ws.path, self.ws.workspace, self.ws.store.lock_timeout, shared=True)
 
     def state(self) -> State:
-        return self.ws.state()
+        st = self.ws.state()
+        try:
+            self.ws.refuse_damaged_floor(st)
+        except HistoryDamaged as exc:
+            raise Unavailable(str(exc)) from exc
+        return st
 
     def binding(self, st: State) -> str:
         """What a cursor binds to: the verified receipt's epoch and layout,
@@ -344,7 +349,7 @@ class FileReader:
         """A line start at or before row ``seq``: binary search on the seq
         prefix of the line after each probe point (about 20 small reads)."""
         path = segs.segment_path(self.ws.path, number)
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = segs.open_regular(path)
         try:
             lo, hi = 0, size
             probe = 16 * 1024

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import functools
 import os
+import stat as stat_mod
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ledger.core import format as fmt
 from ledger.core.errors import (
     CommitFailed,
+    DeletePending,
     FormatError,
     HistoryDamaged,
     Unavailable,
+    UnsafePath,
     WorkspaceNotFound,
 )
 from ledger.core.rows import Row
@@ -35,8 +38,11 @@ from ledger.storage.files.receipt import WriterReceipt, read_receipt, write_rece
 from ledger.storage.files.state import (
     State,
     boundary_from_receipt,
+    covers,
     empty_receipt,
+    missing_floor,
     new_epoch,
+    recorded_floor,
     stable_receipt,
 )
 
@@ -82,7 +88,25 @@ class WorkspaceBase:
         return f"{type(self).__name__}({self.workspace!r})"
 
     def exists(self) -> bool:
-        return os.path.isdir(self.path)
+        """Whether the workspace directory is there. UnsafePath when the path
+        is a symlink (never followed: it could lead out of the root) or not a
+        directory; DeletePending while a delete is unfinished."""
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat_mod.S_ISDIR(st.st_mode):
+            raise UnsafePath(
+                f"workspace {self.workspace!r}: {self.path} is {segs.describe_mode(st.st_mode)}, "
+                "not a directory; a workspace is a real directory below the root (a symlink "
+                "is never followed). Move it away or replace it with the directory itself"
+            )
+        if self.store.tombstoned(self.workspace):
+            raise DeletePending(
+                f"workspace {self.workspace!r} is being deleted (a delete was interrupted or "
+                f"failed); run `tledger delete {self.workspace}` to finish it"
+            )
+        return st is not None
 
     def require(self) -> None:
         """WorkspaceNotFound unless the directory exists; FormatError for
@@ -119,10 +143,13 @@ class WorkspaceBase:
     def _check_format(self) -> None:
         path = os.path.join(self.path, fmt.FORMAT_NAME)
         try:
-            with open(path, "rb") as f:
-                text = f.read(64)
+            fd = segs.open_regular(path)
         except FileNotFoundError:
             return
+        try:
+            text = os.read(fd, 64)
+        finally:
+            os.close(fd)
         if not text:
             return  # created, then its bytes lost with the power: no claim (writers rewrite it)
         if text != fmt.FORMAT_TEXT:
@@ -192,8 +219,12 @@ class WorkspaceBase:
         numbers: list[int],
         active_stamp: fmt.Stamp | None,
         sealed: list[tuple[int, fmt.Stamp]],
+        *,
+        evidence: bool = True,
     ) -> State:
-        """Rebuild next seq, window and floor from the segments (newest first)."""
+        """Rebuild next seq, window and floor from the segments (newest first).
+        With ``evidence`` (all but rewrites, which decide the floor themselves)
+        a floor the receipt recorded and the log lost stands as a damaged one."""
         max_seq = 0
         window: Boundary | None = None
         floor: Boundary | None = None
@@ -211,6 +242,23 @@ class WorkspaceBase:
                 floor = floors[-1]
             if floor is not None and seq_found:
                 break
+        records = [recorded_floor(receipt)] if evidence else []
+        if evidence:  # INDEX's record of sealed segments changed since it was written
+            records += [self.index.recorded_floor(n, s) for n, s in sealed]
+        lowest: list[int | None] = []
+        for recorded in records:
+            if recorded is None or (floor is not None and floor.damaged):
+                continue
+            if not lowest:
+                lowest.append(self._lowest_seq(all_stamps))
+            if not covers(floor, recorded, lowest[0]):
+                # The receipt or INDEX recorded a floor the bytes no longer show
+                # at or after its place (damage, a cut): fail closed until repair.
+                floor = missing_floor(recorded)
+                if window is None or (window.segment, window.offset) < (
+                    floor.segment, floor.offset
+                ):
+                    window = floor
         next_seq = max(max_seq + 1, receipt.next_seq if receipt is not None else 1, 1)
         epoch = receipt.epoch if receipt is not None else 0
         return State(
@@ -223,6 +271,28 @@ class WorkspaceBase:
             epoch=epoch,
             window=window,
             floor=floor,
+        )
+
+    def _lowest_seq(self, all_stamps: list[tuple[int, fmt.Stamp]]) -> int | None:
+        """The first seq of the oldest segment that holds rows (None: no row)."""
+        for number, stamp in all_stamps:
+            info = self.index.info(number, stamp)
+            if info.rows:
+                return info.first_seq
+        return None
+
+    def refuse_damaged_floor(self, st: State) -> None:
+        """HistoryDamaged when the newest floor is damage that may have been a
+        reset, or a recorded floor the log lost: which rows it hid is unknown,
+        so no window is served until repair puts a manual reset there."""
+        f = st.floor
+        if f is None or not f.damaged:
+            return
+        raise HistoryDamaged(
+            f"workspace {self.workspace!r}: segment {fmt.segment_name(f.segment)} offset "
+            f"{f.offset}: a privacy floor may have been lost to damage (an unreadable line "
+            "that may have been a reset, or a floor the receipt recorded that the log no "
+            f"longer holds); reads are refused until `tledger repair {self.workspace}`"
         )
 
     @property
@@ -308,7 +378,7 @@ class WorkspaceBase:
         for number in numbers:
             path = segs.segment_path(self.path, number)
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                fd = segs.open_regular(path)
             except FileNotFoundError:
                 yield None
                 return
@@ -383,6 +453,7 @@ class WorkspaceBase:
         self._require()
         with locked(self.path, self.workspace, self.store.lock_timeout, shared=True):
             st = self.state()
+            self.refuse_damaged_floor(st)
             numbers = st.segments
             if st.window is None:
                 first, offset = (numbers[0] if numbers else 0), 0
@@ -408,8 +479,11 @@ class WorkspaceBase:
     def _ensure_dir(self) -> None:
         """Create the workspace directory (not its files: those are written
         under the lock by the first writer)."""
-        if os.path.isdir(self.path):
-            return
+        try:
+            if self.exists():
+                return
+        except DeletePending as exc:
+            raise CommitFailed(f"{exc}; nothing written") from None
         self.store.ensure_root()
         if self.store.tombstoned(self.workspace):
             raise CommitFailed(f"workspace {self.workspace!r} is being deleted; nothing written")
@@ -423,9 +497,13 @@ class WorkspaceBase:
         (once per History object: FORMAT never changes under a writer)."""
         path = os.path.join(self.path, fmt.FORMAT_NAME)
         if present is None:
-            present = os.path.exists(path)
-        if present and not self._format_checked and os.path.getsize(path) == 0:
-            present = False  # its bytes were lost with the power: write it again
+            present = os.path.lexists(path)
+        if present and not self._format_checked:
+            st = os.lstat(path)
+            if not stat_mod.S_ISREG(st.st_mode):
+                raise segs.not_regular(path, segs.describe_mode(st.st_mode))
+            if st.st_size == 0:
+                present = False  # its bytes were lost with the power: write it again
         if present:
             if not self._format_checked:
                 self._check_format()
@@ -465,13 +543,16 @@ class WorkspaceBase:
         with locked(self.path, self.workspace, self.store.lock_timeout, shared=False):
             return self._rebaseline_locked(self.state(), force_new_epoch=True)
 
-    def _rebaseline_locked(self, st: State, *, force_new_epoch: bool) -> int:
+    def _rebaseline_locked(self, st: State, *, force_new_epoch: bool,
+                           rewritten: bool = False) -> int:
+        """``rewritten``: a rewrite (or repair) just decided the log's floors
+        itself, so the old receipt's floor is no evidence of a lost one."""
         if st.verified and not force_new_epoch:
             return st.epoch
         numbers = segs.list_segments(self.path)
         all_stamps = segs.stamps(self.path, numbers)
         fresh = self._derive(st.receipt, numbers, all_stamps[-1][1] if all_stamps else None,
-                             all_stamps[:-1])
+                             all_stamps[:-1], evidence=not rewritten)
         return self.publish_state(fresh.window, fresh.floor, fresh.next_seq, st.epoch)
 
     def publish_state(

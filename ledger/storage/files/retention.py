@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 from ledger.core import format as fmt
-from ledger.core.errors import LedgerError, WorkspaceNotFound
+from ledger.core.errors import DeletePending, LedgerError, UnsafePath, WorkspaceNotFound
 from ledger.core.ids import validate_workspace
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
@@ -367,10 +367,42 @@ def delete_workspace(store: Store, workspace: str) -> bool:
     ws = validate_workspace(workspace)
     path = os.path.join(store.root, ws)
     tomb = tombstone_path(store, ws)
-    exists = os.path.isdir(path) and not os.path.islink(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise LedgerError(f"workspace {ws!r}: cannot delete: {exc.strerror or exc} "
+                          f"({path}); nothing was deleted") from exc
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise UnsafePath(
+            f"workspace {ws!r}: {path} is {segs.describe_mode(st.st_mode)}, not a directory; "
+            "delete does not follow it: move or remove it by hand; nothing was deleted"
+        )
+    exists = st is not None
     pending = os.path.lexists(tomb) or any(True for _ in _trash_dirs(store, ws))
     if not exists and not pending:
         return False
+    try:
+        _delete(store, ws, path, tomb)
+    except (OSError, LedgerError) as exc:
+        if isinstance(exc, LedgerError) and not isinstance(exc, OSError) and \
+                not os.path.lexists(tomb):
+            raise
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if not os.path.lexists(tomb):
+            raise LedgerError(f"workspace {ws!r}: cannot delete: {why}; nothing was "
+                              "deleted") from exc
+        raise DeletePending(
+            f"workspace {ws!r}: the delete stopped half-way ({why}); the history is "
+            f"unreadable and unwritable until `tledger delete {ws}` runs again and finishes "
+            "it (fix the cause first)"
+        ) from exc
+    return True
+
+
+def _delete(store: Store, ws: str, path: str, tomb: str) -> None:
+    """The steps of ``delete_workspace`` after its checks (module doc)."""
     if not os.path.lexists(tomb):
         body = fmt.encode_json({"workspace": ws, "time": now_ms(), "pid": os.getpid()}) + b"\n"
         try:
@@ -404,7 +436,6 @@ def delete_workspace(store: Store, workspace: str) -> bool:
         pass
     segs.fsync_dir(store.root)
     _step("done")
-    return True
 
 
 def _remove_recreated(store: Store, ws: str, path: str) -> None:

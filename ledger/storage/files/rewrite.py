@@ -111,6 +111,12 @@ def commit_rewrite(
     """Replace segments (number -> new bytes, None to delete) as one
     transaction (module doc). Call under the exclusive lock with ``st`` fresh."""
     path = history.path
+    if st.floor is not None and st.floor.damaged and not op.startswith("repair"):
+        raise RewriteRefused(
+            f"workspace {history.workspace!r}: {op} refused: a privacy floor may have been lost "
+            f"to damage ({fmt.segment_name(st.floor.segment)} offset {st.floor.offset}); run "
+            f"`tledger repair {history.workspace}` first; nothing was changed"
+        )
     # Always durable: a rewrite replaces rows that were on disk before it; the
     # durability levels only ever allow a power loss to take the newest batches.
     durability = "full"
@@ -216,7 +222,7 @@ def commit_rewrite(
                 f"workspace {history.workspace!r}: {op} failed ({exc}); {what}"
             ) from exc
     history._derived = {}
-    epoch = history._rebaseline_locked(history.state(), force_new_epoch=True)
+    epoch = history._rebaseline_locked(history.state(), force_new_epoch=True, rewritten=True)
     _step("receipt")
     return RewriteOutcome(order, epoch)
 

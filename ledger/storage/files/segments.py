@@ -16,6 +16,7 @@ step 3 or 4 failing leaves it uncertain, which ``CommitStep`` tells apart.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat as stat_mod
 from collections.abc import Iterable, Iterator
@@ -24,11 +25,60 @@ from dataclasses import dataclass
 import msgspec
 
 from ledger.core import format as fmt
-from ledger.core.errors import HistoryDamaged
+from ledger.core.errors import UnsafePath
 from ledger.core.rows import unique_hex
 
 READ_CHUNK = 1 << 20
 DURABILITY_LEVELS = ("full", "normal", "off")
+
+
+def describe_mode(mode: int) -> str:
+    """What a file type is, in words ("a directory", "a FIFO", ...)."""
+    for test, name in ((stat_mod.S_ISREG, "a regular file"), (stat_mod.S_ISDIR, "a directory"),
+                       (stat_mod.S_ISLNK, "a symlink"), (stat_mod.S_ISFIFO, "a FIFO"),
+                       (stat_mod.S_ISSOCK, "a socket"), (stat_mod.S_ISCHR, "a character device"),
+                       (stat_mod.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def not_regular(path: str, what: str) -> UnsafePath:
+    return UnsafePath(
+        f"{path} is {what}, not a regular file: nothing was read or changed; move it away "
+        "(or restore the file) and run `tledger check`"
+    )
+
+
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
+    """Open ``path`` as what a history's files must be: a regular file. A
+    symlink is never followed and a FIFO never waited on (``O_NOFOLLOW``,
+    ``O_NONBLOCK``, then ``fstat``); anything else is ``UnsafePath`` naming it.
+    Other OS errors (missing, permission) are raised as they are."""
+    try:
+        fd = os.open(path, flags | _OPEN_FLAGS, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise not_regular(path, "a symlink") from None
+        if exc.errno in (errno.EISDIR, errno.ENXIO):
+            try:
+                what = describe_mode(os.lstat(path).st_mode)
+            except OSError:
+                what = "not a regular file"
+            raise not_regular(path, what) from None
+        raise
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat_mod.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise not_regular(path, describe_mode(st.st_mode))
+    return fd
 
 
 class CommitStepError(Exception):
@@ -52,8 +102,8 @@ class MergeMarker(msgspec.Struct):
 def read_merge_marker(wsdir: str) -> MergeMarker | None:
     path = os.path.join(wsdir, fmt.MERGE_NAME)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        fd = open_regular(path)
+    except (OSError, UnsafePath):
         return None
     try:
         data = os.read(fd, 1 << 16)
@@ -123,10 +173,7 @@ def stamps(wsdir: str, numbers: list[int]) -> list[tuple[int, fmt.Stamp]]:
                 out.append((n, fmt.ZERO_STAMP))
                 continue
             if not isreg(st.st_mode):
-                raise HistoryDamaged(
-                    f"{segment_path(wsdir, n)} is not a regular file (a symlink, directory or "
-                    "device); move it away and run `tledger check`"
-                )
+                raise not_regular(segment_path(wsdir, n), describe_mode(st.st_mode))
             out.append((n, stamp_of(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
                                     st.st_ctime_ns)))
     finally:
@@ -246,8 +293,9 @@ def _unlink_quietly(path: str) -> None:
 
 
 def read_file(path: str) -> bytes:
-    """The whole file, by plain system calls (no buffered file object)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    """The whole file, by plain system calls (no buffered file object);
+    UnsafePath when it is not a regular file."""
+    fd = open_regular(path)
     try:
         size = os.fstat(fd).st_size
         data = os.read(fd, size + 1)
@@ -294,7 +342,7 @@ def iter_lines_fd(fd: int, start: int = 0, chunk: int = READ_CHUNK) -> Iterator[
 
 
 def iter_lines(path: str, start: int = 0) -> Iterator[Line]:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    fd = open_regular(path)
     try:
         yield from iter_lines_fd(fd, start)
     finally:

@@ -45,6 +45,9 @@ def stat_report(h: Any) -> dict[str, Any]:
             "seq": st.floor.seq if st.floor.seq >= 0 else None,
             "segment": fmt.segment_name(st.floor.segment),
             "offset": st.floor.offset,
+            # damage that may have been a reset, or a recorded floor the log lost:
+            # window reads and session_history are refused until repair
+            "damaged": st.floor.damaged,
         }
     return {
         "workspace": h.workspace,

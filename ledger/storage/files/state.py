@@ -51,8 +51,48 @@ def boundary_from_receipt(
 ) -> Boundary | None:
     if segment == 0:
         return None
-    readable = seq != fmt.FLOOR_UNREADABLE
+    readable = seq >= 0
     return Boundary(seq, segment, offset, reason, readable=readable, after=after)
+
+
+def recorded_floor(receipt: fmt.Receipt | None) -> Boundary | None:
+    """The floor a receipt recorded (any state: a pending receipt holds the
+    state before the interrupted write, whose floor the log still holds)."""
+    if receipt is None:
+        return None
+    return boundary_from_receipt(receipt.floor_seq, receipt.floor_segment, receipt.floor_offset,
+                                 "manual", receipt.floor_after)
+
+
+def covers(floor: Boundary | None, recorded: Boundary, min_seq: int | None) -> bool:
+    """Whether ``floor`` (derived from the bytes) hides every row that the
+    ``recorded`` floor hid: it lies at or after it, by position or (across a
+    merge, which moves rows) by seq; or no row the recorded floor hid is left
+    (``min_seq``, the lowest seq in the log, is not below it: a purge took
+    the floor with everything before it). Otherwise the recorded floor was
+    lost to damage or a cut, and reads must fail closed."""
+    if min_seq is None:
+        return True  # no readable row at all: nothing to hide
+    if min_seq >= (recorded.seq if recorded.readable else recorded.after + 1):
+        return True
+    if floor is None:
+        return False
+    if (floor.segment, floor.offset) >= (recorded.segment, recorded.offset):
+        return True
+    if recorded.readable:
+        if floor.readable:
+            return floor.seq >= recorded.seq
+        return floor.after >= recorded.seq
+    if floor.readable:
+        return floor.seq > recorded.after
+    return floor.after > recorded.after
+
+
+def missing_floor(recorded: Boundary) -> Boundary:
+    """The damaged floor that stands in for a recorded floor the log lost."""
+    return Boundary(fmt.FLOOR_DAMAGED, recorded.segment, recorded.offset, "manual",
+                    readable=False, after=recorded.after if not recorded.readable
+                    else max(recorded.seq - 1, 0))
 
 
 def stable_receipt(

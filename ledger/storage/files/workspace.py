@@ -23,12 +23,12 @@ validation and reads they start from.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ledger.core import format as fmt
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
-from ledger.core.errors import CommitFailed, CommitUncertain
+from ledger.core.errors import CommitFailed, CommitUncertain, DeletePending
 from ledger.core.rows import prepare_batch, renumber
 from ledger.core.windows import Boundary, batch_boundaries, window_marker
 from ledger.storage.files import rewrite
@@ -64,7 +64,10 @@ class FileWorkspace(WorkspaceBase):
         """Commit ``batch`` under the exclusive lock (module doc); a refused
         conditional append to a missing workspace creates nothing."""
         bid = batch.batch_id
-        exists = self.exists()
+        try:
+            exists = self.exists()
+        except DeletePending as exc:
+            raise CommitFailed(f"{exc}; nothing written", bid) from None
         if not exists and (
             batch.expect_next_seq not in (None, 1) or batch.expect_window not in (None, 0)
         ):
@@ -301,20 +304,19 @@ class FileWorkspace(WorkspaceBase):
             size = sizes.get(number, 0)
             window = min(size, remaining)
             path = segs.segment_path(self.path, number)
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = segs.open_regular(path)
             try:
                 data = os.pread(fd, window, size - window)
             finally:
                 os.close(fd)
             if needle in data:
-                seqs = []
-                for line in segs.split_lines(data):
-                    row = fmt.decode_line(line.data) if line.complete else None
-                    b = row.get("batch") if row is not None else None
-                    if isinstance(b, dict) and b.get("id") == batch_id:
-                        seqs.append(int(row["seq"]))  # type: ignore[index]
-                if seqs:
-                    return seqs
+                seqs = _batch_seqs(segs.split_lines(data), batch_id)
+                if seqs is not None and len(seqs[0]) < seqs[1]:
+                    # Only the batch's tail lies in the window (a batch bigger than
+                    # it): a batch never spans segments, so read its segment whole.
+                    seqs = _batch_seqs(segs.iter_lines(path), batch_id)
+                if seqs is not None:
+                    return seqs[0]
             remaining -= window
             if remaining <= 0:
                 break
@@ -376,3 +378,23 @@ class FileWorkspace(WorkspaceBase):
     def stat(self) -> dict[str, Any]:
         """The ``tledger stat`` document (``stat.py``)."""
         return stat_report(self)
+
+
+def _batch_seqs(lines: Iterable[segs.Line], batch_id: str) -> tuple[list[int], int] | None:
+    """The seqs of the rows of the newest batch ``batch_id`` among ``lines``
+    and its row count ``n``, or None when no row of it is there."""
+    seqs: list[int] = []
+    n = 0
+    for line in lines:
+        row = fmt.decode_line(line.data) if line.complete else None
+        b = row.get("batch") if row is not None else None
+        if not isinstance(b, dict) or b.get("id") != batch_id:
+            continue
+        seq = row.get("seq") if row is not None else None
+        if not isinstance(seq, int):
+            continue
+        if b.get("i") == 0:
+            seqs = []  # a batch of that id starts (an id reused: the newest counts)
+        seqs.append(seq)
+        n = b["n"] if isinstance(b.get("n"), int) else n
+    return (seqs, n) if seqs else None

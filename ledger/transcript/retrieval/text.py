@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from ledger.core import format as fmt
 from ledger.core.rows import is_empty_assistant
 
 SNIPPET = 300
@@ -29,10 +30,13 @@ def row_text(row: dict[str, Any]) -> str:
         if t == "text" and isinstance(p.get("text"), str):
             pieces.append(p["text"])
         elif t == "tool_call":
-            pieces.append(f"{p.get('name', '')} {_enc.encode(p.get('input')).decode('utf-8')}")
+            given = fmt.with_headroom(_enc.encode, p.get("input")).decode("utf-8")
+            pieces.append(f"{p.get('name', '')} {given}")
         elif t == "tool_result":
             out = p.get("output")
-            pieces.append(out if isinstance(out, str) else _enc.encode(out).decode("utf-8"))
+            if not isinstance(out, str):
+                out = fmt.with_headroom(_enc.encode, out).decode("utf-8")
+            pieces.append(out)
         elif t == "media":
             pieces.append("[media]")
     return "\n".join(pieces)

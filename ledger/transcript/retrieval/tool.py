@@ -314,7 +314,7 @@ class SessionHistory:
             row = ev.row
             seq = row.get("seq") if row is not None else None
             if row is None or not isinstance(seq, int) or isinstance(seq, bool):
-                if row is None and fmt.raw_may_be_reset(ev.line):
+                if row is None and fmt.line_may_be_reset(ev.line):
                     raise Unavailable(
                         "an unreadable line that may be a reset lies in range; run `tledger check`"
                     )
