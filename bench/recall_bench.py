@@ -114,14 +114,23 @@ def tool_ranker(qs: QuestionSet, root: str) -> Ranker:
     seq_of: dict[int, int] = {}
     prev_window = None
     batch: list[dict[str, Any]] = []
+    first = True
+
+    def flush() -> None:
+        nonlocal first
+        if first:
+            h.append_many(batch)
+        else:
+            h.rollover(batch)
+        first = False
+
     for t in qs.turns:
         if prev_window is not None and t.window != prev_window:
-            h.append(batch)
+            flush()
             batch = []
-            h.reset(reason="rollover")
         prev_window = t.window
         batch.append(_row(t))
-    h.append(batch)
+    flush()
     ours = [r for r in h.rows() if r.get("kind") == "message"]
     for t, r in zip(qs.turns, ours, strict=True):
         seq_of[r["seq"]] = t.seq

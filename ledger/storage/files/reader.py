@@ -23,9 +23,11 @@ from ledger.core import format as fmt
 from ledger.core.bounds import LINE_CAP, SCAN_BYTES, SCAN_ROWS, Budget, Event, SkipSink
 from ledger.core.cursors import SEEKING, CursorData, Position
 from ledger.core.errors import CursorExpired, NotFound
+from ledger.core.ranking import Query
 from ledger.core.windows import Boundary, window_marker
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
+from ledger.storage.files.recall import RecallIndex
 from ledger.storage.files.state import State
 
 _CHUNK = 256 * 1024
@@ -192,6 +194,19 @@ class FileReader:
 
     def __init__(self, ws: Any) -> None:
         self.ws = ws
+        self._recall: RecallIndex | None = None
+
+    def ranked(
+        self, st: State, query: Query, after: int, high: int, window: int | None
+    ) -> list[tuple[int, int, float]]:
+        """Ranked candidates (seq, window, score) from the recall index,
+        brought up to date with the log first (``ledger.storage.files.recall``)."""
+        if self._recall is None:
+            self._recall = RecallIndex(self.ws.path)
+        layout = str(st.receipt.layout) if st.verified and st.receipt is not None \
+            else "d" + st.digest.hex()
+        mark = self._recall.refresh(st, layout)
+        return self._recall.candidates(mark, query, after, high, window)
 
     def exists(self) -> bool:
         return bool(self.ws.exists())

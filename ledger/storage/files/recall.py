@@ -1,0 +1,356 @@
+"""The recall index of a file workspace: a projection of the log for ranked
+``session_history`` search, never its source of truth.
+
+One SQLite database (``fmt.RECALL_NAME``) beside the segments, from the
+standard library, holding for every searchable row its window, its length
+in terms and its terms, and for every term its document frequency and its
+postings ordered by impact (``ranking.impact``), so a query reads the best
+few postings of each of its terms and no more: the work of a call is bounded
+by ``SCAN_ROWS`` postings whatever the size of the history.
+
+Maintenance is lazy: appends never touch it (their cost is unchanged); the
+first ranked search after appends indexes the rows it has not seen, under
+the reader's shared lock, in one SQLite transaction. What it has seen is
+named by the log's epoch, the position just past the last row indexed and a
+hash of that row's line: a rewrite (reject, truncate, purge, repair) starts
+a new epoch and a rebuild; a log that lost or changed the row the index ends
+at (a crash at ``durability="off"``) is rebuilt too; a merge only moves rows
+and is found again by seq. A missing, damaged or foreign database is
+rebuilt from the segments. Rows at or before the floor, or after the query's
+high-water mark, are never candidates (the SQL bounds them), and every row
+the tool returns is read again from the log.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import xxhash
+
+from ledger.core import format as fmt
+from ledger.core import ranking
+from ledger.core.bounds import SCAN_ROWS
+from ledger.core.errors import Unavailable
+from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
+from ledger.storage.files import segments as segs
+
+VERSION = "1"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS docs(seq INTEGER PRIMARY KEY, win INTEGER NOT NULL,
+    len INTEGER NOT NULL, terms TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS post(term TEXT NOT NULL, imp REAL NOT NULL, seq INTEGER NOT NULL,
+    PRIMARY KEY(term, imp, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS df(term TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS echo(call TEXT PRIMARY KEY) WITHOUT ROWID;
+"""
+
+
+@dataclass(frozen=True)
+class Mark:
+    """How far the index has read: the log's epoch and layout, the row it
+    ended at and where the next line starts."""
+
+    epoch: int
+    layout: str
+    upto: int  # last seq indexed (0: none)
+    window: int  # the window that row is in
+    segment: int  # the segment and offset just past that row's line
+    offset: int
+    last_at: int  # offset of that row's line in ``segment``
+    last_hash: str  # xxh3-64 of that line
+    docs: int
+    total: int
+
+
+_EMPTY = Mark(-1, "", 0, 0, -1, 0, -1, "", 0, 0)
+
+
+def index_path(wsdir: str) -> str:
+    return os.path.join(wsdir, fmt.RECALL_NAME)
+
+
+class RecallIndex:
+    """The index of one workspace directory. ``refresh`` brings it up to
+    the log's state; ``candidates`` answers a query from it."""
+
+    def __init__(self, wsdir: str, synchronous: str = "NORMAL") -> None:
+        self.wsdir = wsdir
+        self.synchronous = synchronous
+        self._db: sqlite3.Connection | None = None
+
+    # -- the database --------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        if self._db is None:
+            db = sqlite3.connect(index_path(self.wsdir), timeout=30, isolation_level=None,
+                                 check_same_thread=False)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(f"PRAGMA synchronous={self.synchronous}")
+                db.executescript(_SCHEMA)
+            except sqlite3.DatabaseError:
+                db.close()
+                raise
+            self._db = db
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def discard(self) -> None:
+        """Delete the database (it is rebuilt at the next search)."""
+        self.close()
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            try:
+                os.unlink(index_path(self.wsdir) + suffix)
+            except FileNotFoundError:
+                pass
+
+    def _mark(self, db: sqlite3.Connection) -> Mark:
+        got = dict(db.execute("SELECT k, v FROM meta").fetchall())
+        if got.get("version") != VERSION:
+            return _EMPTY
+        try:
+            return Mark(int(got["epoch"]), got["layout"], int(got["upto"]), int(got["window"]),
+                        int(got["segment"]), int(got["offset"]), int(got["last_at"]),
+                        got["last_hash"], int(got["docs"]), int(got["total"]))
+        except (KeyError, ValueError):
+            return _EMPTY
+
+    # -- bringing it up to date ----------------------------------------------
+
+    def refresh(self, st: Any, layout: str) -> Mark:
+        """Index what the log holds beyond the mark (or rebuild). Called under
+        the workspace's shared lock, so the log does not change meanwhile."""
+        try:
+            return self._refresh(st, layout)
+        except sqlite3.DatabaseError:
+            # A damaged or foreign file: it is only a projection.
+            self.discard()
+            try:
+                return self._refresh(st, layout)
+            except sqlite3.DatabaseError as exc:
+                raise Unavailable(f"the recall index cannot be written: {exc}") from None
+
+    def _refresh(self, st: Any, layout: str) -> Mark:
+        db = self._open()
+        mark = self._mark(db)
+        if self._current(st, layout, mark):
+            return mark
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            mark = self._mark(db)  # another reader may have done it meanwhile
+            start = self._resume(st, layout, mark)
+            if start is None:
+                for table in ("meta", "docs", "post", "df", "echo"):
+                    db.execute(f"DELETE FROM {table}")
+                start = (st.segments[0] if st.segments else 0, 0)
+                mark = Mark(st.epoch, layout, 0, 0, *start, -1, "", 0, 0)
+            mark = self._index_from(db, st, layout, mark, start)
+            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
+                ("version", VERSION), ("epoch", str(mark.epoch)), ("layout", mark.layout),
+                ("upto", str(mark.upto)), ("window", str(mark.window)),
+                ("segment", str(mark.segment)), ("offset", str(mark.offset)),
+                ("last_at", str(mark.last_at)), ("last_hash", mark.last_hash),
+                ("docs", str(mark.docs)), ("total", str(mark.total)),
+            ])
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return mark
+
+    @staticmethod
+    def _end(st: Any) -> tuple[int, int]:
+        if st.active_stamp is not None:
+            return st.active, st.active_stamp.size
+        if st.sealed:
+            return st.sealed[-1][0], st.sealed[-1][1].size
+        return 0, 0
+
+    def _current(self, st: Any, layout: str, mark: Mark) -> bool:
+        return (mark.epoch == st.epoch and mark.layout == layout
+                and (mark.segment, mark.offset) == self._end(st)
+                and (mark.upto > 0 or st.next_seq <= 1)
+                and self._line_hash(mark) == mark.last_hash)
+
+    def _line_hash(self, mark: Mark) -> str:
+        """The hash of the line the mark says it ended at, read from the log."""
+        if mark.last_at < 0:
+            return ""
+        try:
+            fd = os.open(segs.segment_path(self.wsdir, mark.segment),
+                         os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            return "?"
+        try:
+            for line in segs.iter_lines_fd(fd, mark.last_at, 16 * 1024):
+                return xxhash.xxh3_64_hexdigest(line.data) if line.complete else "?"
+        except OSError:
+            return "?"
+        finally:
+            os.close(fd)
+        return "?"
+
+    def _resume(self, st: Any, layout: str, mark: Mark) -> tuple[int, int] | None:
+        """Where to go on indexing, or None for a rebuild."""
+        if mark.epoch != st.epoch or mark.upto <= 0:
+            return None
+        if mark.layout == layout and mark.segment in st.segments:
+            if self._line_hash(mark) != mark.last_hash:
+                return None  # the log lost or changed the row the index ends at
+            return mark.segment, mark.offset
+        # A merge moved rows (same epoch, same rows): find the last one by seq.
+        for number in st.segments:
+            for line in segs.iter_lines(segs.segment_path(self.wsdir, number)):
+                seq = fmt.seq_prefix(line.data[:32])
+                if seq == mark.upto:
+                    if xxhash.xxh3_64_hexdigest(line.data) != mark.last_hash:
+                        return None
+                    return number, line.offset + len(line.data) + 1
+                if seq is not None and seq > mark.upto:
+                    return None
+        return None
+
+    def _lines(self, st: Any, start: tuple[int, int]) -> Iterator[tuple[int, segs.Line]]:
+        end_segment, end_offset = self._end(st)
+        for number in st.segments:
+            if number < start[0] or number > end_segment:
+                continue
+            offset = start[1] if number == start[0] else 0
+            for line in segs.iter_lines(segs.segment_path(self.wsdir, number), offset):
+                if number == end_segment and line.offset >= end_offset:
+                    break
+                if not line.complete:
+                    break
+                yield number, line
+
+    def _index_from(
+        self, db: sqlite3.Connection, st: Any, layout: str, mark: Mark, start: tuple[int, int]
+    ) -> Mark:
+        calls = {c for (c,) in db.execute("SELECT call FROM echo")}
+        upto, window = mark.upto, mark.window
+        segment, offset, last_at, last_hash = mark.segment, mark.offset, mark.last_at, \
+            mark.last_hash
+        docs, total = mark.docs, mark.total
+        df: dict[str, int] = {}
+        doc_rows: list[tuple[int, int, int, str]] = []
+        post_rows: list[tuple[str, float, int]] = []
+        new_calls: list[tuple[str]] = []
+        for number, line in self._lines(st, start):
+            segment, offset = number, line.offset + len(line.data) + 1
+            row = fmt.decode_line(line.data)
+            seq = row.get("seq") if row is not None else None
+            if row is None or not isinstance(seq, int) or isinstance(seq, bool):
+                continue  # unreadable lines are never results (check reports them)
+            upto, last_at = seq, line.offset
+            last_hash = xxhash.xxh3_64_hexdigest(line.data)
+            if row.get("kind") == "reset" or fmt.readable_row_is_reset(line.data, row):
+                window = seq
+                continue
+            for c in echo_calls(row):
+                if c not in calls:
+                    calls.add(c)
+                    new_calls.append((c,))
+            if hidden(row) or is_echo(row, calls):
+                continue
+            tfs, length = ranking.term_counts(row_text(row))
+            if not length:
+                continue
+            doc_rows.append((seq, window, length, " ".join(f"{t}:{n}" for t, n in tfs.items())))
+            docs += 1
+            total += length
+            for t, n in tfs.items():
+                df[t] = df.get(t, 0) + 1
+                post_rows.append((t, -ranking.impact(n, length), seq))
+            if len(post_rows) > 50_000:
+                self._flush(db, doc_rows, post_rows, df, new_calls)
+        self._flush(db, doc_rows, post_rows, df, new_calls)
+        return Mark(st.epoch, layout, upto, window, segment, offset, last_at, last_hash,
+                    docs, total)
+
+    @staticmethod
+    def _flush(
+        db: sqlite3.Connection,
+        doc_rows: list[tuple[int, int, int, str]],
+        post_rows: list[tuple[str, float, int]],
+        df: dict[str, int],
+        new_calls: list[tuple[str]],
+    ) -> None:
+        db.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?)", doc_rows)
+        db.executemany("INSERT OR REPLACE INTO post VALUES (?, ?, ?)", post_rows)
+        db.executemany(
+            "INSERT INTO df VALUES (?, ?) ON CONFLICT(term) DO UPDATE SET n = n + excluded.n",
+            list(df.items()),
+        )
+        db.executemany("INSERT OR IGNORE INTO echo VALUES (?)", new_calls)
+        doc_rows.clear()
+        post_rows.clear()
+        df.clear()
+        new_calls.clear()
+
+    # -- answering -------------------------------------------------------------
+
+    def candidates(
+        self, mark: Mark, query: ranking.Query, after: int, high: int, window: int | None
+    ) -> list[tuple[int, int, float]]:
+        """The ranked candidates (seq, window, score), best first: for each
+        query term (the rarest ``MAX_TERMS``) its best postings, ``SCAN_ROWS``
+        in all, with seq in (after, high], then ``ranking.rank`` over them."""
+        db = self._open()
+        dfs: dict[str, int] = {}
+        for t in query.terms:
+            got = db.execute("SELECT n FROM df WHERE term = ?", (t,)).fetchone()
+            if got:
+                dfs[t] = int(got[0])
+        if not dfs:
+            return []
+        kept = sorted(dfs, key=lambda t: dfs[t])[: ranking.MAX_TERMS]
+        per_term = max(SCAN_ROWS // len(kept), 1)
+        seqs: set[int] = set()
+        for t in kept:
+            sql = "SELECT seq FROM post WHERE term = ? AND seq > ? AND seq <= ?"
+            params: list[Any] = [t, after, high]
+            if window is not None:
+                sql += " AND seq IN (SELECT seq FROM docs WHERE win = ?)"
+                params.append(window)
+            sql += " ORDER BY imp LIMIT ?"
+            params.append(per_term)
+            seqs.update(s for (s,) in db.execute(sql, params))
+        if not seqs:
+            return []
+        docs: list[ranking.Doc] = []
+        wanted = set(kept)
+        marks = ",".join("?" * len(seqs))
+        for seq, win, length, terms in db.execute(
+            f"SELECT seq, win, len, terms FROM docs WHERE seq IN ({marks})", sorted(seqs)
+        ):
+            tfs = {}
+            for pair in terms.split(" "):
+                term, _, n = pair.rpartition(":")
+                if term in wanted:
+                    tfs[term] = int(n)
+            docs.append(ranking.Doc(seq, win, length, tfs))
+        corpus = ranking.Corpus(mark.docs, mark.total, dfs)
+        win_of = {d.seq: d.window for d in docs}
+        q = ranking.Query(tuple(kept), query.phrases)
+        return [(s, win_of[s], score) for s, score in ranking.rank(docs, q, corpus)]
+
+    def stats(self) -> dict[str, int]:
+        db = self._open()
+        mark = self._mark(db)
+        size = 0
+        for suffix in ("", "-wal"):
+            try:
+                size += os.path.getsize(index_path(self.wsdir) + suffix)
+            except OSError:
+                pass
+        return {"docs": mark.docs, "upto": mark.upto, "bytes": size}
