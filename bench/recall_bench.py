@@ -131,7 +131,8 @@ def tool_ranker(qs: QuestionSet, root: str) -> Ranker:
         prev_window = t.window
         batch.append(_row(t))
     flush()
-    ours = [r for r in h.rows() if r.get("kind") == "message"]
+    ours = [r.to_dict() for r in h.rows()]
+    ours = [r for r in ours if r.get("kind") == "message"]
     for t, r in zip(qs.turns, ours, strict=True):
         seq_of[r["seq"]] = t.seq
     tool = h.session_history()

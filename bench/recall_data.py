@@ -22,7 +22,6 @@ import random
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bench.corpus import load_corpus
 from ledger.transcript.retrieval.text import row_text
@@ -136,8 +135,10 @@ def _facts(rnd: random.Random, k: int) -> list[tuple[str, str, str, str]]:
     cause, _ = rnd.choice(_CAUSES)
     table = rnd.choice(_TABLES)
     test = f"test_{svc}_{rnd.choice(['retries', 'totals', 'timeouts', 'export', 'login'])}_{k}"
-    old = f"{rnd.choice(['load', 'fetch', 'build', 'parse'])}{rnd.choice(['Config', 'Rows', 'Index', 'Plan'])}{k}"
-    new = f"{rnd.choice(['read', 'make', 'compile', 'decode'])}{rnd.choice(['Settings', 'Records', 'Catalog', 'Schedule'])}{k}"
+    verb = rnd.choice(["load", "fetch", "build", "parse"])
+    old = f"{verb}{rnd.choice(['Config', 'Rows', 'Index', 'Plan'])}{k}"
+    verb2 = rnd.choice(["read", "make", "compile", "decode"])
+    new = f"{verb2}{rnd.choice(['Settings', 'Records', 'Catalog', 'Schedule'])}{k}"
     kind = k % 8
     if kind == 0:
         return [("user", f"Let's pin {lib} to {ver} for the {svc} service; the newer release broke "
@@ -159,7 +160,8 @@ def _facts(rnd: random.Random, k: int) -> list[tuple[str, str, str, str]]:
         return [("user", f"{who} approved the migration of the {table} table to the new "
                  f"partitioned layout for {svc}, go ahead.",
                  f"Who signed off on migrating the {table} table for {svc}?",
-                 f"{other} asked whether the {table} table for {svc} needs an index on created_at.")]
+                 f"{other} asked whether the {table} table for {svc} needs an index on "
+                 "created_at.")]
     if kind == 5:
         return [("tool", f"deploy: {svc} build {k} rolled out to {region} (canary 10%, "
                  f"healthy)", f"Which region did {svc} build {k} deploy to?",

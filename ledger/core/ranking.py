@@ -36,7 +36,7 @@ AVGDL_IMPACT = 64.0  # the fixed length that orders a term's postings by impact
 MAX_TERMS = 32  # query terms kept (the rarest when there are more)
 
 _WORD = re.compile(r"[^\W_]+")
-_CAMEL = re.compile(r"[a-z]+|[A-Z][a-z]*|[0-9]+")
+_CAMEL = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _PHRASE = re.compile(r'"([^"]+)"')
 
 # A short stop list: function words that carry no topic. Question words are
