@@ -227,3 +227,14 @@ def test_ranking_terms() -> None:
     corpus = ranking.Corpus(10, 30, {"x": 2})
     order = ranking.rank(docs, ranking.Query(("x",)), corpus, None, ranking.Weights(0, 0))
     assert [s for s, _ in order] == [9, 1]  # a tie goes to the newer row
+
+
+def test_window_scope(tmp_path: Path) -> None:
+    h = seeded(tmp_path)
+    tool = h.session_history()
+    windows = [w["window"] for w in call(tool, {"action": "list"})["items"]]
+    assert len(windows) == 3
+    for w in windows:
+        got = ranked(tool, "degree commute trip pasta milestone", window=w)["items"]
+        assert got and all(i["window"] == w for i in got)
+    assert ranked(tool, "degree", window=999)["error"]["code"] == "not_found"

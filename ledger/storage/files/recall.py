@@ -4,9 +4,10 @@
 One SQLite database (``fmt.RECALL_NAME``) beside the segments, from the
 standard library, holding for every searchable row its window, its length
 in terms and its terms, and for every term its document frequency and its
-postings ordered by impact (``ranking.impact``), so a query reads the best
-few postings of each of its terms and no more: the work of a call is bounded
-by ``SCAN_ROWS`` postings whatever the size of the history.
+postings ordered by impact (``ranking.impact``), newest first among equals,
+so a query reads the best few postings of each of its terms and no more: the
+work of a call is bounded by ``SCAN_ROWS`` postings whatever the size of the
+history.
 
 Maintenance is lazy: appends never touch it (their cost is unchanged); the
 first ranked search after appends indexes the rows it has not seen, under
@@ -43,10 +44,11 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS docs(seq INTEGER PRIMARY KEY, win INTEGER NOT NULL,
     len INTEGER NOT NULL, terms TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS post(term TEXT NOT NULL, imp REAL NOT NULL, seq INTEGER NOT NULL,
-    PRIMARY KEY(term, imp, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS post(term TEXT NOT NULL, imp REAL NOT NULL, neg INTEGER NOT NULL,
+    PRIMARY KEY(term, imp, neg)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS df(term TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS echo(call TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS wins(win INTEGER PRIMARY KEY);
 """
 
 
@@ -149,7 +151,7 @@ class RecallIndex:
             mark = self._mark(db)  # another reader may have done it meanwhile
             start = self._resume(st, layout, mark)
             if start is None:
-                for table in ("meta", "docs", "post", "df", "echo"):
+                for table in ("meta", "docs", "post", "df", "echo", "wins"):
                     db.execute(f"DELETE FROM {table}")
                 start = (st.segments[0] if st.segments else 0, 0)
                 mark = Mark(st.epoch, layout, 0, 0, *start, -1, "", 0, 0)
@@ -255,6 +257,7 @@ class RecallIndex:
             last_hash = xxhash.xxh3_64_hexdigest(line.data)
             if row.get("kind") == "reset" or fmt.readable_row_is_reset(line.data, row):
                 window = seq
+                db.execute("INSERT OR REPLACE INTO wins VALUES (?)", (seq,))
                 continue
             for c in echo_calls(row):
                 if c not in calls:
@@ -270,7 +273,7 @@ class RecallIndex:
             total += length
             for t, n in tfs.items():
                 df[t] = df.get(t, 0) + 1
-                post_rows.append((t, -ranking.impact(n, length), seq))
+                post_rows.append((t, -ranking.impact(n, length), -seq))
             if len(post_rows) > 50_000:
                 self._flush(db, doc_rows, post_rows, df, new_calls)
         self._flush(db, doc_rows, post_rows, df, new_calls)
@@ -315,16 +318,16 @@ class RecallIndex:
             return []
         kept = sorted(dfs, key=lambda t: dfs[t])[: ranking.MAX_TERMS]
         per_term = max(SCAN_ROWS // len(kept), 1)
+        if window is not None:  # a window is the seq range up to the next boundary
+            after = max(after, window)
+            nxt = db.execute("SELECT min(win) FROM wins WHERE win > ?", (window,)).fetchone()
+            if nxt and nxt[0] is not None:
+                high = min(high, int(nxt[0]) - 1)
         seqs: set[int] = set()
         for t in kept:
-            sql = "SELECT seq FROM post WHERE term = ? AND seq > ? AND seq <= ?"
-            params: list[Any] = [t, after, high]
-            if window is not None:
-                sql += " AND seq IN (SELECT seq FROM docs WHERE win = ?)"
-                params.append(window)
-            sql += " ORDER BY imp LIMIT ?"
-            params.append(per_term)
-            seqs.update(s for (s,) in db.execute(sql, params))
+            seqs.update(s for (s,) in db.execute(
+                "SELECT -neg FROM post WHERE term = ? AND neg < ? AND neg >= ? "
+                "ORDER BY imp, neg LIMIT ?", (t, -after, -high, per_term)))
         if not seqs:
             return []
         docs: list[ranking.Doc] = []

@@ -442,6 +442,8 @@ class SessionHistory:
         if floor is not None and not floor.readable:
             raise Unavailable("the privacy floor is unreadable; run `tledger check`")
         after = floor.seq if floor is not None else 0
+        if window is not None:
+            self.reader.window_start(st, window)  # NotFound for no such window
         start = data.pos.offset if data.pos.segment == _RANKED else 0
         ranked = ranker(st, q, after, data.high, window)
         at = start
