@@ -151,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             h.append_many(batch())
             reader = tool.reader
             with reader.locked():
-                st = reader.state()
-                reader.ranked(st, ranking.parse_query("x"), 0, st.next_seq, None)
+                reader.refresh_recall(reader.state())
 
         samples = interleave({"append": plain, "append+index": with_index},
                              min_runs=200, max_runs=400, budget_s=20)

@@ -34,6 +34,7 @@ NEIGHBOUR = 0.15  # weight of each neighbouring turn's own score
 WINDOW = 0.3  # weight of the best own score in the row's window
 AVGDL_IMPACT = 64.0  # the fixed length that orders a term's postings by impact
 MAX_TERMS = 32  # query terms kept (the rarest when there are more)
+SNIPPET_SCAN = 16_384  # code points of a row searched for the snippet's centre
 
 _WORD = re.compile(r"[^\W_]+")
 _CAMEL = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
@@ -224,11 +225,15 @@ def best_offset(text: str, query: Query) -> int:
             if at >= 0:
                 return at
     wanted = set(query.terms)
-    hits = [
-        m.start()
-        for m in _WORD.finditer(text)
-        if wanted.intersection(_stem(w) for w in words(m.group()))
-    ]
+    hits = []
+    for m in _WORD.finditer(text, 0, SNIPPET_SCAN):
+        w = m.group()
+        lw = w.lower() if w.isascii() else fold(w)
+        if _stem(lw) in wanted or (
+            len(w) > 3 and not w.islower() and not w.isupper()
+            and wanted.intersection(_stem(p.lower()) for p in _CAMEL.findall(w))
+        ):
+            hits.append(m.start())
     if not hits:
         return 0
     # The hit with the most other hits within 150 code points after it.

@@ -201,12 +201,16 @@ class FileReader:
     ) -> list[tuple[int, int, float]]:
         """Ranked candidates (seq, window, score) from the recall index,
         brought up to date with the log first (``ledger.storage.files.recall``)."""
+        recall, mark = self.refresh_recall(st)
+        return recall.candidates(mark, query, after, high, window)
+
+    def refresh_recall(self, st: State) -> tuple[RecallIndex, Any]:
+        """Bring the recall index up to the log (under ``locked()``)."""
         if self._recall is None:
             self._recall = RecallIndex(self.ws.path)
         layout = str(st.receipt.layout) if st.verified and st.receipt is not None \
             else "d" + st.digest.hex()
-        mark = self._recall.refresh(st, layout)
-        return self._recall.candidates(mark, query, after, high, window)
+        return self._recall, self._recall.refresh(st, layout)
 
     def exists(self) -> bool:
         return bool(self.ws.exists())

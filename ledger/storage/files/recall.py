@@ -43,10 +43,11 @@ VERSION = "1"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS docs(seq INTEGER PRIMARY KEY, win INTEGER NOT NULL,
-    len INTEGER NOT NULL, terms TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS post(term TEXT NOT NULL, imp REAL NOT NULL, neg INTEGER NOT NULL,
-    PRIMARY KEY(term, imp, neg)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS df(term TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
+    len INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS post(tid INTEGER NOT NULL, imp INTEGER NOT NULL,
+    neg INTEGER NOT NULL, tf INTEGER NOT NULL, PRIMARY KEY(tid, imp, neg)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS df(term TEXT PRIMARY KEY, tid INTEGER NOT NULL UNIQUE,
+    n INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS echo(call TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS wins(win INTEGER PRIMARY KEY);
 """
@@ -239,13 +240,33 @@ class RecallIndex:
         self, db: sqlite3.Connection, st: Any, layout: str, mark: Mark, start: tuple[int, int]
     ) -> Mark:
         calls = {c for (c,) in db.execute("SELECT call FROM echo")}
+        tids: dict[str, int] = {}
+        top = db.execute("SELECT max(tid) FROM df").fetchone()
+        next_tid = [int(top[0]) + 1 if top and top[0] is not None else 1]
+
+        fresh = next_tid[0] == 1  # an empty table: no term to look up
+
+        def tid_of(term: str) -> int:
+            got = tids.get(term)
+            if got is None:
+                row = None if fresh else db.execute(
+                    "SELECT tid FROM df WHERE term = ?", (term,)).fetchone()
+                if row is None:
+                    got = next_tid[0]
+                    next_tid[0] += 1
+                    db.execute("INSERT INTO df VALUES (?, ?, 0)", (term, got))
+                else:
+                    got = int(row[0])
+                tids[term] = got
+            return got
+
         upto, window = mark.upto, mark.window
         segment, offset, last_at, last_hash = mark.segment, mark.offset, mark.last_at, \
             mark.last_hash
         docs, total = mark.docs, mark.total
-        df: dict[str, int] = {}
-        doc_rows: list[tuple[int, int, int, str]] = []
-        post_rows: list[tuple[str, float, int]] = []
+        df: dict[int, int] = {}
+        doc_rows: list[tuple[int, int, int]] = []
+        post_rows: list[tuple[int, int, int, int]] = []
         new_calls: list[tuple[str]] = []
         for number, line in self._lines(st, start):
             segment, offset = number, line.offset + len(line.data) + 1
@@ -268,12 +289,13 @@ class RecallIndex:
             tfs, length = ranking.term_counts(row_text(row))
             if not length:
                 continue
-            doc_rows.append((seq, window, length, " ".join(f"{t}:{n}" for t, n in tfs.items())))
+            doc_rows.append((seq, window, length))
             docs += 1
             total += length
             for t, n in tfs.items():
-                df[t] = df.get(t, 0) + 1
-                post_rows.append((t, -ranking.impact(n, length), -seq))
+                tid = tid_of(t)
+                df[tid] = df.get(tid, 0) + 1
+                post_rows.append((tid, -round(ranking.impact(n, length) * 1000), -seq, n))
             if len(post_rows) > 50_000:
                 self._flush(db, doc_rows, post_rows, df, new_calls)
         self._flush(db, doc_rows, post_rows, df, new_calls)
@@ -283,17 +305,15 @@ class RecallIndex:
     @staticmethod
     def _flush(
         db: sqlite3.Connection,
-        doc_rows: list[tuple[int, int, int, str]],
-        post_rows: list[tuple[str, float, int]],
-        df: dict[str, int],
+        doc_rows: list[tuple[int, int, int]],
+        post_rows: list[tuple[int, int, int, int]],
+        df: dict[int, int],
         new_calls: list[tuple[str]],
     ) -> None:
-        db.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?)", doc_rows)
-        db.executemany("INSERT OR REPLACE INTO post VALUES (?, ?, ?)", post_rows)
-        db.executemany(
-            "INSERT INTO df VALUES (?, ?) ON CONFLICT(term) DO UPDATE SET n = n + excluded.n",
-            list(df.items()),
-        )
+        db.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?, ?)", doc_rows)
+        db.executemany("INSERT OR REPLACE INTO post VALUES (?, ?, ?, ?)", post_rows)
+        db.executemany("UPDATE df SET n = n + ? WHERE tid = ?",
+                       [(n, tid) for tid, n in df.items()])
         db.executemany("INSERT OR IGNORE INTO echo VALUES (?)", new_calls)
         doc_rows.clear()
         post_rows.clear()
@@ -310,10 +330,11 @@ class RecallIndex:
         in all, with seq in (after, high], then ``ranking.rank`` over them."""
         db = self._open()
         dfs: dict[str, int] = {}
+        tid: dict[str, int] = {}
         for t in query.terms:
-            got = db.execute("SELECT n FROM df WHERE term = ?", (t,)).fetchone()
-            if got:
-                dfs[t] = int(got[0])
+            got = db.execute("SELECT tid, n FROM df WHERE term = ?", (t,)).fetchone()
+            if got and got[1] > 0:
+                tid[t], dfs[t] = int(got[0]), int(got[1])
         if not dfs:
             return []
         kept = sorted(dfs, key=lambda t: dfs[t])[: ranking.MAX_TERMS]
@@ -323,25 +344,22 @@ class RecallIndex:
             nxt = db.execute("SELECT min(win) FROM wins WHERE win > ?", (window,)).fetchone()
             if nxt and nxt[0] is not None:
                 high = min(high, int(nxt[0]) - 1)
-        seqs: set[int] = set()
+        # A candidate's frequency of a term whose best postings it is not
+        # among counts as 0: with fewer postings than that, every one is read.
+        found: dict[int, dict[str, int]] = {}
         for t in kept:
-            seqs.update(s for (s,) in db.execute(
-                "SELECT -neg FROM post WHERE term = ? AND neg < ? AND neg >= ? "
-                "ORDER BY imp, neg LIMIT ?", (t, -after, -high, per_term)))
-        if not seqs:
+            for seq, tf in db.execute(
+                "SELECT -neg, tf FROM post WHERE tid = ? AND neg < ? AND neg >= ? "
+                "ORDER BY imp, neg LIMIT ?", (tid[t], -after, -high, per_term)):
+                found.setdefault(seq, {})[t] = tf
+        if not found:
             return []
         docs: list[ranking.Doc] = []
-        wanted = set(kept)
-        marks = ",".join("?" * len(seqs))
-        for seq, win, length, terms in db.execute(
-            f"SELECT seq, win, len, terms FROM docs WHERE seq IN ({marks})", sorted(seqs)
+        marks = ",".join("?" * len(found))
+        for seq, win, length in db.execute(
+            f"SELECT seq, win, len FROM docs WHERE seq IN ({marks})", sorted(found)
         ):
-            tfs = {}
-            for pair in terms.split(" "):
-                term, _, n = pair.rpartition(":")
-                if term in wanted:
-                    tfs[term] = int(n)
-            docs.append(ranking.Doc(seq, win, length, tfs))
+            docs.append(ranking.Doc(seq, win, length, found[seq]))
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
         win_of = {d.seq: d.window for d in docs}
         q = ranking.Query(tuple(kept), query.phrases)
