@@ -238,3 +238,26 @@ def test_window_scope(tmp_path: Path) -> None:
         got = ranked(tool, "degree commute trip pasta milestone", window=w)["items"]
         assert got and all(i["window"] == w for i in got)
     assert ranked(tool, "degree", window=999)["error"]["code"] == "not_found"
+
+
+def test_check_reports_and_repair_rebuilds_the_index(tmp_path: Path) -> None:
+    from recovery.check import check
+    from recovery.repair import repair
+
+    h = seeded(tmp_path)
+    tool = h.session_history()
+    before = ranked(tool, "degree graduate commute")
+    tool.reader._recall.close()
+    assert check(h).ok and not [f for f in check(h).findings if "recall" in f.code]
+    index = tmp_path / "w" / fmt.RECALL_NAME
+    import sqlite3
+
+    db = sqlite3.connect(index)
+    db.execute("UPDATE docs SET len = len + 1")  # an index that disagrees with the log
+    db.commit()
+    db.close()
+    codes = {f.code for f in check(h).findings}
+    assert "recall_index_disagrees" in codes
+    repair(h)
+    assert not [f for f in check(h).findings if "recall" in f.code]
+    assert ranked(h.session_history(), "degree graduate commute") == before

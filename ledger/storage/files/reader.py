@@ -27,7 +27,7 @@ from ledger.core.ranking import Query
 from ledger.core.windows import Boundary, window_marker
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
-from ledger.storage.files.recall import RecallIndex
+from ledger.storage.files.recall import RecallIndex, layout_of
 from ledger.storage.files.state import State
 
 _CHUNK = 256 * 1024
@@ -208,9 +208,7 @@ class FileReader:
         """Bring the recall index up to the log (under ``locked()``)."""
         if self._recall is None:
             self._recall = RecallIndex(self.ws.path)
-        layout = str(st.receipt.layout) if st.verified and st.receipt is not None \
-            else "d" + st.digest.hex()
-        return self._recall, self._recall.refresh(st, layout)
+        return self._recall, self._recall.refresh(st, layout_of(st))
 
     def exists(self) -> bool:
         return bool(self.ws.exists())

@@ -375,3 +375,62 @@ class RecallIndex:
             except OSError:
                 pass
         return {"docs": mark.docs, "upto": mark.upto, "bytes": size}
+
+
+def layout_of(st: Any) -> str:
+    """What a merge changes: the receipt's layout (else the stamps' digest)."""
+    if st.verified and st.receipt is not None:
+        return str(st.receipt.layout)
+    return "d" + st.digest.hex()
+
+
+SAMPLE = 64  # rows of the index compared with the log by ``inspect``
+
+
+def inspect(wsdir: str, st: Any, read_row: Any) -> list[tuple[str, str]]:
+    """Read-only findings about the index against the log state ``st``:
+    (code, message) pairs. ``read_row(seq)`` returns the log's row or None.
+    Compares the mark with the log and up to SAMPLE indexed rows (spread over
+    the seqs) with what the log says of them now."""
+    path = index_path(wsdir)
+    if not os.path.exists(path):
+        return []
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error as exc:
+        return [("recall_index_damaged", f"the recall index cannot be opened: {exc}")]
+    try:
+        ok = db.execute("PRAGMA quick_check").fetchone()
+        if not ok or ok[0] != "ok":
+            return [("recall_index_damaged", f"the recall index fails its check: {ok}")]
+        index = RecallIndex(wsdir)
+        mark = index._mark(db)
+        if mark.epoch != st.epoch or mark.upto > st.next_seq - 1:
+            return [("recall_index_stale", "the recall index was built for another state of "
+                     "the log (a rewrite or a lost tail since)")]
+        if mark.layout == layout_of(st) and mark.segment in st.segments \
+                and index._line_hash(mark) != mark.last_hash:
+            return [("recall_index_stale", "the row the recall index ends at is not in the log")]
+        rows = db.execute("SELECT seq, len FROM docs ORDER BY random() LIMIT ?", (SAMPLE,))
+        for seq, length in rows.fetchall():
+            row = read_row(seq)
+            if row is None or hidden(row):
+                return [("recall_index_disagrees", f"the recall index holds row {seq}, which "
+                         "the log does not show")]
+            if ranking.term_counts(row_text(row))[1] != length:
+                return [("recall_index_disagrees", f"row {seq} differs from its index entry")]
+    except sqlite3.Error as exc:
+        return [("recall_index_damaged", f"the recall index cannot be read: {exc}")]
+    finally:
+        db.close()
+    return []
+
+
+def rebuild(wsdir: str, st: Any) -> Mark:
+    """Delete the index and build it again from the log (under the lock)."""
+    index = RecallIndex(wsdir)
+    index.discard()
+    try:
+        return index.refresh(st, layout_of(st))
+    finally:
+        index.close()
