@@ -40,6 +40,7 @@ from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
 from ledger.storage.files import segments as segs
 
 VERSION = "1"
+_MASK = (1 << 64) - 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS docs(seq INTEGER PRIMARY KEY, win INTEGER NOT NULL,
@@ -50,6 +51,8 @@ CREATE TABLE IF NOT EXISTS df(term TEXT PRIMARY KEY, tid INTEGER NOT NULL UNIQUE
     n INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS echo(call TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS wins(win INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS segs(number INTEGER PRIMARY KEY, last_at INTEGER NOT NULL,
+    last_hash TEXT NOT NULL);
 """
 
 
@@ -68,6 +71,8 @@ class Mark:
     last_hash: str  # xxh3-64 of that line
     docs: int
     total: int
+    lines: int = 0  # sum (mod 2**64) of the xxh3-64 of every line read: the merge path
+    # (or an unverified receipt) adds them up again, so any changed or lost line is seen
 
 
 _EMPTY = Mark(-1, "", 0, 0, -1, 0, -1, "", 0, 0)
@@ -123,7 +128,8 @@ class RecallIndex:
         try:
             return Mark(int(got["epoch"]), got["layout"], int(got["upto"]), int(got["window"]),
                         int(got["segment"]), int(got["offset"]), int(got["last_at"]),
-                        got["last_hash"], int(got["docs"]), int(got["total"]))
+                        got["last_hash"], int(got["docs"]), int(got["total"]),
+                        int(got["lines"]))
         except (KeyError, ValueError):
             return _EMPTY
 
@@ -152,7 +158,7 @@ class RecallIndex:
             mark = self._mark(db)  # another reader may have done it meanwhile
             start = self._resume(st, layout, mark)
             if start is None:
-                for table in ("meta", "docs", "post", "df", "echo", "wins"):
+                for table in ("meta", "docs", "post", "df", "echo", "wins", "segs"):
                     db.execute(f"DELETE FROM {table}")
                 start = (st.segments[0] if st.segments else 0, 0)
                 mark = Mark(st.epoch, layout, 0, 0, *start, -1, "", 0, 0)
@@ -163,6 +169,7 @@ class RecallIndex:
                 ("segment", str(mark.segment)), ("offset", str(mark.offset)),
                 ("last_at", str(mark.last_at)), ("last_hash", mark.last_hash),
                 ("docs", str(mark.docs)), ("total", str(mark.total)),
+                ("lines", str(mark.lines)),
             ])
             db.execute("COMMIT")
         except BaseException:
@@ -183,7 +190,19 @@ class RecallIndex:
         return (mark.epoch == st.epoch and mark.layout == layout
                 and (mark.segment, mark.offset) == self._end(st)
                 and (mark.upto > 0 or st.next_seq <= 1)
-                and self._line_hash(mark) == mark.last_hash)
+                and self._line_hash(mark) == mark.last_hash
+                and self._segments_hold(self._open(), st))
+
+    def _segments_hold(self, db: sqlite3.Connection, st: Any) -> bool:
+        """Whether every segment still ends its indexed part with the line the
+        index read last there (a crash at durability off can shorten an
+        older segment while a newer one survives)."""
+        for number, last_at, last_hash in db.execute("SELECT * FROM segs").fetchall():
+            if number not in st.segments:
+                return False
+            if self._line_hash(Mark(0, "", 0, 0, number, 0, last_at, "", 0, 0)) != last_hash:
+                return False
+        return True
 
     def _line_hash(self, mark: Mark) -> str:
         """The hash of the line the mark says it ended at, read from the log."""
@@ -208,15 +227,23 @@ class RecallIndex:
         if mark.epoch != st.epoch or mark.upto <= 0:
             return None
         if mark.layout == layout and mark.segment in st.segments:
-            if self._line_hash(mark) != mark.last_hash:
-                return None  # the log lost or changed the row the index ends at
+            if self._line_hash(mark) != mark.last_hash or not self._segments_hold(
+                    self._open(), st):
+                return None  # the log lost or changed rows the index holds
             return mark.segment, mark.offset
-        # A merge moved rows (same epoch, same rows): find the last one by seq.
+        self._open().execute("DELETE FROM segs")  # a merge: segments renumbered
+        # A merge moved rows (same epoch, same rows), or the receipt is not
+        # verified (a crash): find the last row by seq, having counted the
+        # lines before it again (a lost older line means a rebuild).
+        count = 0
         for number in st.segments:
             for line in segs.iter_lines(segs.segment_path(self.wsdir, number)):
                 seq = fmt.seq_prefix(line.data[:32])
+                if seq is not None:
+                    count = (count + xxhash.xxh3_64_intdigest(line.data)) & _MASK
                 if seq == mark.upto:
-                    if xxhash.xxh3_64_hexdigest(line.data) != mark.last_hash:
+                    if xxhash.xxh3_64_hexdigest(line.data) != mark.last_hash \
+                            or count != mark.lines:
                         return None
                     return number, line.offset + len(line.data) + 1
                 if seq is not None and seq > mark.upto:
@@ -263,19 +290,23 @@ class RecallIndex:
         upto, window = mark.upto, mark.window
         segment, offset, last_at, last_hash = mark.segment, mark.offset, mark.last_at, \
             mark.last_hash
-        docs, total = mark.docs, mark.total
+        docs, total, lines = mark.docs, mark.total, mark.lines
         df: dict[int, int] = {}
         doc_rows: list[tuple[int, int, int]] = []
         post_rows: list[tuple[int, int, int, int]] = []
         new_calls: list[tuple[str]] = []
+        seg_ends: dict[int, tuple[int, str]] = {}
         for number, line in self._lines(st, start):
             segment, offset = number, line.offset + len(line.data) + 1
+            if fmt.seq_prefix(line.data[:32]) is not None:
+                lines = (lines + xxhash.xxh3_64_intdigest(line.data)) & _MASK
             row = fmt.decode_line(line.data)
             seq = row.get("seq") if row is not None else None
             if row is None or not isinstance(seq, int) or isinstance(seq, bool):
                 continue  # unreadable lines are never results (check reports them)
             upto, last_at = seq, line.offset
             last_hash = xxhash.xxh3_64_hexdigest(line.data)
+            seg_ends[number] = (last_at, last_hash)
             if row.get("kind") == "reset" or fmt.readable_row_is_reset(line.data, row):
                 window = seq
                 db.execute("INSERT OR REPLACE INTO wins VALUES (?)", (seq,))
@@ -299,8 +330,10 @@ class RecallIndex:
             if len(post_rows) > 50_000:
                 self._flush(db, doc_rows, post_rows, df, new_calls)
         self._flush(db, doc_rows, post_rows, df, new_calls)
+        db.executemany("INSERT OR REPLACE INTO segs VALUES (?, ?, ?)",
+                       [(n, at, h) for n, (at, h) in seg_ends.items()])
         return Mark(st.epoch, layout, upto, window, segment, offset, last_at, last_hash,
-                    docs, total)
+                    docs, total, lines)
 
     @staticmethod
     def _flush(

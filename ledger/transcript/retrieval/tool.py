@@ -451,7 +451,10 @@ class SessionHistory:
         while at < len(ranked) and reads < RANKED_READS:
             seq, _win, score = ranked[at]
             reads += 1
-            outcome = self.reader.locate(st, seq, result)
+            try:
+                outcome = self.reader.locate(st, seq, result)
+            except NotFound:
+                outcome = None
             if not isinstance(outcome, tuple):
                 at += 1  # gone, oversized or unreadable: never served from the index
                 continue
