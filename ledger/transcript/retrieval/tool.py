@@ -434,7 +434,8 @@ class SessionHistory:
         after the floor, shown content and not the tool's own echo."""
         ranker = getattr(self.reader, "ranked", None)
         if ranker is None:
-            raise BadRequest("mode=ranked is not available on this engine")
+            raise BadRequest("mode=ranked is not available on this engine yet (the file engine "
+                             "has it); use mode=literal")
         q = ranking.parse_query(query)
         if q.empty:
             raise BadRequest("'query' has no words to rank by")
