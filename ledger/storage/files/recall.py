@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,12 +40,12 @@ from ledger.core.errors import Unavailable
 from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
 from ledger.storage.files import segments as segs
 
-VERSION = "1"
+VERSION = "2"
 _MASK = (1 << 64) - 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS docs(seq INTEGER PRIMARY KEY, win INTEGER NOT NULL,
-    len INTEGER NOT NULL);
+    len INTEGER NOT NULL, tids BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS post(tid INTEGER NOT NULL, imp INTEGER NOT NULL,
     neg INTEGER NOT NULL, tf INTEGER NOT NULL, PRIMARY KEY(tid, imp, neg)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS df(term TEXT PRIMARY KEY, tid INTEGER NOT NULL UNIQUE,
@@ -292,7 +293,7 @@ class RecallIndex:
             mark.last_hash
         docs, total, lines = mark.docs, mark.total, mark.lines
         df: dict[int, int] = {}
-        doc_rows: list[tuple[int, int, int]] = []
+        doc_rows: list[tuple[int, int, int, bytes]] = []
         post_rows: list[tuple[int, int, int, int]] = []
         new_calls: list[tuple[str]] = []
         seg_ends: dict[int, tuple[int, str]] = {}
@@ -320,13 +321,16 @@ class RecallIndex:
             tfs, length = ranking.term_counts(row_text(row))
             if not length:
                 continue
-            doc_rows.append((seq, window, length))
             docs += 1
             total += length
+            pairs = array("I")
             for t, n in tfs.items():
                 tid = tid_of(t)
                 df[tid] = df.get(tid, 0) + 1
                 post_rows.append((tid, -round(ranking.impact(n, length) * 1000), -seq, n))
+                pairs.append(tid)
+                pairs.append(min(n, 0xFFFFFFFF))
+            doc_rows.append((seq, window, length, pairs.tobytes()))
             if len(post_rows) > 50_000:
                 self._flush(db, doc_rows, post_rows, df, new_calls)
         self._flush(db, doc_rows, post_rows, df, new_calls)
@@ -338,12 +342,12 @@ class RecallIndex:
     @staticmethod
     def _flush(
         db: sqlite3.Connection,
-        doc_rows: list[tuple[int, int, int]],
+        doc_rows: list[tuple[int, int, int, bytes]],
         post_rows: list[tuple[int, int, int, int]],
         df: dict[int, int],
         new_calls: list[tuple[str]],
     ) -> None:
-        db.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?, ?)", doc_rows)
+        db.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?)", doc_rows)
         db.executemany("INSERT OR REPLACE INTO post VALUES (?, ?, ?, ?)", post_rows)
         db.executemany("UPDATE df SET n = n + ? WHERE tid = ?",
                        [(n, tid) for tid, n in df.items()])
@@ -377,8 +381,8 @@ class RecallIndex:
             nxt = db.execute("SELECT min(win) FROM wins WHERE win > ?", (window,)).fetchone()
             if nxt and nxt[0] is not None:
                 high = min(high, int(nxt[0]) - 1)
-        # A candidate's frequency of a term whose best postings it is not
-        # among counts as 0: with fewer postings than that, every one is read.
+        # Candidates: the best postings of each term; each candidate's
+        # frequencies of every query term then come from its docs entry.
         found: dict[int, dict[str, int]] = {}
         for t in kept:
             for seq, tf in db.execute(
@@ -389,10 +393,19 @@ class RecallIndex:
             return []
         docs: list[ranking.Doc] = []
         marks = ",".join("?" * len(found))
-        for seq, win, length in db.execute(
-            f"SELECT seq, win, len FROM docs WHERE seq IN ({marks})", sorted(found)
+        term_of = {tid[t]: t for t in kept}
+        for seq, win, length, blob in db.execute(
+            f"SELECT seq, win, len, tids FROM docs WHERE seq IN ({marks})", sorted(found)
         ):
-            docs.append(ranking.Doc(seq, win, length, found[seq]))
+            pairs = array("I")
+            pairs.frombytes(blob)
+            tfs = found[seq]
+            if len(tfs) < len(kept):
+                for i in range(0, len(pairs), 2):
+                    t = term_of.get(pairs[i])
+                    if t is not None:
+                        tfs[t] = pairs[i + 1]
+            docs.append(ranking.Doc(seq, win, length, tfs))
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
         win_of = {d.seq: d.window for d in docs}
         q = ranking.Query(tuple(kept), query.phrases)
