@@ -207,7 +207,11 @@ class FileReader:
     def refresh_recall(self, st: State) -> tuple[RecallIndex, Any]:
         """Bring the recall index up to the log (under ``locked()``)."""
         if self._recall is None:
-            self._recall = RecallIndex(self.ws.path)
+            # A projection: at durability "off" it is not synced either (a
+            # power loss can only make it rebuild or rank less well; every
+            # row served is read again from the log).
+            sync = "OFF" if self.ws.store.durability == "off" else "NORMAL"
+            self._recall = RecallIndex(self.ws.path, sync)
         return self._recall, self._recall.refresh(st, layout_of(st))
 
     def exists(self) -> bool:
