@@ -40,7 +40,7 @@ from ledger.core.errors import Unavailable
 from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
 from ledger.storage.files import segments as segs
 
-VERSION = "2"
+VERSION = "3"
 _MASK = (1 << 64) - 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS df(term TEXT PRIMARY KEY, tid INTEGER NOT NULL UNIQUE
 CREATE TABLE IF NOT EXISTS echo(call TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS wins(win INTEGER PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS segs(number INTEGER PRIMARY KEY, last_at INTEGER NOT NULL,
-    last_hash TEXT NOT NULL);
+    last_hash TEXT NOT NULL, stamp TEXT NOT NULL);
 """
 
 
@@ -198,9 +198,12 @@ class RecallIndex:
         """Whether every segment still ends its indexed part with the line the
         index read last there (a crash at durability off can shorten an
         older segment while a newer one survives)."""
-        for number, last_at, last_hash in db.execute("SELECT * FROM segs").fetchall():
+        stamps = _stamps(st)
+        for number, last_at, last_hash, stamp in db.execute("SELECT * FROM segs").fetchall():
             if number not in st.segments:
                 return False
+            if stamps.get(number) == stamp:
+                continue  # the same file, untouched since it was read (a sealed segment)
             if self._line_hash(Mark(0, "", 0, 0, number, 0, last_at, "", 0, 0)) != last_hash:
                 return False
         return True
@@ -334,8 +337,9 @@ class RecallIndex:
             if len(post_rows) > 50_000:
                 self._flush(db, doc_rows, post_rows, df, new_calls)
         self._flush(db, doc_rows, post_rows, df, new_calls)
-        db.executemany("INSERT OR REPLACE INTO segs VALUES (?, ?, ?)",
-                       [(n, at, h) for n, (at, h) in seg_ends.items()])
+        stamps = _stamps(st)
+        db.executemany("INSERT OR REPLACE INTO segs VALUES (?, ?, ?, ?)",
+                       [(n, at, h, stamps.get(n, "")) for n, (at, h) in seg_ends.items()])
         return Mark(st.epoch, layout, upto, window, segment, offset, last_at, last_hash,
                     docs, total, lines)
 
@@ -421,6 +425,14 @@ class RecallIndex:
             except OSError:
                 pass
         return {"docs": mark.docs, "upto": mark.upto, "bytes": size}
+
+
+def _stamps(st: Any) -> dict[int, str]:
+    """Each segment's stamp as text (identity, size, times)."""
+    out = {n: repr(tuple(stamp)) for n, stamp in st.sealed}
+    if st.active_stamp is not None:
+        out[st.active] = repr(tuple(st.active_stamp))
+    return out
 
 
 def layout_of(st: Any) -> str:
