@@ -261,3 +261,31 @@ def test_check_reports_and_repair_rebuilds_the_index(tmp_path: Path) -> None:
     repair(h)
     assert not [f for f in check(h).findings if "recall" in f.code]
     assert ranked(h.session_history(), "degree graduate commute") == before
+
+
+def test_rows_are_found_again_after_a_merge(tmp_path: Path) -> None:
+    """Merges (at append) move rows to other segments and offsets: the
+    positions the index kept are hints only."""
+    from ledger.storage.files.state import unwrap
+
+    store = Store(str(tmp_path), durability="off", segment_bytes=150)
+    h = store.history("w")
+
+    def add(i: int) -> None:
+        h.append(msg(f"turn {i}: the otter number {i} swims " + "~" * 120))
+
+    add(0)
+    tool = h.session_history()
+    assert seqs(ranked(tool, "otter swims")) == [1]
+    layout = unwrap(h).state().receipt.layout
+    for i in range(1, 40):
+        add(i)
+        if i % 6 == 0:
+            assert len(seqs(ranked(tool, "otter swims", limit=25))) == min(i + 1, 25)
+    assert unwrap(h).state().receipt.layout > layout  # merges ran meanwhile
+    got = ranked(tool, "otter swims", limit=25)
+    tool.reader._recall.close()
+    for name in os.listdir(tmp_path / "w"):
+        if name.startswith(fmt.RECALL_NAME):
+            os.unlink(tmp_path / "w" / name)
+    assert ranked(h.session_history(), "otter swims", limit=25) == got

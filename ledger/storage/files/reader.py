@@ -198,8 +198,8 @@ class FileReader:
 
     def ranked(
         self, st: State, query: Query, after: int, high: int, window: int | None
-    ) -> list[tuple[int, int, float]]:
-        """Ranked candidates (seq, window, score) from the recall index,
+    ) -> list[tuple[int, int, float, tuple[int, int]]]:
+        """Ranked candidates (seq, window, score, position hint) from the recall index,
         brought up to date with the log first (``ledger.storage.files.recall``)."""
         recall, mark = self.refresh_recall(st)
         return recall.candidates(mark, query, after, high, window)
@@ -343,6 +343,26 @@ class FileReader:
             if (b.segment, b.offset) < (number, offset):
                 window = window_marker(b)
         return window
+
+    def locate_at(self, st: State, seq: int, hint: tuple[int, int], result: SkipSink) -> Any:
+        """Row ``seq`` read where the recall index saw its line (one short
+        read); anything else (a merge moved it, the log lost it) is looked
+        up by ``locate``."""
+        number, offset = hint
+        if number in st.segments:
+            try:
+                size = _segment_size(st, number)
+            except CursorExpired:
+                size = -1
+            if 0 <= offset < size:
+                try:
+                    got = self._scan_for(number, size, Position(number, offset), seq, result,
+                                         Budget(rows=1))
+                except NotFound:  # another row there now
+                    got = False
+                if isinstance(got, tuple) or got is None:
+                    return got
+        return self.locate(st, seq, result)
 
     def locate(self, st: State, seq: int, result: SkipSink) -> Any:
         """Find row ``seq``: the segment from the index (sealed entries, else

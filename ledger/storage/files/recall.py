@@ -40,12 +40,12 @@ from ledger.core.errors import Unavailable
 from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
 from ledger.storage.files import segments as segs
 
-VERSION = "3"
+VERSION = "4"
 _MASK = (1 << 64) - 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS docs(seq INTEGER PRIMARY KEY, win INTEGER NOT NULL,
-    len INTEGER NOT NULL, tids BLOB NOT NULL);
+    len INTEGER NOT NULL, tids BLOB NOT NULL, seg INTEGER NOT NULL, off INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS post(tid INTEGER NOT NULL, imp INTEGER NOT NULL,
     neg INTEGER NOT NULL, tf INTEGER NOT NULL, PRIMARY KEY(tid, imp, neg)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS df(term TEXT PRIMARY KEY, tid INTEGER NOT NULL UNIQUE,
@@ -296,7 +296,7 @@ class RecallIndex:
             mark.last_hash
         docs, total, lines = mark.docs, mark.total, mark.lines
         df: dict[int, int] = {}
-        doc_rows: list[tuple[int, int, int, bytes]] = []
+        doc_rows: list[tuple[int, int, int, bytes, int, int]] = []
         post_rows: list[tuple[int, int, int, int]] = []
         new_calls: list[tuple[str]] = []
         seg_ends: dict[int, tuple[int, str]] = {}
@@ -333,7 +333,7 @@ class RecallIndex:
                 post_rows.append((tid, -round(ranking.impact(n, length) * 1000), -seq, n))
                 pairs.append(tid)
                 pairs.append(min(n, 0xFFFFFFFF))
-            doc_rows.append((seq, window, length, pairs.tobytes()))
+            doc_rows.append((seq, window, length, pairs.tobytes(), number, line.offset))
             if len(post_rows) > 50_000:
                 self._flush(db, doc_rows, post_rows, df, new_calls)
         self._flush(db, doc_rows, post_rows, df, new_calls)
@@ -346,12 +346,12 @@ class RecallIndex:
     @staticmethod
     def _flush(
         db: sqlite3.Connection,
-        doc_rows: list[tuple[int, int, int, bytes]],
+        doc_rows: list[tuple[int, int, int, bytes, int, int]],
         post_rows: list[tuple[int, int, int, int]],
         df: dict[int, int],
         new_calls: list[tuple[str]],
     ) -> None:
-        db.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?)", doc_rows)
+        db.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?, ?, ?)", doc_rows)
         db.executemany("INSERT OR REPLACE INTO post VALUES (?, ?, ?, ?)", post_rows)
         db.executemany("UPDATE df SET n = n + ? WHERE tid = ?",
                        [(n, tid) for tid, n in df.items()])
@@ -365,8 +365,9 @@ class RecallIndex:
 
     def candidates(
         self, mark: Mark, query: ranking.Query, after: int, high: int, window: int | None
-    ) -> list[tuple[int, int, float]]:
-        """The ranked candidates (seq, window, score), best first: for each
+    ) -> list[tuple[int, int, float, tuple[int, int]]]:
+        """The ranked candidates (seq, window, score, where the row's line was
+        when indexed: segment and offset, a hint), best first: for each
         query term (the rarest ``MAX_TERMS``) its best postings, ``SCAN_ROWS``
         in all, with seq in (after, high], then ``ranking.rank`` over them."""
         db = self._open()
@@ -398,9 +399,12 @@ class RecallIndex:
         docs: list[ranking.Doc] = []
         marks = ",".join("?" * len(found))
         term_of = {tid[t]: t for t in kept}
-        for seq, win, length, blob in db.execute(
-            f"SELECT seq, win, len, tids FROM docs WHERE seq IN ({marks})", sorted(found)
+        where: dict[int, tuple[int, int]] = {}
+        for seq, win, length, blob, seg, off in db.execute(
+            f"SELECT seq, win, len, tids, seg, off FROM docs WHERE seq IN ({marks})",
+            sorted(found),
         ):
+            where[seq] = (seg, off)
             pairs = array("I")
             pairs.frombytes(blob)
             tfs = found[seq]
@@ -413,7 +417,7 @@ class RecallIndex:
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
         win_of = {d.seq: d.window for d in docs}
         q = ranking.Query(tuple(kept), query.phrases)
-        return [(s, win_of[s], score) for s, score in ranking.rank(docs, q, corpus)]
+        return [(s, win_of[s], score, where[s]) for s, score in ranking.rank(docs, q, corpus)]
 
     def stats(self) -> dict[str, int]:
         db = self._open()

@@ -450,10 +450,12 @@ class SessionHistory:
         at = start
         reads = 0
         while at < len(ranked) and reads < RANKED_READS:
-            seq, _win, score = ranked[at]
+            seq, _win, score, hint = ranked[at]
             reads += 1
             try:
-                outcome = self.reader.locate(st, seq, result)
+                at_hint = getattr(self.reader, "locate_at", None)
+                outcome = (at_hint(st, seq, hint, result) if at_hint is not None
+                           else self.reader.locate(st, seq, result))
             except NotFound:
                 outcome = None
             if not isinstance(outcome, tuple):
