@@ -289,3 +289,18 @@ def test_rows_are_found_again_after_a_merge(tmp_path: Path) -> None:
         if name.startswith(fmt.RECALL_NAME):
             os.unlink(tmp_path / "w" / name)
     assert ranked(h.session_history(), "otter swims", limit=25) == got
+
+
+def test_a_deleted_workspace_made_again_has_a_new_index(tmp_path: Path) -> None:
+    store = Store(str(tmp_path), durability="off")
+    h = store.history("w")
+    h.append(msg("the heron nests by the lake"))
+    tool = h.session_history()
+    assert seqs(ranked(tool, "heron")) == [1]
+    assert store.delete("w")
+    h.append(msg("a kingfisher, not a heron"))
+    h.append(msg("another kingfisher"))
+    assert seqs(ranked(tool, "heron")) == [1]
+    assert ranked(tool, "lake nests")["items"] == []
+    assert seqs(ranked(tool, "kingfisher"))[0] in (1, 2)
+    assert (tmp_path / "w" / fmt.RECALL_NAME).exists()

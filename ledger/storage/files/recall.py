@@ -91,10 +91,19 @@ class RecallIndex:
         self.wsdir = wsdir
         self.synchronous = synchronous
         self._db: sqlite3.Connection | None = None
+        self._ident: tuple[int, int] = (0, 0)
 
     # -- the database --------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
+        if self._db is not None:
+            try:
+                now = os.stat(index_path(self.wsdir))
+                same = (now.st_dev, now.st_ino) == self._ident
+            except OSError:
+                same = False
+            if not same:  # deleted or replaced (a workspace deleted and made again)
+                self.close()
         if self._db is None:
             db = sqlite3.connect(index_path(self.wsdir), timeout=30, isolation_level=None,
                                  check_same_thread=False)
@@ -102,10 +111,12 @@ class RecallIndex:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute(f"PRAGMA synchronous={self.synchronous}")
                 db.executescript(_SCHEMA)
-            except sqlite3.DatabaseError:
+                now = os.stat(index_path(self.wsdir))
+            except (sqlite3.DatabaseError, OSError):
                 db.close()
                 raise
             self._db = db
+            self._ident = (now.st_dev, now.st_ino)
         return self._db
 
     def close(self) -> None:
