@@ -304,3 +304,25 @@ def test_a_deleted_workspace_made_again_has_a_new_index(tmp_path: Path) -> None:
     assert ranked(tool, "lake nests")["items"] == []
     assert seqs(ranked(tool, "kingfisher"))[0] in (1, 2)
     assert (tmp_path / "w" / fmt.RECALL_NAME).exists()
+
+
+def test_framework_tools_search_ranked(tmp_path: Path) -> None:
+    """The LangChain and Agents SDK tools take ``mode`` from the one schema."""
+    import asyncio
+
+    import pytest
+
+    lc = pytest.importorskip("ledger.integrations.langchain")
+    oa = pytest.importorskip("ledger.integrations.openai_agents")
+    store = Store(str(tmp_path), durability="off")
+    store.history("lc").append(msg("The standup moved to 9:45 on Thursdays."))
+    store.history("oa").append(msg("The standup moved to 9:45 on Thursdays."))
+    question = {"action": "search", "query": "when is the standup now?", "mode": "ranked"}
+    tool = lc.session_history_tool(lc.LedgerChatMessageHistory("lc", store=store))
+    assert "ranked" in json.dumps(tool.args)
+    got = json.loads(tool.invoke(question))
+    assert got["items"][0]["text"].startswith("The standup moved")
+    sdk_tool = oa.session_history_tool(oa.LedgerSession("oa", store=store))
+    assert "ranked" in json.dumps(sdk_tool.params_json_schema)
+    out = asyncio.run(sdk_tool.on_invoke_tool(None, json.dumps(question)))
+    assert json.loads(out)["items"][0]["text"].startswith("The standup moved")
