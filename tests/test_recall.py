@@ -326,3 +326,21 @@ def test_framework_tools_search_ranked(tmp_path: Path) -> None:
     assert "ranked" in json.dumps(sdk_tool.params_json_schema)
     out = asyncio.run(sdk_tool.on_invoke_tool(None, json.dumps(question)))
     assert json.loads(out)["items"][0]["text"].startswith("The standup moved")
+
+
+def test_cli_ranked_search(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    h = seeded(tmp_path)
+    del h
+    out = subprocess.run(
+        [sys.executable, "-m", "ledger", "--root", str(tmp_path), "history", "w", "search",
+         "what degree did I graduate with?", "--mode", "ranked", "--limit", "1"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "Business Administration" in json.loads(out.stdout)["items"][0]["text"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "ledger", "--root", str(tmp_path), "history", "w", "search",
+         "x", "--mode", "fuzzy"], capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2

@@ -213,6 +213,8 @@ def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
         arg("--cursor", default=None),
         arg("--limit", type=int, default=None),
         arg("--offset", type=int, default=None),
+        arg("--mode", choices=["literal", "ranked"], default=None,
+            help="search: literal text (default) or ranked (best matches first)"),
     ],
 )
 def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
@@ -226,7 +228,7 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
             call["query"] = args.query
         else:
             raise LedgerError(f"QUERY is only for the search action, not {args.action!r}")
-    for key in ("window", "seq", "cursor", "limit", "offset"):
+    for key in ("window", "seq", "cursor", "limit", "offset", "mode"):
         value = getattr(args, key)
         if value is not None:
             call[key] = value
