@@ -344,3 +344,18 @@ def test_cli_ranked_search(tmp_path: Path) -> None:
         [sys.executable, "-m", "ledger", "--root", str(tmp_path), "history", "w", "search",
          "x", "--mode", "fuzzy"], capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2
+
+
+def test_a_long_build_commits_in_chunks_with_the_same_answers(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    from ledger.storage.files import recall
+
+    rows = [msg(f"chunk {i} of the build: {FILLER[i % 4]}") for i in range(60)]
+    one = Store(str(tmp_path / "one"), durability="off").history("w")
+    one.append_many(rows)
+    whole = ranked(one.session_history(), "trip pasta recipe chunk", limit=25)
+    monkeypatch.setattr(recall, "CHUNK_POSTINGS", 20)
+    many = Store(str(tmp_path / "many"), durability="off").history("w")
+    many.append_many(rows)
+    got = ranked(many.session_history(), "trip pasta recipe chunk", limit=25)
+    assert got["items"] == whole["items"] and len(got["items"]) == 25

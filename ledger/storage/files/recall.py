@@ -42,6 +42,7 @@ from ledger.storage.files import segments as segs
 
 VERSION = "4"
 _MASK = (1 << 64) - 1
+CHUNK_POSTINGS = 200_000  # postings per committed chunk of a long build
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS docs(seq INTEGER PRIMARY KEY, win INTEGER NOT NULL,
@@ -151,14 +152,28 @@ class RecallIndex:
         """Index what the log holds beyond the mark (or rebuild). Called under
         the workspace's shared lock, so the log does not change meanwhile."""
         try:
+            for _ in range(8):
+                try:
+                    return self._refresh(st, layout)
+                except _Raced:
+                    continue  # another reader went on from our last commit
             return self._refresh(st, layout)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                # Another reader holds it (building a long index): not damage.
+                raise Unavailable("the recall index is being built by another reader; "
+                                  "retry in a moment") from None
+            return self._rebuild_damaged(st, layout)
         except sqlite3.DatabaseError:
-            # A damaged or foreign file: it is only a projection.
-            self.discard()
-            try:
-                return self._refresh(st, layout)
-            except sqlite3.DatabaseError as exc:
-                raise Unavailable(f"the recall index cannot be written: {exc}") from None
+            return self._rebuild_damaged(st, layout)
+
+    def _rebuild_damaged(self, st: Any, layout: str) -> Mark:
+        """A damaged or foreign file: it is only a projection, built again."""
+        self.discard()
+        try:
+            return self._refresh(st, layout)
+        except sqlite3.DatabaseError as exc:
+            raise Unavailable(f"the recall index cannot be written: {exc}") from None
 
     def _refresh(self, st: Any, layout: str) -> Mark:
         db = self._open()
@@ -175,14 +190,7 @@ class RecallIndex:
                 start = (st.segments[0] if st.segments else 0, 0)
                 mark = Mark(st.epoch, layout, 0, 0, *start, -1, "", 0, 0)
             mark = self._index_from(db, st, layout, mark, start)
-            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
-                ("version", VERSION), ("epoch", str(mark.epoch)), ("layout", mark.layout),
-                ("upto", str(mark.upto)), ("window", str(mark.window)),
-                ("segment", str(mark.segment)), ("offset", str(mark.offset)),
-                ("last_at", str(mark.last_at)), ("last_hash", mark.last_hash),
-                ("docs", str(mark.docs)), ("total", str(mark.total)),
-                ("lines", str(mark.lines)),
-            ])
+            _save(db, mark)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -345,14 +353,28 @@ class RecallIndex:
                 pairs.append(tid)
                 pairs.append(min(n, 0xFFFFFFFF))
             doc_rows.append((seq, window, length, pairs.tobytes(), number, line.offset))
-            if len(post_rows) > 50_000:
+            if len(post_rows) > CHUNK_POSTINGS:
+                # Commit a consistent prefix (a long build survives a crash and
+                # its WAL stays small), then go on if no other reader did.
                 self._flush(db, doc_rows, post_rows, df, new_calls)
+                self._save_segs(db, st, seg_ends)
+                saved = Mark(st.epoch, layout, upto, window, segment, offset, last_at,
+                             last_hash, docs, total, lines)
+                _save(db, saved)
+                db.execute("COMMIT")
+                db.execute("BEGIN IMMEDIATE")
+                if self._mark(db) != saved:
+                    raise _Raced()
         self._flush(db, doc_rows, post_rows, df, new_calls)
+        self._save_segs(db, st, seg_ends)
+        return Mark(st.epoch, layout, upto, window, segment, offset, last_at, last_hash,
+                    docs, total, lines)
+
+    @staticmethod
+    def _save_segs(db: sqlite3.Connection, st: Any, seg_ends: dict[int, tuple[int, str]]) -> None:
         stamps = _stamps(st)
         db.executemany("INSERT OR REPLACE INTO segs VALUES (?, ?, ?, ?)",
                        [(n, at, h, stamps.get(n, "")) for n, (at, h) in seg_ends.items()])
-        return Mark(st.epoch, layout, upto, window, segment, offset, last_at, last_hash,
-                    docs, total, lines)
 
     @staticmethod
     def _flush(
@@ -440,6 +462,21 @@ class RecallIndex:
             except OSError:
                 pass
         return {"docs": mark.docs, "upto": mark.upto, "bytes": size}
+
+
+class _Raced(Exception):
+    """Another process indexed between two chunks of ours."""
+
+
+def _save(db: sqlite3.Connection, mark: Mark) -> None:
+    db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
+        ("version", VERSION), ("epoch", str(mark.epoch)), ("layout", mark.layout),
+        ("upto", str(mark.upto)), ("window", str(mark.window)),
+        ("segment", str(mark.segment)), ("offset", str(mark.offset)),
+        ("last_at", str(mark.last_at)), ("last_hash", mark.last_hash),
+        ("docs", str(mark.docs)), ("total", str(mark.total)),
+        ("lines", str(mark.lines)),
+    ])
 
 
 def _stamps(st: Any) -> dict[int, str]:
