@@ -11,8 +11,9 @@ history.
 
 Maintenance is lazy: appends never touch it (their cost is unchanged); the
 first ranked search after appends indexes the rows it has not seen, under
-the reader's shared lock, in one SQLite transaction. What it has seen is
-named by the log's epoch, the position just past the last row indexed and a
+the reader's shared lock, in SQLite transactions (CHUNK_POSTINGS each, every
+one ending at a consistent mark, so a long build keeps its progress). What it
+has seen is named by the log's epoch, the position just past the last row indexed and a
 hash of that row's line: a rewrite (reject, truncate, purge, repair) starts
 a new epoch and a rebuild; a log that lost or changed the row the index ends
 at (a crash at ``durability="off"``) is rebuilt too; a merge only moves rows
