@@ -38,10 +38,11 @@ import msgspec
 from ledger.core import format as fmt
 from ledger.core.errors import FormatError, LedgerError, Unavailable, WorkspaceNotFound
 from ledger.core.windows import Boundary
-from ledger.storage.files import rewrite
+from ledger.storage.files import recall, rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.index import BoundaryIndex
 from ledger.storage.files.lock import locked
+from ledger.storage.files.reader import FileReader
 from ledger.storage.files.receipt import read_receipt, receipt_status
 from ledger.storage.files.state import covers, recorded_floor, unwrap
 from ledger.storage.files.workspace import FileWorkspace
@@ -260,6 +261,10 @@ def _check(history: FileWorkspace, progress: Progress | None) -> Report:
                                 "the next write or repair writes it"))
     if not scan.damage:
         findings.extend(_split_pairs(path, [n for n in numbers if n not in odd]))
+    try:
+        findings.extend(_recall_findings(history))
+    except LedgerError:
+        pass  # a log whose state cannot be read: its damage is reported above
     return Report(ws, findings, len(scan.segments), scan.rows, scan.bytes, status, scan)
 
 
@@ -352,6 +357,34 @@ def odd_format(path: str) -> str | None:
     except FileNotFoundError:
         return None
     return None if stat_mod.S_ISREG(mode) else segs.describe_mode(mode)
+
+
+def _recall_findings(history: FileWorkspace) -> Iterator[Finding]:
+    """The recall index (a projection for ranked search): notices only, as
+    nothing stored is lost with it; repair rebuilds it."""
+    if not os.path.exists(os.path.join(history.path, fmt.RECALL_NAME)):
+        return
+    with locked(history.path, history.workspace, history.store.lock_timeout, shared=True):
+        st = history.state()
+        reader = FileReader(history)
+
+        def read_row(seq: int) -> dict[str, Any] | None:
+            try:
+                got = reader.locate(st, seq, _NoSkips())
+            except LedgerError:
+                return None
+            return got[2] if isinstance(got, tuple) else None
+
+        found = recall.inspect(history.path, st, read_row)
+    for code, message in found:
+        yield Finding(NOTICE, code, message,
+                      f"tledger repair {history.workspace} rebuilds it (so does the next "
+                      "ranked search, for a stale one)", fmt.RECALL_NAME)
+
+
+class _NoSkips:
+    def add_skipped(self, seq: int | None, nbytes: int) -> None:
+        pass
 
 
 def _read_format(path: str) -> bytes | None:

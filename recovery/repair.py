@@ -47,9 +47,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledger.core import format as fmt
-from ledger.core.errors import FormatError, RecoveryError, WorkspaceNotFound
+from ledger.core.errors import FormatError, LedgerError, RecoveryError, WorkspaceNotFound
 from ledger.core.rows import new_id, prepare_batch
-from ledger.storage.files import rewrite
+from ledger.storage.files import recall, rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
 from ledger.storage.files.receipt import read_receipt, receipt_status, write_receipt
@@ -290,8 +290,17 @@ def repair(history: History | FileWorkspace, *, policy: str = "salvage", dry_run
         )
     report = RepairReport(history.workspace, policy, dry_run)
     try:
+        recall_found = list(chk._recall_findings(history))
+    except LedgerError:  # a log too damaged to read a state from: rebuilt after repair
+        recall_found = [None]
+    try:
         with locked(history.path, history.workspace, history.store.lock_timeout, shared=dry_run):
             _repair_locked(history, report, progress)
+            if not dry_run and (recall_found or report.changed) and os.path.exists(
+                    os.path.join(history.path, fmt.RECALL_NAME)):
+                # The recall index is a projection: built again from the repaired log.
+                recall.rebuild(history.path, history.state())
+                report.changed = True
     except (OSError, segs.CommitStepError) as exc:
         cause = exc.cause if isinstance(exc, segs.CommitStepError) else exc
         raise RecoveryError(

@@ -151,10 +151,10 @@ json_values = st.recursive(
     max_leaves=6,
 )
 arg_keys = st.sampled_from(["action", "query", "window", "seq", "offset", "cursor", "limit",
-                            "extra", ""])
+                            "mode", "extra", ""])
 arg_values = st.one_of(
     json_values,
-    st.sampled_from(["list", "search", "read", "tok", "\ud800", "a.b"]),
+    st.sampled_from(["list", "search", "read", "tok", "\ud800", "a.b", "ranked", "literal"]),
     st.integers(-3, 70),
 )
 

@@ -255,6 +255,8 @@ def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
         arg("--cursor", default=None),
         arg("--limit", type=int, default=None),
         arg("--offset", type=int, default=None),
+        arg("--mode", choices=["literal", "ranked"], default=None,
+            help="search: literal text (default) or ranked (best matches first)"),
     ],
 )
 def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
@@ -278,7 +280,7 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
                 raise UsageError(f"history {args.action}: {key.upper()} {number} and "
                                  f"--{key} {getattr(args, key)} disagree")
             setattr(args, key, number)
-    for key in ("window", "seq", "cursor", "limit", "offset"):
+    for key in ("window", "seq", "cursor", "limit", "offset", "mode"):
         value = getattr(args, key)
         if value is not None:
             call[key] = value

@@ -133,6 +133,7 @@ LOCK_NAME = "LOCK"
 RECEIPT_NAME = "RECEIPT"
 FORMAT_NAME = "FORMAT"
 INDEX_NAME = "INDEX"
+RECALL_NAME = "RECALL.sqlite"  # the recall index (ledger.storage.files.recall), a projection
 MERGE_NAME = "MERGE"
 QUARANTINE_DIR = "quarantine"
 REWRITE_MARKER_NAME = "REWRITE.json"  # a marked rewrite in flight (ledger.storage.files.rewrite)

@@ -158,6 +158,7 @@ def build_server(root: str, workspace: str, *, allow_write: bool = False,
     def session_history(
         action: Annotated[str, Field(description=_desc(spec, "action") + ": list, search or read")],
         query: Annotated[str | None, Field(description=_desc(spec, "query"))] = None,
+        mode: Annotated[str | None, Field(description=_desc(spec, "mode"))] = None,
         window: Annotated[int | None, Field(description=_desc(spec, "window"))] = None,
         seq: Annotated[int | None, Field(description=_desc(spec, "seq"))] = None,
         offset: Annotated[int | None, Field(description=_desc(spec, "offset"))] = None,
@@ -165,7 +166,7 @@ def build_server(root: str, workspace: str, *, allow_write: bool = False,
         limit: Annotated[int | None, Field(description=_desc(spec, "limit"))] = None,
     ) -> CallToolResult:
         # Only describes the tool (tools/list): calls go to history_call below.
-        given = {"action": action, "query": query, "window": window, "seq": seq,
+        given = {"action": action, "query": query, "mode": mode, "window": window, "seq": seq,
                  "offset": offset, "cursor": cursor, "limit": limit}
         return history_call({k: v for k, v in given.items() if v is not None})
 

@@ -23,9 +23,11 @@ from ledger.core import format as fmt
 from ledger.core.bounds import LINE_CAP, SCAN_BYTES, SCAN_ROWS, Budget, Event, SkipSink
 from ledger.core.cursors import SEEKING, CursorData, Position
 from ledger.core.errors import CursorExpired, HistoryDamaged, NotFound, Unavailable
+from ledger.core.ranking import Query
 from ledger.core.windows import Boundary, window_marker
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
+from ledger.storage.files.recall import RecallIndex, layout_of
 from ledger.storage.files.state import State
 
 _CHUNK = 256 * 1024
@@ -192,6 +194,25 @@ class FileReader:
 
     def __init__(self, ws: Any) -> None:
         self.ws = ws
+        self._recall: RecallIndex | None = None
+
+    def ranked(
+        self, st: State, query: Query, after: int, high: int, window: int | None
+    ) -> list[tuple[int, int, float, tuple[int, int]]]:
+        """Ranked candidates (seq, window, score, position hint) from the recall index,
+        brought up to date with the log first (``ledger.storage.files.recall``)."""
+        recall, mark = self.refresh_recall(st)
+        return recall.candidates(mark, query, after, high, window)
+
+    def refresh_recall(self, st: State) -> tuple[RecallIndex, Any]:
+        """Bring the recall index up to the log (under ``locked()``)."""
+        if self._recall is None:
+            # A projection: at durability "off" it is not synced either (a
+            # power loss can only make it rebuild or rank less well; every
+            # row served is read again from the log).
+            sync = "OFF" if self.ws.store.durability == "off" else "NORMAL"
+            self._recall = RecallIndex(self.ws.path, sync)
+        return self._recall, self._recall.refresh(st, layout_of(st))
 
     def exists(self) -> bool:
         return bool(self.ws.exists())
@@ -327,6 +348,26 @@ class FileReader:
             if (b.segment, b.offset) < (number, offset):
                 window = window_marker(b)
         return window
+
+    def locate_at(self, st: State, seq: int, hint: tuple[int, int], result: SkipSink) -> Any:
+        """Row ``seq`` read where the recall index saw its line (one short
+        read); anything else (a merge moved it, the log lost it) is looked
+        up by ``locate``."""
+        number, offset = hint
+        if number in st.segments:
+            try:
+                size = _segment_size(st, number)
+            except CursorExpired:
+                size = -1
+            if 0 <= offset < size:
+                try:
+                    got = self._scan_for(number, size, Position(number, offset), seq, result,
+                                         Budget(rows=1))
+                except NotFound:  # another row there now
+                    got = False
+                if isinstance(got, tuple) or got is None:
+                    return got
+        return self.locate(st, seq, result)
 
     def locate(self, st: State, seq: int, result: SkipSink) -> Any:
         """Find row ``seq``: the segment from the index (sealed entries, else

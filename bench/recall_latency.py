@@ -1,0 +1,172 @@
+"""``python -m bench.recall_latency [--sizes 0,100,1024] [--queries N]``
+
+Ranked ``session_history`` search on the file engine, side by side at each
+history size (MiB of stored log, built with ``ledger.bulk`` from the real
+transcripts of ``bench.corpus``; 0 = a 40-row history):
+
+- the first search, which builds the recall index from the log (seconds);
+- ranked search p50/p99 over the same queries at every size (ms), and
+  big/empty;
+- literal search p50 of the same queries for comparison (one call each);
+- index bytes / log bytes;
+- append: a batch appended alone, and appended then brought into the index
+  (the catch-up the next ranked search does), p50 over interleaved runs.
+
+Queries: 4 words drawn (seeded) from the corpus rows, so every one has hits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+from bench.corpus import load_corpus
+from bench.measure import interleave
+from ledger import Store
+from ledger.core import format as fmt
+from ledger.core import ranking
+from ledger.storage.files import segments as segs
+from ledger.storage.files.bulk import bulk_load
+from ledger.transcript.retrieval.text import row_text
+
+MIB = 1 << 20
+
+
+def queries(n: int, seed: int = 3) -> list[str]:
+    rnd = random.Random(seed)
+    rows = [row_text(r) for r in load_corpus().rows]
+    pool = [[w for w in ranking.words(t) if len(w) >= 4 and w not in ranking.STOP]
+            for t in rows]
+    pool = [p for p in pool if len(p) >= 4]
+    return [" ".join(rnd.sample(rnd.choice(pool), 4)) for _ in range(n)]
+
+
+def log_bytes(path: str) -> int:
+    total = 0
+    for n in segs.list_segments(path):
+        s = segs.stamp(segs.segment_path(path, n))
+        total += s.size if s is not None else 0
+    return total
+
+
+def index_bytes(path: str) -> int:
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        p = os.path.join(path, fmt.RECALL_NAME + suffix)
+        if os.path.exists(p):
+            total += os.path.getsize(p)
+    return total
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def build(root: str, size_mib: int) -> Any:
+    corpus = load_corpus()
+    h = Store(root, durability="off").history("w")
+    if size_mib == 0:
+        h.append_many(corpus.rows[:40])
+    else:
+        bulk_load(h, corpus.batches(size_mib * MIB, seed=size_mib), 64 * MIB, durability="off")
+    return h
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.recall_latency")
+    p.add_argument("--sizes", default="0,100,1024")
+    p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--json", metavar="FILE")
+    args = p.parse_args(argv)
+    sizes = [int(x) for x in args.sizes.split(",")]
+    qs = queries(args.queries)
+    tmp = tempfile.mkdtemp(prefix="recall-bench-")
+    out: dict[str, Any] = {"sizes": {}}
+    tools: dict[int, Any] = {}
+    hist: dict[int, Any] = {}
+    try:
+        for size in sizes:
+            t0 = time.monotonic()
+            h = build(os.path.join(tmp, f"s{size}"), size)
+            built = time.monotonic() - t0
+            tool = h.session_history()
+            t0 = time.monotonic()
+            json.loads(tool.call({"action": "search", "query": qs[0], "mode": "ranked"}))
+            first = time.monotonic() - t0
+            rec = {"log_bytes": log_bytes(h.path), "index_bytes": index_bytes(h.path),
+                   "build_log_s": round(built, 1), "first_search_s": round(first, 2)}
+            rec["index/log"] = round(rec["index_bytes"] / max(rec["log_bytes"], 1), 3)
+            out["sizes"][size] = rec
+            tools[size], hist[size] = tool, h
+            print(f"{size} MiB: {rec}", file=sys.stderr, flush=True)
+        # Ranked search: every size answers the same query in turn (interleaved).
+        times: dict[int, list[float]] = {s: [] for s in sizes}
+        lit: dict[int, list[float]] = {s: [] for s in sizes}
+        hits: dict[int, int] = {s: 0 for s in sizes}
+        for i, q in enumerate(qs):
+            order = sizes[i % len(sizes):] + sizes[: i % len(sizes)]
+            for s in order:
+                t0 = time.perf_counter()
+                res = json.loads(tools[s].call({"action": "search", "query": q,
+                                                "mode": "ranked"}))
+                times[s].append(time.perf_counter() - t0)
+                hits[s] += bool(res.get("items"))
+            if i < 30:
+                for s in order:
+                    t0 = time.perf_counter()
+                    tools[s].call({"action": "search", "query": q})
+                    lit[s].append(time.perf_counter() - t0)
+        base = sizes[0]
+        for s in sizes:
+            rec = out["sizes"][s]
+            rec["ranked_p50_ms"] = round(statistics.median(times[s]) * 1e3, 2)
+            rec["ranked_p99_ms"] = round(pct(times[s], 0.99) * 1e3, 2)
+            rec["ranked_max_ms"] = round(max(times[s]) * 1e3, 2)
+            rec["queries_with_hits"] = hits[s]
+            rec["literal_p50_ms"] = round(statistics.median(lit[s]) * 1e3, 2)
+            rec["p99_big/empty"] = round(pct(times[s], 0.99) / pct(times[base], 0.99), 2)
+        # Append alone vs append + index catch-up, on the biggest history.
+        big = sizes[-1]
+        h, tool = hist[big], tools[big]
+        corpus = load_corpus()
+        k = {"i": 0}
+
+        def batch() -> list[dict[str, Any]]:
+            k["i"] += 1
+            return corpus.rows[(k["i"] * 2) % 1000: (k["i"] * 2) % 1000 + 2]
+
+        def plain() -> None:
+            h.append_many(batch())
+
+        def with_index() -> None:
+            h.append_many(batch())
+            reader = tool.reader
+            with reader.locked():
+                reader.refresh_recall(reader.state())
+
+        samples = interleave({"append": plain, "append+index": with_index},
+                             min_runs=200, max_runs=400, budget_s=20)
+        a = statistics.median(samples["append"].times)
+        b = statistics.median(samples["append+index"].times)
+        out["append"] = {"size_mib": big, "append_p50_ms": round(a * 1e3, 3),
+                         "append+index_p50_ms": round(b * 1e3, 3), "ratio": round(b / a, 2)}
+        print(json.dumps(out, indent=1))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

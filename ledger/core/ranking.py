@@ -1,0 +1,247 @@
+"""Ranked recall, the pure part: how text becomes terms and how rows are scored.
+
+No I/O here. Each engine's index stores what ``terms`` makes of a row (its
+term frequencies and length); at query time the engine fetches a bounded set
+of candidate postings and ``rank`` orders them. The bench (bench/recall_bench.py)
+measures every choice below against plain BM25.
+
+- Terms: NFKD + case folding with combining marks dropped (so "Café" and
+  "cafe" meet), words split at anything that is not a letter or a digit
+  (``snake_case`` and ``camelCase`` identifiers give their parts too), a short
+  English stop list, then the Snowball English stemmer (PyStemmer).
+- Scoring: BM25 (k1, b below) per row; a row is scored together with its
+  neighbouring turns in the same window (``NEIGHBOUR`` times their scores),
+  and with the best row of its window (``WINDOW`` times it): evidence sits
+  in a conversation about the topic. Quoted phrases in the query must occur
+  (case- and accent-folded) in the row's text. Ties go to the newer row.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import Stemmer
+
+K1 = 1.2
+B = 0.75
+NEIGHBOUR = 0.0  # weight of each neighbouring turn's own score (measured: no gain)
+WINDOW = 0.3  # weight of the best own score in the row's window
+AVGDL_IMPACT = 64.0  # the fixed length that orders a term's postings by impact
+MAX_TERMS = 32  # query terms kept (the rarest when there are more)
+SNIPPET_SCAN = 16_384  # code points of a row searched for the snippet's centre
+
+_WORD = re.compile(r"[^\W_]+")
+_CAMEL = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_PHRASE = re.compile(r'"([^"]+)"')
+
+# A short stop list: function words that carry no topic. Question words are
+# here too: a question's "what", "when" and "how" never help to find its answer.
+STOP = frozenset(
+    """a about above after again against all am an and any are as at be because been
+    before being below between both but by can could did do does doing down during each
+    few for from further had has have having he her here hers herself him himself his how
+    i if in into is it its itself just me might more most my myself no nor not now of off
+    on once only or other our ours ourselves out over own same she should so some such
+    than that the their theirs them themselves then there these they this those through
+    to too under until up very was we were what when where which while who whom why will
+    with would you your yours yourself yourselves s t d ll m re ve also us let""".split()
+)
+
+_stemmer = Stemmer.Stemmer("english")
+
+
+def fold(text: str) -> str:
+    """Case- and accent-folded text: NFKD, combining marks dropped, casefold."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    if not decomposed.isascii():
+        decomposed = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return decomposed.casefold()
+
+
+@lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    return str(_stemmer.stemWord(word))
+
+
+def words(text: str) -> list[str]:
+    """The folded words of ``text`` before stop words and stemming; an
+    identifier like ``parseHTTPRequest`` or ``max_retries`` yields its parts
+    as well as itself."""
+    out: list[str] = []
+    decomposed = unicodedata.normalize("NFKD", text)
+    if not decomposed.isascii():
+        decomposed = "".join(c for c in decomposed if not unicodedata.combining(c))
+    for m in _WORD.finditer(decomposed):
+        w = m.group()
+        folded = w.casefold()
+        out.append(folded)
+        if len(w) > 3 and not w.islower() and not w.isupper():
+            parts = _CAMEL.findall(w)
+            if len(parts) > 1:
+                out.extend(p.casefold() for p in parts)
+    return out
+
+
+def terms(text: str) -> list[str]:
+    """The indexed terms of ``text``, in order (repeats kept)."""
+    return [_stem(w) for w in words(text) if w not in STOP and len(w) < 64]
+
+
+def term_counts(text: str) -> tuple[Counter[str], int]:
+    """A row's term frequencies and its length in terms (what an index stores)."""
+    ts = terms(text)
+    return Counter(ts), len(ts)
+
+
+@dataclass(frozen=True)
+class Query:
+    """A parsed query: distinct stemmed terms (query order) and folded phrases."""
+
+    terms: tuple[str, ...]
+    phrases: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.terms
+
+
+def parse_query(text: str) -> Query:
+    """Terms of the whole query (phrases included) and its quoted phrases."""
+    phrases = tuple(
+        " ".join(fold(p).split()) for p in _PHRASE.findall(text) if p.strip()
+    )
+    seen: dict[str, None] = {}
+    for t in terms(text):
+        seen.setdefault(t, None)
+    qterms = tuple(seen)
+    if not qterms:  # a query of stop words only: search them as terms
+        qterms = tuple(dict.fromkeys(_stem(w) for w in words(text)))
+    return Query(qterms, phrases)
+
+
+def idf(df: int, n: int) -> float:
+    """BM25's idf, kept positive (Lucene's form)."""
+    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+
+def impact(tf: int, dl: int) -> float:
+    """The order of a term's postings in an index: its BM25 term-frequency
+    part at a fixed average length, so the first postings are the best."""
+    return tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / AVGDL_IMPACT))
+
+
+@dataclass
+class Doc:
+    """What ranking needs of one candidate row."""
+
+    seq: int
+    window: int
+    length: int
+    tfs: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Collection statistics at query time."""
+
+    docs: int
+    total_length: int
+    df: Mapping[str, int]
+
+    @property
+    def avgdl(self) -> float:
+        return self.total_length / self.docs if self.docs else 1.0
+
+
+def bm25(doc: Doc, query: Query, corpus: Corpus) -> float:
+    avgdl = corpus.avgdl or 1.0
+    norm = K1 * (1 - B + B * doc.length / avgdl)
+    score = 0.0
+    for t in query.terms:
+        tf = doc.tfs.get(t)
+        if tf:
+            score += idf(corpus.df.get(t, 0), corpus.docs) * tf * (K1 + 1) / (tf + norm)
+    return score
+
+
+@dataclass(frozen=True)
+class Weights:
+    neighbour: float = NEIGHBOUR
+    window: float = WINDOW
+
+
+def rank(
+    docs: Sequence[Doc],
+    query: Query,
+    corpus: Corpus,
+    neighbours: Mapping[int, Iterable[int]] | None = None,
+    weights: Weights = Weights(),
+) -> list[tuple[int, float]]:
+    """Candidate rows best first as (seq, score). ``neighbours`` names each
+    row's neighbouring turns (same window); by default seq +-1 in the same
+    window among ``docs``. Rows of score 0 are dropped; ties go to the newer
+    row."""
+    own = {d.seq: bm25(d, query, corpus) for d in docs}
+    window_of = {d.seq: d.window for d in docs}
+    best: dict[int, float] = {}
+    for d in docs:
+        if own[d.seq] > best.get(d.window, 0.0):
+            best[d.window] = own[d.seq]
+    out: list[tuple[int, float]] = []
+    for d in docs:
+        s = own[d.seq]
+        if s <= 0.0:
+            continue
+        near = neighbours.get(d.seq, ()) if neighbours is not None else (d.seq - 1, d.seq + 1)
+        ctx = sum(own.get(n, 0.0) for n in near if window_of.get(n) == d.window)
+        total = s + weights.neighbour * ctx + weights.window * best.get(d.window, 0.0)
+        out.append((d.seq, round(total, 6)))
+    out.sort(key=lambda p: (-p[1], -p[0]))
+    return out
+
+
+def has_phrases(text: str, query: Query) -> bool:
+    """Whether every quoted phrase of the query occurs in ``text`` (folded,
+    runs of white space as one space)."""
+    if not query.phrases:
+        return True
+    folded = " ".join(fold(text).split())
+    return all(p in folded for p in query.phrases)
+
+
+def best_offset(text: str, query: Query) -> int:
+    """Where a snippet of ``text`` should centre: the first phrase, else the
+    densest spot of query terms (a code point offset)."""
+    if query.phrases:
+        folded = fold(text)
+        if len(folded) == len(text):
+            at = folded.find(query.phrases[0].split(" ")[0])
+            if at >= 0:
+                return at
+    wanted = set(query.terms)
+    hits = []
+    for m in _WORD.finditer(text, 0, SNIPPET_SCAN):
+        w = m.group()
+        lw = w.lower() if w.isascii() else fold(w)
+        if _stem(lw) in wanted or (
+            len(w) > 3 and not w.islower() and not w.isupper()
+            and wanted.intersection(_stem(p.lower()) for p in _CAMEL.findall(w))
+        ):
+            hits.append(m.start())
+    if not hits:
+        return 0
+    # The hit with the most other hits within 150 code points after it.
+    best, count = hits[0], 0
+    j = 0
+    for i, h in enumerate(hits):
+        while j < len(hits) and hits[j] - h <= 150:
+            j += 1
+        if j - i > count:
+            best, count = h, j - i
+    return best
