@@ -195,6 +195,24 @@ def test_plan_is_tiered() -> None:
     assert merge.plan(big_then_small, 256) == list(range(2, 18))
 
 
+def test_plan_does_not_stall_behind_a_capped_merge() -> None:
+    """Segments overshoot the cap by up to a batch, so a capped merge of the
+    next class takes FANOUT - 1 of them and its product stays just below that
+    class's limit. The next run of the class must still merge (it was refused
+    for good: the file count then grew with the history, and every append
+    stats every segment)."""
+    stamp = lambda size: fmt.Stamp(0, 0, size, 0, 0)  # noqa: E731
+    cap, max_bytes = 256, 256 * merge.FANOUT ** 2
+    one_class_up = 256 * merge.FANOUT + 40  # a level-1 merge's product, 1% over its class
+    capped = (merge.FANOUT - 1) * one_class_up  # what a capped level-2 merge makes
+    assert capped < max_bytes < merge.FANOUT * one_class_up
+    sealed = [(1, stamp(capped)),
+              *[(i, stamp(one_class_up)) for i in range(2, 2 + merge.FANOUT)]]
+    assert merge.plan(sealed, cap, max_bytes) == list(range(2, 1 + merge.FANOUT))
+    # Fewer than FANOUT behind it: nothing is due yet.
+    assert merge.plan(sealed[:-1], cap, max_bytes) is None
+
+
 def test_a_streaming_read_survives_a_merge_under_it(tmp_path: Path, no_auto_merge) -> None:
     """rows() lists segments under the lock and reads them outside it; a merge
     that moves rows meanwhile (the next segment vanishes, or the merged one

@@ -63,6 +63,7 @@ from ledger.core.errors import Conflict, InvalidWorkspace, LedgerError, Workspac
 from ledger.core.ids import validate_workspace
 from ledger.integrations import open_store, require
 from ledger.integrations.langgraph_index import META_KEY, CheckpointRec, ThreadIndex
+from ledger.transcript.history import History
 from ledger.transcript.store import Store
 
 require("langgraph.checkpoint.base", "langgraph")
@@ -137,6 +138,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         self.store = open_store(store, root)
         self.message_channels = frozenset(message_channels)
         self._indexes: dict[str, ThreadIndex] = {}
+        self._histories: dict[str, History] = {}
         self._locks: dict[str, threading.RLock] = {}
         self._guard = threading.Lock()
 
@@ -152,9 +154,22 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                 lock = self._locks[ws] = threading.RLock()
             return lock
 
+    def _history(self, ws: str) -> History:
+        """The thread's ``History``, one per workspace for the saver's life
+        (caller holds the lock). The file engine keeps per-object caches,
+        each checked against the files' stamps before use (the INDEX read so
+        far, the active segment's account, the sealed segments' digest, the
+        FORMAT check): a fresh object per call would read the whole INDEX
+        again at every sealed segment and rescan the segment it seals, a cost
+        that grows with the thread (bench/RESULTS.md, LangGraph)."""
+        history = self._histories.get(ws)
+        if history is None:
+            history = self._histories[ws] = self.store.history(ws)
+        return history
+
     def _refresh(self, ws: str) -> ThreadIndex:
         """The thread's projection, brought up to date (caller holds the lock)."""
-        history = self.store.history(ws)
+        history = self._history(ws)
         idx = self._indexes.get(ws)
         try:
             snap = history.snapshot()
@@ -181,7 +196,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         ``CheckpointConflict`` that ``build`` raised on a projection not read
         just now -- it refreshes and builds again. ``build`` returns the rows,
         or nothing to write nothing."""
-        history = self.store.history(ws)
+        history = self._history(ws)
         idx = self._indexes.get(ws)
         fresh = idx is None
         if idx is None:
@@ -501,6 +516,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         with self._lock(ws):
             self.store.delete(ws)
             self._indexes.pop(ws, None)
+            self._histories.pop(ws, None)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         runs = sorted({str(r) for r in run_ids})

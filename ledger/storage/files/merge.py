@@ -62,12 +62,21 @@ def plan(
 
     Level L holds segments smaller than cap * FANOUT**L; a run is merged when
     it holds at least FANOUT segments of at least cap * FANOUT**(L-1).
+
+    A segment that ``max_bytes`` leaves no room to grow by one more segment
+    of the level's class also ends the run: segments overshoot ``cap`` by up
+    to a batch, so FANOUT of them exceed ``max_bytes`` when it equals the
+    next class's limit; the merge then takes FANOUT - 1, whose product stays
+    below that limit. Counted in the run, it came first, took nothing more,
+    and every later merge of the level was refused, so the file count (and
+    each append's stat calls) grew with the history.
     """
     limit = cap * FANOUT
     while limit // FANOUT <= max_bytes:
+        full = max_bytes - limit // FANOUT  # bigger: no room for another one
         run: list[tuple[int, fmt.Stamp]] = []
         for number, stamp in reversed(sealed):
-            if stamp.size >= limit:
+            if stamp.size >= limit or stamp.size > full:
                 break
             run.append((number, stamp))
         big = sum(1 for _, s in run if s.size >= limit // FANOUT)
