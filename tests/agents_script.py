@@ -43,19 +43,35 @@ def call(name: str, arguments: str, call_id: str) -> ResponseFunctionToolCall:
 
 
 class ScriptedModel(Model):
-    """Returns ``outputs`` in order, one list of output items per model call."""
+    """Returns ``outputs`` in order, one list of output items per model call.
 
-    def __init__(self, outputs: list[list[Any]]) -> None:
+    Each call records what the model received: ``inputs`` (the input items),
+    ``instructions`` (the system instructions) and ``tools`` (each advertised
+    function tool as ``{"name", "description", "parameters"}``). With
+    ``response_id`` the responses carry ids (``resp_1``, ``resp_2``, ...), which
+    makes the SDK call ``run_compaction`` on compaction-aware sessions.
+    """
+
+    def __init__(self, outputs: list[list[Any]], *, response_id: bool = False) -> None:
         self.outputs = list(outputs)
         self.inputs: list[Any] = []
+        self.instructions: list[str | None] = []
+        self.tools: list[list[dict[str, Any]]] = []
+        self.response_id = response_id
 
     async def get_response(self, system_instructions: Any, input: Any, model_settings: Any,
                            tools: Any, output_schema: Any, handoffs: Any, tracing: Any,
                            **kwargs: Any) -> ModelResponse:
         self.inputs.append(json.loads(json.dumps(input, default=str)))
+        self.instructions.append(system_instructions)
+        self.tools.append([
+            {"name": t.name, "description": t.description, "parameters": t.params_json_schema}
+            for t in tools if hasattr(t, "params_json_schema")
+        ])
         if not self.outputs:
             raise AssertionError("the scripted model ran out of replies")
-        return ModelResponse(output=self.outputs.pop(0), usage=Usage(), response_id=None)
+        rid = f"resp_{len(self.inputs)}" if self.response_id else None
+        return ModelResponse(output=self.outputs.pop(0), usage=Usage(), response_id=rid)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         raise NotImplementedError("the scripted model does not stream")
