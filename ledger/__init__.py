@@ -37,3 +37,12 @@ __all__ = [
     "WorkspaceNotFound",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # The runtime object loads the token budget (tokenizers) only when used.
+    if name in ("Conversation", "SendRefused"):
+        from ledger.budget import conversation
+
+        return getattr(conversation, name)
+    raise AttributeError(f"module 'ledger' has no attribute {name!r}")

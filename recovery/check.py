@@ -15,7 +15,8 @@ duplicated batches), a receipt whose stamps match but whose content
 disagrees with the log, an interrupted rewrite. **notice**: a missing,
 pending or stale receipt over segments that all verify (an interrupted commit
 or an untracked edit the next write re-baselines), reused sequences, stray
-temp files, leftover tombstones.
+temp files, leftover tombstones, a tool call and its result split by a
+boundary (``tool_pair_split``: the result is served as user text).
 
 Nothing is created or written, so ``check`` works on a read-only copy. The
 shared lock is held only while the receipt, the stamps and the active
@@ -31,6 +32,8 @@ import stat as stat_mod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ledger.core import format as fmt
 from ledger.core.errors import FormatError, WorkspaceNotFound
@@ -226,7 +229,74 @@ def check(history: History | FileWorkspace, *, progress: Progress | None = None)
     if format_text is None and numbers:
         findings.append(Finding(NOTICE, "format_missing", "FORMAT file is missing",
                                 "the next write or repair writes it"))
+    if not scan.damage:
+        findings.extend(_split_pairs(path, [n for n in numbers if n not in odd]))
     return Report(ws, findings, len(scan.segments), scan.rows, scan.bytes, status, scan)
+
+
+class _PairRow(msgspec.Struct):
+    seq: int
+    kind: str = "message"
+    parts: Any = None
+
+
+_decode_pair_row = msgspec.json.Decoder(_PairRow).decode
+
+
+def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
+    """Notices for tool results whose call is in an earlier window (a
+    boundary between a call and its result). Nothing is lost: the provider
+    view serves such a result as user text. Streams the segments again,
+    decoding only lines that hold a tool part or a reset."""
+    calls: dict[str, int] = {}  # call id -> seq, in the current window
+    earlier: dict[str, int] = {}  # call id -> seq, in earlier windows
+    boundary = 0
+    found = 0
+    extra = 0
+    for number in numbers:
+        fd = os.open(segs.segment_path(path, number), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            for base, buf, _complete in _chunks(fd):
+                for line in segs.split_lines(buf, base):
+                    data = line.data
+                    if b'"tool_' not in data and b'"reset"' not in data:
+                        continue
+                    body = fmt.body_of(data)
+                    if body is None:
+                        continue
+                    try:
+                        row = _decode_pair_row(body)
+                    except msgspec.DecodeError:
+                        continue
+                    if row.kind == "reset":
+                        earlier.update(calls)
+                        calls = {}
+                        boundary = row.seq
+                        continue
+                    for raw in row.parts if isinstance(row.parts, list) else ():
+                        if not isinstance(raw, dict):
+                            continue
+                        kind, cid = raw.get("type"), str(raw.get("id"))
+                        if kind == "tool_call":
+                            calls[cid] = row.seq
+                        elif kind == "tool_result" and cid not in calls and cid in earlier:
+                            found += 1
+                            if found > MAX_FINDINGS_PER_CODE:
+                                extra += 1
+                                continue
+                            yield Finding(
+                                NOTICE, "tool_pair_split",
+                                f"the result of tool call {cid!r} (seq {row.seq}) is in the "
+                                f"window of boundary {boundary}, its call (seq {earlier[cid]}) "
+                                "in an earlier window; the model gets the result as user text",
+                                "none needed (nothing is lost); runtimes carry the call into "
+                                "the new window instead (ledger.rollover.carried_rows)",
+                                fmt.segment_name(number), line.offset, None, row.seq)
+        finally:
+            os.close(fd)
+    if extra:
+        yield Finding(NOTICE, "tool_pair_split", f"{extra} more split tool pairs not listed",
+                      "none needed")
 
 
 def _read_format(path: str) -> bytes | None:

@@ -93,18 +93,32 @@ def test_reads_without_a_lock_file(tmp_path: Path) -> None:
     assert tree(src) == before
 
 
+def test_new_workspace_is_an_empty_window_zero(store_root: Path) -> None:
+    # A runtime's first send reads the window and the provider view of a
+    # workspace that has no history yet: window 0, nothing to show, and
+    # nothing created by reading.
+    store = Store(store_root)
+    Store(store_root, durability="off").history("other").append(msg())
+    before = tree(store_root)
+    h = store.history("nosuch")
+    assert (h.window, h.provider_view(), h.window_rows(), h.next_seq) == (0, [], [], 1)
+    assert tree(store_root) == before
+    fresh = store_root.parent / "no-root"
+    h = Store(fresh).history("nosuch")
+    assert (h.window, h.provider_view()) == (0, [])
+    assert not fresh.exists()
+
+
 @pytest.mark.parametrize(
     "read",
     [
         lambda h: list(h.rows()),
         lambda h: list(h.rows(after_seq=3)),
-        lambda h: h.provider_view(),
         lambda h: h.snapshot(),
         lambda h: h.epoch,
-        lambda h: h.window,
         stat_report,
     ],
-    ids=["rows", "rows-after", "provider_view", "snapshot", "epoch", "window", "stat"],
+    ids=["rows", "rows-after", "snapshot", "epoch", "stat"],
 )
 def test_missing_workspace_is_workspace_not_found(store_root: Path, read: Any) -> None:
     store = Store(store_root)

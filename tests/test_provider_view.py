@@ -17,6 +17,7 @@ from core_helpers import msg
 from ledger import History, Store
 from ledger import format as fmt
 from ledger import segments as segs
+from ledger.transcript.history import OpenToolCalls
 
 
 def view(h: History) -> list[dict[str, Any]]:
@@ -89,12 +90,23 @@ def test_view_is_the_rows_after_the_newest_boundary(tmp_path: Path, boundary: st
 def test_tool_calls_and_results_are_never_split(tmp_path: Path) -> None:
     h = Store(tmp_path, durability="off", segment_bytes=512).history("ws")
     h.append_many([msg("q"), call_row("old")])
-    # The rollover lands between a call and its result: the result alone
-    # would be an orphan; the trigger carries a whole pair.
-    h.rollover([result_row("old"), call_row("c1"), result_row("c1")])
+    # A rollover never lands between a call and its result: refused, naming it.
+    with pytest.raises(OpenToolCalls) as info:
+        h.rollover([result_row("old"), call_row("c1"), result_row("c1")])
+    assert info.value.call_ids == ("old",) and "'old'" in str(info.value)
+    with pytest.raises(OpenToolCalls):
+        h.rollover([msg("next")])  # the call "old" is still open
+    # A manual clear may: the result that arrives later is served as user
+    # text (never dropped, never an orphan result the provider would reject).
+    h.clear_soft()
+    h.append_many([result_row("old"), call_row("c1"), result_row("c1")])
     h.append_many([call_row("c2"), result_row("c2"), msg("done")])
     h.append(result_row("old", {"type": "text", "text": "and a remark"}))
     got = view(h)
+    served = [p["text"] for r in got for p in r["parts"] if "result of tool call old" in
+              p.get("text", "")]
+    assert len(served) == 2 and all("earlier context window" in t for t in served)
+    assert got[0]["role"] == "user"
     seen_calls: set[str] = set()
     for row in got:
         for p in row["parts"]:

@@ -129,11 +129,16 @@ class Proxy:
     def provider_view(self) -> list[Any]:
         return list(self.inner.provider_view())
 
+    @property
+    def next_seq(self) -> int:
+        return int(self.inner.next_seq)
+
     def append_many(self, rows: Sequence[dict[str, Any]], **kw: Any) -> Any:
         return self.inner.append_many(rows, **kw)
 
     def rollover(self, trigger_rows: Sequence[dict[str, Any]], lead_in: str | None = None,
-                 tool_available: bool = True, *, expect_window: int | None = None) -> Any:
+                 tool_available: bool = True, *, expect_window: int | None = None,
+                 expect_next_seq: int | None = None) -> Any:
         sim = self.sim
         if not sim.access:
             sim.violations.append("rollover appended while history access is denied")
@@ -148,7 +153,7 @@ class Proxy:
             sim.backend.write_prefix(list(trigger_rows), 1 if fault.endswith("1") else 2)
             raise Crash(fault)
         result = self.inner.rollover(trigger_rows, lead_in=lead_in, tool_available=tool_available,
-                                     expect_window=expect_window)
+                                     expect_window=expect_window, expect_next_seq=expect_next_seq)
         if fault == "crash:after_append":
             raise Crash(fault)
         return result

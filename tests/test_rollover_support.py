@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from ledger.admission import MiddlewareRegistry, Registration
-from ledger.errors import CommitFailed, CommitUncertain, WindowChanged
+from ledger.errors import CommitFailed, CommitUncertain, Conflict, WindowChanged
 from ledger.policy import ToolPolicy, ToolRule
 from ledger.rollover import (
     BudgetConfig,
@@ -186,6 +186,7 @@ class FakeHistory:
         tool_available: bool = True,
         *,
         expect_window: int | None = None,
+        expect_next_seq: int | None = None,
     ) -> Result:
         self.rollover_calls.append(
             {"rows": list(trigger_rows), "lead_in": lead_in, "expect_window": expect_window}
@@ -194,6 +195,8 @@ class FakeHistory:
             self.on_append()
         if expect_window is not None and expect_window != self.window:
             raise WindowChanged(f"expected window {expect_window}, now {self.window}")
+        if expect_next_seq is not None and expect_next_seq != self.next_seq:
+            raise Conflict(f"expected next seq {expect_next_seq}, now {self.next_seq}")
         if self.fault == "fail":
             raise CommitFailed("injected: rename failed", "b?")
         reset = {"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "rollover"}}

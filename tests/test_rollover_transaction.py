@@ -76,7 +76,11 @@ def test_T1_prepared_request_is_complete_and_counted() -> None:
     assert p.request.memory == "MEM1"  # a fresh memory context
     assert [t["name"] for t in p.request.tools] == ["session_history", "bash"]  # advertised
     assert p.request.messages[0]["kind"] == "lead_in"
-    assert p.request.messages[0]["parts"][0]["text"] == LEAD_IN_TEXT
+    # L1: the lead-in names the new window by the seq its reset row will get
+    assert p.request.messages[0]["parts"][0]["text"] == LEAD_IN_TEXT.replace(
+        "{window}", str(h.next_seq)
+    )
+    assert p.boundary == h.next_seq == 7 and "(window 7)" in p.lead_in_text
     assert all(a is b for a, b in zip(p.request.messages[1:], rows, strict=True))
     assert (p.count.tokens, p.count.exact) == count(p.request)
     assert p.window == h.window == 0 and p.status == "prepared"

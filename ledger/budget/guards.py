@@ -123,9 +123,19 @@ def _verdict(
     cache: RowTokenCache | None,
     shape: RowShape | None,
     mode: Mode = "encoding",
+    context_limit: int | None = None,
 ) -> Verdict:
     counter = TokenCounter(model, mode=mode, registry=registry, cache=cache)
     spec = counter.spec
+    limit = spec.context_limit
+    if context_limit is not None:
+        if isinstance(context_limit, bool) or not isinstance(context_limit, int) or (
+            context_limit <= 0
+        ):
+            raise ModelConfigError(
+                f"context_limit must be a positive number of tokens, got {context_limit!r}"
+            )
+        limit = context_limit
     if shape is None:
         # Rows are counted as the family's API receives them (the adapters).
         from ledger.budget.shapes import shape_for
@@ -142,17 +152,23 @@ def _verdict(
     for part in parts.values():
         raw += part
     scaled = counter.scaled(raw)
-    reserve = spec.output_reserve if output_reserve is None else output_reserve
-    if not 0 <= reserve < spec.context_limit:
+    if output_reserve is not None:
+        reserve = output_reserve
+    else:
+        # A caller's budget is the room a request may take; the model's output
+        # reserve belongs to the model's own window.
+        reserve = spec.output_reserve if context_limit is None else 0
+    if not 0 <= reserve < limit:
         raise ModelConfigError(
             f"output_reserve {reserve} for model {counter.model!r} must be >= 0 and below "
-            f"its context limit {spec.context_limit}"
+            f"its context limit {limit}"
         )
-    allowed = spec.context_limit - reserve
+    allowed = limit - reserve
     headroom = allowed - scaled.tokens
     estimate = "" if scaled.exact else " (estimate)"
     factor = f" x {spec.safety_factor:g} safety factor" if spec.safety_factor != 1.0 else ""
-    window = f"{spec.context_limit:,} context - {reserve:,} output reserve for {counter.model!r}"
+    what_limit = "context" if context_limit is None else "token budget"
+    window = f"{limit:,} {what_limit} - {reserve:,} output reserve for {counter.model!r}"
     if headroom >= 0:
         reason = (
             f"fits: {scaled.tokens:,} tokens{estimate}{factor} of {allowed:,} "
@@ -175,7 +191,7 @@ def _verdict(
         model=counter.model,
         encoding=spec.encoding,
         tokens=scaled.tokens,
-        limit=spec.context_limit,
+        limit=limit,
         output_reserve=reserve,
         headroom=headroom,
         exact=scaled.exact,
@@ -198,6 +214,7 @@ def check_request(
     registry: ModelRegistry | None = None,
     cache: RowTokenCache | None = DEFAULT_CACHE,
     shape: RowShape | None = None,
+    context_limit: int | None = None,
 ) -> Verdict:
     """The assembled-request guard: system + memory + advertised tool schemas +
     rows + output reserve against the context limit.
@@ -205,7 +222,9 @@ def check_request(
     ``tools`` is a name -> schema map or a list of schemas (the full tool map);
     ``advertised`` the names the request actually advertises (tool search), or
     None for all of them. ``shape`` defaults to the rows as the model family's
-    API adapter renders them (``ledger.adapters.shapes``).
+    API adapter renders them (``ledger.adapters.shapes``). ``context_limit`` is
+    the caller's token budget, used instead of the model's window (the output
+    reserve then defaults to 0: the budget is the room the request may take).
     """
     return _verdict(
         "request",
@@ -219,6 +238,7 @@ def check_request(
         registry=registry,
         cache=cache,
         shape=shape,
+        context_limit=context_limit,
     )
 
 
@@ -234,9 +254,11 @@ def fits_fresh_window(
     registry: ModelRegistry | None = None,
     cache: RowTokenCache | None = DEFAULT_CACHE,
     shape: RowShape | None = None,
+    context_limit: int | None = None,
 ) -> Verdict:
     """Would ``rows`` fit a brand-new window (with the request's fixed parts)?
-    ``ok=False`` means no rollover can help: reject before any provider call."""
+    ``ok=False`` means no rollover can help: reject before any provider call.
+    ``context_limit``: the caller's budget, as in :func:`check_request`."""
     return _verdict(
         "fresh_window",
         model,
@@ -249,6 +271,7 @@ def fits_fresh_window(
         registry=registry,
         cache=cache,
         shape=shape,
+        context_limit=context_limit,
     )
 
 
@@ -264,6 +287,7 @@ def check_tool_output(
     advertised: Collection[str] | None = None,
     output_reserve: int | None = None,
     registry: ModelRegistry | None = None,
+    context_limit: int | None = None,
 ) -> Verdict:
     """Would one settled tool output fit a fresh window on its own?"""
     row = {
@@ -283,6 +307,7 @@ def check_tool_output(
         registry=registry,
         cache=None,
         shape=CANONICAL,
+        context_limit=context_limit,
     )
 
 
@@ -315,6 +340,7 @@ def estimate_request(
     registry: ModelRegistry | None = None,
     mode: Mode = "approx",
     cache: RowTokenCache | None = DEFAULT_CACHE,
+    context_limit: int | None = None,
 ) -> Verdict:
     """An ordinary estimate (``check="estimate"``); cheap by default. Not a guard."""
     return _verdict(
@@ -330,6 +356,7 @@ def estimate_request(
         cache=cache,
         shape=CANONICAL,
         mode=mode,
+        context_limit=context_limit,
     )
 
 

@@ -262,9 +262,11 @@ from ledger.budget.rollover_rules import (  # noqa: F401
     _parts,
     assemble,
     budget_warned,
+    carried_rows,
     has_sealable_context,
     is_internal,
     is_settled,
+    lead_in_for,
     lead_in_message,
     open_tool_calls,
     orphan_tool_results,
@@ -312,6 +314,12 @@ def admit_rollover(
             "window_changed",
             f"the window changed from {prepared.window} to {current} since preparation",
         )
+    if history.next_seq != prepared.boundary:
+        refuse(
+            "window_changed",
+            f"rows were appended since preparation (next seq {history.next_seq}, prepared "
+            f"for {prepared.boundary}); the prepared lead-in names window {prepared.boundary}",
+        )
     mode = parts.current_precedence()
     if mode is not None:
         refuse("suppressed", f"{mode} takes precedence over rollover")
@@ -333,8 +341,10 @@ def admit_rollover(
     if _fingerprint(prepared.trigger) != prepared.fingerprint:
         refuse("rows_changed", "the prepared rows were modified after preparation")
     view = [_d(r) for r in history.provider_view()]
-    if open_tool_calls(view):
-        refuse("unsettled", "a tool call in the window has no result yet")
+    try:
+        _check_pairs(view, prepared.trigger)
+    except AdmissionRefused as exc:
+        refuse("unsettled", str(exc))
     if prepared.count.tokens > parts.config.ceiling:
         refuse(
             "too_large",
@@ -421,6 +431,7 @@ def commit_rollover(
             lead_in=prepared.lead_in_text,
             tool_available=True,
             expect_window=prepared.window,
+            expect_next_seq=prepared.boundary,
         )
     except BaseException:
         prepared.release()

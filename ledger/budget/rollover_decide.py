@@ -24,6 +24,7 @@ from ledger.budget.rollover_rules import (
     budget_warned,
     has_sealable_context,
     is_settled,
+    lead_in_for,
     lead_in_message,
 )
 
@@ -234,6 +235,11 @@ class ViewHistory(Protocol):
 
     def provider_view(self) -> Sequence[Any]: ...
 
+    @property
+    def next_seq(self) -> int:
+        """The seq of the next row: the id a rollover now gives its window."""
+        ...
+
 
 def send_inputs(
     history: ViewHistory,
@@ -245,17 +251,24 @@ def send_inputs(
     notes_writable: bool = False,
     precedence: str | None = None,
     lead_in_text: str = LEAD_IN_TEXT,
+    carry: Sequence[Mapping[str, Any]] = (),
+    view: Sequence[Any] | None = None,
 ) -> tuple[int, SendInputs]:
     """The window marker and decision inputs, derived from persisted history.
 
     ``request_for(messages)`` assembles a request over the given messages the
-    way the builder would (ordinary requests use live middleware).
+    way the builder would (ordinary requests use live middleware). ``carry``
+    holds the window rows a rollover at this step would carry with the trigger
+    (``carried_rows``): they count in the fresh window, not twice in the
+    current one. ``view`` is the provider view when the caller already read it.
     """
     window = history.window
-    view = [_d(r) for r in history.provider_view()]
+    rows = history.provider_view() if view is None else view
+    view = [_d(r) for r in rows]
     trigger = list(trigger_rows)
     current = _count(count, request_for([*view, *trigger]))
-    fresh = _count(count, request_for([lead_in_message(lead_in_text), *trigger]))
+    lead = lead_in_message(lead_in_for(history.next_seq, lead_in_text))
+    fresh = _count(count, request_for([lead, *carry, *trigger]))
     return window, SendInputs(
         current=current,
         fresh=fresh,

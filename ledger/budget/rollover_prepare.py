@@ -26,6 +26,7 @@ from ledger.budget.rollover_rules import (
     _fingerprint,
     assemble,
     has_sealable_context,
+    lead_in_for,
     lead_in_message,
     open_tool_calls,
     orphan_tool_results,
@@ -43,7 +44,9 @@ class MemoryContext:
 
 
 class RolloverHistory(ViewHistory, Protocol):
-    """What the transaction needs from ``ledger.history.History``."""
+    """What the transaction needs from ``ledger.history.History``. The new
+    window's id is ``next_seq`` at preparation (the reset row's seq), so the
+    prepared lead-in names it and the commit passes ``expect_next_seq``."""
 
     def rollover(
         self,
@@ -52,6 +55,7 @@ class RolloverHistory(ViewHistory, Protocol):
         tool_available: bool = True,
         *,
         expect_window: int | None = None,
+        expect_next_seq: int | None = None,
     ) -> Any: ...
 
 
@@ -114,9 +118,11 @@ class PreparedRollover:
         memory: MemoryContext,
         had_context: bool,
         file_snapshot: FileSnapshot | None,
+        boundary: int,
     ) -> None:
         self.workspace = workspace
         self.window = window
+        self.boundary = boundary
         self.trigger = trigger
         self.lead_in_text = lead_in_text
         self.request = request
@@ -183,9 +189,15 @@ class PreparedRollover:
 
 
 def _check_pairs(view: Sequence[Mapping[str, Any]], trigger: Sequence[Mapping[str, Any]]) -> None:
-    open_view = open_tool_calls(view)
+    """Refuse a rollover that would split a pair: a call in the window that
+    neither the window nor the trigger answers, a call in the trigger without
+    its result there, or a result in the trigger whose call would stay sealed
+    in the old window (``carried_rows`` moves such calls into the trigger). A
+    result whose call is in no visible row (an earlier window) splits nothing."""
+    open_view = open_tool_calls([*view, *trigger]) - open_tool_calls(trigger)
     open_trigger = open_tool_calls(trigger)
-    orphans = orphan_tool_results(trigger)
+    in_view = set(_call_ids(view))
+    orphans = {r for r in orphan_tool_results(trigger) if r in in_view}
     if open_view or open_trigger or orphans:
         raise AdmissionRefused(
             "unsettled",
@@ -193,6 +205,15 @@ def _check_pairs(view: Sequence[Mapping[str, Any]], trigger: Sequence[Mapping[st
             f"(open in window: {sorted(open_view)}, open in trigger: {sorted(open_trigger)}, "
             f"results without their call: {sorted(orphans)}); wait for a settled tool step",
         )
+
+
+def _call_ids(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    return [
+        str(part.get("id"))
+        for row in rows
+        for part in (row.get("parts") if isinstance(row.get("parts"), list) else ())
+        if isinstance(part, Mapping) and part.get("type") == "tool_call"
+    ]
 
 
 def prepare_rollover(
@@ -224,9 +245,11 @@ def prepare_rollover(
             )
 
     window = history.window
+    boundary = history.next_seq
     view = [_d(r) for r in history.provider_view()]
     trigger = tuple(trigger_rows)
     _check_pairs(view, trigger)
+    lead_text = lead_in_for(boundary, parts.lead_in_text)
     check_abort()
     snap = snapshot if snapshot is not None else capture(parts.registry, parts.workspace)
     if snap.workspace != parts.workspace:
@@ -242,7 +265,7 @@ def prepare_rollover(
         memory = parts.memory()
         check_abort()
         schemas = advertised_schemas(parts.tools, parts.current_policy(), parts.activated)
-        messages = (lead_in_message(parts.lead_in_text), *trigger)
+        messages = (lead_in_message(lead_text), *trigger)
         request = parts.build(RequestParts(parts.model, system, memory.text, schemas, messages))
         counted = _count(parts.count, request)
         check_abort()
@@ -254,13 +277,14 @@ def prepare_rollover(
         workspace=parts.workspace,
         window=window,
         trigger=trigger,
-        lead_in_text=parts.lead_in_text,
+        lead_in_text=lead_text,
         request=request,
         count=counted,
         snapshot=snap,
         memory=memory,
         had_context=has_sealable_context(view),
         file_snapshot=file_snapshot,
+        boundary=boundary,
     )
 
 

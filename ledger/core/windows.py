@@ -117,15 +117,35 @@ def batch_boundaries(rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
     return out
 
 
+def orphan_result_text(part: dict[str, Any]) -> dict[str, Any]:
+    """A text part standing for a tool result whose call is not in the window
+    (it sits in an earlier window): what the model gets instead of a result no
+    provider would accept."""
+    label = (
+        f"[result of tool call {part.get('id')}{' (error)' if part.get('error') else ''}; "
+        "its call is in an earlier context window]"
+    )
+    output = part.get("output")
+    if isinstance(output, str):
+        text = output
+    elif isinstance(output, list) and all(
+        isinstance(p, dict) and isinstance(p.get("text"), str) for p in output
+    ):
+        text = "\n".join(p["text"] for p in output)
+    else:
+        text = fmt.encode_json(output).decode("utf-8")
+    return {"type": "text", "text": f"{label}\n{text}"}
+
+
 def provider_rows(rows: Iterable[Any]) -> list[Any]:
     """Filter the rows after the newest boundary into what the model sees.
 
     ``rows`` are :class:`ledger.rows.Row` objects (or dicts). Drops reset rows,
-    empty assistant records (rejected requests), unknown and internal kinds,
-    and tool results whose call is not in the window: tool calls and results
-    are never split, and a result without its call would be rejected by every
-    provider. A row that mixes such a result with other parts is served as a
-    copy without it.
+    empty assistant records (rejected requests), unknown and internal kinds.
+    Tool calls and results are never split: a tool result whose call is not in
+    the window (a manual clear or an older writer put the boundary between
+    them) would be rejected by every provider, so it is served as user text
+    (:func:`orphan_result_text`) in a copy of its row -- never dropped.
     """
     out: list[Any] = []
     calls: set[str] = set()
@@ -135,17 +155,19 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
         if kind not in PROVIDER_KINDS or is_empty_assistant(row):
             continue
         parts = row.get("parts") if isinstance(row.get("parts"), list) else []
-        orphans = [
+        orphans = {
             i for i, p in enumerate(parts)
             if isinstance(p, dict) and p.get("type") == "tool_result" and p.get("id") not in calls
-        ]
+        }
         if orphans:
-            kept = [p for i, p in enumerate(parts) if i not in orphans]
-            if not kept:
-                continue
-            row = {**row, "parts": kept}
-            item = row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
+            new_parts = [orphan_result_text(p) if i in orphans else p for i, p in enumerate(parts)]
+            row = {**row, "parts": new_parts}
+            if row.get("role") == "tool" and all(
+                not (isinstance(p, dict) and p.get("type") == "tool_result") for p in new_parts
+            ):
+                row["role"] = "user"
             row.pop(fmt.CHECKSUM_KEY, None)
+            item = row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
         for p in parts:
             if isinstance(p, dict) and p.get("type") == "tool_call":
                 calls.add(str(p.get("id")))

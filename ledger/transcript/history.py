@@ -9,11 +9,12 @@ and rewrites. Get one from ``Store.history(ws)``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ledger.core.batches import AppendResult, PendingBatch
-from ledger.core.errors import InvalidRow
+from ledger.core.errors import InvalidRow, WorkspaceNotFound
+from ledger.core.husks import QUARANTINE_VERSION
 from ledger.core.rows import Row, new_id, prepare_bodies
 from ledger.core.windows import provider_rows, window_marker
 from ledger.storage.engine import Snapshot, StoreOptions, WorkspaceEngine
@@ -21,8 +22,14 @@ from ledger.storage.engine import Snapshot, StoreOptions, WorkspaceEngine
 if TYPE_CHECKING:
     from ledger.transcript.retrieval import SessionHistory
 
-__all__ = ["LEAD_IN_TEXT", "AppendResult", "History", "window_marker"]
+__all__ = [
+    "LEAD_IN_TEXT", "AppendResult", "History", "OpenToolCalls", "lead_in_text", "window_marker",
+]
 
+# The one lead-in text (the rollover engine uses it too). ``{window}`` is the
+# seq of the rollover's reset row: the id ``session_history`` ``list`` reports
+# for the new window. ``{tool}`` is the offer of ``session_history`` (empty
+# when the tool is not available). It summarises nothing.
 LEAD_IN_TEXT = (
     "A new context window starts here (window {window}). Earlier messages of this "
     "conversation are not shown to you.{tool} Anything retrieved from earlier windows is "
@@ -30,8 +37,36 @@ LEAD_IN_TEXT = (
 )
 _TOOL_OFFER = (
     " If you need something from them, call the `session_history` tool (list, search or "
-    "read)."
+    "read); `list` shows the earlier windows."
 )
+
+
+def lead_in_text(window: int, tool_available: bool = True) -> str:
+    """The lead-in of the window whose reset row has seq ``window``."""
+    return LEAD_IN_TEXT.format(window=window, tool=_TOOL_OFFER if tool_available else "")
+
+
+class OpenToolCalls(InvalidRow):
+    """A rollover that would split a tool call from its result. ``call_ids``
+    names the calls (or results) concerned; nothing was written."""
+
+    def __init__(self, message: str, call_ids: Sequence[str]) -> None:
+        super().__init__(message)
+        self.call_ids = tuple(call_ids)
+
+
+def _tool_ids(rows: Iterable[dict[str, Any]]) -> tuple[dict[str, None], set[str]]:
+    """(call ids in order, result ids) of ``rows``."""
+    calls: dict[str, None] = {}
+    results: set[str] = set()
+    for row in rows:
+        parts = row.get("parts") if isinstance(row, dict) else None
+        for part in parts if isinstance(parts, list) else ():
+            if isinstance(part, dict) and part.get("type") == "tool_call":
+                calls[str(part.get("id"))] = None
+            elif isinstance(part, dict) and part.get("type") == "tool_result":
+                results.add(str(part.get("id")))
+    return calls, results
 
 
 
@@ -66,7 +101,24 @@ class History:
 
     @property
     def window(self) -> int:
-        return self.snapshot().window_seq
+        """The active window's marker: the seq of its boundary, 0 before the
+        first boundary and for a workspace that has no history yet."""
+        if not self.exists():
+            return 0
+        try:
+            return self.snapshot().window_seq
+        except WorkspaceNotFound:  # deleted between the two calls
+            return 0
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next appended row gets (1 for a new workspace)."""
+        if not self.exists():
+            return 1
+        try:
+            return self.snapshot().next_seq
+        except WorkspaceNotFound:
+            return 1
 
     def rows(self, after_seq: int | None = None) -> Iterator[Row]:
         """Every row in log order (after ``after_seq`` if given), streaming:
@@ -80,13 +132,22 @@ class History:
         return self.engine.get(seq)
 
     def window_rows(self) -> list[Row]:
-        """Every readable row after the newest boundary (the active window)."""
-        return self.engine.window_rows()
+        """Every readable row after the newest boundary (the active window);
+        empty for a workspace that has no history yet."""
+        if not self.exists():
+            return []
+        try:
+            return self.engine.window_rows()
+        except WorkspaceNotFound:
+            return []
 
     def provider_view(self) -> list[Row]:
         """The rows the model sees: the active window minus reset rows, empty
-        assistant records and unknown kinds, lead-in included (DESIGN.md 7)."""
-        return provider_rows(self.engine.window_rows())
+        assistant records and unknown kinds, lead-in included (DESIGN.md 7).
+        A tool result whose call is in an earlier window is served as user
+        text (``ledger.core.windows.provider_rows``). Empty for a workspace
+        that has no history yet (nothing is created by reading)."""
+        return provider_rows(self.window_rows())
 
     def session_history(self) -> SessionHistory:
         """The ``session_history`` retrieval tool bound to this workspace."""
@@ -127,17 +188,28 @@ class History:
         tool_available: bool = True,
         **kwargs: Any,
     ) -> AppendResult:
-        """Append ``[reset(rollover), lead_in, *trigger_rows]`` as ONE batch."""
+        """Append ``[reset(rollover), lead_in, *trigger_rows]`` as ONE batch.
+
+        Refused with :class:`OpenToolCalls` (nothing written) when it would
+        split a tool call from its result: a call in the active window that
+        has no result there nor in ``trigger_rows``, a call in
+        ``trigger_rows`` without its result there, or a result in
+        ``trigger_rows`` whose call is in the window being sealed (carry the
+        call into ``trigger_rows`` instead: ``ledger.rollover.carried_rows``).
+        ``lead_in`` may hold ``{window}``, filled with the new window's id.
+        """
         for i, row in enumerate(trigger_rows):
             if isinstance(row, dict) and row.get("kind") in ("reset", "lead_in"):
                 raise InvalidRow(f"trigger row {i}: kind {row['kind']!r} is not allowed here", i)
+        self._check_pairs(trigger_rows)
         reset = {"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "rollover"}}
         marker = {"kind": "lead_in", "role": "system", "parts": [], "meta": {}}
         text = lead_in
 
         def fill(next_seq: int) -> None:
-            body = text if text is not None else LEAD_IN_TEXT.format(
-                window=next_seq, tool=_TOOL_OFFER if tool_available else ""
+            body = (
+                lead_in_text(next_seq, tool_available) if text is None
+                else text.replace("{window}", str(next_seq))
             )
             marker["parts"] = [{"type": "text", "text": body}]
             marker["meta"] = {"window": next_seq, "session_history": tool_available}
@@ -145,6 +217,42 @@ class History:
         return self._append(
             [reset, marker, *trigger_rows], internal=True, before_encode=fill, **_write_opts(kwargs)
         )
+
+    def _check_pairs(self, trigger_rows: Sequence[dict[str, Any]]) -> None:
+        window = [r.data for r in self.window_rows()]
+        w_calls, w_results = _tool_ids(window)
+        t_calls, t_results = _tool_ids(trigger_rows)
+        open_window = [c for c in w_calls if c not in w_results and c not in t_results]
+        open_trigger = [c for c in t_calls if c not in t_results]
+        split = sorted(r for r in t_results if r in w_calls and r not in t_calls)
+        if open_window or open_trigger or split:
+            ids = [*open_window, *open_trigger, *split]
+            raise OpenToolCalls(
+                f"workspace {self.workspace!r}: rollover refused: it would split tool calls "
+                f"from their results (calls without a result: {open_window + open_trigger}; "
+                f"results whose call would be sealed in the old window: {split}); store the "
+                "results first, or carry the calls in the trigger rows",
+                ids,
+            )
+
+    def quarantine(self, rows: Sequence[dict[str, Any]], **kwargs: Any) -> AppendResult:
+        """Store ``rows`` as rejected requests in ONE batch: each becomes the
+        empty assistant record of DESIGN.md 3 with the whole original row in
+        ``meta.quarantine`` (never in the provider view; display and export
+        restore it). For an input refused before it was ever stored."""
+        if not isinstance(rows, Sequence) or isinstance(rows, (str, bytes, dict)) or not rows:
+            raise InvalidRow("quarantine needs a non-empty list of row objects")
+        husks = []
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise InvalidRow(f"row {i}: must be a JSON object, got {type(row).__name__}", i)
+            husk: dict[str, Any] = {"kind": "message", "role": "assistant", "parts": [],
+                                    "partial": False}
+            if isinstance(row.get("id"), str) and row["id"]:
+                husk["id"] = row["id"]
+            husk["meta"] = {"quarantine": {"v": QUARANTINE_VERSION, "row": row}}
+            husks.append(husk)
+        return self._append(husks, internal=False, **_write_opts(kwargs))
 
     def compact(self, summary_rows: Sequence[dict[str, Any]], **kwargs: Any) -> AppendResult:
         """Append ``[reset(compaction), *summary_rows]`` as one batch."""

@@ -1,0 +1,439 @@
+"""One conversation under a token budget: the runtime object an agent loop drives.
+
+:class:`Conversation` composes the engine beneath it and repeats none of its
+rules: ``ledger.rollover`` decides (``send_inputs`` + ``step``) and runs the
+transaction (``run_rollover``), ``ledger.admission`` filters ordinary requests
+(``apply_live``) and admits rollovers, ``ledger.policy`` picks the advertised
+tools, the hard guard counts (``ledger.budget.guards.request_counter``) and
+``check_step`` is the last check of every request. The loop gives it rows and
+gets back the next provider request, or a :class:`SendRefused` (a
+``LedgerError``) saying why there is none::
+
+    conv = Conversation.open(store, "ws", model="gpt-4o", context_limit=8000,
+                             system="You are ...", tools={"bash": BASH})
+    request = conv.send([user_row])            # -> Request (stored, preflighted)
+    reply = call_model(request.openai_chat())  # or .anthropic(), .openai_responses()
+    conv.record([reply_row])                   # model output: stored, no request
+    request = conv.send(tool_result_rows)      # the next request of the tool step
+
+Tool steps
+==========
+A send's rows (the *trigger*) are what precedes the next model call: a user
+message, the results of a tool step, or the assistant row holding the calls
+together with their results. When a rollover is due and the trigger answers
+calls already stored in the window (``record``-ed model output, parallel
+calls answered one at a time, an approval granted later), the rollover batch
+carries those calls into the new window (``ledger.rollover.carried_rows``):
+``[reset, lead-in, *carried, *trigger]``. So a rollover commits only at a
+settled step and the model's next request holds each call with its result.
+While a call is open (no result stored or sent), no rollover happens (rule P2):
+the request is sent in the current window and the rollover waits; above the
+hard ceiling the send is refused until the caller settles the call (a result,
+or an error result for a denied approval or a cancellation).
+
+Every returned request is checked against the hard ceiling (``check_step``)
+before anything is appended; none exceeds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ledger.adapters import to_request
+from ledger.budget.admission import AdmissionRefused, MiddlewareRegistry, apply_live
+from ledger.budget.guards import request_counter
+from ledger.budget.models import ModelRegistry, resolve
+from ledger.budget.policy import HISTORY_TOOL, ToolPolicy, advertised_schemas, preset_policy
+from ledger.budget.rollover import (
+    Action,
+    BudgetConfig,
+    Decision,
+    MemoryContext,
+    PinnedModel,
+    ProviderRequest,
+    RolloverHooks,
+    RolloverParts,
+    RolloverState,
+    carried_rows,
+    check_step,
+    run_rollover,
+    send_inputs,
+    step,
+    warning_row,
+)
+from ledger.budget.rollover_rules import Count
+from ledger.core.errors import InvalidRow, LedgerError
+
+if TYPE_CHECKING:
+    from ledger.transcript.history import AppendResult, History
+    from ledger.transcript.retrieval import SessionHistory
+    from ledger.transcript.store import Store
+
+__all__ = ["Conversation", "Request", "SendRefused", "tool_schema"]
+
+
+class SendRefused(LedgerError):
+    """No request for this send. ``decision`` is the engine's verdict (rule id,
+    reason, counted tokens, ceiling); ``rows`` the refused input;
+    ``quarantined`` the seqs of the rejected records stored for it (empty when
+    nothing was stored). Nothing else was appended."""
+
+    def __init__(
+        self,
+        message: str,
+        decision: Decision,
+        rows: Sequence[Mapping[str, Any]],
+        quarantined: Sequence[int] = (),
+    ) -> None:
+        super().__init__(message)
+        self.decision = decision
+        self.rows = tuple(rows)
+        self.quarantined = tuple(quarantined)
+
+
+def tool_schema(name: str, description: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool in the conversation's neutral form (rendered per API by :class:`Request`)."""
+    return {"name": name, "description": description, "parameters": dict(parameters)}
+
+
+def _history_tool() -> dict[str, Any]:
+    from ledger.transcript.retrieval.tool import DESCRIPTION, PARAMETERS
+
+    return tool_schema(HISTORY_TOOL, DESCRIPTION, PARAMETERS)
+
+
+@dataclass(frozen=True)
+class Request:
+    """The next provider request: what the model is sent now.
+
+    ``messages`` are the canonical rows of the provider view (lead-in, carried
+    rows and warnings included), ``system`` the system text after middleware
+    and memory, ``tools`` the advertised schemas (neutral form: ``name``,
+    ``description``, ``parameters``). ``tokens``/``exact`` is its count, within
+    ``ceiling``. ``decision`` is the engine's verdict for this send;
+    ``rolled_over`` / ``warned`` say whether it opened window ``window`` /
+    appended a budget warning; ``blocked`` names why a due rollover waits.
+    """
+
+    model: str
+    system: str
+    tools: tuple[Mapping[str, Any], ...]
+    messages: tuple[dict[str, Any], ...]
+    tokens: int
+    exact: bool
+    ceiling: int
+    window: int
+    decision: Decision
+    rolled_over: bool = False
+    warned: bool = False
+    carried: int = 0
+    blocked: str | None = None
+    provider: ProviderRequest | None = field(default=None, repr=False, compare=False)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The system text as a leading system row, then ``messages``."""
+        head = [{"kind": "message", "role": "system", "parts": [{"type": "text",
+                                                                  "text": self.system}]}]
+        return [*(head if self.system else []), *self.messages]
+
+    def openai_chat(self, **extra: Any) -> dict[str, Any]:
+        """The Chat Completions request body (``ledger.adapters.openai_chat``)."""
+        tools = [{"type": "function", "function": dict(t)} for t in self.tools]
+        return to_request("openai-chat", self.rows(), model=self.model,
+                          **({"tools": tools} if tools else {}), **extra)
+
+    def openai_responses(self, **extra: Any) -> dict[str, Any]:
+        """The Responses request body (``ledger.adapters.openai_responses``)."""
+        tools = [{"type": "function", **t} for t in self.tools]
+        return to_request("openai-responses", self.rows(), model=self.model,
+                          **({"tools": tools} if tools else {}), **extra)
+
+    def anthropic(self, **extra: Any) -> dict[str, Any]:
+        """The Messages request body (``ledger.adapters.anthropic``)."""
+        tools = [
+            {"name": t["name"], "description": t.get("description", ""),
+             "input_schema": t.get("parameters", {"type": "object"})}
+            for t in self.tools
+        ]
+        return to_request("anthropic", self.rows(), model=self.model,
+                          **({"tools": tools} if tools else {}), **extra)
+
+
+def _plain(row: Any) -> dict[str, Any]:
+    return dict(row) if isinstance(row, Mapping) else row.to_dict()
+
+
+def _input(rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> list[dict[str, Any]]:
+    if isinstance(rows, Mapping):
+        return [dict(rows)]
+    if isinstance(rows, (str, bytes)):
+        raise InvalidRow("rows must be a list of row objects")
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise InvalidRow(f"row {i}: must be a JSON object, got {type(row).__name__}", i)
+        out.append(dict(row))
+    return out
+
+
+class Conversation:
+    """One workspace's conversation with one model under one token budget.
+
+    ``context_limit`` is the caller's budget (default: the model's window from
+    the model registry); the thresholds are fractions of it as in
+    :class:`~ledger.rollover.BudgetConfig` (warn 70%, roll over 85%, hard
+    ceiling 95% unless given). ``tools`` maps names to neutral schemas
+    (:func:`tool_schema`); ``session_history`` is added when absent, since a
+    rollover needs it. ``policy`` (default: every tool granted) decides what
+    is advertised and whether rollover may seal a window. ``registry``,
+    ``memory``, ``hooks`` and ``precedence`` are the engine's runtime parts
+    (``ledger.rollover``), all optional.
+
+    Not thread-safe: one loop drives one object. Its in-memory state (the
+    warning flag, a pending rollover) follows the persisted window on every
+    call, so a clear, a rollover or a restart elsewhere is picked up.
+    """
+
+    def __init__(
+        self,
+        history: History,
+        *,
+        model: str,
+        context_limit: int | None = None,
+        system: str = "",
+        tools: Mapping[str, Mapping[str, Any]] | None = None,
+        policy: ToolPolicy | Callable[[], ToolPolicy] | None = None,
+        warn_fraction: float = 0.70,
+        rollover_fraction: float = 0.85,
+        hard_ceiling: int | None = None,
+        automatic: bool = True,
+        registry: MiddlewareRegistry | None = None,
+        memory: Callable[[], MemoryContext] | None = None,
+        hooks: RolloverHooks | None = None,
+        precedence: str | Callable[[], str | None] | None = None,
+        notes_writable: bool = False,
+        activated: Iterable[str] | None = None,
+        models: ModelRegistry | None = None,
+    ) -> None:
+        spec = resolve(model, models)
+        limit = spec.context_limit if context_limit is None else context_limit
+        self.history = history
+        self.model = model
+        self.config = BudgetConfig(
+            context_limit=limit,
+            warn_fraction=warn_fraction,
+            rollover_fraction=rollover_fraction,
+            hard_ceiling=hard_ceiling,
+            automatic=automatic,
+        )
+        all_tools = {name: dict(schema) for name, schema in (tools or {}).items()}
+        all_tools.setdefault(HISTORY_TOOL, _history_tool())
+        self.tools = all_tools
+        self.hooks = hooks if hooks is not None else RolloverHooks()
+        self.notes_writable = notes_writable
+        self._count = request_counter(registry=models)
+        self.parts = RolloverParts(
+            workspace=history.workspace,
+            model=model,
+            system=system,
+            tools=all_tools,
+            policy=policy if policy is not None else preset_policy("exec"),
+            registry=registry if registry is not None else MiddlewareRegistry(),
+            memory=memory if memory is not None else (lambda: MemoryContext("")),
+            count=self._count,
+            config=self.config,
+            activated=activated,
+            precedence=precedence,
+        )
+        self.pinned = PinnedModel.pin(model, self.config)
+        self.state = RolloverState.after_restart(history.window)
+
+    @classmethod
+    def open(cls, store: Store, workspace: str, **kwargs: Any) -> Conversation:
+        """``Conversation(store.history(workspace), **kwargs)``."""
+        return cls(store.history(workspace), **kwargs)
+
+    def __repr__(self) -> str:
+        return (f"Conversation({self.history.workspace!r}, model={self.model!r}, "
+                f"context_limit={self.config.context_limit})")
+
+    # --- reads --------------------------------------------------------------------
+
+    @property
+    def window(self) -> int:
+        """The active window (``History.window``; 0 for a new workspace)."""
+        return self.history.window
+
+    def session_history(self) -> SessionHistory:
+        """The ``session_history`` tool bound to this workspace: run the model's
+        calls of it with ``.call(arguments)``."""
+        return self.history.session_history()
+
+    def request(self) -> Request:
+        """The request for the window as it is, without new rows (e.g. to retry
+        a model call). Checked against the hard ceiling."""
+        self._follow()
+        view = [_plain(r) for r in self.history.provider_view()]
+        provider = self._request_for(view)
+        counted = check_step(provider, self.pinned, self._count)
+        decision = Decision(Action.SEND, "B1", "the window as stored", counted.tokens,
+                            counted.exact, self.config.ceiling)
+        return self._wrap(provider, counted, decision)
+
+    # --- writes -------------------------------------------------------------------
+
+    def record(self, rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> AppendResult:
+        """Store rows that need no request now -- the model's output, tool
+        results as they arrive -- in the active window, as one batch."""
+        self._follow()
+        return self.history.append_many(_input(rows), expect_window=self.state.window)
+
+    def clear(self) -> AppendResult:
+        """A manual clear (``History.clear_soft``): the new window starts empty
+        and earlier windows are no longer retrievable (a privacy floor)."""
+        self._follow()
+        result = self.history.clear_soft(expect_window=self.state.window)
+        self.state = self.state.observe(self.history.window)
+        return result
+
+    def send(
+        self,
+        rows: Iterable[Mapping[str, Any]] | Mapping[str, Any] = (),
+        *,
+        quarantine: bool = True,
+    ) -> Request:
+        """Store ``rows`` and return the next provider request.
+
+        The engine decides (``send_inputs`` + ``step``): send in the window,
+        send with the once-per-window budget warning appended after the rows,
+        roll over (one batch: reset, lead-in, carried tool-step rows, the rows)
+        or refuse. A refusal raises :class:`SendRefused`; when the input
+        cannot fit even a fresh window (rule B5) it is stored as rejected
+        records in one batch unless ``quarantine=False``. Rows are stored only
+        when a request within the hard ceiling is returned.
+        """
+        trigger = _input(rows)
+        self._follow()
+        view = [_plain(r) for r in self.history.provider_view()]
+        carry = carried_rows(view, trigger)
+        policy = self.parts.current_policy()
+        window, inputs = send_inputs(
+            self.history,
+            trigger,
+            request_for=self._request_for,
+            count=self._count,
+            history_access=policy.history_access,
+            notes_writable=self.notes_writable,
+            precedence=self.parts.current_precedence(),
+            lead_in_text=self.parts.lead_in_text,
+            carry=carry,
+            view=view,
+        )
+        decision, state = step(self.state, inputs, self.config)
+        if decision.action is Action.REJECT:
+            self._refuse(decision, trigger, quarantine)
+        if decision.action is Action.ROLLOVER:
+            try:
+                return self._rollover(decision, [*carry, *trigger], len(carry))
+            except AdmissionRefused as exc:
+                # Admission may refuse what the decision allowed (middleware,
+                # precedence that appeared meanwhile): the rollover waits, and
+                # the rows go to the current window if the request fits there.
+                if decision.tokens > self.config.ceiling:
+                    raise
+                state = state.queue()
+                decision = Decision(
+                    Action.SEND, decision.rule, f"rollover refused: {exc}", decision.tokens,
+                    decision.exact, decision.ceiling, pending=True, blocked=exc.reason,
+                )
+        extra = [warning_row(decision)] if decision.action is Action.WARN else []
+        provider = self._request_for([*view, *trigger, *extra])
+        check_step(provider, self.pinned, self._count)
+        self.history.append_many([*trigger, *extra], expect_window=window)
+        self.state = state
+        after = [_plain(r) for r in self.history.provider_view()]
+        provider = self._request_for(after)
+        counted = check_step(provider, self.pinned, self._count)
+        return self._wrap(provider, counted, decision, warned=bool(extra),
+                          blocked=decision.blocked)
+
+    # --- internals ------------------------------------------------------------------
+
+    def _follow(self) -> None:
+        """Adopt the persisted window (a clear or rollover elsewhere, a restart)."""
+        self.state = self.state.observe(self.history.window)
+
+    def _request_for(self, messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
+        """An ordinary request over ``messages``: live middleware, memory,
+        advertised schemas (what the engine calls ``request_for``)."""
+        policy = self.parts.current_policy()
+        schemas = advertised_schemas(self.tools, policy, self.parts.activated)
+        live = apply_live(
+            self.parts.registry,
+            self.history.workspace,
+            {"system": self.parts.system, "tools": list(schemas), "messages": list(messages)},
+        )
+        memory = self.parts.memory()
+        try:
+            return ProviderRequest(self.model, live["system"], tuple(live["tools"]),
+                                   tuple(live["messages"]), memory.text)
+        finally:
+            if memory.release is not None:
+                memory.release()
+
+    def _rollover(self, decision: Decision, trigger: list[dict[str, Any]], carried: int) -> Request:
+        outcome = run_rollover(self.history, trigger, self.parts, self.hooks)
+        self.state = RolloverState(outcome.window)
+        if outcome.discarded:
+            # Committed, but the snapshot was revoked after publication: the
+            # prepared request may not be delivered; build one from the view.
+            return self.request()
+        provider = outcome.prepared.start(lambda request: request)
+        counted = check_step(provider, self.pinned, self._count)
+        return self._wrap(provider, counted, decision, rolled_over=True, carried=carried)
+
+    def _refuse(self, decision: Decision, rows: list[dict[str, Any]], quarantine: bool) -> None:
+        seqs: list[int] = []
+        if decision.quarantine and quarantine and rows:
+            seqs = list(self.history.quarantine(rows, expect_window=self.state.window).seqs)
+        stored = (f"; the input is stored as rejected record(s) {seqs}" if seqs
+                  else "; nothing was stored")
+        raise SendRefused(
+            f"workspace {self.history.workspace!r}: send refused (rule {decision.rule}): "
+            f"{decision.reason}{stored}",
+            decision, rows, seqs,
+        )
+
+    def _wrap(
+        self,
+        provider: ProviderRequest,
+        counted: Count,
+        decision: Decision,
+        *,
+        rolled_over: bool = False,
+        warned: bool = False,
+        carried: int = 0,
+        blocked: str | None = None,
+    ) -> Request:
+        system = provider.system
+        if provider.memory:
+            system = f"{system}\n\n{provider.memory}" if system else provider.memory
+        return Request(
+            model=provider.model,
+            system=system,
+            tools=tuple(provider.tools),
+            messages=tuple(_plain(m) for m in provider.messages),
+            tokens=counted.tokens,
+            exact=counted.exact,
+            ceiling=self.config.ceiling,
+            window=self.state.window,
+            decision=decision,
+            rolled_over=rolled_over,
+            warned=warned,
+            carried=carried,
+            blocked=blocked,
+            provider=provider,
+        )
+

@@ -1,0 +1,247 @@
+"""The runtime object (``ledger.budget.conversation.Conversation``) on a real
+store with real tiktoken counts: a 40-turn agent loop with tool steps under a
+small budget, new workspaces, hard preflight and quarantine, the lead-in, and
+the guards against the caller's budget."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger import Store
+from ledger.budget.conversation import Conversation, Request, SendRefused, tool_schema
+from ledger.budget.guards import check_request, fits_fresh_window
+from ledger.core.husks import is_husk, rejected_original
+from ledger.rollover import Action
+from recovery.check import check
+
+WS = "agent"
+BASH = tool_schema("bash", "Run a shell command and return its output.",
+                   {"type": "object", "properties": {"cmd": {"type": "string"}},
+                    "required": ["cmd"]})
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+def says(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "parts": [{"type": "text", "text": text}]}
+
+
+def calls(*ids: str) -> dict[str, Any]:
+    return {"role": "assistant", "parts": [
+        {"type": "tool_call", "id": i, "name": "bash", "input": {"cmd": f"run {i}"}} for i in ids
+    ]}
+
+
+def result(call_id: str, output: str, *, error: bool = False) -> dict[str, Any]:
+    return {"role": "tool",
+            "parts": [{"type": "tool_result", "id": call_id, "output": output, "error": error}]}
+
+
+def words(n: int, tag: str) -> str:
+    return " ".join(f"{tag}{i % 97}" for i in range(n))
+
+
+def conversation(root: Path, limit: int = 3000, **kw: Any) -> Conversation:
+    return Conversation.open(Store(root, durability="off"), WS, model="gpt-4o",
+                             context_limit=limit, system="You are a careful agent.",
+                             tools={"bash": BASH}, **kw)
+
+
+def assert_paired(messages: Sequence[dict[str, Any]], *, settled: bool = True) -> None:
+    """Every result follows its call; with ``settled`` every call has a result."""
+    seen: set[str] = set()
+    answered: set[str] = set()
+    for row in messages:
+        for part in row.get("parts", []):
+            if part.get("type") == "tool_call":
+                seen.add(part["id"])
+            elif part.get("type") == "tool_result":
+                assert part["id"] in seen, f"result {part['id']} without its call"
+                answered.add(part["id"])
+    if settled:
+        assert seen == answered, f"calls without results: {sorted(seen - answered)}"
+
+
+def assert_within(req: Request, conv: Conversation) -> None:
+    assert req.tokens <= req.ceiling == conv.config.ceiling
+    # recount independently with the hard guard against the caller's budget
+    verdict = check_request("gpt-4o", rows=req.messages, system=req.system,
+                            tools=list(req.tools), context_limit=conv.config.ceiling)
+    assert verdict.ok and verdict.tokens == req.tokens, verdict.reason
+
+
+def chat_pairs_ok(body: dict[str, Any]) -> None:
+    """Chat Completions: each assistant tool_calls message is followed by one
+    tool message per call."""
+    msgs = body["messages"]
+    for i, m in enumerate(msgs):
+        if m.get("tool_calls"):
+            ids = [c["id"] for c in m["tool_calls"]]
+            follow = [x["tool_call_id"] for x in msgs[i + 1:i + 1 + len(ids)]
+                      if x.get("role") == "tool"]
+            assert sorted(follow) == sorted(ids)
+
+
+def test_forty_turn_loop_with_tool_steps_rolls_over_and_stays_within_the_ceiling(
+    tmp_path: Path,
+) -> None:
+    conv = conversation(tmp_path)
+    requests: list[Request] = []
+    for turn in range(40):
+        req = conv.send(user(f"turn {turn}: " + words(40, "q")))
+        requests.append(req)
+        if turn % 3 == 0:
+            # one call, model output recorded first, the result is the trigger
+            conv.record(calls(f"t{turn}"))
+            req = conv.send(result(f"t{turn}", words(90, "out")))
+        elif turn % 3 == 1:
+            # parallel calls answered out of order, one at a time
+            conv.record(calls(f"t{turn}a", f"t{turn}b"))
+            conv.record(result(f"t{turn}b", words(50, "b")))
+            req = conv.send(result(f"t{turn}a", words(50, "a")))
+        else:
+            # the assistant row with its call and the result in one send
+            req = conv.send([calls(f"t{turn}"), result(f"t{turn}", words(60, "r"))])
+        requests.append(req)
+        conv.record(says(words(30, "done")))
+    rollovers = [r for r in requests if r.rolled_over]
+    assert len(rollovers) >= 3
+    for req in requests:
+        assert_within(req, conv)
+        assert_paired(req.messages)
+        chat_pairs_ok(req.openai_chat())
+    for req in rollovers:
+        # the step that settled is in the new window: call and result together
+        kinds = [m.get("kind", "message") for m in req.messages]
+        assert kinds[0] == "lead_in" and f"(window {req.window})" in (
+            req.messages[0]["parts"][0]["text"])
+        assert any(p.get("type") == "tool_result" for m in req.messages for p in m["parts"])
+    # what the model got at a rollover is what the store now holds for that window
+    last = rollovers[-1]
+    stored = [r.to_dict() for r in conv.history.rows(after_seq=last.window)]
+    assert [r["parts"] for r in stored[: len(last.messages)]] == [
+        m["parts"] for m in last.messages
+    ]
+    assert check(conv.history).ok
+
+
+def test_warning_is_appended_once_per_window(tmp_path: Path) -> None:
+    conv = conversation(tmp_path)
+    warned = []
+    for turn in range(30):
+        req = conv.send(user(words(60, "w")))
+        conv.record(says(words(20, "ok")))
+        warned.append((req.window, req.warned))
+        if req.warned:
+            assert req.decision.action is Action.WARN
+            assert req.messages[-1]["kind"] == "warning"
+    windows = {w for w, _ in warned}
+    per_window = {w: sum(1 for x, y in warned if x == w and y) for w in windows}
+    assert len(windows) >= 3 and max(per_window.values()) == 1
+    assert sum(per_window.values()) >= 2
+
+
+def test_new_workspace_first_send_and_oversized_first_message(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    conv = conversation(root)
+    assert conv.window == 0 and conv.history.provider_view() == []
+    assert not root.exists()  # reading created nothing
+    with pytest.raises(SendRefused) as info:
+        conv.send(user(words(5000, "big")), quarantine=False)
+    assert info.value.decision.rule == "B5" and info.value.quarantined == ()
+    assert "hard ceiling" in str(info.value) and "nothing was stored" in str(info.value)
+    assert not root.exists()  # refused without quarantine: still nothing on disk
+    big = {**user(words(5000, "big")), "id": "u-big", "x_extra": {"k": 1}}
+    with pytest.raises(SendRefused) as info:
+        conv.send(big)
+    seqs = info.value.quarantined
+    rows = [r.to_dict() for r in conv.history.rows()]
+    assert len(seqs) == 1 and [r["seq"] for r in rows] == list(seqs)  # one batch, one row
+    assert rows[0]["batch"]["n"] == 1 and is_husk(rows[0])
+    assert rejected_original(rows[0]) == big  # the original, unknown fields included
+    assert conv.history.provider_view() == []  # never in the provider view
+    req = conv.send(user("hello"))
+    assert req.decision.action is Action.SEND and [m["role"] for m in req.messages] == ["user"]
+
+
+def test_lead_in_names_the_window_session_history_lists(tmp_path: Path) -> None:
+    conv = conversation(tmp_path, limit=2000)
+    req = None
+    for turn in range(12):
+        req = conv.send(user(f"fact {turn}: the code word is w{turn}x " + words(60, "f")))
+        conv.record(says("noted"))
+        if req.rolled_over:
+            break
+    assert req is not None and req.rolled_over
+    text = req.messages[0]["parts"][0]["text"]
+    listed = conv.session_history().list()
+    windows = [w["window"] for w in listed["items"]]
+    assert windows[-1] == req.window == conv.window
+    assert f"(window {req.window})" in text and "`session_history`" in text
+    stored = conv.history.get(req.window + 1)
+    assert stored is not None and stored.kind == "lead_in"
+    assert stored.parts[0]["text"] == text  # the request holds the stored text
+    found = conv.session_history().search("w0x")
+    assert found["items"] and found["items"][0]["window"] < req.window
+
+
+def test_approval_after_another_message_reaches_the_model(tmp_path: Path) -> None:
+    """A call waits for approval, the user sends more messages (the window grows
+    past the rollover threshold meanwhile), then the approval's result is sent:
+    the rollover carries the call, and the model sees the deploy's result."""
+    conv = conversation(tmp_path, limit=2000)
+    conv.send(user("deploy please"))
+    conv.record(calls("deploy-1"))
+    pending = []
+    for turn in range(6):
+        try:
+            req = conv.send(user(f"status {turn}? " + words(60, "s")))
+        except SendRefused as exc:  # P2: over the ceiling while the call is open
+            assert exc.decision.rule == "P2" and exc.quarantined == ()
+            break
+        pending.append(req.decision.pending)
+        conv.record(says("waiting for approval"))
+    assert any(pending)  # a rollover became due and waits for the step to settle
+    req = conv.send(result("deploy-1", "deployed v2 to production"))
+    assert req.rolled_over and req.carried >= 1
+    assert_paired(req.messages)
+    body = req.anthropic()
+    flat = str(body["messages"])
+    assert "deployed v2 to production" in flat and "deploy-1" in flat
+
+
+def test_a_result_after_a_manual_clear_is_user_text_and_check_notices(tmp_path: Path) -> None:
+    conv = conversation(tmp_path)
+    conv.send(user("look"))
+    conv.record(calls("c-old"))
+    conv.clear()
+    req = conv.send(result("c-old", "late output"))
+    assert req.messages[0]["role"] == "user"
+    assert "late output" in req.messages[0]["parts"][0]["text"]
+    assert_paired(req.messages)
+    assert "late output" in str(req.openai_responses()["input"])
+    report = check(conv.history)
+    assert report.ok and [f.code for f in report.findings] == ["tool_pair_split"]
+    cli = subprocess.run([sys.executable, "-m", "ledger.cli", "--root", str(tmp_path),
+                          "check", WS], capture_output=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert b"notice" in cli.stdout and b"'c-old'" in cli.stdout
+
+
+def test_guards_respect_the_callers_budget() -> None:
+    rows = [user(words(2000, "g"))]
+    own = check_request("gpt-4o", rows=rows)
+    assert own.ok and 3000 < own.tokens < 128_000
+    budget = check_request("gpt-4o", rows=rows, context_limit=3000)
+    assert not budget.ok and budget.limit == 3000 and budget.headroom == 3000 - own.tokens
+    assert "3,000 token budget" in budget.reason
+    assert not fits_fresh_window("gpt-4o", rows, context_limit=3000).ok
+    assert fits_fresh_window("gpt-4o", rows, context_limit=own.tokens).ok
