@@ -205,18 +205,14 @@ def test_bad_session_ids_and_missing_extras_are_clear_errors(tmp_path: Path) -> 
         require("agents_not_installed_here", "agents")
 
 
-def test_a_token_budget_rolls_the_window_over_on_the_next_get_items(tmp_path: Path) -> None:
-    session = LedgerSession("budget", store=Store(tmp_path, durability="off"),
-                            rollover_tokens=60)
-    asyncio.run(session.add_items([{"role": "user", "content": "the code word is heron"}]))
-    assert len(asyncio.run(session.get_items())) == 1  # within budget: no rollover
-    asyncio.run(session.add_items([{"role": "user", "content": "word " * 80}]))
-    window = session.history.window
-    (lead_in,) = asyncio.run(session.get_items())
-    assert lead_in["role"] == "system" and "session_history" in json.dumps(lead_in)
-    assert session.history.window != window
-    assert asyncio.run(session.get_items()) == [lead_in]  # a lead-in alone never rolls again
-    found = session.history.session_history().search("heron")
-    assert [i["text"] for i in found["items"]] == ["the code word is heron"]
-    with pytest.raises(LedgerError):
-        LedgerSession("budget", store=Store(tmp_path), rollover_tokens=0)
+def test_opening_a_session_writes_nothing_and_its_budget_is_checked(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s", durability="off")
+    session = LedgerSession("fresh", store=store, context_limit=3000)
+    assert session.context_limit == 3000
+    assert asyncio.run(session.get_items()) == [] and not session.history.exists()
+    assert LedgerSession("default", store=store).context_limit == 128_000  # gpt-4o's window
+    assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())
+    with pytest.raises(LedgerError, match="context_limit"):
+        LedgerSession("bad", store=store, context_limit=0)
+    with pytest.raises(LedgerError, match="context_limit"):
+        LedgerSession("old", store=store, rollover_tokens=1500)
