@@ -306,3 +306,65 @@ def test_the_sdk_calls_run_compaction_after_a_turn_and_the_budget_decides(
     asyncio.run(Runner.run(agent, "third", session=session, run_config=config))
     assert _is_lead_in(model.inputs[2][0]) and facts not in json.dumps(model.inputs[2])
     assert [i.get("content") for i in model.inputs[2][1:]] == ["third"]
+
+
+def test_run_config_without_the_session_is_a_clear_error(tmp_path: Path) -> None:
+    session = _session(tmp_path, "alone", 3000)
+    asyncio.run(session.add_items([{"role": "user", "content": "stored earlier"}]))
+    model = ScriptedModel([[message("Hi.", "m1")]])
+    with pytest.raises(LedgerError, match="session="):
+        asyncio.run(Runner.run(_agent(model), "hello", run_config=session.run_config()))
+    assert model.inputs == []
+    with pytest.raises(LedgerError, match="call_model_input_filter"):
+        session.run_config(call_model_input_filter=lambda data: data.model_data)
+
+
+def _streamed(session: LedgerSession, model: ScriptedModel, text: str) -> Any:
+    async def run() -> Any:
+        result = Runner.run_streamed(_agent(model, read_log), text, session=session,
+                                     run_config=session.run_config())
+        async for _event in result.stream_events():
+            pass
+        return result
+    return asyncio.run(run())
+
+
+def test_a_streamed_run_gets_the_same_budget(tmp_path: Path) -> None:
+    """A streamed run stores its input after the filter: the filter stores it
+    (quarantined when it cannot fit) and the SDK's own write adds nothing twice."""
+    session = _session(tmp_path, "stream", 8000)
+    huge = " ".join(f"entry {i} of the pasted export;" for i in range(3500))
+    model = StreamingModel([
+        [message("Hi.", "m1")],
+        [call("read_log", '{"part": 1}', "call_1")], [message("Read.", "m2")],
+    ])
+    with pytest.raises(LedgerError, match="fresh"):
+        _streamed(session, model, huge)
+    assert model.inputs == [] and asyncio.run(session.get_items()) == []
+    assert _streamed(session, model, "hello").final_output == "Hi."
+    assert _streamed(session, model, "read part 1").final_output == "Read."
+    stored = asyncio.run(session.get_items())
+    assert [_shape(i) for i in stored] == ["user", "assistant", "user", "function_call",
+                                          "function_call_output", "assistant"]
+    assert model.inputs[0] == stored[:1] and model.inputs[2] == stored[:5]
+    assert sum(huge in json.dumps(r.to_dict()) for r in session.history.rows()) == 1
+    _check_clean(tmp_path, "stream")
+
+
+def _shape(item: dict[str, Any]) -> str:
+    return str(item.get("role") or item.get("type"))
+
+
+class StreamingModel(ScriptedModel):
+    """The scripted model answering through the SDK's streaming interface."""
+
+    async def stream_response(self, system_instructions: Any, input: Any,  # type: ignore[override]
+                              *args: Any, **kwargs: Any) -> Any:
+        from openai.types.responses import Response, ResponseCompletedEvent
+
+        reply = await self.get_response(system_instructions, input, *args, **kwargs)
+        response = Response(id=f"resp_{len(self.inputs)}", created_at=0, model="scripted",
+                            object="response", output=reply.output, parallel_tool_calls=False,
+                            tool_choice="auto", tools=[])
+        yield ResponseCompletedEvent(type="response.completed", response=response,
+                                     sequence_number=0)

@@ -53,6 +53,7 @@ refused with a ``LedgerError`` naming ``context_limit``.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -175,6 +176,7 @@ class LedgerSession(SessionABC):
         self._agent_parts: tuple[str, dict[str, Any]] = ("", {})
         self._sent_seq = -1  # the newest row the last model request held
         self._batch_from: int | None = None  # the first seq of the newest add_items batch
+        self._prestored: list[str] = []  # input the filter stored before the SDK did
         self._async = AsyncStore(store=self.store).history(self.session_id)
         self._pop_lock = asyncio.Lock()
         self._lock = threading.Lock()
@@ -202,6 +204,12 @@ class LedgerSession(SessionABC):
         return await asyncio.to_thread(self.items, limit)
 
     async def add_items(self, items: list[Any]) -> None:
+        if not items:
+            return
+        items = list(items)
+        prestored, self._prestored = self._prestored, []
+        while prestored and items and _key(items[0]) == prestored[0]:
+            del items[0], prestored[0]  # stored already by the input filter (a streamed run)
         if not items:
             return
         rows = [item_row(item) for item in items]
@@ -252,19 +260,31 @@ class LedgerSession(SessionABC):
         the session stores it (see the module docstring)."""
         instructions = data.model_data.instructions
         schemas = await _tool_schemas(data.agent)
-        items = await asyncio.to_thread(self.request_items, instructions or "", schemas)
+        given = [_plain(i) for i in data.model_data.input]
+        items = await asyncio.to_thread(self.request_items, instructions or "", schemas, given)
         return ModelInputData(input=items, instructions=instructions)
 
-    def request_items(self, system: str = "",
-                      tools: Mapping[str, Mapping[str, Any]] | None = None) -> list[Any]:
+    def request_items(
+        self,
+        system: str = "",
+        tools: Mapping[str, Mapping[str, Any]] | None = None,
+        given: Sequence[Mapping[str, Any]] = (),
+    ) -> list[Any]:
         """The budget step of one model call without the event loop: decide
-        on the rows stored since the last model call (send, warn, roll over or
-        refuse with ``SendRefused``) and return the window's items as the
-        model gets them."""
+        on the trigger (send, warn, roll over, or refuse with ``SendRefused``)
+        and return the window's items as the model gets them. ``given`` is the
+        SDK's own input list: its items after the newest one the window holds
+        are not stored yet (a streamed run stores its input after this filter)
+        and are sent (stored) here; ``add_items`` then skips them."""
         with self._lock:
             conv = self._conversation(system, dict(tools or {}))
-            first = self._trigger_start()
-            request = conv.request() if first is None else conv.send_stored(first)
+            unstored = self._unstored(given)
+            if unstored:
+                request = conv.send([item_row(i) for i in unstored])
+                self._prestored = [_key(i) for i in unstored]
+            else:
+                first = self._trigger_start()
+                request = conv.request() if first is None else conv.send_stored(first)
             self._sent_seq = self.history.next_seq - 1
             return _drop_open_calls(rows_to_items(request.messages))
 
@@ -310,6 +330,24 @@ class LedgerSession(SessionABC):
             self._conv, self._agent_parts = conv, (system, tools)
         return self._conv
 
+    def _unstored(self, given: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The tail of the SDK's input after the newest item the window holds."""
+        if not given:
+            return []
+        window = [_key(i) for i in rows_to_items(self.history.provider_view())]
+        keys = [_key(i) for i in given]
+        for key in reversed(window):  # an open call the SDK left out is skipped
+            if key in keys:
+                last = len(keys) - 1 - keys[::-1].index(key)
+                return list(given[last + 1:])
+        if window:
+            raise LedgerError(
+                f"workspace {self.session_id!r}: the run's input holds nothing of the "
+                "session's window; run with session=<this session> as well as "
+                "run_config=session.run_config()"
+            )
+        return list(given)
+
     def _trigger_start(self) -> int | None:
         """The seq of the first row of this send's trigger: the user's message
         or the tool results stored since the model last spoke. In this process
@@ -330,6 +368,10 @@ class LedgerSession(SessionABC):
                 break
             first = row.seq
         return first
+
+
+def _key(item: Any) -> str:
+    return json.dumps(_plain(item), sort_keys=True, default=str)
 
 
 def _drop_open_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
