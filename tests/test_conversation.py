@@ -136,7 +136,7 @@ def test_forty_turn_loop_with_tool_steps_rolls_over_and_stays_within_the_ceiling
 def test_warning_is_appended_once_per_window(tmp_path: Path) -> None:
     conv = conversation(tmp_path)
     warned = []
-    for turn in range(30):
+    for _ in range(30):
         req = conv.send(user(words(60, "w")))
         conv.record(says(words(20, "ok")))
         warned.append((req.window, req.warned))

@@ -29,7 +29,11 @@ settled step and the model's next request holds each call with its result.
 While a call is open (no result stored or sent), no rollover happens (rule P2):
 the request is sent in the current window and the rollover waits; above the
 hard ceiling the send is refused until the caller settles the call (a result,
-or an error result for a denied approval or a cancellation).
+or an error result for a denied approval or a cancellation) -- tool results
+sent meanwhile are stored all the same (``SendRefused.stored``), and the send
+that settles the step rolls over. Only the rows of the settling tool step are
+carried (its call rows and their results), so the new window stays small;
+user messages in between stay in the old window, retrievable.
 
 Every returned request is checked against the hard ceiling (``check_step``)
 before anything is appended; none exceeds it.
@@ -65,6 +69,7 @@ from ledger.budget.rollover import (
 )
 from ledger.budget.rollover_rules import Count
 from ledger.core.errors import InvalidRow, LedgerError
+from ledger.core.windows import provider_rows
 
 if TYPE_CHECKING:
     from ledger.transcript.history import AppendResult, History
@@ -77,8 +82,9 @@ __all__ = ["Conversation", "Request", "SendRefused", "tool_schema"]
 class SendRefused(LedgerError):
     """No request for this send. ``decision`` is the engine's verdict (rule id,
     reason, counted tokens, ceiling); ``rows`` the refused input;
-    ``quarantined`` the seqs of the rejected records stored for it (empty when
-    nothing was stored). Nothing else was appended."""
+    ``quarantined`` the seqs of the rejected records stored for it (rule B5);
+    ``stored`` the seqs of tool results kept durable although no request could
+    be made (rule P2: the step is still running). Nothing else was appended."""
 
     def __init__(
         self,
@@ -86,11 +92,13 @@ class SendRefused(LedgerError):
         decision: Decision,
         rows: Sequence[Mapping[str, Any]],
         quarantined: Sequence[int] = (),
+        stored: Sequence[int] = (),
     ) -> None:
         super().__init__(message)
         self.decision = decision
         self.rows = tuple(rows)
         self.quarantined = tuple(quarantined)
+        self.stored = tuple(stored)
 
 
 def tool_schema(name: str, description: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,6 +167,19 @@ class Request:
         ]
         return to_request("anthropic", self.rows(), model=self.model,
                           **({"tools": tools} if tools else {}), **extra)
+
+
+def _results_only(row: Mapping[str, Any]) -> bool:
+    parts = row.get("parts")
+    return bool(parts) and isinstance(parts, list) and all(
+        isinstance(p, Mapping) and p.get("type") == "tool_result" for p in parts
+    )
+
+
+def _canonical(row: Any) -> dict[str, Any]:
+    """A request message as a canonical row: ``kind`` always present."""
+    out = _plain(row)
+    return out if "kind" in out else {"kind": "message", **out}
 
 
 def _plain(row: Any) -> dict[str, Any]:
@@ -489,14 +510,22 @@ class Conversation:
 
     def _refuse(self, decision: Decision, rows: list[dict[str, Any]], quarantine: bool) -> None:
         seqs: list[int] = []
+        kept: list[int] = []
         if decision.quarantine and quarantine and rows:
             seqs = list(self.history.quarantine(rows, expect_window=self.state.window).seqs)
-        stored = (f"; the input is stored as rejected record(s) {seqs}" if seqs
-                  else "; nothing was stored")
+            note = f"; the input is stored as rejected record(s) {seqs}"
+        elif decision.pending and rows and all(_results_only(r) for r in rows):
+            # Completed results of a running step stay durable (rules B7, S2):
+            # the step settles when the rest arrive, and then it rolls over.
+            kept = list(self.history.append_many(rows, expect_window=self.state.window).seqs)
+            note = (f"; the tool results are stored (seqs {kept}): send the results of the "
+                    "open calls (or error results) to settle the step")
+        else:
+            note = "; nothing was stored"
         raise SendRefused(
             f"workspace {self.history.workspace!r}: send refused (rule {decision.rule}): "
-            f"{decision.reason}{stored}",
-            decision, rows, seqs,
+            f"{decision.reason}{note}",
+            decision, rows, seqs, kept,
         )
 
     def _wrap(
@@ -517,7 +546,7 @@ class Conversation:
             model=provider.model,
             system=system,
             tools=tuple(provider.tools),
-            messages=tuple(_plain(m) for m in provider.messages),
+            messages=tuple(_canonical(m) for m in provider_rows(provider.messages)),
             tokens=counted.tokens,
             exact=counted.exact,
             ceiling=self.config.ceiling,

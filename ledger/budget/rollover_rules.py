@@ -296,32 +296,49 @@ def carried_rows(view: Iterable[Any], trigger: Iterable[Any]) -> list[dict[str, 
 
     When ``trigger`` answers tool calls that sit in the window being sealed
     (a tool step settled by results whose call was stored earlier, parallel
-    calls answered one at a time, an approval granted later), the rows from
-    the earliest such call to the end of the window go into the new window
-    with the trigger, so the model's next request holds each call with its
-    result. The suffix is widened until every result in it has its call in it.
-    Non-message rows (warnings, lead-ins) are not carried. Each carried row is
-    a copy without the store-assigned fields, marked ``meta.carried_from``
-    (the seq it was copied from). Empty when nothing needs carrying.
+    calls answered one at a time, an approval granted later), the rows of that
+    tool step go into the new window ahead of the trigger: each row holding
+    such a call, and -- closed over call/result links -- the rows holding the
+    other results of those calls' rows and the calls of those results. So the
+    model's next request holds each call with its result. Rows in between
+    that belong to no link (user messages, assistant text) stay sealed in the
+    old window, retrievable with ``session_history``; the carried rows keep
+    their order. Non-message rows are not carried. Each carried row is a copy
+    without the store-assigned fields, marked ``meta.carried_from`` (the seq
+    it was copied from). Empty when nothing needs carrying.
     """
     rows = [dict(_d(r)) for r in view]
     trig = [_d(r) for r in trigger]
     call_at: dict[str, int] = {}
+    results_at: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
-        for part in _parts(row):
-            if isinstance(part, Mapping) and part.get("type") == "tool_call":
-                call_at.setdefault(str(part.get("id")), i)
-    start = len(rows)
-    while True:
-        orphans = orphan_tool_results([*rows[start:], *trig])
-        earlier = [call_at[c] for c in orphans if c in call_at and call_at[c] < start]
-        if not earlier:
-            break
-        start = min(earlier)
-    out = []
-    for row in rows[start:]:
         if row.get("kind", "message") != "message":
             continue
+        for part in _parts(row):
+            if not isinstance(part, Mapping):
+                continue
+            if part.get("type") == "tool_call":
+                call_at.setdefault(str(part.get("id")), i)
+            elif part.get("type") == "tool_result":
+                results_at.setdefault(str(part.get("id")), []).append(i)
+    todo = [call_at[c] for c in orphan_tool_results(trig) if c in call_at]
+    keep: set[int] = set()
+    while todo:
+        i = todo.pop()
+        if i in keep:
+            continue
+        keep.add(i)
+        for part in _parts(rows[i]):
+            if not isinstance(part, Mapping):
+                continue
+            pid = str(part.get("id"))
+            if part.get("type") == "tool_call":
+                todo.extend(results_at.get(pid, ()))
+            elif part.get("type") == "tool_result" and pid in call_at:
+                todo.append(call_at[pid])
+    out = []
+    for i in sorted(keep):
+        row = rows[i]
         copy = {k: v for k, v in row.items() if k not in _CARRY_DROPPED}
         meta = dict(row["meta"]) if isinstance(row.get("meta"), Mapping) else {}
         if isinstance(row.get("seq"), int):
