@@ -188,6 +188,36 @@ def test_an_input_that_cannot_fit_a_fresh_window_never_reaches_the_model(
     _check_clean(tmp_path, "huge")
 
 
+@function_tool
+def export_table() -> str:
+    """Export the whole table."""
+    return " ".join(f"row {i} of the exported table;" for i in range(3500))
+
+
+def test_a_tool_output_that_cannot_fit_is_refused_and_its_call_settled(tmp_path: Path) -> None:
+    session = _session(tmp_path, "export", 8000)
+    model = ScriptedModel([[call("export_table", "{}", "call_x")],
+                           [message("The export was too large.", "msg_x")]])
+    agent = _agent(model, export_table, session_history_tool(session))
+    with pytest.raises(LedgerError, match="fresh"):
+        asyncio.run(Runner.run(agent, "Export the table.", session=session,
+                               run_config=session.run_config()))
+    assert len(model.inputs) == 1  # the call was made; the output never reached the model
+    rows = list(session.history.rows())
+    assert sum("row 7 of the exported table" in json.dumps(r.to_dict()) for r in rows) == 1
+    # The call is answered by an error result, so the step is settled: the next run
+    # shows the model what happened, and nothing blocks a later rollover.
+    result = asyncio.run(Runner.run(agent, "What happened?", session=session,
+                                    run_config=session.run_config()))
+    assert result.final_output == "The export was too large."
+    sent = model.inputs[1]
+    assert _unpaired(sent) == (set(), set())
+    (output,) = [i for i in sent if i.get("type") == "function_call_output"]
+    assert output["call_id"] == "call_x" and "refused and quarantined" in output["output"]
+    assert "row 7 of the exported table" not in json.dumps(sent)
+    _check_clean(tmp_path, "export")
+
+
 # --- an approval that waits while the user talks -----------------------------------------
 
 DEPLOYS: list[str] = []

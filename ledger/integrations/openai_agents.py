@@ -61,7 +61,7 @@ from typing import Any
 
 from ledger.adapters import openai_responses
 from ledger.adapters.common import raw_part
-from ledger.budget.conversation import Conversation, tool_schema
+from ledger.budget.conversation import Conversation, SendRefused, tool_schema
 from ledger.budget.policy import ToolPolicy, ToolRule
 from ledger.core.errors import LedgerError
 from ledger.core.rows import Row
@@ -284,7 +284,11 @@ class LedgerSession(SessionABC):
                 self._prestored = [_key(i) for i in unstored]
             else:
                 first = self._trigger_start()
-                request = conv.request() if first is None else conv.send_stored(first)
+                try:
+                    request = conv.request() if first is None else conv.send_stored(first)
+                except SendRefused as refused:
+                    self._settle_refused(refused)
+                    raise
             self._sent_seq = self.history.next_seq - 1
             return _drop_open_calls(rows_to_items(request.messages))
 
@@ -329,6 +333,25 @@ class LedgerSession(SessionABC):
             conv.state = self._conv.state
             self._conv, self._agent_parts = conv, (system, tools)
         return self._conv
+
+    def _settle_refused(self, refused: SendRefused) -> None:
+        """Tool results quarantined by the hard preflight leave their calls
+        open, and an open call blocks every later rollover: answer each such
+        call with an error result (an SDK ``function_call_output``) so the
+        step settles and the model learns why there is no output."""
+        if not refused.quarantined:
+            return
+        tokens = refused.decision.tokens
+        items = [
+            {"type": "function_call_output", "call_id": str(part.get("id")),
+             "output": f"error: this tool output was refused and quarantined: with it the "
+                       f"request counted {tokens} tokens, and it cannot fit even a fresh "
+                       "context window"}
+            for row in refused.rows for part in row.get("parts") or ()
+            if isinstance(part, Mapping) and part.get("type") == "tool_result"
+        ]
+        if items:
+            self.history.append_many([item_row(i) for i in items])
 
     def _unstored(self, given: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """The tail of the SDK's input after the newest item the window holds."""
