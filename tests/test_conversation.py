@@ -245,3 +245,18 @@ def test_guards_respect_the_callers_budget() -> None:
     assert "3,000 token budget" in budget.reason
     assert not fits_fresh_window("gpt-4o", rows, context_limit=3000).ok
     assert fits_fresh_window("gpt-4o", rows, context_limit=own.tokens).ok
+
+
+def test_cached_tool_schema_costs_equal_uncached_counts() -> None:
+    from ledger.budget.token_rows import RowTokenCache
+    from ledger.budget.tokens import TokenCounter
+
+    tools = {"bash": BASH, "other": tool_schema("other", "x" * 300, {"type": "object"})}
+    cache = RowTokenCache()
+    cached = TokenCounter("gpt-4o", cache=cache)
+    first, again = cached.raw_tools(tools), cached.raw_tools(tools)
+    assert first == again == TokenCounter("gpt-4o", cache=None).raw_tools(tools)
+    assert len(cache) == 2
+    claude = TokenCounter("claude-sonnet-4", cache=cache).raw_tools(tools)
+    assert len(cache) == 4 and claude == TokenCounter("claude-sonnet-4", cache=None).raw_tools(
+        tools)  # profiles never share an entry

@@ -309,7 +309,12 @@ class Conversation:
         a model call). Checked against the hard ceiling."""
         self._follow()
         view = [_plain(r) for r in self.history.provider_view()]
-        provider = self._request_for(view)
+        memory = self.parts.memory()
+        try:
+            provider = self._request_for(view, memory.text)
+        finally:
+            if memory.release is not None:
+                memory.release()
         counted = check_step(provider, self.pinned, self._count)
         decision = Decision(Action.SEND, "B1", "the window as stored", counted.tokens,
                             counted.exact, self.config.ceiling)
@@ -333,7 +338,7 @@ class Conversation:
 
     def send(
         self,
-        rows: Iterable[Mapping[str, Any]] | Mapping[str, Any] = (),
+        rows: Iterable[Mapping[str, Any]] | Mapping[str, Any],
         *,
         quarantine: bool = True,
     ) -> Request:
@@ -348,14 +353,28 @@ class Conversation:
         when a request within the hard ceiling is returned.
         """
         trigger = _input(rows)
+        if not trigger:
+            raise InvalidRow("send needs at least one row; request() rebuilds the stored window")
         self._follow()
+        memory = self.parts.memory()  # one memory context per send
+        try:
+            return self._send(trigger, quarantine, memory.text)
+        finally:
+            if memory.release is not None:
+                memory.release()
+
+    def _send(self, trigger: list[dict[str, Any]], quarantine: bool, memory: str) -> Request:
         view = [_plain(r) for r in self.history.provider_view()]
         carry = carried_rows(view, trigger)
         policy = self.parts.current_policy()
+
+        def request_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
+            return self._request_for(messages, memory)
+
         window, inputs = send_inputs(
             self.history,
             trigger,
-            request_for=self._request_for,
+            request_for=request_for,
             count=self._count,
             history_access=policy.history_access,
             notes_writable=self.notes_writable,
@@ -382,13 +401,12 @@ class Conversation:
                     decision.exact, decision.ceiling, pending=True, blocked=exc.reason,
                 )
         extra = [warning_row(decision)] if decision.action is Action.WARN else []
-        provider = self._request_for([*view, *trigger, *extra])
-        check_step(provider, self.pinned, self._count)
+        # The request over the rows as the store will serve them, checked
+        # against the hard ceiling before anything is appended.
+        provider = request_for(provider_rows([*view, *trigger, *extra]))
+        counted = check_step(provider, self.pinned, self._count)
         self.history.append_many([*trigger, *extra], expect_window=window)
         self.state = state
-        after = [_plain(r) for r in self.history.provider_view()]
-        provider = self._request_for(after)
-        counted = check_step(provider, self.pinned, self._count)
         return self._wrap(provider, counted, decision, warned=bool(extra),
                           blocked=decision.blocked)
 
@@ -479,9 +497,9 @@ class Conversation:
         """Adopt the persisted window (a clear or rollover elsewhere, a restart)."""
         self.state = self.state.observe(self.history.window)
 
-    def _request_for(self, messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
-        """An ordinary request over ``messages``: live middleware, memory,
-        advertised schemas (what the engine calls ``request_for``)."""
+    def _request_for(self, messages: Sequence[Mapping[str, Any]], memory: str) -> ProviderRequest:
+        """An ordinary request over ``messages``: live middleware, the send's
+        memory text, advertised schemas (what the engine calls ``request_for``)."""
         policy = self.parts.current_policy()
         schemas = advertised_schemas(self.tools, policy, self.parts.activated)
         live = apply_live(
@@ -489,13 +507,8 @@ class Conversation:
             self.history.workspace,
             {"system": self.parts.system, "tools": list(schemas), "messages": list(messages)},
         )
-        memory = self.parts.memory()
-        try:
-            return ProviderRequest(self.model, live["system"], tuple(live["tools"]),
-                                   tuple(live["messages"]), memory.text)
-        finally:
-            if memory.release is not None:
-                memory.release()
+        return ProviderRequest(self.model, live["system"], tuple(live["tools"]),
+                               tuple(live["messages"]), memory)
 
     def _rollover(self, decision: Decision, trigger: list[dict[str, Any]], carried: int) -> Request:
         outcome = run_rollover(self.history, trigger, self.parts, self.hooks)

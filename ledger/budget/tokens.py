@@ -421,10 +421,22 @@ class TokenCounter:
             raise InvalidTools(f"advertised tools without a schema: {', '.join(sorted(missing))}")
         if not names:
             return ZERO
-        acct = self.accountant()
+        # A request advertises the same schemas on every send: each schema's
+        # cost is cached like a row's, under the tool-schema profile.
+        cache = self.cache
+        seed = xxhash.xxh3_64_intdigest(f"{self.profile_key}|tool-schema".encode())
+        acct: Accountant | None = None
         total = Count(TOOLS_FRAMING, False)
         for name in names:
-            total += Count(TOOL_FRAMING, False) + acct.json(table[name])
+            key = _row_key({"parts": table[name]}, seed) if cache is not None else None
+            found = cache.get(key) if key is not None else None  # type: ignore[union-attr]
+            if found is None:
+                if acct is None:
+                    acct = self.accountant()
+                found = acct.json(table[name])
+                if key is not None:
+                    cache.put(key, found)  # type: ignore[union-attr]
+            total += Count(TOOL_FRAMING, False) + found
         return total
 
     # model counts ----------------------------------------------------------
