@@ -424,16 +424,28 @@ class Conversation:
         stored already. Nothing else is appended except the warning of a WARN.
         """
         self._follow()
+        memory = self.parts.memory()  # one memory context per send
+        try:
+            return self._send_stored(first_seq, quarantine, memory.text)
+        finally:
+            if memory.release is not None:
+                memory.release()
+
+    def _send_stored(self, first_seq: int, quarantine: bool, memory: str) -> Request:
         rows = self.history.provider_view()
         view = [_plain(r) for r in rows if r.seq < first_seq]
         stored = [r for r in rows if r.seq >= first_seq]
         trigger = [_stored_copy(r) for r in stored]
         carry = carried_rows(view, trigger)
         policy = self.parts.current_policy()
+
+        def request_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
+            return self._request_for(messages, memory)
+
         window, inputs = send_inputs(
             self.history,
             trigger,
-            request_for=self._request_for,
+            request_for=request_for,
             count=self._count,
             history_access=policy.history_access,
             notes_writable=self.notes_writable,
@@ -467,14 +479,13 @@ class Conversation:
                     decision.exact, decision.ceiling, pending=True, blocked=exc.reason,
                 )
         extra = [warning_row(decision)] if decision.action is Action.WARN else []
-        provider = self._request_for([*view, *trigger, *extra])
-        check_step(provider, self.pinned, self._count)
+        # The stored rows stay where they are: the request is the window as the
+        # store serves it, with the warning, checked before the warning is appended.
+        provider = request_for(provider_rows([*(_plain(r) for r in rows), *extra]))
+        counted = check_step(provider, self.pinned, self._count)
         if extra:
             self.history.append_many(extra, expect_window=window)
         self.state = state
-        after = [_plain(r) for r in self.history.provider_view()]
-        provider = self._request_for(after)
-        counted = check_step(provider, self.pinned, self._count)
         return self._wrap(provider, counted, decision, warned=bool(extra),
                           blocked=decision.blocked)
 
@@ -486,7 +497,12 @@ class Conversation:
         conversation to seal, no ``session_history`` access)."""
         self._follow()
         rows = [_plain(r) for r in self.history.provider_view()]
-        tokens, exact = self._count(self._request_for(rows))
+        memory = self.parts.memory()
+        try:
+            tokens, exact = self._count(self._request_for(rows, memory.text))
+        finally:
+            if memory.release is not None:
+                memory.release()
         decision = Decision(Action.ROLLOVER, "manual", "a rollover was asked for",
                             tokens, exact, self.config.ceiling)
         return self._rollover(decision, [], 0)
