@@ -20,6 +20,8 @@ from typing import Any
 from agents import Agent, ModelResponse, Runner, Usage, function_tool, set_tracing_disabled
 from agents.models.interface import Model
 from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputText,
@@ -75,6 +77,19 @@ class ScriptedModel(Model):
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         raise NotImplementedError("the scripted model does not stream")
+
+
+class StreamingModel(ScriptedModel):
+    """The scripted model answering through the SDK's streaming interface."""
+
+    async def stream_response(self, system_instructions: Any, input: Any,  # type: ignore[override]
+                              *args: Any, **kwargs: Any) -> Any:
+        reply = await self.get_response(system_instructions, input, *args, **kwargs)
+        response = Response(id=f"resp_{len(self.inputs)}", created_at=0, model="scripted",
+                            object="response", output=reply.output, parallel_tool_calls=False,
+                            tool_choice="auto", tools=[])
+        yield ResponseCompletedEvent(type="response.completed", response=response,
+                                     sequence_number=0)
 
 
 @function_tool

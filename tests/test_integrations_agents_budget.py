@@ -22,7 +22,7 @@ pytest.importorskip("agents", reason="the agents extra is not installed "
                     "(pip install 'transcript-ledger[agents]')")
 
 from agents import Agent, Runner, function_tool
-from agents_script import ScriptedModel, call, message
+from agents_script import ScriptedModel, StreamingModel, call, message
 from core_helpers import PYTHON, subprocess_env
 
 from ledger import LedgerError, Store
@@ -386,18 +386,3 @@ def test_a_streamed_run_gets_the_same_budget(tmp_path: Path) -> None:
 
 def _shape(item: dict[str, Any]) -> str:
     return str(item.get("role") or item.get("type"))
-
-
-class StreamingModel(ScriptedModel):
-    """The scripted model answering through the SDK's streaming interface."""
-
-    async def stream_response(self, system_instructions: Any, input: Any,  # type: ignore[override]
-                              *args: Any, **kwargs: Any) -> Any:
-        from openai.types.responses import Response, ResponseCompletedEvent
-
-        reply = await self.get_response(system_instructions, input, *args, **kwargs)
-        response = Response(id=f"resp_{len(self.inputs)}", created_at=0, model="scripted",
-                            object="response", output=reply.output, parallel_tool_calls=False,
-                            tool_choice="auto", tools=[])
-        yield ResponseCompletedEvent(type="response.completed", response=response,
-                                     sequence_number=0)

@@ -279,6 +279,10 @@ class LedgerSession(SessionABC):
         with self._lock:
             conv = self._conversation(system, dict(tools or {}))
             unstored = self._unstored(given)
+            if any(item_row(i)["role"] == "assistant" for i in unstored):
+                # The model's output is always stored before the next call: an
+                # item that only looks unstored is not sent (stored) twice.
+                unstored = []
             if unstored:
                 request = conv.send([item_row(i) for i in unstored])
                 self._prestored = [_key(i) for i in unstored]
