@@ -260,3 +260,20 @@ def test_cached_tool_schema_costs_equal_uncached_counts() -> None:
     claude = TokenCounter("claude-sonnet-4", cache=cache).raw_tools(tools)
     assert len(cache) == 4 and claude == TokenCounter("claude-sonnet-4", cache=None).raw_tools(
         tools)  # profiles never share an entry
+
+
+def test_a_recorded_result_too_big_for_any_window_is_refused_and_quarantined(
+    tmp_path: Path,
+) -> None:
+    conv = conversation(tmp_path)
+    conv.send(user("read the log"))
+    conv.record(calls("cat-1"))
+    with pytest.raises(SendRefused) as info:
+        conv.record(result("cat-1", words(4000, "log")))
+    assert info.value.decision.rule == "B5" and len(info.value.quarantined) == 1
+    assert "fresh window" in str(info.value)
+    # the call is still open; an error result settles it and the loop goes on
+    req = conv.send(result("cat-1", "output too large (4,000 lines); use grep", error=True))
+    assert_paired(req.messages)
+    assert_within(req, conv)
+    assert all("log1 " not in str(m) for m in req.messages)  # never in the provider view

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 from test_rollover_support import (
+    CONFIG,
     NO_HISTORY,
     TOOLS,
     FakeHistory,
@@ -28,6 +29,7 @@ from ledger.errors import CommitFailed, CommitUncertain, WindowChanged
 from ledger.policy import ToolPolicy, ToolRule
 from ledger.rollover import (
     LEAD_IN_TEXT,
+    Action,
     BudgetConfig,
     CleanupFailed,
     DeliveryFailed,
@@ -35,6 +37,7 @@ from ledger.rollover import (
     PostCommitError,
     PreparedRollover,
     PreparedStateError,
+    ProviderRequest,
     RolloverCancelled,
     RolloverOutcome,
     RolloverState,
@@ -42,6 +45,8 @@ from ledger.rollover import (
     commit_rollover,
     prepare_rollover,
     run_rollover,
+    send_inputs,
+    step,
 )
 
 USER_FIELDS = ("kind", "role", "parts", "meta", "id", "x_unknown")
@@ -106,8 +111,6 @@ def test_L1_lead_in_quotes_no_old_rows() -> None:
     [
         pytest.param([msg("user", "x"), tool_call("c1")], trigger(),
                      id="P3-open-call-in-window-refused"),
-        pytest.param([msg("user", "x"), tool_call("c1"), tool_result("c1")],
-                     [tool_result("c1")], id="P3-trigger-result-without-call-refused"),
         pytest.param([msg("user", "x")], [tool_call("c9")], id="P3-trigger-open-call-refused"),
     ],
 )
@@ -119,6 +122,48 @@ def test_pairs_are_never_split(setup: list[dict[str, Any]], rows: list[dict[str,
         prepare_rollover(h, rows, rt.parts)
     assert info.value.reason == "unsettled"
     assert rt.loads == 0 and h.rollover_calls == []
+
+
+PAD = "x" * 820  # the window above CONFIG's rollover threshold (800)
+
+
+def parallel_calls(*ids: str) -> dict[str, Any]:
+    return {"kind": "message", "role": "assistant", "parts": [
+        {"type": "tool_call", "id": i, "name": "bash", "input": {}} for i in ids]}
+
+
+@pytest.mark.parametrize(
+    ("setup", "rows", "carried"),
+    [
+        pytest.param([msg("user", PAD), tool_call("c1")], [tool_result("c1")], ["c1"],
+                     id="P3-result-of-a-stored-call-carries-the-call"),
+        pytest.param([msg("user", PAD), parallel_calls("a", "b"), tool_result("b"),
+                      msg("user", "status?")], [tool_result("a")], ["a+b", "b"],
+                     id="P3-parallel-calls-answered-out-of-order-carry-the-step"),
+        pytest.param([msg("user", PAD), tool_call("c1"), tool_result("c1")],
+                     [tool_result("c1")], ["c1", "c1"],
+                     id="P3-second-result-of-an-answered-call-carries-the-pair"),
+    ],
+)
+def test_P3_a_settling_trigger_carries_its_calls(
+    setup: list[dict[str, Any]], rows: list[dict[str, Any]], carried: list[str]
+) -> None:
+    rt = Runtime()
+    h = FakeHistory()
+    h.append_many(setup)
+    seqs = [r["seq"] for r in h.stored if any(p["type"].startswith("tool_") for p in r["parts"])]
+    window, inputs = send_inputs(h, rows, request_for=lambda m: ProviderRequest(
+        "m1", "BASE", (), tuple(m)), count=count, history_access=True)
+    decision, _ = step(RolloverState(window), inputs, CONFIG)
+    assert decision.action is Action.ROLLOVER and inputs.settled
+    out = run_rollover(h, rows, rt.parts, rt.hooks(), send=rt.send)
+    batch = rollover_batch(h)
+    moved = batch[2:2 + len(carried)]
+    assert ["+".join(p["id"] for p in r["parts"]) for r in moved] == carried
+    assert [r["meta"]["carried_from"] for r in moved] == seqs[: len(carried)]
+    assert "status?" not in str(batch)  # rows between stay in the old window
+    assert out.prepared.trigger[len(carried):] == tuple(rows)
+    assert rt.sent[0].messages[1:] == out.prepared.trigger  # the model gets the pair
 
 
 def test_P3_settled_pairs_stay_whole_in_old_window() -> None:

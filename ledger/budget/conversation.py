@@ -60,14 +60,13 @@ from ledger.budget.rollover import (
     RolloverHooks,
     RolloverParts,
     RolloverState,
-    carried_rows,
     check_step,
     run_rollover,
     send_inputs,
     step,
     warning_row,
 )
-from ledger.budget.rollover_rules import Count
+from ledger.budget.rollover_rules import Count, _count, lead_in_for, lead_in_message
 from ledger.core.errors import InvalidRow, LedgerError
 from ledger.core.windows import provider_rows
 
@@ -322,11 +321,40 @@ class Conversation:
 
     # --- writes -------------------------------------------------------------------
 
-    def record(self, rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> AppendResult:
+    def record(
+        self,
+        rows: Iterable[Mapping[str, Any]] | Mapping[str, Any],
+        *,
+        quarantine: bool = True,
+    ) -> AppendResult:
         """Store rows that need no request now -- the model's output, tool
-        results as they arrive -- in the active window, as one batch."""
+        results as they arrive -- in the active window, as one batch.
+
+        The hard preflight of rule B5 applies here too: rows that cannot fit
+        even a fresh window (a huge tool output) would make every later
+        request impossible, so they are refused with :class:`SendRefused` and
+        stored as rejected records in one batch (unless ``quarantine=False``);
+        send an error result for the call instead.
+        """
+        trigger = _input(rows)
         self._follow()
-        return self.history.append_many(_input(rows), expect_window=self.state.window)
+        memory = self.parts.memory()
+        try:
+            lead = lead_in_message(lead_in_for(self.history.next_seq, self.parts.lead_in_text))
+            fresh = _count(self._count, self._request_for([lead, *trigger], memory.text))
+        finally:
+            if memory.release is not None:
+                memory.release()
+        if fresh.tokens > self.config.ceiling:
+            est = "" if fresh.exact else " (estimate)"
+            self._refuse(Decision(
+                Action.REJECT, "B5",
+                f"the rows count {fresh.tokens} tokens{est} even in a fresh window, above the "
+                f"hard ceiling {self.config.ceiling}; no request could hold them",
+                fresh.tokens, fresh.exact, self.config.ceiling, quarantine=True,
+                continuation=False,
+            ), trigger, quarantine)
+        return self.history.append_many(trigger, expect_window=self.state.window)
 
     def clear(self) -> AppendResult:
         """A manual clear (``History.clear_soft``): the new window starts empty
@@ -365,7 +393,6 @@ class Conversation:
 
     def _send(self, trigger: list[dict[str, Any]], quarantine: bool, memory: str) -> Request:
         view = [_plain(r) for r in self.history.provider_view()]
-        carry = carried_rows(view, trigger)
         policy = self.parts.current_policy()
 
         def request_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
@@ -380,7 +407,6 @@ class Conversation:
             notes_writable=self.notes_writable,
             precedence=self.parts.current_precedence(),
             lead_in_text=self.parts.lead_in_text,
-            carry=carry,
             view=view,
         )
         decision, state = step(self.state, inputs, self.config)
@@ -388,7 +414,7 @@ class Conversation:
             self._refuse(decision, trigger, quarantine)
         if decision.action is Action.ROLLOVER:
             try:
-                return self._rollover(decision, [*carry, *trigger], len(carry))
+                return self._rollover(decision, trigger)
             except AdmissionRefused as exc:
                 # Admission may refuse what the decision allowed (middleware,
                 # precedence that appeared meanwhile): the rollover waits, and
@@ -526,8 +552,9 @@ class Conversation:
         return ProviderRequest(self.model, live["system"], tuple(live["tools"]),
                                tuple(live["messages"]), memory)
 
-    def _rollover(self, decision: Decision, trigger: list[dict[str, Any]], carried: int) -> Request:
+    def _rollover(self, decision: Decision, trigger: list[dict[str, Any]]) -> Request:
         outcome = run_rollover(self.history, trigger, self.parts, self.hooks)
+        carried = len(outcome.prepared.trigger) - len(trigger)
         self.state = RolloverState(outcome.window)
         if outcome.discarded:
             # Committed, but the snapshot was revoked after publication: the

@@ -23,7 +23,9 @@ storage                    :class:`RolloverHistory` (``ledger.history.History``)
 =========================  ===================================================
 
 Only :func:`commit_rollover` (and :func:`run_rollover`, which wraps prepare,
-admit and commit) has effects, and only through those inputs.
+admit and commit) has effects, and only through those inputs. The runtime
+object :class:`ledger.budget.conversation.Conversation` composes these pieces
+for an agent loop (one call per send).
 
 Flow of one send
 ================
@@ -91,7 +93,8 @@ P1    ... allows only one pending rollover to be handled  RolloverState.queue is
 P2    Rollover waits for a settled tool step ...          decide: unsettled -> send + pending
                                                           (reject if over)
 P3    ... preserves tool call/result pairs ...            prepare/admit refuse split pairs
-                                                          (unsettled)
+                                                          (unsettled); carried_rows moves a
+                                                          settling step's calls into the batch
 P4    Manual /compact, idle compaction, continuous        precedence suppresses rollover, warning
       compaction, and effective RLM retain their          and pending; admission refuses
       existing behavior and take precedence over          suppressed
@@ -196,9 +199,9 @@ N3    Notes already selected normally are not             no ninth entry when al
 N4    Memory and Memory Hot Set remain required; when     nothing added unless both are on
       token-budget mode is inactive, the file follows
       ordinary memory-selection rules.
-L1    The lead-in identifies the new window and offers    LEAD_IN_TEXT; the store adds meta.window
-      session_history retrieval; it does not summarize
-      old messages.
+L1    The lead-in identifies the new window and offers    LEAD_IN_TEXT (History's one template)
+      session_history retrieval; it does not summarize    names the window id (next_seq); the
+      old messages.                                       store adds meta.window
 ====  ==================================================  ========================================
 """
 

@@ -22,6 +22,7 @@ from ledger.budget.rollover_rules import (
     _count,
     _d,
     budget_warned,
+    carried_rows,
     has_sealable_context,
     is_settled,
     lead_in_for,
@@ -251,16 +252,17 @@ def send_inputs(
     notes_writable: bool = False,
     precedence: str | None = None,
     lead_in_text: str = LEAD_IN_TEXT,
-    carry: Sequence[Mapping[str, Any]] = (),
+    carry: Sequence[Mapping[str, Any]] | None = None,
     view: Sequence[Any] | None = None,
 ) -> tuple[int, SendInputs]:
     """The window marker and decision inputs, derived from persisted history.
 
     ``request_for(messages)`` assembles a request over the given messages the
     way the builder would (ordinary requests use live middleware). ``carry``
-    holds the window rows a rollover at this step would carry with the trigger
-    (``carried_rows``): they count in the fresh window, not twice in the
-    current one. ``view`` is the provider view when the caller already read it.
+    is the window rows a rollover at this step carries with the trigger
+    (default: ``carried_rows(view, trigger)``, what ``prepare_rollover``
+    carries): they count in the fresh window, not twice in the current one.
+    ``view`` is the provider view when the caller already read it.
     """
     window = history.window
     rows = history.provider_view() if view is None else view
@@ -268,6 +270,8 @@ def send_inputs(
     trigger = list(trigger_rows)
     current = _count(count, request_for([*view, *trigger]))
     lead = lead_in_message(lead_in_for(history.next_seq, lead_in_text))
+    if carry is None:
+        carry = carried_rows(view, trigger)
     fresh = _count(count, request_for([lead, *carry, *trigger]))
     return window, SendInputs(
         current=current,

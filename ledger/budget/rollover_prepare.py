@@ -25,6 +25,7 @@ from ledger.budget.rollover_rules import (
     _d,
     _fingerprint,
     assemble,
+    carried_rows,
     has_sealable_context,
     lead_in_for,
     lead_in_message,
@@ -230,7 +231,9 @@ def prepare_rollover(
     Captures the admission snapshot (unless an in-process retry passes the one
     it already holds), runs its context-only hooks once to pin the system text,
     loads a fresh memory context, selects the advertised schemas, and builds
-    the request over ``[lead-in, *trigger_rows]``. ``abort`` (the admission
+    the request over ``[lead-in, *carried, *trigger_rows]``, where
+    ``carried`` is ``carried_rows(view, trigger_rows)``: the window's rows of
+    the tool step the trigger settles (empty for an ordinary trigger). ``abort`` (the admission
     abort link) is honoured here and nowhere later. Nothing is cleared or
     appended; on failure whatever was loaded is released.
     """
@@ -247,7 +250,9 @@ def prepare_rollover(
     window = history.window
     boundary = history.next_seq
     view = [_d(r) for r in history.provider_view()]
-    trigger = tuple(trigger_rows)
+    # A trigger that settles a tool step whose calls sit in the window carries
+    # those calls (and their other results) into the batch (rule P3).
+    trigger = (*carried_rows(view, trigger_rows), *trigger_rows)
     _check_pairs(view, trigger)
     lead_text = lead_in_for(boundary, parts.lead_in_text)
     check_abort()
