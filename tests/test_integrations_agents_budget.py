@@ -45,10 +45,12 @@ def _is_lead_in(item: dict[str, Any]) -> bool:
 
 
 def _unpaired(items: list[dict[str, Any]]) -> tuple[set[str], set[str]]:
-    """Call ids without a result, and result ids without a call, in one input."""
-    calls = {i["call_id"] for i in items if i.get("type") == "function_call"}
-    outputs = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
-    return calls - outputs, outputs - calls
+    """Call ids without a result, and result ids without a call, in one input
+    (each call and each result at most once)."""
+    calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
+    outputs = [i["call_id"] for i in items if i.get("type") == "function_call_output"]
+    assert len(set(calls)) == len(calls) and len(set(outputs)) == len(outputs), items
+    return set(calls) - set(outputs), set(outputs) - set(calls)
 
 
 def _check_clean(root: Path, workspace: str) -> dict[str, Any]:

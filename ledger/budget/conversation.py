@@ -60,6 +60,7 @@ from ledger.budget.rollover import (
     RolloverHooks,
     RolloverParts,
     RolloverState,
+    carried_rows,
     check_step,
     run_rollover,
     send_inputs,
@@ -495,7 +496,9 @@ class Conversation:
             )
         if decision.action is Action.ROLLOVER:
             try:
-                return self._rollover(decision, [*carry, *trigger], len(carry))
+                # The carried call rows go first, so the engine finds nothing
+                # more to carry (the stored originals are in the window too).
+                return self._rollover(decision, [*carry, *trigger])
             except AdmissionRefused as exc:
                 if decision.tokens > self.config.ceiling:
                     raise
@@ -531,7 +534,7 @@ class Conversation:
                 memory.release()
         decision = Decision(Action.ROLLOVER, "manual", "a rollover was asked for",
                             tokens, exact, self.config.ceiling)
-        return self._rollover(decision, [], 0)
+        return self._rollover(decision, [])
 
     # --- internals ------------------------------------------------------------------
 
