@@ -388,3 +388,20 @@ def test_a_streamed_run_gets_the_same_budget(tmp_path: Path) -> None:
 
 def _shape(item: dict[str, Any]) -> str:
     return str(item.get("role") or item.get("type"))
+
+
+def test_a_handoff_changes_the_agent_and_the_budget_follows(tmp_path: Path) -> None:
+    session = _session(tmp_path, "handoff", 3000)
+    model = ScriptedModel([[call("transfer_to_billing", "{}", "call_h")],
+                           [message("Billing here.", "msg_b")]])
+    billing = Agent(name="billing", instructions="You do billing.", model=model,
+                    tools=[session_history_tool(session)])
+    triage = Agent(name="triage", instructions="Route.", model=model, handoffs=[billing],
+                   tools=[session_history_tool(session)])
+    result = asyncio.run(Runner.run(triage, "I need a refund", session=session,
+                                    run_config=session.run_config()))
+    assert result.final_output == "Billing here." and result.last_agent.name == "billing"
+    assert model.instructions == ["Route.", "You do billing."]
+    second = model.inputs[1]
+    assert _unpaired(second) == (set(), set()) and len(second) == 3
+    assert asyncio.run(session.get_items())[:-1] == second
