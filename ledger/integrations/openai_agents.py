@@ -259,7 +259,7 @@ class LedgerSession(SessionABC):
         """The ``call_model_input_filter``: the request for this model call, as
         the session stores it (see the module docstring)."""
         instructions = data.model_data.instructions
-        schemas = await _tool_schemas(data.agent)
+        schemas = _tool_schemas(data.agent)
         given = [_plain(i) for i in data.model_data.input]
         items = await asyncio.to_thread(self.request_items, instructions or "", schemas, given)
         return ModelInputData(input=items, instructions=instructions)
@@ -413,7 +413,7 @@ def _drop_open_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-async def _tool_schemas(agent: Any) -> dict[str, dict[str, Any]]:
+def _tool_schemas(agent: Any) -> dict[str, dict[str, Any]]:
     """The function tools and handoffs the agent advertises, as neutral schemas."""
     schemas: dict[str, dict[str, Any]] = {}
     for tool in getattr(agent, "tools", None) or ():
