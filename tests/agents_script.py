@@ -3,9 +3,10 @@
 ``ScriptedModel`` implements the SDK's ``Model`` interface: each call pops
 the next scripted output and records the input the SDK sent, so a test sees
 exactly what the session gave the model. Run as a script
-(``python tests/agents_script.py ROOT SESSION QUESTION REPLY``) it reopens the
-session in a fresh process, runs one ``Runner.run`` turn and prints the input
-the model received as JSON.
+(``python tests/agents_script.py ROOT SESSION QUESTION REPLY [CONTEXT_LIMIT]``)
+it reopens the session in a fresh process, runs one ``Runner.run`` turn (with
+``CONTEXT_LIMIT``: under the session's budget, ``run_config()``) and prints
+the input the model received as JSON.
 """
 
 from __future__ import annotations
@@ -107,10 +108,20 @@ def main(argv: list[str]) -> int:
     from ledger import Store
     from ledger.integrations.openai_agents import LedgerSession
 
-    root, session_id, question, reply = argv
+    root, session_id, question, reply, *budget = argv
     model = ScriptedModel([[message(reply, "msg_child")]])
-    session = LedgerSession(session_id, store=Store(root, durability="off"))
-    result = asyncio.run(Runner.run(agent(model), question, session=session))
+    if budget:  # a context_limit: run with the session's budget
+        from ledger.integrations.openai_agents import session_history_tool
+
+        session = LedgerSession(session_id, store=Store(root, durability="off"),
+                                context_limit=int(budget[0]))
+        child = agent(model)
+        child.tools.append(session_history_tool(session))
+        result = asyncio.run(Runner.run(child, question, session=session,
+                                        run_config=session.run_config()))
+    else:
+        session = LedgerSession(session_id, store=Store(root, durability="off"))
+        result = asyncio.run(Runner.run(agent(model), question, session=session))
     print(json.dumps({"final": result.final_output, "input": model.inputs[0]}))
     return 0
 

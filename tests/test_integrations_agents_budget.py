@@ -31,6 +31,7 @@ from ledger.budget import check_request
 from ledger.integrations.openai_agents import LedgerSession, session_history_tool
 
 MODEL = "gpt-4o"
+SCRIPT = str(Path(__file__).resolve().parent / "agents_script.py")
 
 
 def _tokens(model: ScriptedModel, i: int) -> int:
@@ -405,3 +406,27 @@ def test_a_handoff_changes_the_agent_and_the_budget_follows(tmp_path: Path) -> N
     second = model.inputs[1]
     assert _unpaired(second) == (set(), set()) and len(second) == 3
     assert asyncio.run(session.get_items())[:-1] == second
+
+
+def test_a_fresh_process_takes_the_budget_from_disk(tmp_path: Path) -> None:
+    """The window's pressure is derived from what is stored: a second process
+    with a new session object rolls over when the stored window needs it."""
+    session = _session(tmp_path, "restart", 3000)
+    model = ScriptedModel([[message("Noted.", "msg_1")]])
+    notes = " ".join(f"ops note {i}: queue q{i} drained after {i % 9 + 2} minutes;"
+                     for i in range(150))
+    asyncio.run(Runner.run(_agent(model, session_history_tool(session)), notes,
+                           session=session, run_config=session.run_config()))
+    assert session.history.window == 0
+    out = subprocess.run(
+        [PYTHON, SCRIPT, str(tmp_path), "restart", "What was q7's time?", "Ask history.",
+         "3000"],
+        capture_output=True, text=True, env=subprocess_env(), timeout=120, check=True,
+    )
+    child = json.loads(out.stdout)
+    assert child["final"] == "Ask history."
+    sent = child["input"]
+    assert _is_lead_in(sent[0]) and "ops note 7:" not in json.dumps(sent)
+    assert [i.get("content") for i in sent[1:]] == ["What was q7's time?"]
+    assert session.history.window != 0
+    assert asyncio.run(session.get_items())[:-1] == sent
