@@ -59,10 +59,14 @@ class Corpus:
                     break
             yield batch
 
-    def window_rows(self, count: int, seed: int) -> list[dict[str, Any]]:
-        """``count`` template rows picked by seed (the fixed active window)."""
+    def window_rows(self, count: int, seed: int, *, calls: bool = True) -> list[dict[str, Any]]:
+        """``count`` template rows picked by seed (the fixed active window).
+        ``calls=False`` leaves out rows with tool calls: random picks would
+        leave calls open, and ``History.rollover`` refuses to seal those."""
         rnd = random.Random(seed)
-        picks = [r for r, s in zip(self.rows, self.sizes, strict=True) if s < 64 << 10]
+        picks = [r for r, s in zip(self.rows, self.sizes, strict=True) if s < 64 << 10
+                 and (calls or not any(isinstance(p, dict) and p.get("type") == "tool_call"
+                                       for p in r.get("parts", ())))]
         return [rnd.choice(picks) for _ in range(count)]
 
     def window_of_bytes(self, total_bytes: int, seed: int) -> list[dict[str, Any]]:

@@ -440,7 +440,7 @@ def check_series(w: World, size_mib: int, res: Results, check: Callable[[History
 
 def turn_series(w: World, e: World, size_mib: int, res: Results, counter: Any) -> None:
     cfg = w.cfg
-    window = w.corpus.window_rows(cfg.turn_window_rows - 1, seed=7)
+    window = w.corpus.window_rows(cfg.turn_window_rows - 1, seed=7, calls=False)
     state: dict[str, Any] = {"k": 0}
 
     first = {"ledger_first_turn": Sample(), "ledger_empty_first_turn": Sample()}

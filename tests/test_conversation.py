@@ -118,6 +118,7 @@ def test_forty_turn_loop_with_tool_steps_rolls_over_and_stays_within_the_ceiling
         assert_within(req, conv)
         assert_paired(req.messages)
         chat_pairs_ok(req.openai_chat())
+        assert req.anthropic()["messages"][0]["role"] == "user"  # also after a carried step
     for req in rollovers:
         # the step that settled is in the new window: call and result together
         kinds = [m.get("kind", "message") for m in req.messages]
@@ -277,3 +278,83 @@ def test_a_recorded_result_too_big_for_any_window_is_refused_and_quarantined(
     assert_paired(req.messages)
     assert_within(req, conv)
     assert all("log1 " not in str(m) for m in req.messages)  # never in the provider view
+
+
+def test_history_rollover_never_splits_a_pair(tmp_path: Path) -> None:
+    from ledger.transcript.history import OpenToolCalls
+
+    h = Store(tmp_path, durability="off").history("h")
+    h.append_many([user("go"), calls("a", "b"), result("a", "A")])
+    with pytest.raises(OpenToolCalls) as info:
+        h.rollover([user("next")])  # "b" would get its result in the new window
+    assert info.value.call_ids == ("b",) and "['b']" in str(info.value)
+    with pytest.raises(OpenToolCalls) as info:
+        h.rollover([result("b", "B")])  # the result without its call
+    assert info.value.call_ids == ("b",)
+    assert h.window == 0  # nothing written
+    h.append(result("b", "B"))
+    r = h.rollover([user("next"), calls("c")])  # a call in the trigger may wait
+    h.append(result("c", "C"))
+    view = [row.to_dict() for row in h.provider_view()]
+    assert_paired(view)
+    assert f"(window {r.window})" in view[0]["parts"][0]["text"] and r.window == h.window
+
+
+def test_context_limit_defaults_to_the_models_input_room_and_never_exceeds_it(
+    tmp_path: Path,
+) -> None:
+    from ledger.budget.models import resolve
+    from ledger.rollover import BudgetConfigError
+
+    spec = resolve("gpt-4o")
+    store = Store(tmp_path, durability="off")
+    conv = Conversation.open(store, WS, model="gpt-4o")
+    assert conv.config.context_limit == spec.context_limit - spec.output_reserve
+    with pytest.raises(BudgetConfigError) as info:
+        Conversation.open(store, WS, model="gpt-4o", context_limit=spec.context_limit)
+    assert "output reserve" in str(info.value)
+    with pytest.raises(BudgetConfigError):
+        Conversation.open(store, WS, model="gpt-4o", context_limit=0)
+
+
+@pytest.mark.parametrize("bad", [
+    {"role": "robot", "parts": []},
+    {"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "manual"}},
+    {"role": "user", "parts": [{"type": "text", "text": "x"}], "seq": 4},
+    "not a row",
+])
+def test_bad_rows_are_refused_before_anything_is_stored(tmp_path: Path, bad: Any) -> None:
+    from ledger import InvalidRow
+
+    conv = conversation(tmp_path / "r")
+    for call in (lambda: conv.send([user("ok"), bad]),
+                 lambda: conv.send([user("big " * 5000), bad]),
+                 lambda: conv.record([bad])):
+        with pytest.raises(InvalidRow) as info:
+            call()
+        assert "row 1" in str(info.value) or "row 0" in str(info.value)
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_runtime_object_on_postgresql(pg_root: str) -> None:
+    """The same object over the PostgreSQL engine: a new workspace, preflight
+    with one-batch quarantine, tool steps carried at rollovers."""
+    conv = Conversation.open(Store(pg_root), WS, model="gpt-4o", context_limit=2000,
+                             tools={"bash": BASH})
+    assert conv.window == 0 and conv.history.provider_view() == []
+    with pytest.raises(SendRefused) as info:
+        conv.send(user(words(4000, "big")))
+    assert len(info.value.quarantined) == 1 and conv.history.provider_view() == []
+    rolled = []
+    for turn in range(14):
+        conv.send(user(words(40, "q")))
+        conv.record(calls(f"p{turn}"))
+        req = conv.send(result(f"p{turn}", words(80, "o")))
+        assert_within(req, conv)
+        assert_paired(req.messages)
+        if req.rolled_over:
+            rolled.append(req)
+            assert req.carried == 1 and f"(window {req.window})" in str(req.messages[0])
+    assert len(rolled) >= 2
+    windows = [w["window"] for w in conv.session_history().list()["items"]]
+    assert windows[-1] == conv.window == rolled[-1].window

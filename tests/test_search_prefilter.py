@@ -51,8 +51,12 @@ def test_prefilter_finds_exactly_what_a_full_decode_finds(
         if i % 7 == 3:
             h.rollover([{"role": "user", "parts": [{"type": "text", "text": t}]}])
         elif i % 5 == 1:
-            h.append({"role": "assistant", "parts": [
-                {"type": "tool_call", "id": "c", "name": t or "n", "input": {"k": t}}]})
+            # a settled tool step (a rollover never splits a call from its result)
+            h.append_many([
+                {"role": "assistant", "parts": [
+                    {"type": "tool_call", "id": "c", "name": t or "n", "input": {"k": t}}]},
+                {"role": "tool", "parts": [{"type": "tool_result", "id": "c", "output": t}]},
+            ])
         elif i % 5 == 2:
             h.append({"role": "user", "parts": [
                 {"type": "media", "mime": "image/png", "data": "AAAA"},

@@ -42,17 +42,17 @@ before anything is appended; none exceeds it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ledger.adapters import to_request
 from ledger.budget.admission import AdmissionRefused, MiddlewareRegistry, apply_live
 from ledger.budget.guards import request_counter
 from ledger.budget.models import ModelRegistry, resolve
 from ledger.budget.policy import HISTORY_TOOL, ToolPolicy, advertised_schemas, preset_policy
+from ledger.budget.request import Request, tool_schema
 from ledger.budget.rollover import (
     Action,
     BudgetConfig,
+    BudgetConfigError,
     Decision,
     MemoryContext,
     PinnedModel,
@@ -69,6 +69,7 @@ from ledger.budget.rollover import (
 )
 from ledger.budget.rollover_rules import Count, _count, lead_in_for, lead_in_message
 from ledger.core.errors import InvalidRow, LedgerError
+from ledger.core.rows import check_caller_row
 from ledger.core.windows import provider_rows
 
 if TYPE_CHECKING:
@@ -101,72 +102,10 @@ class SendRefused(LedgerError):
         self.stored = tuple(stored)
 
 
-def tool_schema(name: str, description: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
-    """A tool in the conversation's neutral form (rendered per API by :class:`Request`)."""
-    return {"name": name, "description": description, "parameters": dict(parameters)}
-
-
 def _history_tool() -> dict[str, Any]:
     from ledger.transcript.retrieval.tool import DESCRIPTION, PARAMETERS
 
     return tool_schema(HISTORY_TOOL, DESCRIPTION, PARAMETERS)
-
-
-@dataclass(frozen=True)
-class Request:
-    """The next provider request: what the model is sent now.
-
-    ``messages`` are the canonical rows of the provider view (lead-in, carried
-    rows and warnings included), ``system`` the system text after middleware
-    and memory, ``tools`` the advertised schemas (neutral form: ``name``,
-    ``description``, ``parameters``). ``tokens``/``exact`` is its count, within
-    ``ceiling``. ``decision`` is the engine's verdict for this send;
-    ``rolled_over`` / ``warned`` say whether it opened window ``window`` /
-    appended a budget warning; ``blocked`` names why a due rollover waits.
-    """
-
-    model: str
-    system: str
-    tools: tuple[Mapping[str, Any], ...]
-    messages: tuple[dict[str, Any], ...]
-    tokens: int
-    exact: bool
-    ceiling: int
-    window: int
-    decision: Decision
-    rolled_over: bool = False
-    warned: bool = False
-    carried: int = 0
-    blocked: str | None = None
-    provider: ProviderRequest | None = field(default=None, repr=False, compare=False)
-
-    def rows(self) -> list[dict[str, Any]]:
-        """The system text as a leading system row, then ``messages``."""
-        head = [{"kind": "message", "role": "system", "parts": [{"type": "text",
-                                                                  "text": self.system}]}]
-        return [*(head if self.system else []), *self.messages]
-
-    def openai_chat(self, **extra: Any) -> dict[str, Any]:
-        """The Chat Completions request body (``ledger.adapters.openai_chat``)."""
-        tools = [{"type": "function", "function": dict(t)} for t in self.tools]
-        return to_request("openai-chat", self.rows(), model=self.model,
-                          **({"tools": tools} if tools else {}), **extra)
-
-    def openai_responses(self, **extra: Any) -> dict[str, Any]:
-        """The Responses request body (``ledger.adapters.openai_responses``)."""
-        tools = [{"type": "function", **t} for t in self.tools]
-        return to_request("openai-responses", self.rows(), model=self.model,
-                          **({"tools": tools} if tools else {}), **extra)
-
-    def anthropic(self, **extra: Any) -> dict[str, Any]:
-        """The Messages request body (``ledger.adapters.anthropic``)."""
-        tools = [
-            {"name": t["name"], "description": t.get("description", ""),
-             "input_schema": t.get("parameters", {"type": "object"})}
-            for t in self.tools
-        ]
-        return to_request("anthropic", self.rows(), model=self.model,
-                          **({"tools": tools} if tools else {}), **extra)
 
 
 def _results_only(row: Mapping[str, Any]) -> bool:
@@ -208,14 +147,18 @@ def _input(rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> list[dict[s
         if not isinstance(row, Mapping):
             raise InvalidRow(f"row {i}: must be a JSON object, got {type(row).__name__}", i)
         out.append(dict(row))
+        # The store's row rules, before any count or write: a bad row is
+        # refused as such (never quarantined, never half stored).
+        check_caller_row(out[-1], i)
     return out
 
 
 class Conversation:
     """One workspace's conversation with one model under one token budget.
 
-    ``context_limit`` is the caller's budget (default: the model's window from
-    the model registry); the thresholds are fractions of it as in
+    ``context_limit`` is the caller's budget, at most the model's window minus
+    its output reserve (the model registry's numbers, also the default); the
+    thresholds are fractions of it as in
     :class:`~ledger.rollover.BudgetConfig` (warn 70%, roll over 85%, hard
     ceiling 95% unless given). ``tools`` maps names to neutral schemas
     (:func:`tool_schema`); ``session_history`` is added when absent, since a
@@ -251,7 +194,13 @@ class Conversation:
         models: ModelRegistry | None = None,
     ) -> None:
         spec = resolve(model, models)
-        limit = spec.context_limit if context_limit is None else context_limit
+        room = spec.context_limit - spec.output_reserve
+        limit = room if context_limit is None else context_limit
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > room:
+            raise BudgetConfigError(
+                f"context_limit {limit} is above what model {model!r} can take as input "
+                f"({spec.context_limit} context - {spec.output_reserve} output reserve = {room})"
+            )
         self.history = history
         self.model = model
         self.config = BudgetConfig(

@@ -192,10 +192,11 @@ class History:
 
         Refused with :class:`OpenToolCalls` (nothing written) when it would
         split a tool call from its result: a call in the active window that
-        has no result there nor in ``trigger_rows``, a call in
-        ``trigger_rows`` without its result there, or a result in
-        ``trigger_rows`` whose call is in the window being sealed (carry the
-        call into ``trigger_rows`` instead: ``ledger.rollover.carried_rows``).
+        has no result there nor in ``trigger_rows`` (its result would land in
+        the new window without it), or a result in ``trigger_rows`` whose
+        call is in the window being sealed (carry the call into
+        ``trigger_rows`` instead: ``ledger.rollover.carried_rows``). A call in
+        ``trigger_rows`` may wait for its result: both are in the new window.
         ``lead_in`` may hold ``{window}``, filled with the new window's id.
         """
         for i, row in enumerate(trigger_rows):
@@ -223,13 +224,12 @@ class History:
         w_calls, w_results = _tool_ids(window)
         t_calls, t_results = _tool_ids(trigger_rows)
         open_window = [c for c in w_calls if c not in w_results and c not in t_results]
-        open_trigger = [c for c in t_calls if c not in t_results]
         split = sorted(r for r in t_results if r in w_calls and r not in t_calls)
-        if open_window or open_trigger or split:
-            ids = [*open_window, *open_trigger, *split]
+        if open_window or split:
+            ids = [*open_window, *split]
             raise OpenToolCalls(
                 f"workspace {self.workspace!r}: rollover refused: it would split tool calls "
-                f"from their results (calls without a result: {open_window + open_trigger}; "
+                f"from their results (calls without a result: {open_window}; "
                 f"results whose call would be sealed in the old window: {split}); store the "
                 "results first, or carry the calls in the trigger rows",
                 ids,
