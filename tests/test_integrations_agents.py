@@ -20,6 +20,7 @@ from agents_script import ScriptedModel, agent, call, message
 from core_helpers import PYTHON, subprocess_env
 
 from ledger import CursorExpired, InvalidWorkspace, LedgerError, Store
+from ledger.budget.models import resolve
 from ledger.integrations import MissingExtra, require
 from ledger.integrations.openai_agents import (
     LedgerSession,
@@ -210,7 +211,9 @@ def test_opening_a_session_writes_nothing_and_its_budget_is_checked(tmp_path: Pa
     session = LedgerSession("fresh", store=store, context_limit=3000)
     assert session.context_limit == 3000
     assert asyncio.run(session.get_items()) == [] and not session.history.exists()
-    assert LedgerSession("default", store=store).context_limit == 128_000  # gpt-4o's window
+    spec = resolve("gpt-4o")  # by default: what the model takes as input
+    assert LedgerSession("default", store=store).context_limit == (
+        spec.context_limit - spec.output_reserve)
     assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())
     with pytest.raises(LedgerError, match="context_limit"):
         LedgerSession("bad", store=store, context_limit=0)

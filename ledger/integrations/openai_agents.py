@@ -25,7 +25,7 @@ Meanings (README "OpenAI Agents SDK"):
   ``session_history`` but retained. ``delete_session()`` removes the whole
   workspace (``Store.delete``).
 
-The budget (``context_limit``, default the model's window) is applied by
+The budget (``context_limit``, default what the model takes as input) is applied by
 ``run_config()``: its ``call_model_input_filter`` (:meth:`LedgerSession.model_input`)
 runs before every model call of a run. The SDK stores each turn's items
 (``add_items``) before the next model call, so the filter finds the trigger
@@ -131,7 +131,8 @@ class LedgerSession(SessionABC):
     ``./.tledger``). The id must be a valid workspace id (``InvalidWorkspace``
     otherwise). Nothing is created on disk until the first write.
 
-    ``context_limit`` (default: ``model``'s window from the model registry),
+    ``context_limit`` (default: what ``model`` takes as input, its window
+    minus its output reserve, from the model registry),
     ``warn_fraction``, ``rollover_fraction``, ``hard_ceiling`` and
     ``automatic`` are the budget of :class:`~ledger.budget.conversation.Conversation`,
     which :meth:`run_config`'s input filter applies before every model call.
@@ -186,7 +187,7 @@ class LedgerSession(SessionABC):
 
     @property
     def context_limit(self) -> int:
-        """The budget in tokens (the model's window when none was given)."""
+        """The budget in tokens (what the model takes as input when none was given)."""
         return self._conv.config.context_limit
 
     # --- the Session protocol ----------------------------------------------------------
