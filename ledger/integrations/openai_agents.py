@@ -279,7 +279,8 @@ class LedgerSession(SessionABC):
         and are sent (stored) here; ``add_items`` then skips them."""
         with self._lock:
             conv = self._conversation(system, dict(tools or {}))
-            unstored = self._unstored(given)
+            view = self.history.provider_view()
+            unstored = self._unstored(given, view)
             if any(item_row(i)["role"] == "assistant" for i in unstored):
                 # The model's output is always stored before the next call: an
                 # item that only looks unstored is not sent (stored) twice.
@@ -288,7 +289,7 @@ class LedgerSession(SessionABC):
                 request = conv.send([item_row(i) for i in unstored])
                 self._prestored = [_key(i) for i in unstored]
             else:
-                first = self._trigger_start()
+                first = self._trigger_start(view)
                 try:
                     request = conv.request() if first is None else conv.send_stored(first)
                 except SendRefused as refused:
@@ -358,11 +359,15 @@ class LedgerSession(SessionABC):
         if items:
             self.history.append_many([item_row(i) for i in items])
 
-    def _unstored(self, given: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    def _unstored(self, given: Sequence[Mapping[str, Any]],
+                  view: Sequence[Row]) -> list[Mapping[str, Any]]:
         """The tail of the SDK's input after the newest item the window holds."""
         if not given:
             return []
-        window = [_key(i) for i in rows_to_items(self.history.provider_view())]
+        newest = _key(given[-1])
+        if view and rows_to_items(view[-1:]) and newest == _key(rows_to_items(view[-1:])[-1]):
+            return []  # the usual case: the SDK stored everything before this call
+        window = [_key(i) for i in rows_to_items(view)]
         keys = [_key(i) for i in given]
         for key in reversed(window):  # an open call the SDK left out is skipped
             if key in keys:
@@ -376,7 +381,7 @@ class LedgerSession(SessionABC):
             )
         return list(given)
 
-    def _trigger_start(self) -> int | None:
+    def _trigger_start(self, view: Sequence[Row]) -> int | None:
         """The seq of the first row of this send's trigger: the user's message
         or the tool results stored since the model last spoke. In this process
         that is the newest ``add_items`` batch (earlier inputs the model has
@@ -387,7 +392,7 @@ class LedgerSession(SessionABC):
         if self._batch_from is not None:
             floor = max(floor, self._batch_from - 1)
         first: int | None = None
-        for row in reversed(self.history.provider_view()):
+        for row in reversed(view):
             if row.kind != "message":
                 if first is None:
                     continue  # a warning after the trigger it followed
