@@ -61,8 +61,9 @@ from typing import Any
 
 from ledger.adapters import openai_responses
 from ledger.adapters.common import raw_part
-from ledger.budget.conversation import Conversation, SendRefused, tool_schema
+from ledger.budget.conversation import Conversation, SendRefused
 from ledger.budget.policy import ToolPolicy, ToolRule
+from ledger.budget.request import tool_schema
 from ledger.core.errors import LedgerError
 from ledger.core.rows import Row
 from ledger.integrations import open_store, require
