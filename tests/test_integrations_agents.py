@@ -20,6 +20,7 @@ from agents_script import ScriptedModel, agent, call, message
 from core_helpers import PYTHON, subprocess_env
 
 from ledger import CursorExpired, InvalidWorkspace, LedgerError, Store
+from ledger.budget.models import resolve
 from ledger.integrations import MissingExtra, require
 from ledger.integrations.openai_agents import (
     LedgerSession,
@@ -205,18 +206,16 @@ def test_bad_session_ids_and_missing_extras_are_clear_errors(tmp_path: Path) -> 
         require("agents_not_installed_here", "agents")
 
 
-def test_a_token_budget_rolls_the_window_over_on_the_next_get_items(tmp_path: Path) -> None:
-    session = LedgerSession("budget", store=Store(tmp_path, durability="off"),
-                            rollover_tokens=60)
-    asyncio.run(session.add_items([{"role": "user", "content": "the code word is heron"}]))
-    assert len(asyncio.run(session.get_items())) == 1  # within budget: no rollover
-    asyncio.run(session.add_items([{"role": "user", "content": "word " * 80}]))
-    window = session.history.window
-    (lead_in,) = asyncio.run(session.get_items())
-    assert lead_in["role"] == "system" and "session_history" in json.dumps(lead_in)
-    assert session.history.window != window
-    assert asyncio.run(session.get_items()) == [lead_in]  # a lead-in alone never rolls again
-    found = session.history.session_history().search("heron")
-    assert [i["text"] for i in found["items"]] == ["the code word is heron"]
-    with pytest.raises(LedgerError):
-        LedgerSession("budget", store=Store(tmp_path), rollover_tokens=0)
+def test_opening_a_session_writes_nothing_and_its_budget_is_checked(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s", durability="off")
+    session = LedgerSession("fresh", store=store, context_limit=3000)
+    assert session.context_limit == 3000
+    assert asyncio.run(session.get_items()) == [] and not session.history.exists()
+    spec = resolve("gpt-4o")  # by default: what the model takes as input
+    assert LedgerSession("default", store=store).context_limit == (
+        spec.context_limit - spec.output_reserve)
+    assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())
+    with pytest.raises(LedgerError, match="context_limit"):
+        LedgerSession("bad", store=store, context_limit=0)
+    with pytest.raises(LedgerError, match="context_limit"):
+        LedgerSession("old", store=store, rollover_tokens=1500)

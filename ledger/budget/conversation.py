@@ -60,6 +60,7 @@ from ledger.budget.rollover import (
     RolloverHooks,
     RolloverParts,
     RolloverState,
+    carried_rows,
     check_step,
     run_rollover,
     send_inputs,
@@ -122,6 +123,18 @@ def _canonical(row: Any) -> dict[str, Any]:
 
 def _plain(row: Any) -> dict[str, Any]:
     return dict(row) if isinstance(row, Mapping) else row.to_dict()
+
+
+def _stored_copy(row: Any) -> dict[str, Any]:
+    """A stored row as a trigger row: without the store-assigned fields, marked
+    ``meta.carried_from`` (as ``carried_rows`` marks the rows it carries)."""
+    plain = _plain(row)
+    copy = {k: v for k, v in plain.items() if k not in ("seq", "id", "ts", "batch")}
+    meta = dict(plain["meta"]) if isinstance(plain.get("meta"), Mapping) else {}
+    if isinstance(plain.get("seq"), int):
+        meta["carried_from"] = plain["seq"]
+    copy["meta"] = meta
+    return copy
 
 
 def _input(rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -372,6 +385,105 @@ class Conversation:
         self.state = state
         return self._wrap(provider, counted, decision, warned=bool(extra),
                           blocked=decision.blocked)
+
+    def send_stored(self, first_seq: int, *, quarantine: bool = True) -> Request:
+        """``send`` for a trigger that is already stored: the window's rows from
+        ``first_seq`` on (for a framework that stores its items before the model
+        call, like the Agents SDK session).
+
+        The decision is ``send``'s, over the window before ``first_seq`` with
+        those rows as the trigger. A rollover carries them (as copies marked
+        ``meta.carried_from``, like carried tool-step rows) into the new window
+        in its one batch; the originals stay sealed in the old window. A
+        refusal that quarantines (rule B5) turns the stored rows into rejected
+        records by one marked rewrite (``History.reject``), since they are
+        stored already. Nothing else is appended except the warning of a WARN.
+        """
+        self._follow()
+        memory = self.parts.memory()  # one memory context per send
+        try:
+            return self._send_stored(first_seq, quarantine, memory.text)
+        finally:
+            if memory.release is not None:
+                memory.release()
+
+    def _send_stored(self, first_seq: int, quarantine: bool, memory: str) -> Request:
+        rows = self.history.provider_view()
+        view = [_plain(r) for r in rows if r.seq < first_seq]
+        stored = [r for r in rows if r.seq >= first_seq]
+        trigger = [_stored_copy(r) for r in stored]
+        carry = carried_rows(view, trigger)
+        policy = self.parts.current_policy()
+
+        def request_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
+            return self._request_for(messages, memory)
+
+        window, inputs = send_inputs(
+            self.history,
+            trigger,
+            request_for=request_for,
+            count=self._count,
+            history_access=policy.history_access,
+            notes_writable=self.notes_writable,
+            precedence=self.parts.current_precedence(),
+            lead_in_text=self.parts.lead_in_text,
+            carry=carry,
+            view=view,
+        )
+        decision, state = step(self.state, inputs, self.config)
+        if decision.action is Action.REJECT:
+            seqs: list[int] = []
+            if decision.quarantine and quarantine and stored:
+                seqs = [r.seq for r in stored]
+                self.history.reject(seqs)
+            done = (f"; the stored input, rows {seqs}, is now rejected record(s)" if seqs
+                    else "; the stored rows stay as they are")
+            raise SendRefused(
+                f"workspace {self.history.workspace!r}: send refused (rule {decision.rule}): "
+                f"{decision.reason}{done}",
+                decision, trigger, seqs,
+            )
+        if decision.action is Action.ROLLOVER:
+            try:
+                # The carried call rows go first, so the engine finds nothing
+                # more to carry (the stored originals are in the window too).
+                return self._rollover(decision, [*carry, *trigger])
+            except AdmissionRefused as exc:
+                if decision.tokens > self.config.ceiling:
+                    raise
+                state = state.queue()
+                decision = Decision(
+                    Action.SEND, decision.rule, f"rollover refused: {exc}", decision.tokens,
+                    decision.exact, decision.ceiling, pending=True, blocked=exc.reason,
+                )
+        extra = [warning_row(decision)] if decision.action is Action.WARN else []
+        # The stored rows stay where they are: the request is the window as the
+        # store serves it, with the warning, checked before the warning is appended.
+        provider = request_for(provider_rows([*(_plain(r) for r in rows), *extra]))
+        counted = check_step(provider, self.pinned, self._count)
+        if extra:
+            self.history.append_many(extra, expect_window=window)
+        self.state = state
+        return self._wrap(provider, counted, decision, warned=bool(extra),
+                          blocked=decision.blocked)
+
+    def rollover(self) -> Request:
+        """Roll over now, whatever the budget says (a manual rollover, e.g. the
+        Agents SDK's ``run_compaction``): one ``run_rollover`` transaction with
+        no trigger, so nothing is deleted and the new window holds the lead-in.
+        Refused like any rollover (``AdmissionRefused``: an open tool call, no
+        conversation to seal, no ``session_history`` access)."""
+        self._follow()
+        rows = [_plain(r) for r in self.history.provider_view()]
+        memory = self.parts.memory()
+        try:
+            tokens, exact = self._count(self._request_for(rows, memory.text))
+        finally:
+            if memory.release is not None:
+                memory.release()
+        decision = Decision(Action.ROLLOVER, "manual", "a rollover was asked for",
+                            tokens, exact, self.config.ceiling)
+        return self._rollover(decision, [])
 
     # --- internals ------------------------------------------------------------------
 

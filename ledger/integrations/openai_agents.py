@@ -12,36 +12,59 @@ Meanings (README "OpenAI Agents SDK"):
 
 - ``get_items(limit)``: the current window's provider view as Responses input
   items, oldest first; with ``limit`` (or ``session_settings.limit``) the
-  newest ``limit``. It reads the window, never the whole session.
+  newest ``limit``. It reads the window, never the whole session, and never
+  writes.
 - ``add_items(items)``: one all-or-nothing batch.
 - ``pop_item()``: a marked rewrite (``History.reject``) of the newest visible
   row of the window: the row leaves the view, its original is kept in
   quarantine, the epoch changes and open ``session_history`` cursors expire.
   Returns the popped item; None on an empty window. The lead-in of a rolled
   over window cannot be popped (``LedgerError``).
-- ``rollover_tokens``: optional. When the window's provider view counts more
-  tokens than this (``ledger.budget`` with ``model``'s tokenizer), the next
-  ``get_items`` first rolls over: a fresh window that starts with the lead-in,
-  which offers ``session_history`` (give the agent
-  ``session_history_tool(session)``). The SDK calls ``get_items`` when a run
-  starts, so a rollover never splits a run's tool calls from their results.
 - ``clear_session()``: a manual reset (``History.clear_soft``): the window
   empties, and the rows before it become the privacy floor, unreachable by
   ``session_history`` but retained. ``delete_session()`` removes the whole
   workspace (``Store.delete``).
+
+The budget (``context_limit``, default what the model takes as input) is applied by
+``run_config()``: its ``call_model_input_filter`` (:meth:`LedgerSession.model_input`)
+runs before every model call of a run. The SDK stores each turn's items
+(``add_items``) before the next model call, so the filter finds the trigger
+stored -- the user's message or the tool step's results, the newest batch
+-- and lets the runtime object decide (``Conversation.send_stored``): send,
+send with the once-per-window budget warning appended, roll over at a
+settled step (one batch: boundary, lead-in, the calls the trigger answers
+and the trigger, copied; the originals stay sealed in the old window), or
+refuse with ``SendRefused`` (a ``LedgerError``) before the model is called.
+An input that cannot fit even a fresh window is refused and quarantined: its
+stored rows become rejected records (one marked rewrite, as ``pop_item``).
+The model is then sent the window as stored (the SDK's own input list is
+replaced), with its system instructions; a call still waiting for approval
+is left out, as the SDK leaves it out. Tool schemas and instructions count.
+Only the agent's tools are granted, so a rollover that would seal context
+needs ``session_history_tool(session)`` among them.
+
+``run_compaction`` (the SDK's ``OpenAIResponsesCompactionAwareSession``) is
+a rollover that deletes nothing: forced or called by hand it rolls over now
+(``Conversation.rollover``); the SDK's own unforced call after a turn lets
+the budget decide. ``rollover_tokens`` (the old get_items-time rollover) is
+refused with a ``LedgerError`` naming ``context_limit``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ledger.adapters import openai_responses
 from ledger.adapters.common import raw_part
-from ledger.budget.tokens import TokenCounter
-from ledger.core.errors import LedgerError, WindowChanged, WorkspaceNotFound
+from ledger.budget.conversation import Conversation, SendRefused
+from ledger.budget.policy import ToolPolicy, ToolRule
+from ledger.budget.request import tool_schema
+from ledger.core.errors import LedgerError
 from ledger.core.rows import Row
 from ledger.integrations import open_store, require
 from ledger.interop.aio import AsyncStore
@@ -50,6 +73,7 @@ from ledger.transcript.store import Store
 
 _agents = require("agents", "agents")
 from agents.memory import SessionABC, SessionSettings  # noqa: E402
+from agents.run_config import ModelInputData  # noqa: E402
 
 __all__ = ["META_KEY", "LedgerSession", "item_row", "rows_to_items", "session_history_tool"]
 
@@ -78,21 +102,24 @@ def item_row(item: Any) -> dict[str, Any]:
     return row
 
 
-def rows_to_items(rows: Sequence[Row]) -> list[dict[str, Any]]:
-    """Responses input items for provider-view rows: the kept item of each
-    row written by a session, the adapter's items for runs of other rows
-    (the lead-in, rows appended by other tools)."""
+def rows_to_items(rows: Sequence[Row | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Responses input items for provider-view rows (``Row`` objects or
+    canonical row dicts): the kept item of each row written by a session, the
+    adapter's items for runs of other rows (the lead-in, warnings, rows
+    appended by other tools)."""
     items: list[dict[str, Any]] = []
     foreign: list[dict[str, Any]] = []
     for row in rows:
-        kept = row.meta.get(META_KEY)
+        data = row if isinstance(row, Mapping) else row.data
+        meta = data.get("meta")
+        kept = meta.get(META_KEY) if isinstance(meta, Mapping) else None
         if isinstance(kept, dict):
             if foreign:
                 items.extend(openai_responses.to_input(foreign))
                 foreign = []
             items.append(kept)
         else:
-            foreign.append(row.data)
+            foreign.append(dict(data))
     if foreign:
         items.extend(openai_responses.to_input(foreign))
     return items
@@ -104,6 +131,12 @@ class LedgerSession(SessionABC):
     ``store`` or ``root`` pick the store (default ``$TLEDGER_ROOT``, else
     ``./.tledger``). The id must be a valid workspace id (``InvalidWorkspace``
     otherwise). Nothing is created on disk until the first write.
+
+    ``context_limit`` (default: what ``model`` takes as input, its window
+    minus its output reserve, from the model registry),
+    ``warn_fraction``, ``rollover_fraction``, ``hard_ceiling`` and
+    ``automatic`` are the budget of :class:`~ledger.budget.conversation.Conversation`,
+    which :meth:`run_config`'s input filter applies before every model call.
     """
 
     session_settings: SessionSettings | None = None
@@ -113,46 +146,58 @@ class LedgerSession(SessionABC):
         session_id: str,
         store: Store | None = None,
         root: str | os.PathLike[str] | None = None,
-        session_settings: SessionSettings | None = None,
-        rollover_tokens: int | None = None,
+        *,
+        context_limit: int | None = None,
         model: str = "gpt-4o",
+        session_settings: SessionSettings | None = None,
+        warn_fraction: float = 0.70,
+        rollover_fraction: float = 0.85,
+        hard_ceiling: int | None = None,
+        automatic: bool = True,
+        rollover_tokens: int | None = None,
     ) -> None:
-        if rollover_tokens is not None and rollover_tokens < 1:
-            raise LedgerError("rollover_tokens must be a positive number of tokens")
-        self.rollover_tokens = rollover_tokens
-        self._counter = TokenCounter(model) if rollover_tokens is not None else None
+        if rollover_tokens is not None:
+            raise LedgerError(
+                "LedgerSession(rollover_tokens=...) is no longer supported: it rolled over "
+                "inside get_items, which now only reads. Give context_limit=N (the model's "
+                "token budget: a warning at 70%, a rollover at 85%, never a request above 95%) "
+                "and run with run_config=session.run_config()"
+            )
         self.store = open_store(store, root)
         self.history: History = self.store.history(session_id)
         self.session_id = self.history.workspace
         self.session_settings = session_settings or SessionSettings()
+        self.model = model
+        self._budget: dict[str, Any] = {
+            "model": model, "context_limit": context_limit, "warn_fraction": warn_fraction,
+            "rollover_fraction": rollover_fraction, "hard_ceiling": hard_ceiling,
+            "automatic": automatic,
+        }
+        # Checks the budget now: a bad limit or an unknown model fails here.
+        self._conv = Conversation(self.history, **self._budget)
+        self._agent_parts: tuple[str, dict[str, Any]] = ("", {})
+        self._sent_seq = -1  # the newest row the last model request held
+        self._batch_from: int | None = None  # the first seq of the newest add_items batch
+        self._prestored: list[str] = []  # input the filter stored before the SDK did
         self._async = AsyncStore(store=self.store).history(self.session_id)
         self._pop_lock = asyncio.Lock()
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"LedgerSession({self.session_id!r}, root={self.store.root!r})"
 
-    def _view(self) -> list[Row]:
-        try:
-            window = self.history.window if self._counter is not None else 0
-            view = self.history.provider_view()
-        except WorkspaceNotFound:
-            return []
-        if self._counter is None or not any(r.kind != "lead_in" for r in view):
-            return view
-        assert self.rollover_tokens is not None
-        if self._counter.rows([r.data for r in view]).tokens <= self.rollover_tokens:
-            return view
-        try:
-            self.history.rollover([], expect_window=window)
-        except WindowChanged:
-            pass  # another writer moved the window first: serve the window as it is now
-        return self.history.provider_view()
+    @property
+    def context_limit(self) -> int:
+        """The budget in tokens (what the model takes as input when none was given)."""
+        return self._conv.config.context_limit
+
+    # --- the Session protocol ----------------------------------------------------------
 
     def items(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """``get_items`` without the event loop."""
+        """``get_items`` without the event loop. Reads only."""
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
-        items = rows_to_items(self._view())
+        items = rows_to_items(self.history.provider_view())
         if limit is None:
             return items
         return items[-limit:] if limit > 0 else []
@@ -163,12 +208,19 @@ class LedgerSession(SessionABC):
     async def add_items(self, items: list[Any]) -> None:
         if not items:
             return
+        items = list(items)
+        prestored, self._prestored = self._prestored, []
+        while prestored and items and _key(items[0]) == prestored[0]:
+            del items[0], prestored[0]  # stored already by the input filter (a streamed run)
+        if not items:
+            return
         rows = [item_row(item) for item in items]
-        await self._async.append_many(rows)
+        result = await self._async.append_many(rows)
+        self._batch_from = result.seqs[0]
 
     def pop(self) -> dict[str, Any] | None:
         """``pop_item`` without the event loop."""
-        view = self._view()
+        view = self.history.provider_view()
         if not view:
             return None
         row = view[-1]
@@ -191,6 +243,196 @@ class LedgerSession(SessionABC):
     async def delete_session(self) -> bool:
         """Delete the whole workspace (retention ends). False if there was none."""
         return await asyncio.to_thread(self.store.delete, self.session_id)
+
+    # --- the budget: run_config and run_compaction --------------------------------------
+
+    def run_config(self, **kwargs: Any) -> Any:
+        """An ``agents.RunConfig`` (``kwargs`` are its other fields) whose
+        ``call_model_input_filter`` is :meth:`model_input`: the budget before
+        every model call of a run."""
+        if "call_model_input_filter" in kwargs:
+            raise LedgerError(
+                "run_config() sets call_model_input_filter itself (the session's budget); "
+                "to filter input as well, wrap session.model_input in your own filter"
+            )
+        return _agents.RunConfig(call_model_input_filter=self.model_input, **kwargs)
+
+    async def model_input(self, data: Any) -> Any:
+        """The ``call_model_input_filter``: the request for this model call, as
+        the session stores it (see the module docstring)."""
+        instructions = data.model_data.instructions
+        schemas = _tool_schemas(data.agent)
+        given = [_plain(i) for i in data.model_data.input]
+        items = await asyncio.to_thread(self.request_items, instructions or "", schemas, given)
+        return ModelInputData(input=items, instructions=instructions)
+
+    def request_items(
+        self,
+        system: str = "",
+        tools: Mapping[str, Mapping[str, Any]] | None = None,
+        given: Sequence[Mapping[str, Any]] = (),
+    ) -> list[Any]:
+        """The budget step of one model call without the event loop: decide
+        on the trigger (send, warn, roll over, or refuse with ``SendRefused``)
+        and return the window's items as the model gets them. ``given`` is the
+        SDK's own input list: its items after the newest one the window holds
+        are not stored yet (a streamed run stores its input after this filter)
+        and are sent (stored) here; ``add_items`` then skips them."""
+        with self._lock:
+            conv = self._conversation(system, dict(tools or {}))
+            view = self.history.provider_view()
+            unstored = self._unstored(given, view)
+            if any(item_row(i)["role"] == "assistant" for i in unstored):
+                # The model's output is always stored before the next call: an
+                # item that only looks unstored is not sent (stored) twice.
+                unstored = []
+            if unstored:
+                request = conv.send([item_row(i) for i in unstored])
+                self._prestored = [_key(i) for i in unstored]
+            else:
+                first = self._trigger_start(view)
+                try:
+                    request = conv.request() if first is None else conv.send_stored(first)
+                except SendRefused as refused:
+                    self._settle_refused(refused)
+                    raise
+            self._sent_seq = self.history.next_seq - 1
+            return _drop_open_calls(rows_to_items(request.messages))
+
+    async def run_compaction(self, args: Mapping[str, Any] | None = None) -> None:
+        """The SDK's compaction hook as a rollover that deletes nothing.
+
+        Called by hand (no ``args``) or with ``force``: roll over now
+        (``Conversation.rollover``); refused with a ``LedgerError`` while a
+        tool call is open or when there is nothing to seal. Called by the SDK
+        after a turn (``force`` false; the SDK does so when its model returns
+        response ids): the budget decides on the window as it stands, as
+        before a model call (a warning, or a rollover above the threshold),
+        and a refusal is left to the next model call."""
+        forced = args is None or bool(args.get("force"))
+        await asyncio.to_thread(self._compact, forced)
+
+    def _compact(self, forced: bool) -> None:
+        with self._lock:
+            conv = self._conversation(*self._agent_parts)
+            if forced:
+                conv.rollover()
+                return
+            try:
+                # No new rows: the budget decides on the window as it stands.
+                conv.send_stored(self.history.next_seq)
+            except LedgerError:
+                return  # the next model call meets the same verdict and raises it
+            self._sent_seq = self.history.next_seq - 1
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _conversation(self, system: str, tools: dict[str, Any]) -> Conversation:
+        """The runtime object for the agent's system text and tools, rebuilt
+        when they change (a handoff, dynamic instructions) with its state (a
+        pending rollover) kept. Only the agent's tools are granted, so a
+        rollover needs the agent to have ``session_history``."""
+        if (system, tools) != self._agent_parts:
+            conv = Conversation(
+                self.history, system=system, tools=tools,
+                policy=ToolPolicy([ToolRule.enable(name) for name in tools]), **self._budget,
+            )
+            conv.state = self._conv.state
+            self._conv, self._agent_parts = conv, (system, tools)
+        return self._conv
+
+    def _settle_refused(self, refused: SendRefused) -> None:
+        """Tool results quarantined by the hard preflight leave their calls
+        open, and an open call blocks every later rollover: answer each such
+        call with an error result (an SDK ``function_call_output``) so the
+        step settles and the model learns why there is no output."""
+        if not refused.quarantined:
+            return
+        tokens = refused.decision.tokens
+        items = [
+            {"type": "function_call_output", "call_id": str(part.get("id")),
+             "output": f"error: this tool output was refused and quarantined: with it the "
+                       f"request counted {tokens} tokens, and it cannot fit even a fresh "
+                       "context window"}
+            for row in refused.rows for part in row.get("parts") or ()
+            if isinstance(part, Mapping) and part.get("type") == "tool_result"
+        ]
+        if items:
+            self.history.append_many([item_row(i) for i in items])
+
+    def _unstored(self, given: Sequence[Mapping[str, Any]],
+                  view: Sequence[Row]) -> list[Mapping[str, Any]]:
+        """The tail of the SDK's input after the newest item the window holds."""
+        if not given:
+            return []
+        newest = _key(given[-1])
+        if view and rows_to_items(view[-1:]) and newest == _key(rows_to_items(view[-1:])[-1]):
+            return []  # the usual case: the SDK stored everything before this call
+        window = [_key(i) for i in rows_to_items(view)]
+        keys = [_key(i) for i in given]
+        for key in reversed(window):  # an open call the SDK left out is skipped
+            if key in keys:
+                last = len(keys) - 1 - keys[::-1].index(key)
+                return list(given[last + 1:])
+        if window:
+            raise LedgerError(
+                f"workspace {self.session_id!r}: the run's input holds nothing of the "
+                "session's window; run with session=<this session> as well as "
+                "run_config=session.run_config()"
+            )
+        return list(given)
+
+    def _trigger_start(self, view: Sequence[Row]) -> int | None:
+        """The seq of the first row of this send's trigger: the user's message
+        or the tool results stored since the model last spoke. In this process
+        that is the newest ``add_items`` batch (earlier inputs the model has
+        not answered stay context); for a session opened on a stored window,
+        the rows after the model's newest output. None when there are none, or
+        when they were sent already."""
+        floor = self._sent_seq
+        if self._batch_from is not None:
+            floor = max(floor, self._batch_from - 1)
+        first: int | None = None
+        for row in reversed(view):
+            if row.kind != "message":
+                if first is None:
+                    continue  # a warning after the trigger it followed
+                break
+            if row.role == "assistant" or row.seq <= floor:
+                break
+            first = row.seq
+        return first
+
+
+def _key(item: Any) -> str:
+    return json.dumps(_plain(item), sort_keys=True, default=str)
+
+
+def _drop_open_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Leave out tool calls without their result in the same input (a call
+    that waits for approval), as the SDK does for its own input."""
+    answered = {i.get("call_id") for i in items
+                if isinstance(i, dict) and str(i.get("type", "")).endswith("_output")}
+    return [
+        i for i in items
+        if not (isinstance(i, dict) and str(i.get("type", "")).endswith("_call")
+                and i.get("call_id") is not None and i.get("call_id") not in answered)
+    ]
+
+
+def _tool_schemas(agent: Any) -> dict[str, dict[str, Any]]:
+    """The function tools and handoffs the agent advertises, as neutral schemas."""
+    schemas: dict[str, dict[str, Any]] = {}
+    for tool in getattr(agent, "tools", None) or ():
+        params = getattr(tool, "params_json_schema", None)
+        name = getattr(tool, "name", None)
+        if isinstance(name, str) and isinstance(params, dict):
+            schemas[name] = tool_schema(name, getattr(tool, "description", "") or "", params)
+    for item in getattr(agent, "handoffs", None) or ():
+        handoff = item if isinstance(item, _agents.Handoff) else _agents.handoff(item)
+        schemas[handoff.tool_name] = tool_schema(
+            handoff.tool_name, handoff.tool_description, handoff.input_json_schema)
+    return schemas
 
 
 def session_history_tool(session: LedgerSession) -> Any:
