@@ -257,7 +257,7 @@ def test_an_approved_tool_result_reaches_the_model_after_the_user_spoke_meanwhil
     # The user talks while the approval waits, and the window's budget now wants a
     # rollover (above 85% of the limit) while the deploy call is still open.
     release = " ".join(f"release note {i}: fixed issue {i * 7} in the scheduler;"
-                       for i in range(55))
+                       for i in range(48))
     asyncio.run(Runner.run(agent, release, session=session, run_config=config))
     assert _tokens(model, 2) > 0.85 * limit
     assert session.history.window == 0  # no rollover with the call open

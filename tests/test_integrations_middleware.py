@@ -28,6 +28,16 @@ from ledger.integrations.langgraph import LedgerSaver
 FACT = "the launch code is ZEBRA-42"
 
 
+WARNING = "Context budget warning:"
+
+
+def _last_turn(messages: Sequence[BaseMessage]) -> BaseMessage:
+    """The message the model answers: the last one, past the ledger's budget
+    warning (appended after the turn that crossed the warning threshold)."""
+    turns = [m for m in messages if not str(m.content).startswith(WARNING)]
+    return turns[-1]
+
+
 class ScriptedModel(BaseChatModel):
     """Answers each user message; asked about the code, it searches the
     history, and it answers from what the tool returned. Keeps every request."""
@@ -44,7 +54,7 @@ class ScriptedModel(BaseChatModel):
     def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
                   **kwargs: Any) -> ChatResult:
         self.seen.append(list(messages))
-        last = messages[-1]
+        last = _last_turn(messages)
         if isinstance(last, ToolMessage):
             items = json.loads(str(last.content))["items"]
             reply = AIMessage("From the history: " + " | ".join(i["text"] for i in items))
@@ -78,7 +88,9 @@ def test_create_agent_rolls_over_and_retrieves_window_1(tmp_path: Path) -> None:
     assert len(rollovers) >= 3
     # The model was never sent the first window again ...
     asked = model.seen[-2]
-    assert isinstance(asked[-1], HumanMessage) and "launch code?" in str(asked[-1].content)
+    question = _last_turn(asked)
+    assert isinstance(question, HumanMessage) and "launch code?" in str(question.content)
+    assert all(str(m.content).startswith(WARNING) for m in asked[asked.index(question) + 1:])
     assert not any("ZEBRA-42" in str(m.content) for m in asked)
     assert len(asked) < 8
     # ... yet it got the fact back through session_history, from window 0.
