@@ -343,39 +343,13 @@ class Conversation:
 
     def _send(self, trigger: list[dict[str, Any]], quarantine: bool, memory: str) -> Request:
         view = [_plain(r) for r in self.history.provider_view()]
-        policy = self.parts.current_policy()
-
-        def request_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
-            return self._request_for(messages, memory)
-
-        window, inputs = send_inputs(
-            self.history,
-            trigger,
-            request_for=request_for,
-            count=self._count,
-            history_access=policy.history_access,
-            notes_writable=self.notes_writable,
-            precedence=self.parts.current_precedence(),
-            lead_in_text=self.parts.lead_in_text,
-            view=view,
-        )
-        decision, state = step(self.state, inputs, self.config)
+        window, decision, state, request_for = self._decide(view, trigger, memory)
         if decision.action is Action.REJECT:
             self._refuse(decision, trigger, quarantine)
         if decision.action is Action.ROLLOVER:
-            try:
-                return self._rollover(decision, trigger)
-            except AdmissionRefused as exc:
-                # Admission may refuse what the decision allowed (middleware,
-                # precedence that appeared meanwhile): the rollover waits, and
-                # the rows go to the current window if the request fits there.
-                if decision.tokens > self.config.ceiling:
-                    raise
-                state = state.queue()
-                decision = Decision(
-                    Action.SEND, decision.rule, f"rollover refused: {exc}", decision.tokens,
-                    decision.exact, decision.ceiling, pending=True, blocked=exc.reason,
-                )
+            rolled, decision, state = self._roll_or_queue(decision, state, trigger)
+            if rolled is not None:
+                return rolled
         extra = [warning_row(decision)] if decision.action is Action.WARN else []
         # The request over the rows as the store will serve them, checked
         # against the hard ceiling before anything is appended.
@@ -413,24 +387,7 @@ class Conversation:
         stored = [r for r in rows if r.seq >= first_seq]
         trigger = [_stored_copy(r) for r in stored]
         carry = carried_rows(view, trigger)
-        policy = self.parts.current_policy()
-
-        def request_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
-            return self._request_for(messages, memory)
-
-        window, inputs = send_inputs(
-            self.history,
-            trigger,
-            request_for=request_for,
-            count=self._count,
-            history_access=policy.history_access,
-            notes_writable=self.notes_writable,
-            precedence=self.parts.current_precedence(),
-            lead_in_text=self.parts.lead_in_text,
-            carry=carry,
-            view=view,
-        )
-        decision, state = step(self.state, inputs, self.config)
+        window, decision, state, request_for = self._decide(view, trigger, memory, carry)
         if decision.action is Action.REJECT:
             seqs: list[int] = []
             if decision.quarantine and quarantine and stored:
@@ -444,18 +401,11 @@ class Conversation:
                 decision, trigger, seqs,
             )
         if decision.action is Action.ROLLOVER:
-            try:
-                # The carried call rows go first, so the engine finds nothing
-                # more to carry (the stored originals are in the window too).
-                return self._rollover(decision, [*carry, *trigger])
-            except AdmissionRefused as exc:
-                if decision.tokens > self.config.ceiling:
-                    raise
-                state = state.queue()
-                decision = Decision(
-                    Action.SEND, decision.rule, f"rollover refused: {exc}", decision.tokens,
-                    decision.exact, decision.ceiling, pending=True, blocked=exc.reason,
-                )
+            # The carried call rows go first, so the engine finds nothing
+            # more to carry (the stored originals are in the window too).
+            rolled, decision, state = self._roll_or_queue(decision, state, [*carry, *trigger])
+            if rolled is not None:
+                return rolled
         extra = [warning_row(decision)] if decision.action is Action.WARN else []
         # The stored rows stay where they are: the request is the window as the
         # store serves it, with the warning, checked before the warning is appended.
@@ -503,6 +453,55 @@ class Conversation:
         )
         return ProviderRequest(self.model, live["system"], tuple(live["tools"]),
                                tuple(live["messages"]), memory)
+
+    def _decide(
+        self,
+        view: list[dict[str, Any]],
+        trigger: list[dict[str, Any]],
+        memory: str,
+        carry: list[dict[str, Any]] | None = None,
+    ) -> tuple[int, Decision, RolloverState, Callable[[Sequence[Mapping[str, Any]]],
+                                                      ProviderRequest]]:
+        """The engine's decision for ``trigger`` after ``view`` (``send_inputs``
+        + ``step``): the window it was taken in, the decision, the state it
+        leads to, and the request builder of this send."""
+        policy = self.parts.current_policy()
+
+        def request_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
+            return self._request_for(messages, memory)
+
+        window, inputs = send_inputs(
+            self.history,
+            trigger,
+            request_for=request_for,
+            count=self._count,
+            history_access=policy.history_access,
+            notes_writable=self.notes_writable,
+            precedence=self.parts.current_precedence(),
+            lead_in_text=self.parts.lead_in_text,
+            carry=carry,
+            view=view,
+        )
+        decision, state = step(self.state, inputs, self.config)
+        return window, decision, state, request_for
+
+    def _roll_or_queue(
+        self, decision: Decision, state: RolloverState, trigger: list[dict[str, Any]],
+    ) -> tuple[Request | None, Decision, RolloverState]:
+        """Roll over with ``trigger``; or, when admission refuses what the
+        decision allowed (middleware, precedence that appeared meanwhile, an
+        unsettled step), queue the rollover and send in the current window if
+        the request fits there (else the refusal propagates)."""
+        try:
+            return self._rollover(decision, trigger), decision, state
+        except AdmissionRefused as exc:
+            if decision.tokens > self.config.ceiling:
+                raise
+            queued = Decision(
+                Action.SEND, decision.rule, f"rollover refused: {exc}", decision.tokens,
+                decision.exact, decision.ceiling, pending=True, blocked=exc.reason,
+            )
+            return None, queued, state.queue()
 
     def _rollover(self, decision: Decision, trigger: list[dict[str, Any]]) -> Request:
         outcome = run_rollover(self.history, trigger, self.parts, self.hooks)
