@@ -21,6 +21,8 @@ from typing import Any, TextIO
 from ledger.core.errors import LedgerError
 from ledger.transcript.store import Store
 
+KILL_AFTER_ACKS = 25  # acknowledged batches before the demo's SIGKILL
+
 
 def _text(role: str, text: str) -> dict[str, Any]:
     return {"role": role, "parts": [{"type": "text", "text": text}]}
@@ -70,14 +72,23 @@ def run_demo(directory: str | None, out: TextIO) -> int:
 
     say("3. starting a second writer process appending 3-row batches ...\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger.demo", "--writer", root, "demo"],
+        [sys.executable, "-m", __spec__.name if __spec__ else __name__, "--writer", root, "demo"],
         stdout=subprocess.PIPE,
         text=True,
     )
-    time.sleep(0.6)
+    # Kill it mid-stream: once it has acknowledged some batches (however slow
+    # this machine starts a Python process), it is busy writing the next one.
+    assert proc.stdout is not None
+    acked: list[list[int]] = []
+    deadline = time.monotonic() + 30
+    while len(acked) < KILL_AFTER_ACKS and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break  # the writer died on its own; its output says why
+        acked.append(json.loads(line))
     os.kill(proc.pid, signal.SIGKILL)
     acked_out, _ = proc.communicate()
-    acked = [json.loads(line) for line in acked_out.splitlines() if line.strip()]
+    acked += [json.loads(line) for line in acked_out.splitlines() if line.strip()]
     say(f"   SIGKILLed it after {len(acked)} acknowledged batches\n")
 
     seqs: list[int] = []
@@ -120,7 +131,8 @@ def run_demo(directory: str | None, out: TextIO) -> int:
     say(f"   list -> {[(w['window'], w['reason'], w['rows']) for w in windows]}\n")
     say(f"   search 'test_bpe' -> seqs {[i['seq'] for i in found['items']]}\n")
     say(f"   search 'sk-PRIVATE' (before the floor) -> {len(hidden['items'])} results\n")
-    ok = whole and gap_free and all_acked and not hidden["items"] and bool(found["items"])
+    ok = (bool(acked) and whole and gap_free and all_acked and not hidden["items"]
+          and bool(found["items"]))
     say(f"\n{'OK' if ok else 'FAILED'}: try `tledger --root {root} rows demo`\n")
     return 0 if ok else 1
 
