@@ -158,3 +158,17 @@ def test_cli_on_a_stored_line_nested_too_deep(tmp_path: Path) -> None:
         assert b"Traceback" not in done.stderr, (args, done.stderr)
         assert done.returncode == code, (args, done.returncode, done.stderr)
     assert isinstance(LedgerError("x"), Exception)
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 999])
+def test_count_rows_refuses_what_append_refuses(tmp_path: Path, depth: int) -> None:
+    # A row too deep to store is not counted either: a caller that counts a
+    # row to see whether it fits would otherwise be told it fits, then refused.
+    line = fmt.encode_json(_row(depth)) + b"\n"
+    counted = _tledger("count", "--rows", stdin=line)
+    assert counted.returncode == 1 and b"Traceback" not in counted.stderr
+    assert f"stdin line 1: nested deeper than {MAX_DEPTH}".encode() in counted.stderr
+    appended = _tledger("--root", str(tmp_path), "append", WS, stdin=line)
+    assert appended.returncode == 1 and b"nested deeper" in appended.stderr
+    assert _tledger("count", "--rows", stdin=fmt.encode_json(_row(MAX_DEPTH)) + b"\n"
+                    ).returncode == 0

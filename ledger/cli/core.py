@@ -10,6 +10,7 @@ import msgspec
 
 from ledger.cli.registry import WS, arg, command
 from ledger.cli.tables import is_terminal, print_table
+from ledger.core import format as fmt
 from ledger.core.errors import InvalidRow, LedgerError
 from ledger.storage.files.segments import DURABILITY_LEVELS
 
@@ -31,6 +32,9 @@ def numbered_jsonl_rows(data: bytes, source: str) -> list[tuple[int, dict[str, A
     for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
+        if fmt.too_deep(line):
+            raise InvalidRow(f"{source} line {number}: nested deeper than {fmt.MAX_DEPTH} "
+                             "levels of arrays and objects (the limit for a row)")
         try:
             row = msgspec.json.decode(line)
         except msgspec.DecodeError as exc:
