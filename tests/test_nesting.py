@@ -167,8 +167,9 @@ def test_count_rows_refuses_what_append_refuses(tmp_path: Path, depth: int) -> N
     line = fmt.encode_json(_row(depth)) + b"\n"
     counted = _tledger("count", "--rows", stdin=line)
     assert counted.returncode == 1 and b"Traceback" not in counted.stderr
-    assert f"stdin line 1: nested deeper than {MAX_DEPTH}".encode() in counted.stderr
+    assert b"stdin line 1: JSON nested too deeply" in counted.stderr
+    assert f"deeper than {MAX_DEPTH} levels".encode() in counted.stderr
     appended = _tledger("--root", str(tmp_path), "append", WS, stdin=line)
-    assert appended.returncode == 1 and b"nested deeper" in appended.stderr
+    assert appended.returncode == 1 and b"nested too deeply" in appended.stderr
     assert _tledger("count", "--rows", stdin=fmt.encode_json(_row(MAX_DEPTH)) + b"\n"
                     ).returncode == 0

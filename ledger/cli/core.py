@@ -33,8 +33,9 @@ def numbered_jsonl_rows(data: bytes, source: str) -> list[tuple[int, dict[str, A
         if not line.strip():
             continue
         if fmt.too_deep(line):
-            raise InvalidRow(f"{source} line {number}: nested deeper than {fmt.MAX_DEPTH} "
-                             "levels of arrays and objects (the limit for a row)")
+            raise InvalidRow(f"{source} line {number}: JSON nested too deeply (deeper than "
+                             f"{fmt.MAX_DEPTH} levels of arrays and objects, the limit "
+                             "for a row)")
         try:
             row = msgspec.json.decode(line)
         except msgspec.DecodeError as exc:
