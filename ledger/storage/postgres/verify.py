@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.core import format as fmt
 from ledger.core.rows import now_ms
+from ledger.core.rules import new_epoch
 from ledger.core.windows import batch_boundaries
 from ledger.storage.postgres.rewrites import quarantine
-from ledger.storage.postgres.workspace import new_epoch
 
 if TYPE_CHECKING:
     from ledger.storage.postgres.workspace import PgWorkspace
