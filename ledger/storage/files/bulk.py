@@ -50,6 +50,7 @@ from ledger.core import rules
 from ledger.core.errors import CommitFailed, CommitUncertain, InvalidRow, LedgerError
 from ledger.core.rows import new_id, prepare_batch
 from ledger.core.windows import Boundary, window_marker
+from ledger.storage.engine import DURABILITY_LEVELS
 from ledger.storage.files import segments as segs
 from ledger.storage.files.index import SegmentInfo, active_entry, append_entry, read_entries
 from ledger.storage.files.lock import locked
@@ -108,8 +109,8 @@ def bulk_load(
     if segment_target_bytes < 1:
         raise LedgerError("segment_target_bytes must be positive")
     level = history.store.durability if durability is None else durability
-    if level not in segs.DURABILITY_LEVELS:
-        raise LedgerError(f"durability must be one of {segs.DURABILITY_LEVELS}, got {level!r}")
+    if level not in DURABILITY_LEVELS:
+        raise LedgerError(f"durability must be one of {DURABILITY_LEVELS}, got {level!r}")
     items = iter(batches)
     first = next(items, None)
     if first is None:

@@ -20,15 +20,13 @@ and ``stat``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import format as fmt
 from ledger.core import rules
-from ledger.core.errors import LedgerError
 from ledger.core.husks import husk_line
 from ledger.core.rows import now_ms
+from ledger.storage.copydir import refuse_existing, write_workspace_dir
 from ledger.storage.postgres.workspace import PgState, decode
 
 if TYPE_CHECKING:
@@ -194,33 +192,14 @@ def backup(ws: PgWorkspace, dest: str) -> dict[str, Any]:
     snapshot (REPEATABLE READ). Copy it under a file root as ROOT/WS, or
     ``tledger migrate`` it back to a database."""
     ws.require()
-    if os.path.lexists(dest):
-        raise LedgerError(f"backup destination {dest!r} already exists")
-    os.makedirs(dest)
-    seg = os.path.join(dest, fmt.segment_name(1))
-    total = 0
+    refuse_existing(dest)
     with ws.db.read("backup") as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        with open(seg, "wb") as out:
-            cur = conn.cursor(name="tl_backup")  # server-side: flat memory
-            cur.execute("SELECT raw FROM tl_rows WHERE workspace = %s ORDER BY seq",
-                        (ws.workspace,))
-            for (raw,) in cur:
-                out.write(bytes(raw) + b"\n")
-                total += len(raw) + 1
-            out.flush()
-            os.fsync(out.fileno())
-    with open(os.path.join(dest, fmt.FORMAT_NAME), "wb") as f:
-        f.write(fmt.FORMAT_TEXT)
-        f.flush()
-        os.fsync(f.fileno())
-    fd = os.open(dest, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return {"workspace": ws.workspace, "dest": dest, "files": 2,
-            "bytes": total + len(fmt.FORMAT_TEXT)}
+        cur = conn.cursor(name="tl_backup")  # server-side: flat memory
+        cur.execute("SELECT raw FROM tl_rows WHERE workspace = %s ORDER BY seq",
+                    (ws.workspace,))
+        total = write_workspace_dir(dest, (bytes(raw) for (raw,) in cur))
+    return {"workspace": ws.workspace, "dest": dest, "files": 2, "bytes": total}
 
 
 def stat(ws: PgWorkspace) -> dict[str, Any]:

@@ -26,7 +26,6 @@ rules written for segment offsets hold unchanged (``reader.py``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ledger.core import format as fmt
@@ -37,6 +36,8 @@ from ledger.core.rows import Row, now_ms, prepare_batch, renumber
 from ledger.core.windows import Boundary
 from ledger.storage.engine import StoreOptions
 from ledger.storage.postgres.connect import Database
+from ledger.storage.seqpages import RowState as PgState
+from ledger.storage.seqpages import boundary
 
 PAGE_ROWS = 1000  # rows per round trip when streaming
 
@@ -57,24 +58,6 @@ def _batch_runs(rows: Iterable[Row]) -> Iterator[list[Row]]:
         run.append(row)
     if run:
         yield run
-
-
-@dataclass(frozen=True)
-class PgState:
-    """The head row: what ``History.snapshot()`` reports."""
-
-    next_seq: int
-    epoch: int
-    window: Boundary | None
-    floor: Boundary | None
-
-    @property
-    def window_seq(self) -> int:
-        return self.window.seq if self.window is not None else 0
-
-
-def boundary(seq: int | None, reason: str | None) -> Boundary | None:
-    return None if seq is None or seq <= 0 else Boundary(seq, seq, 0, reason or "manual")
 
 
 def state_of(row: Sequence[Any]) -> PgState:
