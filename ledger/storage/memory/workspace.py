@@ -149,13 +149,13 @@ class MemWorkspace:
         HistoryDamaged ("read again"), as on the other engines."""
         with self.locked():
             sp = self.space()
-            rows = sp.rows
+            rows, epoch = sp.rows, sp.epoch
             start = bisect.bisect_right(sp.seqs, after_seq) if after_seq else 0
-        return self._stream(sp, rows, start)
+        return self._stream(sp, rows, epoch, start)
 
-    def _stream(self, sp: Space, rows: list[Stored], i: int) -> Iterator[Row]:
+    def _stream(self, sp: Space, rows: list[Stored], epoch: int, i: int) -> Iterator[Row]:
         while i < len(rows):  # appends extend the list; a rewrite replaces it
-            if sp.rows is not rows:
+            if sp.rows is not rows or sp.epoch != epoch:
                 raise HistoryDamaged(
                     f"workspace {self.workspace!r}: a rewrite ran while reading (new epoch); "
                     "read again"
