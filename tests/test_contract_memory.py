@@ -32,3 +32,5 @@ def make_store() -> Iterator[MakeStore]:
 
 class TestMemoryEngine(EngineContract):
     """Every case of the contract, in memory."""
+
+    capabilities = frozenset({"ranked_search"})  # the contract's RANKED_SEARCH: it has it
