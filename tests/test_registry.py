@@ -113,3 +113,8 @@ def test_commands_that_open_no_store_ignore_the_root(
     text.write_text("hello there")
     assert main(["count", "--model", "gpt-4o", str(text)]) == 0
     assert json.loads(capsys.readouterr().out)["tokens"] > 0
+
+
+def test_db_names_the_engine_a_root_is_of(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--root", "memory://", "db", "status"]) == 2
+    assert "a root of the memory engine" in capsys.readouterr().err

@@ -20,9 +20,15 @@ An engine stores the workspaces of one root. For each workspace it provides:
 
 Positions are ``(part, offset)`` pairs ordered as the log; each engine says
 what a part and an offset are (the file engine: segment number and byte
-offset). Windows, floors, retrieval's rules, token budgets, rollover,
-display, adapters and importers live above this interface and never see a
-path.
+offset; the row engines, PostgreSQL and memory: seq and byte offset in the
+row, ``ledger.storage.seqpages``). Windows, floors, retrieval's rules, token
+budgets, rollover, display, adapters and importers live above this
+interface and never see a path; the rules an engine applies to rows (what a
+rewrite touches and refuses, the boundary fold, epochs) are
+``ledger.core.rules``.
+
+Each engine registers an ``EngineSpec`` (below) with
+``ledger.storage.registry``, which ``Store`` asks for the engine a root names.
 """
 
 from __future__ import annotations

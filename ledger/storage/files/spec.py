@@ -1,14 +1,14 @@
 """The file engine as the registry knows it: any root that is not a URL of
-another engine is a directory path (the embedded default)."""
+another engine is a directory path (the embedded default, imported with the
+store: a process's first ``Store`` pays no import)."""
 
 from __future__ import annotations
 
 from ledger.storage.engine import Engine, EngineSpec, StoreOptions
+from ledger.storage.files.engine import FileEngine
 
 
 def _open(options: StoreOptions) -> Engine:
-    from ledger.storage.files.engine import FileEngine
-
     return FileEngine(
         options.root, segment_bytes=options.segment_bytes, lock_timeout=options.lock_timeout,
         retrieval=options.retrieval, durability=options.durability,
