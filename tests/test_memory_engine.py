@@ -193,3 +193,13 @@ def test_ranked_search_ranks_as_the_file_engine_does(tmp_path: Path) -> None:
             assert (a["cursor"] is None) == (b["cursor"] is None)
             served += len(b["items"])
     assert served >= 50
+
+
+def test_a_reader_changing_a_row_changes_nothing_stored() -> None:
+    h = Store("memory://").history("ws")
+    h.append(msg("original"))
+    for row in (h.get(1), next(h.rows()), h.window_rows()[0]):
+        assert row is not None
+        row.data["parts"][0]["text"] = "changed"
+        row.to_dict()["parts"].append({"type": "text", "text": "more"})
+    assert [r.to_dict()["parts"] for r in h.rows()] == [[{"type": "text", "text": "original"}]]

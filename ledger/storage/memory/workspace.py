@@ -102,7 +102,11 @@ def _stored(line: bytes, data: dict[str, Any], batch_id: str, reason: str | None
 
 
 def _row(s: Stored) -> Row:
-    return Row(s.line, s.seq, 0, s.data)
+    """A reader's row: decoded afresh, as the other engines do, so nothing a
+    caller does to it reaches the stored row."""
+    data = fmt.decode_line(s.line)
+    assert data is not None
+    return Row(s.line, s.seq, 0, data)
 
 
 class MemWorkspace:
