@@ -49,7 +49,7 @@ class Context:
     def store(self, **options: Any) -> Any:
         from ledger.transcript.store import Store
 
-        return Store(self.root, **options)
+        return Store(durable_root(self.root), **options)
 
     def emit_json(self, obj: Any) -> None:
         self.stdout.write(msgspec.json.encode(obj).decode("utf-8") + "\n")
@@ -64,6 +64,22 @@ class Context:
             self.emit_json(result)
         else:
             self.emit_line(text)
+
+
+def durable_root(root: str) -> str:
+    """``root``, unless it names an engine whose rows die with the process
+    (``memory://``): each ``tledger`` command is a process of its own, so such
+    a store would be gone before the next command (UsageError, exit 2)."""
+    from ledger.storage.registry import engine_for
+
+    spec = engine_for(root)
+    if not spec.durable:
+        raise UsageError(
+            f"{root.split('://', 1)[0]}:// is the {spec.name} engine: its store lives in one "
+            "process and dies with it, so tledger (a process per command) does not open it; "
+            "use a directory or a postgresql:// URL"
+        )
+    return root
 
 
 def _load_commands() -> None:

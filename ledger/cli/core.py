@@ -12,7 +12,7 @@ from ledger.cli.registry import WS, arg, command
 from ledger.cli.tables import is_terminal, print_table
 from ledger.core import format as fmt
 from ledger.core.errors import InvalidRow, LedgerError
-from ledger.storage.files.segments import DURABILITY_LEVELS
+from ledger.storage.engine import DURABILITY_LEVELS
 
 
 def _read_input(path: str | None) -> bytes:

@@ -42,11 +42,14 @@ def _describe(out: dict[str, Any]) -> str:
 )
 def cmd_db(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.cli import UsageError
-    from ledger.storage.postgres.connect import is_postgres_root
+    from ledger.storage.registry import engine_for
 
-    if not is_postgres_root(ctx.root):
+    spec = engine_for(ctx.root)
+    if spec.name != "postgresql":
+        what = "a directory of the file engine" if spec.name == "files" else \
+            f"a root of the {spec.name} engine"
         raise UsageError("db needs a postgresql:// root (--root or $TLEDGER_ROOT); "
-                         f"{ctx.root!r} is a directory of the file engine")
+                         f"{ctx.root!r} is {what}")
     from ledger.storage.postgres import citus
 
     out = citus.distribute(ctx.root) if args.action == "distribute" else citus.status(ctx.root)

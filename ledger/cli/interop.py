@@ -15,7 +15,7 @@ import msgspec
 
 from ledger.cli.registry import WS, arg, command, positive_int
 from ledger.interop import display
-from ledger.storage.files.segments import DURABILITY_LEVELS
+from ledger.storage.engine import DURABILITY_LEVELS
 
 API_FORMATS = ("openai-chat", "openai-responses", "anthropic")
 EXPORT_FORMATS = (*API_FORMATS, "markdown", "jsonl")

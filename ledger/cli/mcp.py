@@ -33,9 +33,10 @@ from ledger.cli.registry import arg, command, non_negative
     ],
 )
 def cmd_mcp(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger.cli import durable_root
     from ledger.integrations.mcp_server import build_server
 
-    root = args.mcp_root or ctx.root
+    root = durable_root(args.mcp_root or ctx.root)
     server = build_server(root, args.workspace, allow_write=args.allow_write,
                           retrieval=not args.no_retrieval, lock_timeout=args.lock_timeout)
     if args.http is None:

@@ -25,12 +25,13 @@ from ledger.cli.registry import arg, command
     json_help="print the result as JSON",
 )
 def cmd_migrate(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger.cli import durable_root
     from ledger.core.ids import validate_workspace
     from ledger.transcript.store import Store
     from recovery.migrate import migrate
 
     names = [validate_workspace(w) for w in args.workspace] if args.workspace else None
-    out = migrate(Store(args.src), Store(args.dst), names)
+    out = migrate(Store(durable_root(args.src)), Store(durable_root(args.dst)), names)
     lines = [f"{c['workspace']}: {c['rows']} rows, {c['bytes']} bytes" for c in out["copied"]]
     ctx.emit_result(args.json, out, "\n".join(lines) or "nothing to copy")
     return 0

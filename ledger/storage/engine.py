@@ -20,22 +20,33 @@ An engine stores the workspaces of one root. For each workspace it provides:
 
 Positions are ``(part, offset)`` pairs ordered as the log; each engine says
 what a part and an offset are (the file engine: segment number and byte
-offset). Windows, floors, retrieval's rules, token budgets, rollover,
-display, adapters and importers live above this interface and never see a
-path.
+offset; the row engines, PostgreSQL and memory: seq and byte offset in the
+row, ``ledger.storage.seqpages``). Windows, floors, retrieval's rules, token
+budgets, rollover, display, adapters and importers live above this
+interface and never see a path; the rules an engine applies to rows (what a
+rewrite touches and refuses, the boundary fold, epochs) are
+``ledger.core.rules``.
+
+Each engine registers an ``EngineSpec`` (below) with
+``ledger.storage.registry``, which ``Store`` asks for the engine a root names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ledger.core.batches import AppendResult, PendingBatch
 from ledger.core.bounds import SkipSink
 from ledger.core.cursors import CursorData, Position
+from ledger.core.errors import LedgerError
 from ledger.core.rows import Row
 from ledger.core.windows import Boundary
+
+DURABILITY_LEVELS = ("full", "normal", "off")
 
 
 class StoreOptions(Protocol):
@@ -158,3 +169,38 @@ class Engine(Protocol):
     def workspaces(self) -> list[str]: ...
 
     def delete(self, workspace: str) -> bool: ...
+
+
+# --- what an engine registers (``ledger.storage.registry``) ----------------------
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """An engine as the registry knows it: ``matches`` says whether a root
+    names it, ``forms`` how such roots are written (for messages), ``check``
+    refuses options it cannot honour (after the common ``check_options``),
+    ``open`` builds it for a store, ``redact`` hides secrets in a root, and
+    ``durable`` is False when the rows die with the process."""
+
+    name: str
+    forms: str
+    matches: Callable[[str], bool]
+    open: Callable[[StoreOptions], Engine]
+    check: Callable[[StoreOptions], None] = lambda options: None
+    redact: Callable[[str], str] = lambda root: root
+    durable: bool = True
+
+
+def check_options(options: StoreOptions) -> None:
+    """The option checks every engine shares (DESIGN.md 12)."""
+    if options.durability not in DURABILITY_LEVELS:
+        raise LedgerError(
+            f"durability must be one of {DURABILITY_LEVELS}, got {options.durability!r}"
+        )
+    if options.segment_bytes < 1:
+        raise LedgerError("segment_bytes must be positive")
+    if options.max_row_bytes < 64:
+        raise LedgerError("max_row_bytes must be at least 64")
+    t = options.lock_timeout
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < math.inf:
+        raise LedgerError(f"lock_timeout must be a finite number of seconds >= 0, got {t!r}")

@@ -46,14 +46,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ledger.core import format as fmt
+from ledger.core import rules
 from ledger.core.errors import CommitFailed, CommitUncertain, InvalidRow, LedgerError
 from ledger.core.rows import new_id, prepare_batch
-from ledger.core.windows import Boundary, batch_boundaries, window_marker
+from ledger.core.windows import Boundary, window_marker
+from ledger.storage.engine import DURABILITY_LEVELS
 from ledger.storage.files import segments as segs
 from ledger.storage.files.index import SegmentInfo, active_entry, append_entry, read_entries
 from ledger.storage.files.lock import locked
 from ledger.storage.files.receipt import write_receipt
-from ledger.storage.files.state import new_epoch as _new_epoch
 from ledger.storage.files.state import stable_receipt, unwrap
 
 if TYPE_CHECKING:
@@ -108,8 +109,8 @@ def bulk_load(
     if segment_target_bytes < 1:
         raise LedgerError("segment_target_bytes must be positive")
     level = history.store.durability if durability is None else durability
-    if level not in segs.DURABILITY_LEVELS:
-        raise LedgerError(f"durability must be one of {segs.DURABILITY_LEVELS}, got {level!r}")
+    if level not in DURABILITY_LEVELS:
+        raise LedgerError(f"durability must be one of {DURABILITY_LEVELS}, got {level!r}")
     items = iter(batches)
     first = next(items, None)
     if first is None:
@@ -203,12 +204,9 @@ class _Loader:
         for line in lines:
             positions.append(offset)
             offset += len(line)
-        for i, reason in batch_boundaries(stored):
-            b = Boundary(int(stored[i]["seq"]), self.segment, positions[i], reason)
-            self.seg_bounds.append(b)
-            self.window = b
-            if b.is_floor:
-                self.floor = b
+        bounds = rules.batch_bounds(stored, [(self.segment, p) for p in positions])
+        self.seg_bounds.extend(bounds)
+        self.window, self.floor = rules.fold(self.window, self.floor, bounds)
         if self.seg_first < 0:
             self.seg_first = self.next_seq
         self.seg_rows += len(lines)
@@ -287,7 +285,7 @@ class _Loader:
         for number in self.created:
             s = segs.stamp(segs.segment_path(path, number))
             fresh.append((number, s if s is not None else fmt.ZERO_STAMP))
-        epoch = _new_epoch(st.epoch)
+        epoch = rules.new_epoch(st.epoch)
         self._index(fresh, epoch)
         sealed.extend(fresh[:-1])
         active_number, active_stamp = fresh[-1]

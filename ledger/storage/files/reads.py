@@ -29,6 +29,7 @@ from ledger.core.errors import (
     WorkspaceNotFound,
 )
 from ledger.core.rows import Row
+from ledger.core.rules import new_epoch
 from ledger.core.windows import Boundary
 from ledger.storage.files import segments as segs
 from ledger.storage.files.index import BoundaryIndex, SegmentInfo, active_entry
@@ -41,7 +42,6 @@ from ledger.storage.files.state import (
     covers,
     empty_receipt,
     missing_floor,
-    new_epoch,
     recorded_floor,
     stable_receipt,
 )

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ledger.core import format as fmt
+from ledger.core import rules
 from ledger.core.errors import CommitFailed, LedgerError, RecoveryError, RewriteRefused
 from ledger.core.husks import (  # noqa: F401 (re-exported: their old home)
     QUARANTINE_VERSION,
@@ -265,35 +266,13 @@ def _settle(history: History) -> Resolution | None:
 # --- reject -------------------------------------------------------------------------
 
 
-def _prelude(entries: list[Entry], idx: int) -> list[int]:
-    """Indexes of the synthetic rows a request owns: the rows right before it
-    in its batch that are marked ``meta.synthetic: true`` or ``meta.owner`` =
-    the request's id."""
-    req = entries[idx].row
-    assert req is not None
-    bid = req.get("batch", {}).get("id") if isinstance(req.get("batch"), dict) else None
-    out = []
-    j = idx - 1
-    while j >= 0:
-        r = entries[j].row
-        if r is None or not isinstance(r.get("batch"), dict) or r["batch"].get("id") != bid:
-            break
-        if not owns(r, req):
-            break
-        out.append(j)
-        j -= 1
-    return out[::-1]
-
-
 def reject(history: History, seq_or_seqs: int | Iterable[int]) -> dict[str, Any]:
     """Quarantine persisted requests (and the synthetic prelude rows they own)
     as empty assistant records (DESIGN.md 3). Rejecting a record that is
     already rejected keeps its inner original. Refuses, writing nothing, when
     a seq is missing or names a reset (or any non-message row)."""
     history = unwrap(history)
-    seqs = {seq_or_seqs} if isinstance(seq_or_seqs, int) else set(seq_or_seqs)
-    if not seqs or not all(isinstance(s, int) and not isinstance(s, bool) for s in seqs):
-        raise RewriteRefused("reject needs one or more integer seqs")
+    seqs = rules.reject_seqs(seq_or_seqs)
     with _locked_rewrite(history):
         settled = _settle(history)
         st = history.state()
@@ -309,28 +288,14 @@ def reject(history: History, seq_or_seqs: int | Iterable[int]) -> dict[str, Any]
             ]
             if not hits:
                 continue
-            targets: dict[int, None] = {}
-            for i in hits:
-                found.add(entries[i].row["seq"])  # type: ignore[index]
-                for j in [*_prelude(entries, i), i]:
-                    targets[j] = None
+            found.update(entries[i].row["seq"] for i in hits)  # type: ignore[index]
             new_lines: dict[int, bytes] = {}
-            for j in targets:
+            for j in rules.reject_targets([e.row for e in entries], hits):
                 e = entries[j]
                 row = e.row
                 assert row is not None
-                if e.is_reset or row.get("kind") == "reset":
-                    raise RewriteRefused(
-                        f"workspace {history.workspace!r}: seq {row.get('seq')} "
-                        f"({fmt.segment_name(number)} offset {e.offset}) is a reset row; a "
-                        "rejection never rewrites a reset away"
-                    )
-                if row.get("kind", "message") != "message":
-                    raise RewriteRefused(
-                        f"workspace {history.workspace!r}: seq {row.get('seq')} is a "
-                        f"{row.get('kind')!r} row; only requests (kind 'message') are rejected"
-                    )
-                if is_husk(row):
+                where = f" ({fmt.segment_name(number)} offset {e.offset})"
+                if not rules.rejectable(history.workspace, e.line, row, where):
                     already.append(row["seq"])
                     continue
                 new_lines[j] = husk_line(e.line, row)
@@ -341,18 +306,10 @@ def reject(history: History, seq_or_seqs: int | Iterable[int]) -> dict[str, Any]
                 changes[number] = chunks
         missing = sorted(seqs - found)
         if missing:
-            raise RewriteRefused(
-                f"workspace {history.workspace!r}: no readable row with seq {missing}; "
-                "nothing was rejected"
-            )
+            raise rules.no_row(history.workspace, missing, "rejected")
         out = commit_rewrite(history, history.state(), changes, op="reject") if changes else None
-    return {
-        "op": "reject",
-        "rejected": sorted(rejected),
-        "already": sorted(set(already)),
-        "epoch": out.epoch if out else st.epoch,
-        "recovered": settled.to_dict() if settled else None,
-    }
+    return rules.reject_result(rejected, already, out.epoch if out else st.epoch,
+                               settled.to_dict() if settled else None)
 
 
 # --- truncate ------------------------------------------------------------------------
@@ -366,8 +323,7 @@ def truncate_after(history: History, seq: int) -> dict[str, Any]:
     for byte. A rewrite with a marker and a new epoch.
     """
     history = unwrap(history)
-    if not isinstance(seq, int) or isinstance(seq, bool):
-        raise RewriteRefused("truncate_after needs an integer seq")
+    seq = rules.truncate_seq(seq)
     with _locked_rewrite(history):
         settled = _settle(history)
         st = history.state()
@@ -382,35 +338,11 @@ def truncate_after(history: History, seq: int) -> dict[str, Any]:
             if spot is not None:
                 break
         if spot is None:
-            raise RewriteRefused(
-                f"workspace {history.workspace!r}: no readable row with seq {seq}; nothing "
-                "was truncated"
-            )
+            raise rules.no_row(history.workspace, seq, "truncated")
         number, idx, entries = spot
         row = entries[idx].row
         assert row is not None
-        b = row.get("batch") if isinstance(row.get("batch"), dict) else {}
-        if isinstance(b.get("n"), int) and isinstance(b.get("i"), int) and b["i"] != b["n"] - 1:
-            last = seq + (b["n"] - 1 - b["i"])
-            first = seq - b["i"]
-            raise RewriteRefused(
-                f"workspace {history.workspace!r}: seq {seq} is row {b['i'] + 1} of {b['n']} of "
-                f"batch {b.get('id')!r}; a batch is never split: truncate after seq {last} "
-                f"(its last row) or after seq {first - 1} (before it)"
-            )
-        floor = st.floor
-        if (
-            floor is not None
-            and floor.readable
-            and (floor.segment, floor.offset) > (number, entries[idx].offset)
-        ):
-            # Dropping the newest manual reset would make the rows it hides
-            # retrievable again: fail closed.
-            raise RewriteRefused(
-                f"workspace {history.workspace!r}: truncating after seq {seq} would remove "
-                f"the privacy floor (the manual reset at seq {floor.seq}); truncate after "
-                f"seq {floor.seq} or later"
-            )
+        rules.check_truncate(history.workspace, seq, row, (number, entries[idx].offset), st.floor)
         quarantine = Quarantine(history.path, durability=history.store.durability)
         puts: list[Callable[[], str]] = []
         changes: dict[int, list[bytes] | None] = {}
@@ -483,16 +415,10 @@ def truncate_after(history: History, seq: int) -> dict[str, Any]:
             if changes
             else None
         )
-    return {
-        "op": "truncate_after",
-        "seq": seq,
-        "removed_rows": removed_rows,
-        "removed_bytes": removed_bytes,
-        "kept_reset_candidates": kept_candidates,
-        "quarantine": entries_out,
-        "epoch": out.epoch if out else st.epoch,
-        "recovered": settled.to_dict() if settled else None,
-    }
+    return rules.truncate_result(
+        seq, removed_rows, removed_bytes, entries_out, out.epoch if out else st.epoch,
+        kept_reset_candidates=kept_candidates, recovered=settled.to_dict() if settled else None,
+    )
 
 
 def _put(q: Quarantine, data: bytes, source: str, offset: int, reason: str) -> Callable[[], str]:
@@ -514,15 +440,7 @@ def purge_before_floor(history: History) -> dict[str, Any]:
         st = history.state()
         active = (st.active, st.active_stamp) if st.active_stamp is not None else None
         floors = [b for b in history.index.all_bounds(st.sealed, active, None) if b.is_floor]
-        result: dict[str, Any] = {
-            "op": "purge_before_floor",
-            "purged_rows": 0,
-            "purged_bytes": 0,
-            "kept_reset_candidates": 0,
-            "floor": None,
-            "epoch": st.epoch,
-            "recovered": settled.to_dict() if settled else None,
-        }
+        result = rules.purge_result(st.epoch, settled.to_dict() if settled else None)
         if not floors:
             return result
         floor = floors[-1]
@@ -561,25 +479,8 @@ def purge_before_floor(history: History) -> dict[str, Any]:
 
 
 def _purge_cut(ents: list[Entry], floor_offset: int) -> int:
-    """Index of the first line kept in the floor's segment."""
+    """Index of the first line kept in the floor's segment (``rules.purge_cut``)."""
     for i, e in enumerate(ents):
-        if e.offset != floor_offset:
-            continue
-        if e.row is None:
-            return i  # an unreadable floor is kept (it may be a reset)
-        b = e.row.get("batch") if isinstance(e.row.get("batch"), dict) else {}
-        if b.get("n") == 1:
-            return i + 1
-        j = i
-        while j > 0:
-            prev = ents[j - 1].row
-            pb = (
-                prev.get("batch")
-                if prev is not None and isinstance(prev.get("batch"), dict)
-                else {}
-            )
-            if prev is None or pb.get("id") != b.get("id"):
-                break
-            j -= 1
-        return j
+        if e.offset == floor_offset:
+            return rules.purge_cut([x.row for x in ents[: i + 1]], i)
     raise RecoveryError(f"privacy floor at offset {floor_offset} not found; run repair")

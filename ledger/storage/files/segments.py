@@ -29,7 +29,6 @@ from ledger.core.errors import UnsafePath
 from ledger.core.rows import unique_hex
 
 READ_CHUNK = 1 << 20
-DURABILITY_LEVELS = ("full", "normal", "off")
 
 
 def describe_mode(mode: int) -> str:

@@ -6,7 +6,6 @@ the files and publishes what these functions build.
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -156,17 +155,6 @@ def empty_receipt() -> fmt.Receipt:
         floor_seq=fmt.NO_FLOOR, floor_segment=0, floor_offset=0, active_segment=0,
         active=fmt.ZERO_STAMP, sealed_count=0, sealed_digest=b"\x00" * 16,
     )
-
-
-def new_epoch(old: int) -> int:
-    """A fresh epoch: random (53 bits, so JSON readers keep it exact), never
-    the old one. Random rather than old + 1 because the old value may be
-    unknown or come from a stale copy of the receipt."""
-    while True:
-        epoch = secrets.randbits(53)
-        if epoch not in (0, old):
-            return epoch
-
 
 
 def unwrap(history: Any) -> Any:

@@ -27,10 +27,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ledger.core import format as fmt
+from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.errors import CommitFailed, CommitUncertain, DeletePending
 from ledger.core.rows import prepare_batch, renumber
-from ledger.core.windows import Boundary, batch_boundaries, window_marker
+from ledger.core.windows import window_marker
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.backup import backup as backup_history
@@ -49,7 +50,6 @@ from ledger.storage.files.stat import stat_report
 from ledger.storage.files.state import (
     State,
     extend_running,
-    new_epoch,
     stable_receipt,
 )
 
@@ -235,14 +235,9 @@ class FileWorkspace(WorkspaceBase):
         for line in lines:
             positions.append(pos)
             pos += len(line)
-        batch_bounds = []
-        for i, reason in batch_boundaries(stored):
-            b = Boundary(seqs[i], target, positions[i], reason)
-            batch_bounds.append(b)
-            window = b
-            if b.is_floor:
-                floor = b
-        epoch = st.epoch if st.verified else new_epoch(st.epoch)
+        batch_bounds = rules.batch_bounds(stored, [(target, p) for p in positions])
+        window, floor = rules.fold(window, floor, batch_bounds)
+        epoch = st.epoch if st.verified else rules.new_epoch(st.epoch)
         if new_file or batch_bounds or epoch != st.epoch:
             try:
                 if new_file:

@@ -20,15 +20,14 @@ and ``stat``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import format as fmt
-from ledger.core.errors import LedgerError, RewriteRefused
-from ledger.core.husks import husk_line, is_husk, owns
+from ledger.core import rules
+from ledger.core.husks import husk_line
 from ledger.core.rows import now_ms
-from ledger.storage.postgres.workspace import PgState, decode, new_epoch
+from ledger.storage.copydir import refuse_existing, write_workspace_dir
+from ledger.storage.postgres.workspace import PgState, decode
 
 if TYPE_CHECKING:
     from ledger.storage.postgres.workspace import PgWorkspace
@@ -56,7 +55,7 @@ def recompute_head(ws: PgWorkspace, conn: Any, old: PgState, next_seq: int | Non
         last = conn.execute("SELECT max(seq) FROM tl_rows WHERE workspace = %s",
                             (ws_id,)).fetchone()
         next_seq = (last[0] or 0) + 1
-    epoch = new_epoch(old.epoch)
+    epoch = rules.new_epoch(old.epoch)
     conn.execute(
         "UPDATE tl_head SET next_seq = %s, epoch = %s, window_seq = %s, window_reason = %s, "
         "floor_seq = %s, updated_ms = %s WHERE workspace = %s",
@@ -100,9 +99,7 @@ def _batch_rows(ws: PgWorkspace, conn: Any, batch_id: str) -> list[tuple[int, by
 
 
 def reject(ws: PgWorkspace, seq_or_seqs: int | Iterable[int]) -> dict[str, Any]:
-    seqs = {seq_or_seqs} if isinstance(seq_or_seqs, int) else set(seq_or_seqs)
-    if not seqs or not all(isinstance(s, int) and not isinstance(s, bool) for s in seqs):
-        raise RewriteRefused("reject needs one or more integer seqs")
+    seqs = rules.reject_seqs(seq_or_seqs)
     with ws.db.write(f"reject in workspace {ws.workspace!r}") as conn:
         st = _begin(ws, conn)
         found = conn.execute(
@@ -110,32 +107,19 @@ def reject(ws: PgWorkspace, seq_or_seqs: int | Iterable[int]) -> dict[str, Any]:
             (ws.workspace, sorted(seqs))).fetchall()
         missing = sorted(seqs - {seq for seq, _ in found})
         if missing:
-            raise RewriteRefused(f"workspace {ws.workspace!r}: no readable row with seq "
-                                 f"{missing}; nothing was rejected")
+            raise rules.no_row(ws.workspace, missing, "rejected")
         targets: dict[int, bytes] = {}
         for seq, batch_id in found:
             rows = _batch_rows(ws, conn, batch_id)
             idx = next(i for i, (s, _) in enumerate(rows) if s == seq)
-            request = decode(ws.workspace, seq, rows[idx][1]).data
-            chosen = [idx]
-            j = idx - 1
-            while j >= 0 and owns(decode(ws.workspace, rows[j][0], rows[j][1]).data, request):
-                chosen.insert(0, j)
-                j -= 1
-            for i in chosen:
+            decoded = [decode(ws.workspace, s, raw).data for s, raw in rows]
+            for i in rules.reject_targets(decoded, [idx]):
                 targets[rows[i][0]] = rows[i][1]
         rejected: list[int] = []
         already: list[int] = []
         for seq, raw in sorted(targets.items()):
             row = decode(ws.workspace, seq, raw).data
-            if row.get("kind") == "reset":
-                raise RewriteRefused(f"workspace {ws.workspace!r}: seq {seq} is a reset row; a "
-                                     "rejection never rewrites a reset away")
-            if row.get("kind", "message") != "message":
-                raise RewriteRefused(f"workspace {ws.workspace!r}: seq {seq} is a "
-                                     f"{row.get('kind')!r} row; only requests (kind 'message') "
-                                     "are rejected")
-            if is_husk(row):
+            if not rules.rejectable(ws.workspace, raw, row):
                 already.append(seq)
                 continue
             line = husk_line(raw, row)
@@ -143,33 +127,19 @@ def reject(ws: PgWorkspace, seq_or_seqs: int | Iterable[int]) -> dict[str, Any]:
                          (line[:-1] if line.endswith(b"\n") else line, ws.workspace, seq))
             rejected.append(seq)
         epoch = recompute_head(ws, conn, st, st.next_seq) if rejected else st.epoch
-    return {"op": "reject", "rejected": rejected, "already": already, "epoch": epoch,
-            "recovered": None}
+    return rules.reject_result(rejected, already, epoch)
 
 
 def truncate_after(ws: PgWorkspace, seq: int) -> dict[str, Any]:
-    if not isinstance(seq, int) or isinstance(seq, bool):
-        raise RewriteRefused("truncate_after needs an integer seq")
+    seq = rules.truncate_seq(seq)
     with ws.db.write(f"truncate workspace {ws.workspace!r}") as conn:
         st = _begin(ws, conn)
         got = conn.execute("SELECT raw FROM tl_rows WHERE workspace = %s AND seq = %s",
                            (ws.workspace, seq)).fetchone()
         if got is None:
-            raise RewriteRefused(f"workspace {ws.workspace!r}: no readable row with seq {seq}; "
-                                 "nothing was truncated")
+            raise rules.no_row(ws.workspace, seq, "truncated")
         row = decode(ws.workspace, seq, bytes(got[0])).data
-        b = row.get("batch") if isinstance(row.get("batch"), dict) else {}
-        if isinstance(b.get("n"), int) and isinstance(b.get("i"), int) and b["i"] != b["n"] - 1:
-            last, first = seq + (b["n"] - 1 - b["i"]), seq - b["i"]
-            raise RewriteRefused(
-                f"workspace {ws.workspace!r}: seq {seq} is row {b['i'] + 1} of {b['n']} of "
-                f"batch {b.get('id')!r}; a batch is never split: truncate after seq {last} "
-                f"(its last row) or after seq {first - 1} (before it)")
-        if st.floor is not None and st.floor.seq > seq:
-            raise RewriteRefused(
-                f"workspace {ws.workspace!r}: truncating after seq {seq} would remove the "
-                f"privacy floor (the manual reset at seq {st.floor.seq}); truncate after seq "
-                f"{st.floor.seq} or later")
+        rules.check_truncate(ws.workspace, seq, row, (seq, 0), st.floor)
         moved = quarantine(conn, ws.workspace, "seq > %(seq)s", {"seq": seq},
                            f"truncated after seq {seq}")
         removed_rows, removed_bytes, batches = moved
@@ -177,29 +147,27 @@ def truncate_after(ws: PgWorkspace, seq: int) -> dict[str, Any]:
             conn.execute("DELETE FROM tl_batches WHERE workspace = %s AND batch_id = ANY(%s)",
                          (ws.workspace, [b for b in batches if b is not None]))
         epoch = recompute_head(ws, conn, st, None) if removed_rows else st.epoch
-    return {"op": "truncate_after", "seq": seq, "removed_rows": removed_rows,
-            "removed_bytes": int(removed_bytes), "kept_reset_candidates": 0,
-            "quarantine": [f"tl_quarantine ({removed_rows} rows)"] if removed_rows else [],
-            "epoch": epoch, "recovered": None}
+    return rules.truncate_result(
+        seq, removed_rows, int(removed_bytes),
+        [f"tl_quarantine ({removed_rows} rows)"] if removed_rows else [], epoch)
 
 
 def purge_before_floor(ws: PgWorkspace) -> dict[str, Any]:
     with ws.db.write(f"purge workspace {ws.workspace!r}") as conn:
         st = _begin(ws, conn)
-        result: dict[str, Any] = {"op": "purge_before_floor", "purged_rows": 0,
-                                  "purged_bytes": 0, "kept_reset_candidates": 0, "floor": None,
-                                  "epoch": st.epoch, "recovered": None}
+        result = rules.purge_result(st.epoch)
         if st.floor is None:
             return result
         floor = st.floor.seq
         result["floor"] = {"seq": floor, "segment": None, "offset": None}
-        got = conn.execute("SELECT raw FROM tl_rows WHERE workspace = %s AND seq = %s",
-                           (ws.workspace, floor)).fetchone()
         cut = floor  # rows at or before `cut` go
+        got = conn.execute("SELECT batch_id FROM tl_rows WHERE workspace = %s AND seq = %s",
+                           (ws.workspace, floor)).fetchone()
         if got is not None:
-            b = decode(ws.workspace, floor, bytes(got[0])).data.get("batch") or {}
-            if b.get("n") != 1 and isinstance(b.get("i"), int):
-                cut = floor - b["i"] - 1  # keep the floor's whole batch
+            rows = [(s, raw) for s, raw in _batch_rows(ws, conn, got[0]) if s <= floor]
+            keep = rules.purge_cut([decode(ws.workspace, s, raw).data for s, raw in rows],
+                                   len(rows) - 1)
+            cut = rows[keep][0] - 1 if keep < len(rows) else floor
         gone = conn.execute(
             "WITH gone AS (DELETE FROM tl_rows WHERE workspace = %s AND seq <= %s "
             "RETURNING batch_id, raw) SELECT count(*), coalesce(sum(octet_length(raw) + 1), 0), "
@@ -211,7 +179,7 @@ def purge_before_floor(ws: PgWorkspace) -> dict[str, Any]:
         if gone[0]:
             # The floor stays where it was even when its row is gone: nothing
             # at or before it may come back (fail closed).
-            epoch = new_epoch(st.epoch)
+            epoch = rules.new_epoch(st.epoch)
             conn.execute("UPDATE tl_head SET epoch = %s, updated_ms = %s WHERE workspace = %s",
                          (epoch, now_ms(), ws.workspace))
             result["epoch"] = epoch
@@ -224,33 +192,14 @@ def backup(ws: PgWorkspace, dest: str) -> dict[str, Any]:
     snapshot (REPEATABLE READ). Copy it under a file root as ROOT/WS, or
     ``tledger migrate`` it back to a database."""
     ws.require()
-    if os.path.lexists(dest):
-        raise LedgerError(f"backup destination {dest!r} already exists")
-    os.makedirs(dest)
-    seg = os.path.join(dest, fmt.segment_name(1))
-    total = 0
+    refuse_existing(dest)
     with ws.db.read("backup") as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        with open(seg, "wb") as out:
-            cur = conn.cursor(name="tl_backup")  # server-side: flat memory
-            cur.execute("SELECT raw FROM tl_rows WHERE workspace = %s ORDER BY seq",
-                        (ws.workspace,))
-            for (raw,) in cur:
-                out.write(bytes(raw) + b"\n")
-                total += len(raw) + 1
-            out.flush()
-            os.fsync(out.fileno())
-    with open(os.path.join(dest, fmt.FORMAT_NAME), "wb") as f:
-        f.write(fmt.FORMAT_TEXT)
-        f.flush()
-        os.fsync(f.fileno())
-    fd = os.open(dest, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return {"workspace": ws.workspace, "dest": dest, "files": 2,
-            "bytes": total + len(fmt.FORMAT_TEXT)}
+        cur = conn.cursor(name="tl_backup")  # server-side: flat memory
+        cur.execute("SELECT raw FROM tl_rows WHERE workspace = %s ORDER BY seq",
+                    (ws.workspace,))
+        total = write_workspace_dir(dest, (bytes(raw) for (raw,) in cur))
+    return {"workspace": ws.workspace, "dest": dest, "files": 2, "bytes": total}
 
 
 def stat(ws: PgWorkspace) -> dict[str, Any]:

@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.core import format as fmt
 from ledger.core.rows import now_ms
-from ledger.core.windows import batch_boundaries
+from ledger.core.rules import fold, new_epoch
+from ledger.core.windows import Boundary, batch_boundaries
 from ledger.storage.postgres.rewrites import quarantine
-from ledger.storage.postgres.workspace import new_epoch
 
 if TYPE_CHECKING:
     from ledger.storage.postgres.workspace import PgWorkspace
@@ -80,8 +80,8 @@ def _batches(conn: Any, workspace: str) -> Iterator[list[tuple[int, str, str | N
 def verify_rows(conn: Any, workspace: str) -> Verified:
     out = Verified()
     prev: int | None = None
-    window: tuple[int, str] | None = None
-    floor: int | None = None
+    window: Boundary | None = None
+    floor: Boundary | None = None
     for run in _batches(conn, workspace):
         dicts: list[dict[str, Any] | None] = []
         bid = run[0][1]
@@ -118,10 +118,9 @@ def verify_rows(conn: Any, workspace: str) -> Verified:
                                             f"the row says {want!r}"))
                 out.projection[seq] = want
             if want is not None:
-                window = (seq, want)
-                if want == "manual":
-                    floor = seq
-    out.window, out.floor, out.last = window, floor, prev
+                window, floor = fold(window, floor, [Boundary(seq, seq, 0, want)])
+    out.window = (window.seq, window.reason) if window is not None else None
+    out.floor, out.last = floor.seq if floor is not None else None, prev
     return out
 
 

@@ -25,18 +25,19 @@ rules written for segment offsets hold unchanged (``reader.py``).
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ledger.core import format as fmt
+from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.errors import HistoryDamaged, LedgerError, WorkspaceNotFound
 from ledger.core.rows import Row, now_ms, prepare_batch, renumber
-from ledger.core.windows import Boundary, batch_boundaries
+from ledger.core.windows import Boundary
 from ledger.storage.engine import StoreOptions
 from ledger.storage.postgres.connect import Database
+from ledger.storage.seqpages import RowState as PgState
+from ledger.storage.seqpages import boundary
 
 PAGE_ROWS = 1000  # rows per round trip when streaming
 
@@ -57,33 +58,6 @@ def _batch_runs(rows: Iterable[Row]) -> Iterator[list[Row]]:
         run.append(row)
     if run:
         yield run
-
-
-def new_epoch(old: int = 0) -> int:
-    """A fresh epoch: random (53 bits, exact in JSON), never the old one, so a
-    workspace deleted and created again never revives an old cursor."""
-    while True:
-        epoch = secrets.randbits(53)
-        if epoch not in (0, old):
-            return epoch
-
-
-@dataclass(frozen=True)
-class PgState:
-    """The head row: what ``History.snapshot()`` reports."""
-
-    next_seq: int
-    epoch: int
-    window: Boundary | None
-    floor: Boundary | None
-
-    @property
-    def window_seq(self) -> int:
-        return self.window.seq if self.window is not None else 0
-
-
-def boundary(seq: int | None, reason: str | None) -> Boundary | None:
-    return None if seq is None or seq <= 0 else Boundary(seq, seq, 0, reason or "manual")
 
 
 def state_of(row: Sequence[Any]) -> PgState:
@@ -215,7 +189,7 @@ class PgWorkspace:
                 conn.execute(
                     "INSERT INTO tl_head (workspace, next_seq, epoch, created_ms, updated_ms) "
                     "VALUES (%s, 1, %s, %s, %s) ON CONFLICT (workspace) DO NOTHING",
-                    (self.workspace, new_epoch(), now, now),
+                    (self.workspace, rules.new_epoch(), now, now),
                 )
                 st = self._head(conn, lock=True)
                 assert st is not None
@@ -236,14 +210,9 @@ class PgWorkspace:
             else:
                 stored, bodies = batch.prepared
                 lines = renumber(stored, bodies, st.next_seq, self.store.max_row_bytes)
-            window, floor = st.window, st.floor
-            reasons: dict[int, str] = {}
-            for i, reason in batch_boundaries(stored):
-                seq = st.next_seq + i
-                reasons[i] = reason
-                window = Boundary(seq, seq, 0, reason)
-                if reason == "manual":
-                    floor = window
+            bounds = rules.batch_bounds(stored, [(int(r["seq"]), 0) for r in stored])
+            window, floor = rules.fold(st.window, st.floor, bounds)
+            reasons = {b.seq - st.next_seq: b.reason for b in bounds}
             self._insert(conn, stored, lines, bid, reasons)
             next_seq = st.next_seq + len(lines)
             conn.execute(
@@ -283,7 +252,7 @@ class PgWorkspace:
             now = now_ms()
             conn.execute(
                 "INSERT INTO tl_head (workspace, next_seq, epoch, created_ms, updated_ms) "
-                "VALUES (%s, 1, %s, %s, %s)", (self.workspace, new_epoch(), now, now))
+                "VALUES (%s, 1, %s, %s, %s)", (self.workspace, rules.new_epoch(), now, now))
             window: Boundary | None = None
             floor: Boundary | None = None
             batches: list[tuple[str, int, int]] = []
@@ -291,15 +260,14 @@ class PgWorkspace:
             with conn.cursor().copy("COPY tl_rows (workspace, seq, batch_id, boundary, raw) "
                                     "FROM STDIN") as copy:
                 for run in _batch_runs(rows):
-                    reasons = dict(batch_boundaries([r.data for r in run]))
+                    bounds = rules.batch_bounds([r.data for r in run], [(r.seq, 0) for r in run])
+                    window, floor = rules.fold(window, floor, bounds)
+                    reasons = {b.seq: b.reason for b in bounds}
                     bid = str(run[0].batch.get("id", ""))
                     batches.append((bid, run[0].seq, len(run)))
-                    for i, row in enumerate(run):
-                        reason = reasons.get(i)
-                        if reason is not None:
-                            window = Boundary(row.seq, row.seq, 0, reason)
-                            floor = window if reason == "manual" else floor
-                        copy.write_row((self.workspace, row.seq, bid, reason, row.line))
+                    for row in run:
+                        copy.write_row((self.workspace, row.seq, bid, reasons.get(row.seq),
+                                        row.line))
                         count += 1
                         total += len(row.line) + 1
                         last = row.seq

@@ -1,0 +1,210 @@
+"""The transcript's rules every engine applies, written once: epochs, the
+boundary fold of an append, and what each rewrite touches and refuses.
+
+Engines store, replace and drop rows; which rows, and when to refuse, is
+decided here. Pure: rows in, decisions out, no I/O. The file engine
+(``ledger.storage.files``), PostgreSQL (``ledger.storage.postgres``) and the
+in-memory reference engine (``ledger.storage.memory``) call these.
+
+A position is ``(part, offset)`` in log order, as each engine defines it
+(``ledger.storage.engine``): the file engine's segment and byte offset, the
+row engines' ``(seq, 0)``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ledger.core import format as fmt
+from ledger.core.errors import RewriteRefused
+from ledger.core.husks import is_husk, owns
+from ledger.core.windows import Boundary, batch_boundaries
+
+# --- epochs ---------------------------------------------------------------------
+
+
+def new_epoch(old: int = 0) -> int:
+    """A fresh epoch: random (53 bits, so JSON readers keep it exact), never 0
+    nor the old one. Random rather than old + 1 because the old value may be
+    unknown or come from a stale copy, and a workspace deleted and created
+    again must never revive an old cursor."""
+    while True:
+        epoch = secrets.randbits(53)
+        if epoch not in (0, old):
+            return epoch
+
+
+# --- the boundary fold of an append ----------------------------------------------
+
+
+def batch_bounds(
+    stored: Sequence[dict[str, Any]], positions: Sequence[tuple[int, int]]
+) -> list[Boundary]:
+    """The boundaries a batch adds: each reset row of ``stored`` (rows with
+    their seqs) classified (``ledger.core.windows.classify_reset``) at its
+    position ``positions[i]``."""
+    out = []
+    for i, reason in batch_boundaries(list(stored)):
+        part, offset = positions[i]
+        out.append(Boundary(int(stored[i]["seq"]), part, offset, reason))
+    return out
+
+
+def fold(
+    window: Boundary | None, floor: Boundary | None, bounds: Iterable[Boundary]
+) -> tuple[Boundary | None, Boundary | None]:
+    """The window and floor after ``bounds`` (in log order): every boundary
+    opens a window; a manual one is also the new privacy floor."""
+    for b in bounds:
+        window = b
+        if b.is_floor:
+            floor = b
+    return window, floor
+
+
+# --- reject ---------------------------------------------------------------------
+
+
+def reject_seqs(seq_or_seqs: int | Iterable[int]) -> set[int]:
+    """The seqs a ``reject`` names; refused unless one or more integers."""
+    seqs = {seq_or_seqs} if isinstance(seq_or_seqs, int) else set(seq_or_seqs)
+    if not seqs or not all(isinstance(s, int) and not isinstance(s, bool) for s in seqs):
+        raise RewriteRefused("reject needs one or more integer seqs")
+    return seqs
+
+
+def owned_prelude(rows: Sequence[dict[str, Any] | None], idx: int) -> list[int]:
+    """Indexes (ascending) of the synthetic rows request ``rows[idx]`` owns:
+    the rows right before it in its batch marked ``meta.synthetic: true`` or
+    ``meta.owner`` = the request's id (``ledger.core.husks.owns``). ``rows``
+    are in log order; None stands for an unreadable line (it ends the run)."""
+    req = rows[idx]
+    assert req is not None
+    bid = req.get("batch", {}).get("id") if isinstance(req.get("batch"), dict) else None
+    out = []
+    j = idx - 1
+    while j >= 0:
+        r = rows[j]
+        if r is None or not isinstance(r.get("batch"), dict) or r["batch"].get("id") != bid:
+            break
+        if not owns(r, req):
+            break
+        out.append(j)
+        j -= 1
+    return out[::-1]
+
+
+def reject_targets(rows: Sequence[dict[str, Any] | None], hits: Iterable[int]) -> list[int]:
+    """Indexes of every row a rejection of ``rows[i]`` for each ``i`` in
+    ``hits`` rewrites: each request and the prelude it owns, each once, in
+    the order they were named."""
+    targets: dict[int, None] = {}
+    for i in hits:
+        for j in [*owned_prelude(rows, i), i]:
+            targets[j] = None
+    return list(targets)
+
+
+def rejectable(workspace: str, line: bytes, row: dict[str, Any], where: str = "") -> bool:
+    """Whether row ``row`` (stored as ``line``) is to be rewritten: False when
+    it is already rejected (its husk keeps the inner original). Refused for a
+    reset (a duplicate-key one too) and for any kind but ``message``.
+    ``where`` names the row's place for the message."""
+    if row.get("kind") == "reset" or fmt.readable_row_is_reset(line, row):
+        raise RewriteRefused(
+            f"workspace {workspace!r}: seq {row.get('seq')}{where} is a reset row; a "
+            "rejection never rewrites a reset away"
+        )
+    if row.get("kind", "message") != "message":
+        raise RewriteRefused(
+            f"workspace {workspace!r}: seq {row.get('seq')} is a {row.get('kind')!r} row; "
+            "only requests (kind 'message') are rejected"
+        )
+    return not is_husk(row)
+
+
+def no_row(workspace: str, seqs: int | Sequence[int], verb: str) -> RewriteRefused:
+    """The refusal for a rewrite naming a seq no readable row has."""
+    return RewriteRefused(
+        f"workspace {workspace!r}: no readable row with seq {seqs}; nothing was {verb}"
+    )
+
+
+def reject_result(
+    rejected: Iterable[int], already: Iterable[int], epoch: int, recovered: Any = None
+) -> dict[str, Any]:
+    return {"op": "reject", "rejected": sorted(rejected), "already": sorted(set(already)),
+            "epoch": epoch, "recovered": recovered}
+
+
+# --- truncate -------------------------------------------------------------------
+
+
+def truncate_seq(seq: Any) -> int:
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise RewriteRefused("truncate_after needs an integer seq")
+    return seq
+
+
+def check_truncate(
+    workspace: str, seq: int, row: dict[str, Any], at: tuple[int, int], floor: Boundary | None
+) -> None:
+    """Refuse truncating after row ``seq`` (``row``, at position ``at``) when
+    it would split its batch (``seq`` must end it) or drop the newest manual
+    reset (the rows it hides would be retrievable again: fail closed)."""
+    b = row.get("batch") if isinstance(row.get("batch"), dict) else {}
+    if isinstance(b.get("n"), int) and isinstance(b.get("i"), int) and b["i"] != b["n"] - 1:
+        last = seq + (b["n"] - 1 - b["i"])
+        first = seq - b["i"]
+        raise RewriteRefused(
+            f"workspace {workspace!r}: seq {seq} is row {b['i'] + 1} of {b['n']} of "
+            f"batch {b.get('id')!r}; a batch is never split: truncate after seq {last} "
+            f"(its last row) or after seq {first - 1} (before it)"
+        )
+    if floor is not None and floor.readable and (floor.segment, floor.offset) > at:
+        raise RewriteRefused(
+            f"workspace {workspace!r}: truncating after seq {seq} would remove the "
+            f"privacy floor (the manual reset at seq {floor.seq}); truncate after "
+            f"seq {floor.seq} or later"
+        )
+
+
+def truncate_result(
+    seq: int, removed_rows: int, removed_bytes: int, quarantine: list[str], epoch: int, *,
+    kept_reset_candidates: int = 0, recovered: Any = None,
+) -> dict[str, Any]:
+    return {"op": "truncate_after", "seq": seq, "removed_rows": removed_rows,
+            "removed_bytes": removed_bytes, "kept_reset_candidates": kept_reset_candidates,
+            "quarantine": quarantine, "epoch": epoch, "recovered": recovered}
+
+
+# --- purge ----------------------------------------------------------------------
+
+
+def purge_cut(rows: Sequence[dict[str, Any] | None], floor_index: int) -> int:
+    """Index of the first row a purge keeps, given ``rows`` in log order up to
+    and including the floor ``rows[floor_index]``: the floor row goes too
+    when it is a batch of its own; a floor inside a larger batch keeps that
+    whole batch; an unreadable floor is kept (it may be a reset)."""
+    floor = rows[floor_index]
+    if floor is None:
+        return floor_index
+    b = floor.get("batch") if isinstance(floor.get("batch"), dict) else {}
+    if b.get("n") == 1:
+        return floor_index + 1
+    j = floor_index
+    while j > 0:
+        prev = rows[j - 1]
+        pb = prev.get("batch") if prev is not None and isinstance(prev.get("batch"), dict) else {}
+        if prev is None or pb.get("id") != b.get("id"):
+            break
+        j -= 1
+    return j
+
+
+def purge_result(epoch: int, recovered: Any = None) -> dict[str, Any]:
+    """A purge's result before it ran (nothing purged yet; no floor)."""
+    return {"op": "purge_before_floor", "purged_rows": 0, "purged_bytes": 0,
+            "kept_reset_candidates": 0, "floor": None, "epoch": epoch, "recovered": recovered}

@@ -1,0 +1,17 @@
+"""The in-memory reference engine: ``Store("memory://")``.
+
+Every workspace is a list of rows in this process's memory, under one lock
+per root (eventsourcing's in-memory recorder is the model). It keeps the
+whole history contract -- atomic batches, gap-free seqs, conditional and
+idempotent appends, windows and floors, rewrites with new epochs, cursors,
+bounded and ranked ``session_history`` -- with the rules every engine
+shares (``ledger.core.rules``, ``ledger.storage.seqpages``), and nothing is
+durable: the rows die with the process. For fast tests and throwaway
+sessions. ``memory://`` is a store of its own for each ``Store``;
+``memory://NAME`` is one store shared by every ``Store`` of this process
+that names it (``discard(NAME)`` drops it).
+"""
+
+from ledger.storage.memory.engine import MemoryEngine, discard
+
+__all__ = ["MemoryEngine", "discard"]

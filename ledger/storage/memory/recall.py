@@ -1,0 +1,114 @@
+"""The in-memory engine's recall index for ranked ``session_history``: the
+file engine's index (``ledger.storage.files.recall``) without SQLite, so both
+rank alike. For every searchable row: its window, length and term counts;
+for every term its document frequency and postings; the ranking itself is
+``ledger.core.ranking``.
+
+Kept per workspace and brought up to date by the first ranked search after
+appends (the rows it has not seen); a rewrite (a new epoch, a new list)
+starts it again. A query reads, for each of its rarest terms, the best
+postings by impact (newest first among equals) with seq in (after, high],
+``SCAN_ROWS`` in all: the same candidates the file engine takes.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ledger.core import format as fmt
+from ledger.core import ranking
+from ledger.core.bounds import SCAN_ROWS
+from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
+
+if TYPE_CHECKING:
+    from ledger.storage.memory.workspace import Stored
+
+
+class Recall:
+    """One workspace's index (module doc)."""
+
+    def __init__(self) -> None:
+        self._start(None, 0)
+
+    def _start(self, rows: object, epoch: int) -> None:
+        self.rows_of: object = rows  # the list indexed (a rewrite swaps in another)
+        self.epoch = epoch
+        self.upto = 0  # rows of that list indexed
+        self.window = 0
+        self.calls: set[str] = set()
+        self.wins: list[int] = []
+        self.docs: dict[int, tuple[int, int, Counter[str]]] = {}  # seq -> (window, len, tfs)
+        self.df: Counter[str] = Counter()
+        self.total = 0
+        # term -> [(-impact in thousandths, -seq, tf)], sorted when ``dirty``
+        self.postings: dict[str, list[tuple[int, int, int]]] = {}
+        self.dirty: set[str] = set()
+
+    def refresh(self, rows: Sequence[Stored], epoch: int) -> None:
+        """Index the rows not yet seen (all of them after a rewrite)."""
+        if rows is not self.rows_of or epoch != self.epoch or len(rows) < self.upto:
+            self._start(rows, epoch)
+        for s in rows[self.upto :]:
+            self._add(s)
+        self.upto = len(rows)
+
+    def _add(self, s: Stored) -> None:
+        row, seq = s.data, s.seq
+        if row.get("kind") == "reset" or fmt.readable_row_is_reset(s.line, row):
+            self.window = seq
+            self.wins.append(seq)
+            return
+        self.calls.update(echo_calls(row))
+        if hidden(row) or is_echo(row, self.calls):
+            return
+        tfs, length = ranking.term_counts(row_text(row))
+        if not length:
+            return
+        self.docs[seq] = (self.window, length, tfs)
+        self.total += length
+        for t, n in tfs.items():
+            self.df[t] += 1
+            self.postings.setdefault(t, []).append(
+                (-round(ranking.impact(n, length) * 1000), -seq, n))
+            self.dirty.add(t)
+
+    def candidates(
+        self, query: ranking.Query, after: int, high: int, window: int | None
+    ) -> list[tuple[int, int, float, tuple[int, int]]]:
+        """Ranked candidates (seq, window, score, (seq, 0)), best first."""
+        dfs = {t: self.df[t] for t in query.terms if self.df.get(t)}
+        if not dfs:
+            return []
+        kept = sorted(dfs, key=lambda t: dfs[t])[: ranking.MAX_TERMS]
+        per_term = max(SCAN_ROWS // len(kept), 1)
+        if window is not None:  # a window is the seq range up to the next boundary
+            after = max(after, window)
+            i = bisect.bisect_right(self.wins, window)
+            if i < len(self.wins):
+                high = min(high, self.wins[i] - 1)
+        found: dict[int, dict[str, int]] = {}
+        for t in kept:
+            postings = self.postings[t]
+            if t in self.dirty:
+                postings.sort()
+                self.dirty.discard(t)
+            taken = 0
+            for _imp, neg, tf in postings:
+                if after < -neg <= high:
+                    found.setdefault(-neg, {})[t] = tf
+                    taken += 1
+                    if taken >= per_term:
+                        break
+        docs = []
+        for seq, tfs in sorted(found.items()):
+            win, length, counts = self.docs[seq]
+            for t in kept:
+                if t not in tfs and counts.get(t):
+                    tfs[t] = counts[t]
+            docs.append(ranking.Doc(seq, win, length, tfs))
+        corpus = ranking.Corpus(len(self.docs), self.total, dfs)
+        q = ranking.Query(tuple(kept), query.phrases)
+        return [(s, self.docs[s][0], score, (s, 0)) for s, score in ranking.rank(docs, q, corpus)]

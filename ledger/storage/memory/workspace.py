@@ -1,0 +1,397 @@
+"""One workspace of the in-memory engine: its rows, the append, reads and
+rewrites (``ledger.storage.engine.WorkspaceEngine``).
+
+A workspace (``Space``) is a list of stored rows in seq order, the head
+(next seq, epoch, window, floor), the batch ids with their seqs, and a
+quarantine. Every operation holds the root's lock. An append extends the
+list; a rewrite builds a new list and swaps it in with a new epoch (so a
+stream over the old list sees a rewrite and says "read again", as the other
+engines do). What a rewrite touches and refuses is ``ledger.core.rules``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledger.core import format as fmt
+from ledger.core import rules
+from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
+from ledger.core.errors import HistoryDamaged, LedgerError, WorkspaceNotFound
+from ledger.core.husks import husk_line
+from ledger.core.rows import Row, now_ms, prepare_batch, renumber
+from ledger.core.windows import Boundary
+from ledger.storage.copydir import write_workspace_dir
+from ledger.storage.engine import StoreOptions
+from ledger.storage.memory.engine import MemoryRoot, Quarantined
+from ledger.storage.seqpages import RowState, boundary
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One stored row: its bytes (no newline), decoded dict, batch id and
+    boundary reason (None: not a boundary)."""
+
+    seq: int
+    line: bytes
+    data: dict[str, Any]
+    batch_id: str
+    boundary: str | None = None
+
+
+@dataclass
+class Space:
+    """One workspace's rows and head (module doc)."""
+
+    epoch: int
+    rows: list[Stored] = field(default_factory=list)
+    seqs: list[int] = field(default_factory=list)  # rows' seqs, for bisect
+    bounds: list[int] = field(default_factory=list)  # seqs of the boundary rows
+    next_seq: int = 1
+    window: Boundary | None = None
+    floor: Boundary | None = None
+    batches: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (first seq, n)
+    created_ms: int = field(default_factory=now_ms)
+    recall: Any = None  # ledger.storage.memory.recall.Recall, made by the first ranked search
+
+    def state(self) -> RowState:
+        return RowState(self.next_seq, self.epoch, self.window, self.floor)
+
+    def add(self, rows: Iterable[Stored]) -> None:
+        """Append rows (in seq order, after every row here)."""
+        for r in rows:
+            self.rows.append(r)
+            self.seqs.append(r.seq)
+            if r.boundary is not None:
+                self.bounds.append(r.seq)
+
+    def replace(self, rows: list[Stored]) -> None:
+        """Swap in a rewritten list (a new object: streams over the old one see it)."""
+        self.rows = rows
+        self.seqs = [r.seq for r in rows]
+        self.bounds = [r.seq for r in rows if r.boundary is not None]
+        self.batches = {}
+        for r in rows:
+            b = r.data.get("batch") if isinstance(r.data.get("batch"), dict) else {}
+            if b.get("i") == 0 or r.batch_id not in self.batches:
+                self.batches[r.batch_id] = (r.seq, 0)
+            first, n = self.batches[r.batch_id]
+            self.batches[r.batch_id] = (first, n + 1)
+
+    def index_of(self, seq: int) -> int | None:
+        i = bisect.bisect_left(self.seqs, seq)
+        return i if i < len(self.seqs) and self.seqs[i] == seq else None
+
+    def recompute(self, next_seq: int | None) -> None:
+        """Window and floor from the boundary rows, and a new epoch (a rewrite)."""
+        window = next((r for r in reversed(self.rows) if r.boundary is not None), None)
+        floor = next((r for r in reversed(self.rows) if r.boundary == "manual"), None)
+        self.window = boundary(window.seq, window.boundary) if window is not None else None
+        self.floor = boundary(floor.seq, "manual") if floor is not None else None
+        if next_seq is None:
+            next_seq = (self.seqs[-1] if self.seqs else 0) + 1
+        self.next_seq = next_seq
+        self.epoch = rules.new_epoch(self.epoch)
+
+
+def _stored(line: bytes, data: dict[str, Any], batch_id: str, reason: str | None) -> Stored:
+    raw = line[:-1] if line.endswith(b"\n") else line
+    return Stored(int(data["seq"]), raw, data, batch_id, reason)
+
+
+def _row(s: Stored) -> Row:
+    """A reader's row: decoded afresh, as the other engines do, so nothing a
+    caller does to it reaches the stored row."""
+    data = fmt.decode_line(s.line)
+    assert data is not None
+    return Row(s.line, s.seq, 0, data)
+
+
+class MemWorkspace:
+    """One workspace of a memory root (module doc)."""
+
+    def __init__(self, root: MemoryRoot, store: StoreOptions, workspace: str) -> None:
+        self.root = root
+        self.store = store
+        self.workspace = workspace
+
+    def __repr__(self) -> str:
+        return f"MemWorkspace({self.workspace!r})"
+
+    def locked(self) -> Any:
+        return self.root.locked(self.store.lock_timeout, self.workspace)
+
+    def space(self) -> Space:
+        """The workspace's data (call under the lock); WorkspaceNotFound when
+        nothing was written."""
+        sp = self.root.spaces.get(self.workspace)
+        if sp is None:
+            raise WorkspaceNotFound(
+                f"workspace {self.workspace!r} has no history in {self.root.label} (nothing "
+                "has been written to it)"
+            )
+        return sp
+
+    # --- state and reads -----------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self.workspace in self.root.spaces
+
+    def require(self) -> None:
+        with self.locked():
+            self.space()
+
+    def snapshot(self) -> RowState:
+        with self.locked():
+            sp = self.root.spaces.get(self.workspace)
+            return sp.state() if sp is not None else RowState(1, 0, None, None)
+
+    def rows(self, after_seq: int | None = None) -> Iterator[Row]:
+        """Every row after ``after_seq``; a rewrite while streaming raises
+        HistoryDamaged ("read again"), as on the other engines."""
+        with self.locked():
+            sp = self.space()
+            rows, epoch = sp.rows, sp.epoch
+            start = bisect.bisect_right(sp.seqs, after_seq) if after_seq else 0
+        return self._stream(sp, rows, epoch, start)
+
+    def _stream(self, sp: Space, rows: list[Stored], epoch: int, i: int) -> Iterator[Row]:
+        while i < len(rows):  # appends extend the list; a rewrite replaces it
+            if sp.rows is not rows or sp.epoch != epoch:
+                raise HistoryDamaged(
+                    f"workspace {self.workspace!r}: a rewrite ran while reading (new epoch); "
+                    "read again"
+                )
+            yield _row(rows[i])
+            i += 1
+
+    def get(self, seq: int) -> Row | None:
+        with self.locked():
+            sp = self.space()
+            i = sp.index_of(seq)
+            return _row(sp.rows[i]) if i is not None else None
+
+    def window_rows(self) -> list[Row]:
+        with self.locked():
+            sp = self.space()
+            start = bisect.bisect_right(sp.seqs, sp.window.seq) if sp.window is not None else 0
+            return [_row(s) for s in sp.rows[start:]]
+
+    def reader(self) -> Any:
+        from ledger.storage.memory.reader import MemReader
+
+        return MemReader(self)
+
+    # --- append ------------------------------------------------------------------
+
+    def append_batch(self, batch: PendingBatch) -> AppendResult:
+        bid = batch.batch_id
+        with self.locked():
+            sp = self.root.spaces.get(self.workspace)
+            new = sp is None
+            if sp is None:
+                refuse_on_empty(self.workspace, batch)
+                sp = Space(rules.new_epoch())  # kept only if the batch commits
+            if batch.caller_id and bid in sp.batches:
+                first, n = sp.batches[bid]
+                return AppendResult(list(range(first, first + n)), sp.epoch,
+                                    sp.state().window_seq, bid)
+            check_expectations(self.workspace, batch, sp.next_seq, sp.state().window_seq)
+            if batch.before_encode is not None:
+                batch.before_encode(sp.next_seq)
+                stored, lines = prepare_batch(batch.rows, sp.next_seq, bid,
+                                              self.store.max_row_bytes, internal=batch.internal)
+            else:
+                stored, bodies = batch.prepared
+                lines = renumber(stored, bodies, sp.next_seq, self.store.max_row_bytes)
+            bounds = rules.batch_bounds(stored, [(int(r["seq"]), 0) for r in stored])
+            sp.window, sp.floor = rules.fold(sp.window, sp.floor, bounds)
+            reasons = {b.seq: b.reason for b in bounds}
+            sp.add(_stored(line, row, bid, reasons.get(int(row["seq"])))
+                   for row, line in zip(stored, lines, strict=True))
+            sp.batches[bid] = (sp.next_seq, len(lines))
+            sp.next_seq += len(lines)
+            if new:
+                self.root.spaces[self.workspace] = sp
+            return AppendResult([int(r["seq"]) for r in stored], sp.epoch,
+                                sp.state().window_seq, bid)
+
+    def load_rows(self, rows: Iterable[Row]) -> dict[str, int]:
+        """Take verified rows byte for byte as this new workspace (``tledger
+        migrate``'s destination side); all or nothing."""
+        count = total = 0
+        sp = Space(rules.new_epoch())
+        run: list[Row] = []
+
+        def flush() -> None:
+            bounds = rules.batch_bounds([r.data for r in run], [(r.seq, 0) for r in run])
+            sp.window, sp.floor = rules.fold(sp.window, sp.floor, bounds)
+            reasons = {b.seq: b.reason for b in bounds}
+            bid = str(run[0].batch.get("id", ""))
+            sp.add(_stored(r.line, r.data, bid, reasons.get(r.seq)) for r in run)
+            sp.batches[bid] = (run[0].seq, len(run))
+            run.clear()
+
+        for row in rows:
+            if run and row.batch.get("id") != run[-1].batch.get("id"):
+                flush()
+            run.append(row)
+            count += 1
+            total += len(row.line) + 1
+        if run:
+            flush()
+        sp.next_seq = (sp.seqs[-1] if sp.seqs else 0) + 1
+        with self.locked():
+            if self.workspace in self.root.spaces:
+                raise LedgerError(f"workspace {self.workspace!r} already exists in "
+                                  f"{self.root.label}; nothing was written")
+            self.root.spaces[self.workspace] = sp
+        return {"rows": count, "bytes": total}
+
+    # --- rewrites (each bumps the epoch) --------------------------------------------
+
+    def reject(self, seq_or_seqs: int | Sequence[int]) -> dict[str, Any]:
+        seqs = rules.reject_seqs(seq_or_seqs)
+        with self.locked():
+            sp = self.space()
+            missing = sorted(s for s in seqs if sp.index_of(s) is None)
+            if missing:
+                raise rules.no_row(self.workspace, missing, "rejected")
+            targets: set[int] = set()
+            for seq in seqs:
+                i = sp.index_of(seq)
+                assert i is not None
+                first = i
+                while first > 0 and sp.rows[first - 1].batch_id == sp.rows[i].batch_id:
+                    first -= 1
+                run = [r.data for r in sp.rows[first : i + 1]]
+                targets.update(first + j for j in rules.reject_targets(run, [i - first]))
+            rejected: list[int] = []
+            already: list[int] = []
+            new = list(sp.rows)
+            for i in sorted(targets):
+                s = new[i]
+                if not rules.rejectable(self.workspace, s.line, s.data):
+                    already.append(s.seq)
+                    continue
+                line = husk_line(s.line, s.data)
+                data = fmt.decode_line(line[:-1])
+                assert data is not None
+                new[i] = _stored(line, data, s.batch_id, s.boundary)
+                rejected.append(s.seq)
+            if rejected:
+                sp.replace(new)
+                sp.recompute(sp.next_seq)
+            return rules.reject_result(rejected, already, sp.epoch)
+
+    def truncate_after(self, seq: int) -> dict[str, Any]:
+        seq = rules.truncate_seq(seq)
+        with self.locked():
+            sp = self.space()
+            i = sp.index_of(seq)
+            if i is None:
+                raise rules.no_row(self.workspace, seq, "truncated")
+            rules.check_truncate(self.workspace, seq, sp.rows[i].data, (seq, 0), sp.floor)
+            gone = sp.rows[i + 1 :]
+            removed_bytes = sum(len(r.line) + 1 for r in gone)
+            if gone:
+                ts = now_ms()
+                reason = f"truncated after seq {seq}"
+                self.quarantine().extend((ts, r.seq, reason, r.line) for r in gone)
+                sp.replace(sp.rows[: i + 1])
+                sp.recompute(None)
+            return rules.truncate_result(
+                seq, len(gone), removed_bytes,
+                [f"memory quarantine ({len(gone)} rows)"] if gone else [], sp.epoch)
+
+    def purge_before_floor(self) -> dict[str, Any]:
+        with self.locked():
+            sp = self.space()
+            result = rules.purge_result(sp.epoch)
+            if sp.floor is None:
+                return result
+            floor = sp.floor.seq
+            result["floor"] = {"seq": floor, "segment": None, "offset": None}
+            fi = sp.index_of(floor)
+            if fi is not None:
+                cut = rules.purge_cut([r.data for r in sp.rows[: fi + 1]], fi)
+            else:  # the floor row went in an earlier purge: its place still counts
+                cut = bisect.bisect_right(sp.seqs, floor)
+            if cut:
+                result["purged_rows"] = cut
+                result["purged_bytes"] = sum(len(r.line) + 1 for r in sp.rows[:cut])
+                window, floor_b, next_seq = sp.window, sp.floor, sp.next_seq
+                sp.replace(sp.rows[cut:])
+                # The floor stays where it was even when its row is gone:
+                # nothing at or before it may come back (fail closed).
+                sp.window, sp.floor, sp.next_seq = window, floor_b, next_seq
+                sp.epoch = rules.new_epoch(sp.epoch)
+                result["epoch"] = sp.epoch
+            return result
+
+    def rebaseline(self) -> int:
+        with self.locked():
+            sp = self.space()
+            sp.recompute(sp.next_seq)
+            return sp.epoch
+
+    # --- quarantine, backup, stat -----------------------------------------------------
+
+    def quarantine(self) -> list[Quarantined]:
+        """What rewrites and imports put aside here (call under the lock); it
+        goes with the workspace's delete."""
+        return self.root.quarantine.setdefault(self.workspace, [])
+
+    def clean_quarantine(self, older_than_s: float) -> dict[str, int]:
+        """Remove quarantine entries older than ``older_than_s`` seconds."""
+        cutoff = now_ms() - int(older_than_s * 1000)
+        with self.locked():
+            self.space()
+            q = self.quarantine()
+            gone = [e for e in q if e[0] < cutoff]
+            q[:] = [e for e in q if e[0] >= cutoff]
+        return {"removed": len(gone), "bytes": sum(len(e[3]) for e in gone)}
+
+    def put_quarantine(self, data: bytes, *, source: str, offset: int, reason: str) -> str:
+        """Put bytes that never entered the log aside (an import's refused
+        records); the same bytes from the same place are kept once."""
+        why = f"{source} offset {offset}: {reason}"
+        with self.locked():
+            q = self.quarantine()
+            for i, e in enumerate(q):
+                if e[2] == why and e[3] == data:
+                    return f"memory-quarantine:{i + 1}"
+            q.append((now_ms(), None, why, data))
+            return f"memory-quarantine:{len(q)}"
+
+    def backup(self, dest: str) -> dict[str, Any]:
+        """This workspace as a file-engine directory ``dest`` (new), from one
+        consistent copy of its rows (``ledger.storage.copydir``)."""
+        with self.locked():
+            rows = list(self.space().rows)
+        total = write_workspace_dir(dest, (r.line for r in rows))
+        return {"workspace": self.workspace, "dest": dest, "files": 2, "bytes": total}
+
+    def stat(self) -> dict[str, Any]:
+        with self.locked():
+            sp = self.space()
+            st = sp.state()
+            return {
+                "workspace": self.workspace,
+                "engine": "memory",
+                "root": self.root.label,
+                "receipt": {"status": "stable", "epoch": st.epoch, "next_seq": st.next_seq,
+                            "stamps_match": True},
+                "epoch": st.epoch,
+                "window": st.window_seq,
+                "windows": 1 + len(sp.bounds),  # window 0, then one per boundary
+                "next_seq": st.next_seq,
+                "floor": None if st.floor is None else {"seq": st.floor.seq, "segment": None,
+                                                         "offset": None},
+                "segments": [],
+                "rows": len(sp.rows),
+                "bytes": sum(len(r.line) + 1 for r in sp.rows),
+                "quarantine_bytes": sum(len(e[3]) for e in self.quarantine()),
+            }
