@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_recovery_support import build, msg
+from core_helpers import msg
+from test_recovery_support import build
 
 from ledger import format as fmt
 from ledger import retention

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_recovery_support import build, msg, quarantined, seg_files
+from core_helpers import msg
+from test_recovery_support import build, quarantined, seg_files
 
 from ledger import format as fmt
 from ledger import rewrite
