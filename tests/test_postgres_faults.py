@@ -50,6 +50,12 @@ def _verify(root: str, ws: str, acks: dict[str, list[int]], where: str) -> int:
     return len(rows)
 
 
+def _failures(ack: Path) -> int:
+    """How many failed appends a ``resilient`` writer has recorded."""
+    path = Path(f"{ack}.failures")
+    return len(path.read_bytes()) if path.exists() else 0
+
+
 @pytest.fixture
 def zygote():  # type: ignore[no-untyped-def]
     proc = subprocess.Popen([PYTHON, WRITER, "zygote"], stdin=subprocess.PIPE,
@@ -81,7 +87,7 @@ def test_sigkill_writers_mid_transaction(
         spec = {"root": pg_root, "ws": ws, "durability": "full", "segment_bytes": 65536,
                 "ack": str(ack), "seed": k}
         pid = _ask(zygote, {"spawn": spec})
-        time.sleep(rng.uniform(0.030, 0.150))
+        time.sleep(rng.uniform(0.030, 0.150))  # the fault's point in time, not a wait
         os.kill(pid, signal.SIGKILL)
         status = _ask(zygote, {"wait": pid})
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
@@ -131,7 +137,12 @@ def test_a_server_crash_and_restart_during_a_write_load(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "writers acknowledged nothing"
             time.sleep(0.01)
         cluster.stop("immediate")
-        time.sleep(0.5)
+        # Every writer has met the outage (a failed append it will retry)
+        # before the server comes back.
+        deadline = time.monotonic() + 30
+        while not all(_failures(ack) or proc.poll() is not None for ack, proc in writers):
+            assert time.monotonic() < deadline, "a writer never saw the server go away"
+            time.sleep(0.01)
         cluster.start()
         for _ack, proc in writers:
             assert proc.wait(timeout=150) == 0, proc.stderr.read().decode()  # type: ignore[union-attr]
