@@ -69,29 +69,9 @@ def tool(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return h.session_history()
 
 
-# --- limits -----------------------------------------------------------------------
-
-
 # --- bad arguments --------------------------------------------------------------------
 
 
-BAD = [
-    None, [], "search", 3, {}, {"action": "find"}, {"action": None}, {"action": ["list"]},
-    {"action": "list", "query": "x"}, {"action": "search", "seq": 1, "query": "x"},
-    {"action": "read", "query": "x", "seq": 1}, {"action": "list", "bogus": 1},
-    {"action": "search"}, {"action": "search", "query": 5}, {"action": "search", "query": ["x"]},
-    {"action": "search", "query": "x", "window": "3"}, {"action": "search", "query": "x",
-                                                       "window": 1.5},
-    {"action": "search", "query": "x", "window": True}, {"action": "list", "limit": "5"},
-    {"action": "list", "limit": 2.0}, {"action": "list", "limit": False},
-    {"action": "list", "cursor": 17}, {"action": "list", "cursor": ["a"]},
-    {"action": "read"}, {"action": "read", "seq": "1"}, {"action": "read", "seq": None},
-    {"action": "read", "seq": 1, "offset": -1}, {"action": "read", "seq": 1, "offset": "2"},
-    {"action": "read", "seq": 1, "offset": 10**9},
-    {"action": "read", "seq": 1, "window": 0}, {"action": "search", "query": "x", "offset": 1},
-    {"action": "list", "seq": 1}, {"action": "read", "seq": 1, "limit": True},
-    {"action": "search", "query": "\ud800"}, {"action": "search", "query": "ok\udfff"},
-]
 
 
 json_values = st.recursive(
@@ -116,7 +96,7 @@ def test_call_never_raises(tool: Any, args: Any) -> None:
         assert isinstance(res["items"], list)
 
 
-# --- modes, notice, order -------------------------------------------------------------------
+# --- nothing read or written --------------------------------------------------------------
 
 
 def test_retrieval_disabled_touches_no_file(tmp_path: Path) -> None:
@@ -141,12 +121,6 @@ def test_missing_workspace_creates_nothing(tmp_path: Path) -> None:
     assert res["items"] == [] and res["cursor"] is None
     assert call(tool, {"action": "read", "seq": 1})["error"]["code"] == "not_found"
     assert not (tmp_path / "root").exists()
-
-
-# --- what is shown ----------------------------------------------------------------------------
-
-
-# --- snapshot semantics ------------------------------------------------------------------------
 
 
 # --- odd rows from other writers ----------------------------------------------------------------

@@ -27,7 +27,6 @@ from core_helpers import msg
 from ledger import History, Store
 from ledger import format as fmt
 from ledger import segments as segs
-from ledger.rows import prepare_batch
 
 RESULT_BYTES = 16 * 1024
 MIB = 1 << 20
@@ -83,27 +82,6 @@ def segment_reads() -> Iterator[list[int]]:
         os.pread = real  # type: ignore[assignment]
 
 
-def row_of_line_length(h: History, target: int, prefix: str = "tok ") -> dict[str, Any]:
-    """A row whose stored line (without newline) is exactly ``target`` bytes
-    when appended next, alone, with batch id ``b_fixed``."""
-    seq = h.snapshot().next_seq if h.exists() else 1
-    row = {"kind": "message", "role": "user", "id": "r_fixed", "ts": 1,
-           "parts": [{"type": "text", "text": prefix}]}
-    _, lines = prepare_batch([row], seq, "b_fixed", 1 << 30)
-    pad = target - (len(lines[0]) - 1)
-    assert pad >= 0
-    row["parts"][0]["text"] = prefix + "z" * pad
-    return row
-
-
-def append_exact(h: History, target: int, prefix: str = "tok ") -> int:
-    row = row_of_line_length(h, target, prefix)
-    seq = h.append_many([row], batch_id="b_fixed").seqs[0]
-    got = h.get(seq)
-    assert got is not None and len(got.line) == target
-    return seq
-
-
 # --- 16 KiB ----------------------------------------------------------------------
 
 
@@ -128,9 +106,6 @@ def test_skipped_entries_count_towards_16_kib(tmp_path: Path) -> None:
     items, skipped = follow(tool, {"action": "search", "query": "needle", "limit": 25})
     assert [i["seq"] for i in items] == first + last
     assert len(skipped) == 300
-
-
-# --- rows examined -------------------------------------------------------------------
 
 
 # --- 2 MiB read per call ----------------------------------------------------------------
@@ -172,7 +147,7 @@ def test_at_most_2_mib_read_per_call(tmp_path: Path, sealed: bool) -> None:
     assert over == []
 
 
-# --- lines around 1 MiB -------------------------------------------------------------------
+# --- a 5 MiB line -----------------------------------------------------------------------------
 
 
 def test_5_mib_line_is_skipped_across_pages(tmp_path: Path) -> None:
@@ -193,10 +168,7 @@ def test_5_mib_line_is_skipped_across_pages(tmp_path: Path) -> None:
     assert items == [] and skipped == [{"seq": big, "bytes": size}]
 
 
-# --- read ----------------------------------------------------------------------------------
-
-
-# --- search: escapes and case folding --------------------------------------------------------
+# --- search: escapes -------------------------------------------------------------------------
 
 
 def _append_escaped(h: History, text_json: bytes) -> int:
