@@ -28,8 +28,9 @@ from tests.contract.retrieval import RetrievalContract
 from tests.contract.rewrites import RewriteContract
 from tests.contract.support import CAPABILITIES, RANKED_SEARCH, MakeStore
 from tests.contract.windows import WindowContract
+from tests.core_helpers import msg  # the one row helper, for modules that import it from here
 
-__all__ = ["CAPABILITIES", "RANKED_SEARCH", "EngineContract", "MakeStore"]
+__all__ = ["CAPABILITIES", "RANKED_SEARCH", "EngineContract", "MakeStore", "msg"]
 
 
 class EngineContract(
