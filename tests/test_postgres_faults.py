@@ -50,12 +50,6 @@ def _verify(root: str, ws: str, acks: dict[str, list[int]], where: str) -> int:
     return len(rows)
 
 
-def _failures(ack: Path) -> int:
-    """How many failed appends a ``resilient`` writer has recorded."""
-    path = Path(f"{ack}.failures")
-    return len(path.read_bytes()) if path.exists() else 0
-
-
 @pytest.fixture
 def zygote():  # type: ignore[no-untyped-def]
     proc = subprocess.Popen([PYTHON, WRITER, "zygote"], stdin=subprocess.PIPE,
@@ -137,12 +131,10 @@ def test_a_server_crash_and_restart_during_a_write_load(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "writers acknowledged nothing"
             time.sleep(0.01)
         cluster.stop("immediate")
-        # Every writer has met the outage (a failed append it will retry)
-        # before the server comes back.
-        deadline = time.monotonic() + 30
-        while not all(_failures(ack) or proc.poll() is not None for ack, proc in writers):
-            assert time.monotonic() < deadline, "a writer never saw the server go away"
-            time.sleep(0.01)
+        # The outage lasts half a second: the fault's length, not a wait for
+        # something. A writer then either failed an append (and retries it) or
+        # waits in its pool for a connection; nothing signals the latter.
+        time.sleep(0.5)
         cluster.start()
         for _ack, proc in writers:
             assert proc.wait(timeout=150) == 0, proc.stderr.read().decode()  # type: ignore[union-attr]

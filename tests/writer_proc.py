@@ -20,9 +20,7 @@ Modes:
 ``resilient ROOT WS ACK SEED N``
     Appends N 3-row batches; a batch that fails with CommitFailed, a
     CommitUncertain or Unavailable (a server restarting; opening the store
-    too) is retried with the same batch id until it commits, and each such
-    failure appends one byte to ``ACK.failures``; acks like ``spawn``. Exit 0
-    when done.
+    too) is retried with the same batch id until it commits; acks like ``spawn``. Exit 0 when done.
 ``roam ROOT PREFIX NWS ACK SEED N GO_FILE STOP_FILE``
     Prints ``ready``, waits for GO_FILE, then appends batches of 1-4 rows,
     each to one of the workspaces PREFIX-0 .. PREFIX-(NWS-1) at random, until
@@ -145,7 +143,6 @@ def resilient(root: str, ws: str, ack: str, seed: int, n: int) -> int:
 
     rnd = random.Random(seed)
     fd = os.open(ack, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    failures = os.open(ack + ".failures", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     h = None  # opened in the loop: a server restarting may refuse the first connection
     deadline = time.monotonic() + 120
     for k in range(n):
@@ -158,7 +155,6 @@ def resilient(root: str, ws: str, ack: str, seed: int, n: int) -> int:
                 r = h.append_many(rows, batch_id=bid)
                 break
             except (CommitFailed, CommitUncertain, Unavailable):
-                os.write(failures, b"x")
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
