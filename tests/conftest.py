@@ -21,6 +21,9 @@ if _MISSING:
         returncode=4,
     )
 
+# The contract's cases live outside test modules: rewrite their asserts too.
+pytest.register_assert_rewrite("tests.contract", "tests.core_helpers")
+
 settings.register_profile(
     "ci",
     deadline=None,

@@ -9,14 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from core_helpers import msg
 
 from ledger.aio import AsyncStore
 from ledger.errors import InvalidRow, InvalidWorkspace, WindowChanged
 from ledger.history import History
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"kind": "message", "role": role, "parts": [{"type": "text", "text": text}]}
 
 
 def test_concurrent_tasks_get_gap_free_seqs(tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ from ledger.history import History
 from ledger.index import read_entries, scan_segment
 
 
-def msg(i: int, size: int = 40, role: str = "user") -> dict[str, Any]:
+def bulk_row(i: int, size: int = 40, role: str = "user") -> dict[str, Any]:
+    """Row ``i`` with a fixed id and ts, so two loads compare byte for byte."""
     return {
         "id": f"r_{i}",
         "kind": "message",
@@ -35,7 +36,7 @@ def rollover(i: int) -> list[dict[str, Any]]:
     return [
         {"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "rollover"}},
         {"kind": "lead_in", "role": "system", "parts": [{"type": "text", "text": f"w{i}"}]},
-        msg(i),
+        bulk_row(i),
     ]
 
 
@@ -67,7 +68,7 @@ def store(store_root: Path) -> Store:
 
 def test_rows_read_back_equal_and_state_verified(store: Store) -> None:
     h = store.history("ws")
-    batches = [[msg(3 * b + j) for j in range(3)] for b in range(50)]
+    batches = [[bulk_row(3 * b + j) for j in range(3)] for b in range(50)]
     res = bulk_load(h, batches, segment_target_bytes=2000)
     assert (res.first_seq, res.next_seq, res.rows, res.batches) == (1, 151, 150, 50)
     assert len(res.segments) > 3
@@ -84,7 +85,8 @@ def test_rows_read_back_equal_and_state_verified(store: Store) -> None:
 
 
 def test_same_bytes_as_append_many(store_root: Path) -> None:
-    batches = [Batch([msg(2 * b), msg(2 * b + 1, role="assistant")], f"b_{b}") for b in range(20)]
+    batches = [Batch([bulk_row(2 * b), bulk_row(2 * b + 1, role="assistant")], f"b_{b}")
+               for b in range(20)]
     a = Store(store_root / "a", durability="off").history("ws")
     for batch in batches:
         a.append_many(batch.rows, batch_id=batch.batch_id)
@@ -96,8 +98,8 @@ def test_same_bytes_as_append_many(store_root: Path) -> None:
 
 def test_batches_never_span_segments(store: Store) -> None:
     h = store.history("ws")
-    batches = [[msg(i, size=10 + 37 * (i % 7)) for _ in range(1 + i % 4)] for i in range(40)]
-    batches.append([msg(99, size=5000)])  # bigger than the target: a segment of its own
+    batches = [[bulk_row(i, size=10 + 37 * (i % 7)) for _ in range(1 + i % 4)] for i in range(40)]
+    batches.append([bulk_row(99, size=5000)])  # bigger than the target: a segment of its own
     res = bulk_load(h, batches, segment_target_bytes=1500)
     for number in res.segments:
         lines = list(segs.iter_lines(segs.segment_path(h.path, number)))
@@ -111,11 +113,11 @@ def test_batches_never_span_segments(store: Store) -> None:
 
 def test_append_after_bulk_keeps_epoch(store: Store) -> None:
     h = store.history("ws")
-    res = bulk_load(h, [[msg(i)] for i in range(10)])
-    r = h.append(msg(100))
+    res = bulk_load(h, [[bulk_row(i)] for i in range(10)])
+    r = h.append(bulk_row(100))
     assert r.seqs == [11]
     assert r.epoch == res.epoch
-    r2 = h.append_many([msg(101), msg(102)])
+    r2 = h.append_many([bulk_row(101), bulk_row(102)])
     assert r2.seqs == [12, 13] and r2.epoch == res.epoch
     assert [row.seq for row in h.rows()] == list(range(1, 14))
     assert h.snapshot().verified
@@ -123,23 +125,24 @@ def test_append_after_bulk_keeps_epoch(store: Store) -> None:
 
 def test_bulk_after_appends_continues_and_seals(store: Store) -> None:
     h = store.history("ws")
-    first = h.append_many([msg(0), msg(1)])
+    first = h.append_many([bulk_row(0), bulk_row(1)])
     before = segs.list_segments(h.path)
-    res = bulk_load(h, [[msg(2)], [msg(3)]])
+    res = bulk_load(h, [[bulk_row(2)], [bulk_row(3)]])
     assert res.first_seq == 3 and res.next_seq == 5
     assert res.epoch != first.epoch
     assert res.segments == [before[-1] + 1]
     assert [row.seq for row in h.rows()] == [1, 2, 3, 4]
     st = h.snapshot()
     assert st.verified and st.sealed[-1][0] == before[-1]
-    assert h.append(msg(4)).seqs == [5]
+    assert h.append(bulk_row(4)).seqs == [5]
 
 
 def test_boundaries_and_floors_match_a_scan(store: Store) -> None:
     h = store.history("ws")
-    batches: list[list[dict[str, Any]]] = [[msg(i)] for i in range(5)]
-    batches += [manual_reset(), [msg(10)], rollover(11), [msg(12), msg(13)], rollover(14)]
-    batches += [[msg(20 + i)] for i in range(5)]
+    batches: list[list[dict[str, Any]]] = [[bulk_row(i)] for i in range(5)]
+    batches += [manual_reset(), [bulk_row(10)], rollover(11), [bulk_row(12), bulk_row(13)],
+                rollover(14)]
+    batches += [[bulk_row(20 + i)] for i in range(5)]
     res = bulk_load(h, batches, segment_target_bytes=600, internal=True)
     st = h.snapshot()
     # seqs: rows 1-5, manual reset 6, row 7, rollover 8-10, rows 11-12, rollover reset 13.
@@ -155,8 +158,9 @@ def test_boundaries_and_floors_match_a_scan(store: Store) -> None:
 
 def test_provider_view_after_bulk_rollover(store: Store) -> None:
     h = store.history("ws")
-    bulk_load(h, [[msg(i)] for i in range(30)] + [rollover(1)] + [[msg(50), msg(51)]],
-              segment_target_bytes=800, internal=True)
+    batches = [[bulk_row(i)] for i in range(30)] + [rollover(1)]
+    bulk_load(h, [*batches, [bulk_row(50), bulk_row(51)]], segment_target_bytes=800,
+              internal=True)
     view = [r.to_dict() for r in h.provider_view()]
     assert [r["kind"] for r in view] == ["lead_in", "message", "message", "message"]
     assert [r["id"] for r in view[1:]] == ["r_1", "r_50", "r_51"]
@@ -166,30 +170,30 @@ def test_manual_reset_only_as_first_row_or_floor(store: Store) -> None:
     """A rollover without its lead-in counts as manual: a floor (fail closed)."""
     h = store.history("ws")
     bad = [{"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "rollover"}},
-           msg(1)]
-    bulk_load(h, [[msg(0)], bad], internal=True)
+           bulk_row(1)]
+    bulk_load(h, [[bulk_row(0)], bad], internal=True)
     st = h.snapshot()
     assert st.floor is not None and st.floor.seq == 2
 
 
 def test_resets_refused_without_internal(store: Store) -> None:
     h = store.history("ws")
-    h.append(msg(0))
+    h.append(bulk_row(0))
     before = snapshot_files(h.path)
     with pytest.raises(InvalidRow, match="bulk batch 1"):
-        bulk_load(h, [[msg(1)], manual_reset()])
+        bulk_load(h, [[bulk_row(1)], manual_reset()])
     assert snapshot_files(h.path) == before
     assert h.snapshot().verified
 
 
 def test_bad_row_midway_leaves_history_unchanged(store: Store) -> None:
     h = store.history("ws")
-    r = h.append(msg(0))
+    r = h.append(bulk_row(0))
     before = snapshot_files(h.path)
 
     def gen() -> Iterator[list[dict[str, Any]]]:
         for i in range(200):
-            yield [msg(i, size=100)]
+            yield [bulk_row(i, size=100)]
         yield [{"kind": "message", "role": "nobody", "parts": []}]
 
     with pytest.raises(InvalidRow, match="bulk batch 200"):
@@ -197,12 +201,12 @@ def test_bad_row_midway_leaves_history_unchanged(store: Store) -> None:
     assert snapshot_files(h.path) == before
     st = h.snapshot()
     assert st.verified and st.epoch == r.epoch
-    assert h.append(msg(1)).seqs == [2]
+    assert h.append(bulk_row(1)).seqs == [2]
 
 
 def test_iterator_error_rolls_back(store: Store) -> None:
     h = store.history("ws")
-    h.append(msg(0))
+    h.append(bulk_row(0))
     before = snapshot_files(h.path)
 
     class Boom(Exception):
@@ -210,7 +214,7 @@ def test_iterator_error_rolls_back(store: Store) -> None:
 
     def gen() -> Iterator[list[dict[str, Any]]]:
         for i in range(50):
-            yield [msg(i, size=200)]
+            yield [bulk_row(i, size=200)]
         raise Boom
 
     with pytest.raises(Boom):
@@ -220,7 +224,7 @@ def test_iterator_error_rolls_back(store: Store) -> None:
 
 def test_commit_failure_is_commit_failed(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     h = store.history("ws")
-    h.append(msg(0))
+    h.append(bulk_row(0))
     before = snapshot_files(h.path)
     real = segs.commit_file
     calls = {"n": 0}
@@ -233,7 +237,7 @@ def test_commit_failure_is_commit_failed(store: Store, monkeypatch: pytest.Monke
 
     monkeypatch.setattr(segs, "commit_file", flaky)
     with pytest.raises(CommitFailed, match="fsync temp file"):
-        bulk_load(h, [[msg(i, size=300)] for i in range(20)], segment_target_bytes=800)
+        bulk_load(h, [[bulk_row(i, size=300)] for i in range(20)], segment_target_bytes=800)
     monkeypatch.setattr(segs, "commit_file", real)
     assert snapshot_files(h.path) == before
     assert h.snapshot().verified
@@ -249,9 +253,9 @@ def test_empty_input_touches_nothing(store_root: Path) -> None:
 def test_bad_arguments(store: Store) -> None:
     h = store.history("ws")
     with pytest.raises(LedgerError):
-        bulk_load(h, [[msg(0)]], durability="sometimes")
+        bulk_load(h, [[bulk_row(0)]], durability="sometimes")
     with pytest.raises(LedgerError):
-        bulk_load(h, [[msg(0)]], segment_target_bytes=0)
+        bulk_load(h, [[bulk_row(0)]], segment_target_bytes=0)
     assert not h.exists()
 
 
@@ -265,9 +269,9 @@ def test_property_layout(tmp_path_factory: pytest.TempPathFactory, sizes: list[i
                          pre: int) -> None:
     h = Store(tmp_path_factory.mktemp("s"), durability="off").history("ws")
     for i in range(pre):
-        h.append(msg(1000 + i))
+        h.append(bulk_row(1000 + i))
     batches = [
-        [msg(10 * b + j, size=(b * 31) % 400) for j in range(n)] for b, n in enumerate(sizes)
+        [bulk_row(10 * b + j, size=(b * 31) % 400) for j in range(n)] for b, n in enumerate(sizes)
     ]
     res = bulk_load(h, batches, segment_target_bytes=target)
     rows = [r.to_dict() for r in h.rows()]
@@ -275,14 +279,14 @@ def test_property_layout(tmp_path_factory: pytest.TempPathFactory, sizes: list[i
     assert [r["id"] for r in rows[pre:]] == [row["id"] for b in batches for row in b]
     st = h.snapshot()
     assert st.verified and st.next_seq == res.next_seq == pre + sum(sizes) + 1
-    assert h.append(msg(5000)).epoch == res.epoch
+    assert h.append(bulk_row(5000)).epoch == res.epoch
 
 
 def test_index_entries_match_a_scan(store: Store) -> None:
     h = store.history("ws")
-    h.append_many([msg(0), msg(1)])
-    batches: list[list[dict[str, Any]]] = [[msg(i)] for i in range(2, 12)]
-    batches += [manual_reset(), rollover(20), [msg(30)], rollover(31)]
+    h.append_many([bulk_row(0), bulk_row(1)])
+    batches: list[list[dict[str, Any]]] = [[bulk_row(i)] for i in range(2, 12)]
+    batches += [manual_reset(), rollover(20), [bulk_row(30)], rollover(31)]
     bulk_load(h, batches, segment_target_bytes=500, internal=True)
     entries = read_entries(h.path).sealed
     numbers = segs.list_segments(h.path)
@@ -295,7 +299,7 @@ def test_index_entries_match_a_scan(store: Store) -> None:
 
 def test_fresh_workspace_gets_format(store: Store) -> None:
     h = store.history("ws")
-    bulk_load(h, [[msg(0)]])
+    bulk_load(h, [[bulk_row(0)]])
     assert Path(h.path, fmt.FORMAT_NAME).read_bytes() == fmt.FORMAT_TEXT
 
 
@@ -303,10 +307,10 @@ def test_many_small_segments_merge_after_bulk(store_root: Path) -> None:
     """A bulk load that leaves many segments is merged by later appends (or
     merge_segments) without changing a row."""
     h = Store(store_root, durability="off", segment_bytes=128).history("ws")
-    res = bulk_load(h, [[msg(i)] for i in range(300)], segment_target_bytes=1)
+    res = bulk_load(h, [[bulk_row(i)] for i in range(300)], segment_target_bytes=1)
     assert len(res.segments) == 300
     before = [r.to_dict() for r in h.rows()]
-    h.append(msg(300))
+    h.append(bulk_row(300))
     h.merge_segments()
     assert len(segs.list_segments(h.path)) < 300
     after = [r.to_dict() for r in h.rows()]

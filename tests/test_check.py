@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_recovery_support import all_files, build, msg
+from core_helpers import msg
+from test_recovery_support import all_files, build
 
 from ledger import format as fmt
 from ledger import rewrite

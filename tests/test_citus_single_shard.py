@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from core_helpers import msg
 
 from ledger import Store
 from ledger.core.errors import LedgerError
@@ -28,10 +29,6 @@ psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not ins
 
 UTILITY = ("BEGIN", "COMMIT", "ROLLBACK", "SET", "SAVEPOINT", "RELEASE")
 STRICT = quote("-c citus.multi_task_query_log_level=error ", safe="")
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "parts": [{"type": "text", "text": text}]}
 
 
 def hot_paths(store: Store) -> None:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from core_helpers import msg
 
 from ledger import LedgerError, Store
 from tests.core_helpers import subprocess_env
@@ -20,10 +21,6 @@ from tests.core_helpers import subprocess_env
 def tl(root: Path | str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([sys.executable, "-m", "ledger.cli", "--root", str(root), *args],
                           input=stdin, capture_output=True, timeout=120, env=subprocess_env())
-
-
-def msg(text: str, role: str = "user") -> dict[str, object]:
-    return {"role": role, "parts": [{"type": "text", "text": text}]}
 
 
 @pytest.fixture()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ledger import Store
-from tests.engine_contract import EngineContract, MakeStore
+from tests.engine_contract import RANKED_SEARCH, EngineContract, MakeStore
 
 
 @pytest.fixture
@@ -22,3 +22,5 @@ def make_store(tmp_path: Path) -> MakeStore:
 
 class TestFileEngine(EngineContract):
     """Every case of the contract, on files."""
+
+    capabilities = frozenset({RANKED_SEARCH})

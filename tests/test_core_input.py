@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from core_helpers import file_bytes, msg, tree
+from core_helpers import msg, tree
 
 from ledger import InvalidRow, LedgerError, Store
-from ledger.errors import RowTooLarge
 
 BAD_ROWS: dict[str, Any] = {
     "not-an-object": ["hello"],
@@ -98,33 +97,6 @@ def test_bad_batch_id(store_root: Path, batch_id: Any) -> None:
     with pytest.raises(LedgerError):
         h.append_many([msg()], batch_id=batch_id)
     assert not store_root.exists()
-
-
-def test_row_above_max_row_bytes(store_root: Path) -> None:
-    s = Store(store_root, durability="off", max_row_bytes=1024)
-    h = s.history("ws")
-    with pytest.raises(RowTooLarge) as info:
-        h.append_many([msg("small"), msg("x" * 2000)])
-    assert info.value.index == 1
-    assert "max_row_bytes" in str(info.value)
-    assert not store_root.exists()
-    # The limit is on the stored line: a row just under it goes in.
-    r = h.append(msg("y" * 700))
-    line = (store_root / "ws" / "seg-00000001.jsonl").read_bytes()
-    assert len(line) - 1 <= 1024 and r.seqs == [1]
-
-
-def test_rollover_and_compact_refuse_control_rows(store_root: Path) -> None:
-    h = Store(store_root, durability="off").history("ws")
-    h.append(msg())
-    before = file_bytes(store_root / "ws")
-    with pytest.raises(InvalidRow):
-        h.rollover([{"kind": "lead_in", "role": "system", "parts": []}])
-    with pytest.raises(InvalidRow):
-        h.compact([{"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "manual"}}])
-    with pytest.raises(InvalidRow):
-        h.rollover([{"role": "robot", "parts": []}])
-    assert file_bytes(store_root / "ws") == before
 
 
 def test_bad_input_does_not_mutate_the_callers_rows(store_root: Path) -> None:

@@ -93,22 +93,6 @@ def test_reads_without_a_lock_file(tmp_path: Path) -> None:
     assert tree(src) == before
 
 
-def test_new_workspace_is_an_empty_window_zero(store_root: Path) -> None:
-    # A runtime's first send reads the window and the provider view of a
-    # workspace that has no history yet: window 0, nothing to show, and
-    # nothing created by reading.
-    store = Store(store_root)
-    Store(store_root, durability="off").history("other").append(msg())
-    before = tree(store_root)
-    h = store.history("nosuch")
-    assert (h.window, h.provider_view(), h.window_rows(), h.next_seq) == (0, [], [], 1)
-    assert tree(store_root) == before
-    fresh = store_root.parent / "no-root"
-    h = Store(fresh).history("nosuch")
-    assert (h.window, h.provider_view()) == (0, [])
-    assert not fresh.exists()
-
-
 @pytest.mark.parametrize(
     "read",
     [
@@ -150,15 +134,6 @@ def test_invalid_workspace_id(store_root: Path, ws: Any) -> None:
     assert not (store_root.parent / "x").exists() and not (store_root.parent / "b").exists()
 
 
-@pytest.mark.parametrize("ws", ["a", "ws-1", "A.b_c@d+e=f-g", "x" * 128, "a..b"])
-def test_valid_workspace_ids(store_root: Path, ws: str) -> None:
-    h = Store(store_root, durability="off").history(ws)
-    assert not store_root.exists()  # nothing is created before the first write
-    h.append(msg())
-    assert Store(store_root).workspaces() == [ws]
-    assert (store_root / ws).is_dir()
-
-
 def test_files_0600_and_dirs_0700(store_root: Path) -> None:
     old = os.umask(0o022)
     try:
@@ -177,32 +152,3 @@ def test_files_0600_and_dirs_0700(store_root: Path) -> None:
     assert h.workspace == "ws"
 
 
-def test_rows_after_and_get_across_many_small_segments(store_root: Path) -> None:
-    h = Store(store_root, durability="off", segment_bytes=256).history("ws")
-    sizes = [1, 3, 2, 1, 4, 1, 1, 2, 5, 1, 3, 1, 2, 1, 1, 2]
-    for k, n in enumerate(sizes):
-        h.append_many([msg(f"b{k} r{i} " + "x" * (k * 7 % 90)) for i in range(n)])
-    total = sum(sizes)
-    assert len(segment_files(store_root / "ws")) >= 8
-    rows = dicts(h)
-    assert [r["seq"] for r in rows] == list(range(1, total + 1))
-    for after in [None, -5, 0, *range(1, total + 2), 10**6]:
-        got = [r.seq for r in h.rows(after_seq=after)]
-        lo = 0 if after is None else max(after, 0)
-        assert got == list(range(lo + 1, total + 1)), f"after_seq={after}"
-    for seq in range(1, total + 1):
-        row = h.get(seq)
-        assert row is not None and row.to_dict() == rows[seq - 1], f"get({seq})"
-    for seq in [0, -1, total + 1, 10**9]:
-        assert h.get(seq) is None, f"get({seq})"
-
-
-def test_rows_streams_lazily(store_root: Path) -> None:
-    """rows() is an iterator: taking the first row does not read the rest."""
-    h = Store(store_root, durability="off", segment_bytes=256).history("ws")
-    for k in range(20):
-        h.append_many([msg(f"r{k}")])
-    it = h.rows()
-    first = next(it)
-    assert first.seq == 1
-    assert next(it).seq == 2

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from core_helpers import msg, segment_files
+from core_helpers import segment_files
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -157,24 +157,3 @@ def test_rows_round_trip_exactly(batch: list[dict[str, Any]], second: list[dict[
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_generated_ids_are_unique_and_store_assigned(store_root: Path) -> None:
-    h = Store(store_root, durability="off").history("ws")
-    h.append_many([msg("a"), msg("b")])
-    h.append(msg("c"))
-    ids = [r.id for r in h.rows()]
-    assert len(set(ids)) == 3 and all(ids)
-    batches = [r.batch["id"] for r in h.rows()]
-    assert batches[0] == batches[1] != batches[2]
-
-
-def test_unknown_reset_field_on_a_message_keeps_caller_order(store_root: Path) -> None:
-    """A message row may carry an unknown top-level field called "reset" (a
-    newer build's field, or a caller's); like every unknown field it keeps the
-    caller's order after the canonical keys (format.py: "then reset on reset
-    rows, then the caller's unknown fields in the caller's order")."""
-    h = Store(store_root, durability="off").history("ws")
-    row = {"role": "user", "parts": [], "zzz": 1, "reset": {"reason": "manual"}, "aaa": 2}
-    r = h.append(row)
-    got = h.get(r.seqs[0]).to_dict()
-    assert list(got)[9:] == ["zzz", "reset", "aaa"]
-    assert h.snapshot().floor is None  # a message is never a privacy floor

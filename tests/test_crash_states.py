@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from core_helpers import msg
 
 from ledger import CursorExpired, HistoryDamaged, Store
 from ledger.core import format as fmt
@@ -56,10 +57,6 @@ WS = "ws"
 RECALL_EVERY = 4  # check the recall index in every fourth distinct crash state
 REPO = Path(__file__).resolve().parents[1]
 TOTALS: dict[str, int] = {"states": 0, "plans": 0, "scenarios": 0}
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "parts": [{"type": "text", "text": text}]}
 
 
 Step = Callable[[Store], Any]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from core_helpers import msg
 
 from ledger import CommitFailed, LedgerError, Store
 from ledger.cli import main as cli_main
@@ -30,10 +31,6 @@ from recovery.repair import repair
 from tests.core_helpers import subprocess_env
 
 WS = "ws"
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "parts": [{"type": "text", "text": text}]}
 
 
 def _mount(args: list[str]) -> subprocess.CompletedProcess[str]:

@@ -18,13 +18,9 @@ from ledger.cli import main as cli_main
 from ledger.core.errors import FormatError
 from ledger.storage.postgres import workspace as pg_workspace
 from ledger.storage.postgres.connect import close_pools
-from tests.core_helpers import subprocess_env
+from tests.core_helpers import msg, subprocess_env
 
 psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "parts": [{"type": "text", "text": text}]}
 
 
 def raw_lines(store: Store, ws: str) -> list[bytes]:

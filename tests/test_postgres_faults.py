@@ -81,7 +81,7 @@ def test_sigkill_writers_mid_transaction(
         spec = {"root": pg_root, "ws": ws, "durability": "full", "segment_bytes": 65536,
                 "ack": str(ack), "seed": k}
         pid = _ask(zygote, {"spawn": spec})
-        time.sleep(rng.uniform(0.030, 0.150))
+        time.sleep(rng.uniform(0.030, 0.150))  # the fault's point in time, not a wait
         os.kill(pid, signal.SIGKILL)
         status = _ask(zygote, {"wait": pid})
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
@@ -131,6 +131,9 @@ def test_a_server_crash_and_restart_during_a_write_load(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "writers acknowledged nothing"
             time.sleep(0.01)
         cluster.stop("immediate")
+        # The outage lasts half a second: the fault's length, not a wait for
+        # something. A writer then either failed an append (and retries it) or
+        # waits in its pool for a connection; nothing signals the latter.
         time.sleep(0.5)
         cluster.start()
         for _ack, proc in writers:

@@ -14,19 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core_helpers import msg
+
 from ledger import format as fmt
 from ledger import segments as segs
 from ledger.history import History
 from ledger.index import scan_segment
 from ledger.retention import read_manifest
 from ledger.store import Store
-
-
-def msg(text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {"kind": "message", "role": role,
-                           "parts": [{"type": "text", "text": text}]}
-    row.update(extra)
-    return row
 
 
 @dataclass

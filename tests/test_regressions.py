@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import subprocess
 import sys
@@ -11,29 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from ledger import CommitFailed, Conflict, Store, WindowChanged
+from ledger import CommitFailed, Store
 from ledger import format as fmt
 from ledger import segments as segs
-from ledger.errors import LedgerError
 
 
 def text(t: str) -> dict:
     return {"role": "user", "parts": [{"type": "text", "text": t}]}
-
-
-def test_truncate_never_removes_the_privacy_floor(tmp_path: Path) -> None:
-    h = Store(tmp_path, durability="off").history("ws")
-    h.append(text("SECRET before clear"))
-    h.clear_soft()
-    h.append(text("after"))
-    tool = h.session_history()
-    with pytest.raises(LedgerError, match="privacy floor"):
-        h.truncate_after(1)
-    found = json.loads(tool.call({"action": "search", "query": "secret"}))
-    assert found["items"] == []
-    h.truncate_after(2)  # after the floor: allowed
-    assert [r.seq for r in h.rows()] == [1, 2]
-    assert json.loads(tool.call({"action": "search", "query": "secret"}))["items"] == []
 
 
 def _many_segments(root: Path, n: int) -> Store:
@@ -90,16 +73,6 @@ def test_cli_history_on_a_missing_workspace_exits_1(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "nosuch" in proc.stderr
-
-
-def test_refused_conditional_append_creates_nothing(tmp_path: Path) -> None:
-    store = Store(tmp_path, durability="off")
-    with pytest.raises(Conflict):
-        store.history("ws").append(text("x"), expect_next_seq=5)
-    with pytest.raises(WindowChanged):
-        store.history("ws").append(text("x"), expect_window=3)
-    assert store.workspaces() == []
-    assert not (tmp_path / "ws").exists()
 
 
 def test_batch_id_lookup_reads_only_the_tail(tmp_path: Path, monkeypatch) -> None:

@@ -9,7 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_recovery_support import all_files, build, live_lines, msg, quarantined, seg_files
+from core_helpers import msg
+from test_recovery_support import all_files, build, live_lines, quarantined, seg_files
 
 from ledger import format as fmt
 from ledger import segments as segs

@@ -9,9 +9,11 @@ import shutil
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from test_recovery_support import build, msg
+from core_helpers import msg
+from test_recovery_support import build
 
 from ledger import format as fmt
 from ledger import retention
@@ -179,6 +181,27 @@ def test_cli_truncate_reject_purge(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["--root", root, "truncate", "ws", "--after", "999"]) == 1
 
 
+def _wait_until_opened_twice(fd: int, done: list[Any], timeout: float = 30.0) -> None:
+    """Poll (with a deadline) until a second descriptor of this process is
+    open on the file ``fd`` is open on: the writer thread has opened it (and,
+    holding no lock, cannot have finished: ``done`` stays empty)."""
+    st = os.fstat(fd)
+    deadline = time.monotonic() + timeout
+    while True:
+        opened = 0
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                other = os.stat(f"/proc/self/fd/{name}")
+            except OSError:  # closed meanwhile
+                continue
+            opened += (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino)
+        assert not done, "the writer went on under a LOCK that is no longer the workspace's"
+        if opened >= 2:
+            return
+        assert time.monotonic() < deadline, "the writer never opened the LOCK"
+        time.sleep(0.005)
+
+
 def test_a_writer_that_waited_on_a_deleted_workspace_lock_waits_on_the_new_one(
     tmp_path: Path,
 ) -> None:
@@ -194,17 +217,19 @@ def test_a_writer_that_waited_on_a_deleted_workspace_lock_waits_on_the_new_one(
     old_lock = os.open(ws / fmt.LOCK_NAME, os.O_RDWR)
     fcntl.flock(old_lock, fcntl.LOCK_EX)  # as Store.delete holds it while renaming
     waiting = Store(tmp_path, durability="off", lock_timeout=10).history("ws")
-    done: list = []
+    done: list[Any] = []
     writer = threading.Thread(target=lambda: done.append(waiting.append(msg("waited"))))
     writer.start()
-    time.sleep(0.3)  # the writer has opened the old LOCK and polls it
+    _wait_until_opened_twice(old_lock, done)  # the writer has opened the old LOCK and polls it
     os.rename(ws, tmp_path / ".ws.trash-test")
     Store(tmp_path, durability="off").history("ws").append(msg("recreated"))
     new_lock = os.open(ws / fmt.LOCK_NAME, os.O_RDWR)
     fcntl.flock(new_lock, fcntl.LOCK_EX)  # the recreated workspace's writer is busy
     fcntl.flock(old_lock, fcntl.LOCK_UN)
     os.close(old_lock)
-    time.sleep(0.5)
+    # The writer takes the old LOCK, sees it is no longer the workspace's, and
+    # opens the new one, where it has to wait.
+    _wait_until_opened_twice(new_lock, done)
     assert not done, "the writer went on under a LOCK that is no longer the workspace's"
     fcntl.flock(new_lock, fcntl.LOCK_UN)
     os.close(new_lock)

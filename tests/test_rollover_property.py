@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from core_helpers import msg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_rollover_support import (
@@ -32,7 +33,6 @@ from test_rollover_support import (
     FakeHistory,
     Runtime,
     count,
-    msg,
     tool_call,
     tool_result,
 )
@@ -180,7 +180,7 @@ class Sim:
 
         self.rt.parts.memory = memory
         self.h = Proxy(self)
-        self.h.append_many([msg("user", "hello", id=self.new_id("t"))])
+        self.h.append_many([msg("hello", "user", id=self.new_id("t"))])
         self.state = RolloverState.after_restart(self.h.window)
 
     def new_id(self, prefix: str) -> str:
@@ -268,7 +268,7 @@ class Sim:
             except StepBudgetExceeded:
                 return
             self.h.append_many(rows, expect_window=self.state.window)
-        self.h.append_many([msg("assistant", "r" * reply)], expect_window=self.state.window)
+        self.h.append_many([msg("r" * reply, "assistant")], expect_window=self.state.window)
 
     def act(self, action: tuple[Any, ...]) -> None:
         try:
@@ -281,13 +281,13 @@ class Sim:
     def _act(self, action: tuple[Any, ...]) -> None:
         kind = action[0]
         if kind == "send":
-            self.turn([msg("user", "u" * action[1], id=self.new_id("t"))], action[2])
+            self.turn([msg("u" * action[1], "user", id=self.new_id("t"))], action[2])
         elif kind == "tool_step":
             call = self.new_id("c")
             self.h.append_many([tool_call(call), tool_result(call, "o" * action[1])],
                                expect_window=self.state.window)
         elif kind == "queue":
-            self.state = self.state.queue([msg("user", "continue", id=self.new_id("cont"))])
+            self.state = self.state.queue([msg("continue", "user", id=self.new_id("cont"))])
         elif kind == "continue":
             cont, self.state = self.state.take_continuation()
             if cont:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_rollover_support import CONFIG, count, msg, text_tokens, tool_call, tool_result
+from core_helpers import msg
+from test_rollover_support import CONFIG, count, text_tokens, tool_call, tool_result
 
 from ledger import rollover
 from ledger.admission import (
@@ -208,14 +209,14 @@ def test_B2_persisted_warning_counts_after_restart() -> None:
     d = decide(inputs(700, warned=True), CONFIG)
     assert d.action is Action.SEND
     row = warning_row(decide(inputs(700, notes=True), CONFIG))
-    assert budget_warned([msg("user", "x"), row])
-    assert not budget_warned([msg("user", "x")])
+    assert budget_warned([msg("x", "user"), row])
+    assert not budget_warned([msg("x", "user")])
     assert NOTES_PATH in row["parts"][0]["text"] and row["meta"]["notes"]["max_bytes"] == 8192
 
 
 def test_P1_at_most_one_pending_rollover() -> None:
-    first = [msg("user", "continue A")]
-    s = RolloverState(0).queue(first).queue([msg("user", "continue B")])
+    first = [msg("continue A", "user")]
+    s = RolloverState(0).queue(first).queue([msg("continue B", "user")])
     assert s.pending and s.continuation == tuple(first)
     d, s = step(s, inputs(300), CONFIG)
     assert d.action is Action.ROLLOVER and d.rule == "P1"
@@ -241,7 +242,7 @@ def test_P4_precedence_drops_pending() -> None:
 
 
 def test_P5_restart_is_paused() -> None:
-    before = RolloverState(7, warned=True).queue([msg("user", "go on")])
+    before = RolloverState(7, warned=True).queue([msg("go on", "user")])
     after = RolloverState.after_restart(7)
     assert before.pending and before.continuation
     assert not after.pending and after.continuation is None and not after.warned
@@ -259,10 +260,10 @@ def test_P5_restart_is_paused() -> None:
         pytest.param([rollover.lead_in_message()], False, id="A6-lead-in-only-is-internal"),
         pytest.param([rollover.lead_in_message(), warning_row(decide(inputs(700), CONFIG))],
                      False, id="A6-lead-in-and-warning-are-internal"),
-        pytest.param([msg("system", "sys")], False, id="A6-system-row-is-internal"),
-        pytest.param([msg("user", "x", meta={"internal": True})], False,
+        pytest.param([msg("sys", "system")], False, id="A6-system-row-is-internal"),
+        pytest.param([msg("x", "user", meta={"internal": True})], False,
                      id="A6-meta-internal"),
-        pytest.param([msg("user", "hello")], True, id="A5-user-message-is-context"),
+        pytest.param([msg("hello", "user")], True, id="A5-user-message-is-context"),
         pytest.param([tool_call("c"), tool_result("c")], True, id="A5-tool-pair-is-context"),
     ],
 )
@@ -274,7 +275,7 @@ def test_sealable_context(rows: list[dict[str, Any]], sealable: bool) -> None:
 
 
 def req(text: str, tools: tuple[dict[str, Any], ...] = ()) -> ProviderRequest:
-    return ProviderRequest("m1", "", tools, (msg("user", text),))
+    return ProviderRequest("m1", "", tools, (msg(text, "user"),))
 
 
 def test_S1_step_counts_newly_activated_schemas() -> None:
@@ -307,7 +308,7 @@ def test_S2_step_failure_blocks_without_emergency_rollover() -> None:
     from test_rollover_support import FakeHistory
 
     h = FakeHistory()
-    h.append_many([msg("user", "go"), tool_call("c1"), tool_call("c2")])
+    h.append_many([msg("go", "user"), tool_call("c1"), tool_call("c2")])
     h.append_many([tool_result("c1", "r" * 300)])
     h.append_many([tool_result("c2", "s" * 300)])
     before = h.rows()

@@ -12,7 +12,8 @@ from typing import Any
 
 import msgspec
 import pytest
-from test_rollover_support import ALL, CONFIG, TOOLS, Runtime, count, msg, tool_call, tool_result
+from core_helpers import msg
+from test_rollover_support import ALL, CONFIG, TOOLS, Runtime, count, tool_call, tool_result
 
 from ledger import format as fmt
 from ledger.admission import AdmissionRefused
@@ -48,7 +49,7 @@ def request_for(messages: Sequence[Any]) -> ProviderRequest:
 
 def seed(h: History, n: int = 3, size: int = 120) -> None:
     for i in range(n):
-        h.append_many([msg("user", f"u{i}" + "x" * size), msg("assistant", f"a{i}" + "y" * size)])
+        h.append_many([msg(f"u{i}" + "x" * size, "user"), msg(f"a{i}" + "y" * size, "assistant")])
 
 
 def rows_on_disk(h: History) -> list[dict[str, Any]]:
@@ -63,7 +64,7 @@ def test_T7_real_store_persists_the_prepared_rows(tmp_path: Path) -> None:
     h = open_history(tmp_path)
     seed(h)
     rt = Runtime(workspace=WS)
-    trigger = [msg("user", "the question", id="t-1", meta={"k": [1, 2]}, x_extra={"z": "é"})]
+    trigger = [msg("the question", "user", id="t-1", meta={"k": [1, 2]}, x_extra={"z": "é"})]
     original = msgspec.json.encode(trigger)
     out = run_rollover(h, trigger, rt.parts, rt.hooks(), send=rt.send)
     p = out.prepared
@@ -94,7 +95,7 @@ def test_T7_real_store_persists_the_prepared_rows(tmp_path: Path) -> None:
 def test_B9_pressure_is_recomputed_from_disk_after_restart(tmp_path: Path) -> None:
     h = open_history(tmp_path)
     seed(h, n=3, size=120)
-    trigger = [msg("user", "q" * 60)]
+    trigger = [msg("q" * 60, "user")]
     _, before = send_inputs(h, trigger, request_for=request_for, count=count,
                             history_access=True)
     # restart: a new Store over the same directory, no in-memory state
@@ -107,7 +108,7 @@ def test_B9_pressure_is_recomputed_from_disk_after_restart(tmp_path: Path) -> No
     rt = Runtime(workspace=WS)
     out = run_rollover(h2, trigger, rt.parts, rt.hooks(), send=rt.send)
     h3 = open_history(tmp_path)
-    window, fresh = send_inputs(h3, [msg("user", "small")], request_for=request_for,
+    window, fresh = send_inputs(h3, [msg("small", "user")], request_for=request_for,
                                 count=count, history_access=True)
     assert window == out.window
     d, _ = step(RolloverState.after_restart(window), fresh, CONFIG)
@@ -138,7 +139,7 @@ def test_P6_restart_with_partial_prefix_never_adds_a_second_boundary(
     h = open_history(tmp_path)
     seed(h, n=4, size=120)
     # the runtime had queued a continuation for this rollover when it died
-    queued = msg("user", "continue the task", id="queued-continuation")
+    queued = msg("continue the task", "user", id="queued-continuation")
     state = RolloverState(h.window).queue([queued])
     assert state.continuation
     boundary = write_prefix(tmp_path, h, keep, queued)
@@ -150,7 +151,7 @@ def test_P6_restart_with_partial_prefix_never_adds_a_second_boundary(
     assert [r["kind"] for r in view] == ([] if keep == 1 else ["lead_in"])
 
     # the next message derives pressure from disk and sees the fresh window
-    nxt = [msg("user", "next message", id="next-1")]
+    nxt = [msg("next message", "user", id="next-1")]
     window, inputs = send_inputs(h2, nxt, request_for=request_for, count=count,
                                  history_access=False)
     assert window == boundary and not inputs.has_context
@@ -158,7 +159,7 @@ def test_P6_restart_with_partial_prefix_never_adds_a_second_boundary(
     assert decision.action is Action.SEND, decision.reason
     check_step(request_for([*view, *nxt]), PinnedModel.pin("m1", CONFIG), count)
     h2.append_many(nxt, expect_window=state.window)
-    h2.append_many([msg("assistant", "answer")], expect_window=state.window)
+    h2.append_many([msg("answer", "assistant")], expect_window=state.window)
 
     rows = rows_on_disk(open_history(tmp_path))
     assert [r["seq"] for r in rows if r["kind"] == "reset"] == [boundary]
@@ -171,11 +172,11 @@ def test_T12_concurrent_sender_sees_window_changed(tmp_path: Path) -> None:
     other = open_history(tmp_path)  # another send, another handle
     other_state = RolloverState(other.window)
     rt = Runtime(workspace=WS)
-    out = run_rollover(h, [msg("user", "mine")], rt.parts, rt.hooks(), send=rt.send)
+    out = run_rollover(h, [msg("mine", "user")], rt.parts, rt.hooks(), send=rt.send)
     mine = RolloverState(0).observe(out.window)
-    h.append_many([msg("assistant", "reply")], expect_window=mine.window)
+    h.append_many([msg("reply", "assistant")], expect_window=mine.window)
     with pytest.raises(WindowChanged):
-        other.append_many([msg("user", "stale")], expect_window=other_state.window)
+        other.append_many([msg("stale", "user")], expect_window=other_state.window)
     assert other.window == out.window
 
 
@@ -186,7 +187,7 @@ def test_T6_concurrent_clear_during_cleanup_is_caught_before_append(tmp_path: Pa
     hooks = rt.hooks()
     hooks.cleanup = [*hooks.cleanup, ("concurrent", lambda: open_history(tmp_path).clear_soft())]
     with pytest.raises(AdmissionRefused) as info:
-        run_rollover(h, [msg("user", "q")], rt.parts, hooks, send=rt.send)
+        run_rollover(h, [msg("q", "user")], rt.parts, hooks, send=rt.send)
     assert info.value.reason == "window_changed" and info.value.cleared
     kinds = [r["kind"] for r in rows_on_disk(h)]
     assert kinds.count("reset") == 1 and "lead_in" not in kinds  # only the manual clear
@@ -195,7 +196,7 @@ def test_T6_concurrent_clear_during_cleanup_is_caught_before_append(tmp_path: Pa
 
 def test_S2_completed_sibling_results_stay_durable_on_disk(tmp_path: Path) -> None:
     h = open_history(tmp_path)
-    h.append_many([msg("user", "go"), tool_call("c1"), tool_call("c2")])
+    h.append_many([msg("go", "user"), tool_call("c1"), tool_call("c2")])
     h.append_many([tool_result("c1", "r" * 400)])
     h.append_many([tool_result("c2", "s" * 400)])
     before = rows_on_disk(h)
@@ -211,11 +212,11 @@ def test_B7_disabled_settled_ceiling_stops_and_keeps_sibling_results(tmp_path: P
 
     manual = replace(CONFIG, automatic=False)
     h = open_history(tmp_path)
-    h.append_many([msg("user", "go"), tool_call("c1"), tool_call("c2")])
+    h.append_many([msg("go", "user"), tool_call("c1"), tool_call("c2")])
     h.append_many([tool_result("c1", "r" * 400)])
     h.append_many([tool_result("c2", "s" * 400)])  # both siblings completed: settled
     before = rows_on_disk(h)
-    cont = [msg("user", "continue")]
+    cont = [msg("continue", "user")]
     _, inputs = send_inputs(h, cont, request_for=request_for, count=count,
                             history_access=True, notes_writable=True)
     assert inputs.settled and inputs.current.tokens > manual.ceiling
@@ -235,7 +236,7 @@ def test_T1_real_token_counter_counts_the_prepared_request(tmp_path: Path) -> No
     rt = Runtime(workspace=WS)
     rt.parts.model = "gpt-4o"
     rt.parts.count = real_count
-    out = run_rollover(h, [msg("user", "what did we decide about the cache?")], rt.parts,
+    out = run_rollover(h, [msg("what did we decide about the cache?", "user")], rt.parts,
                        rt.hooks(), send=rt.send)
     p = out.prepared
     assert 0 < p.count.tokens < CONFIG.ceiling  # schemas get a byte allowance: an estimate

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from core_helpers import msg
 
 from ledger.admission import MiddlewareRegistry, Registration
 from ledger.errors import CommitFailed, CommitUncertain, Conflict, WindowChanged
@@ -54,9 +55,9 @@ def count(request: ProviderRequest) -> tuple[int, bool]:
     total = len(request.system) + len(request.memory)
     for schema in request.tools:
         total += len(msgspec.json.encode(schema))
-    for msg in request.messages:
+    for message in request.messages:
         total += 2
-        for part in msg.get("parts", []):
+        for part in message.get("parts", []):
             if part.get("type") in ("text", "reasoning"):
                 total += len(part.get("text", ""))
             elif part.get("type") == "tool_call":
@@ -66,10 +67,6 @@ def count(request: ProviderRequest) -> tuple[int, bool]:
             elif part.get("type") == "media":
                 total += 100
     return total, True
-
-
-def msg(role: str, text: str, **extra: Any) -> dict[str, Any]:
-    return {"kind": "message", "role": role, "parts": [{"type": "text", "text": text}], **extra}
 
 
 def tool_call(call_id: str, name: str = "bash") -> dict[str, Any]:
@@ -345,5 +342,5 @@ def seeded_history(n: int = 3, size: int = 200) -> FakeHistory:
     """A history with ``n`` user/assistant exchanges of ``size`` code points each."""
     h = FakeHistory()
     for i in range(n):
-        h.append_many([msg("user", f"u{i}" + "x" * size), msg("assistant", f"a{i}" + "y" * size)])
+        h.append_many([msg(f"u{i}" + "x" * size, "user"), msg(f"a{i}" + "y" * size, "assistant")])
     return h

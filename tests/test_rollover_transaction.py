@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from core_helpers import msg
 from test_rollover_support import (
     CONFIG,
     NO_HISTORY,
@@ -18,7 +19,6 @@ from test_rollover_support import (
     FakeHistory,
     Runtime,
     count,
-    msg,
     seeded_history,
     tool_call,
     tool_result,
@@ -58,7 +58,7 @@ def caller_view(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def trigger() -> list[dict[str, Any]]:
-    return [msg("user", "next question", meta={"src": "t"}, id="trig-1", x_unknown={"a": [1]})]
+    return [msg("next question", "user", meta={"src": "t"}, id="trig-1", x_unknown={"a": [1]})]
 
 
 def rollover_batch(h: FakeHistory) -> list[dict[str, Any]]:
@@ -109,9 +109,9 @@ def test_L1_lead_in_quotes_no_old_rows() -> None:
 @pytest.mark.parametrize(
     ("setup", "rows"),
     [
-        pytest.param([msg("user", "x"), tool_call("c1")], trigger(),
+        pytest.param([msg("x", "user"), tool_call("c1")], trigger(),
                      id="P3-open-call-in-window-refused"),
-        pytest.param([msg("user", "x")], [tool_call("c9")], id="P3-trigger-open-call-refused"),
+        pytest.param([msg("x", "user")], [tool_call("c9")], id="P3-trigger-open-call-refused"),
     ],
 )
 def test_pairs_are_never_split(setup: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
@@ -135,12 +135,12 @@ def parallel_calls(*ids: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("setup", "rows", "carried"),
     [
-        pytest.param([msg("user", PAD), tool_call("c1")], [tool_result("c1")], ["c1"],
+        pytest.param([msg(PAD, "user"), tool_call("c1")], [tool_result("c1")], ["c1"],
                      id="P3-result-of-a-stored-call-carries-the-call"),
-        pytest.param([msg("user", PAD), parallel_calls("a", "b"), tool_result("b"),
-                      msg("user", "status?")], [tool_result("a")], ["a+b", "b"],
+        pytest.param([msg(PAD, "user"), parallel_calls("a", "b"), tool_result("b"),
+                      msg("status?", "user")], [tool_result("a")], ["a+b", "b"],
                      id="P3-parallel-calls-answered-out-of-order-carry-the-step"),
-        pytest.param([msg("user", PAD), tool_call("c1"), tool_result("c1")],
+        pytest.param([msg(PAD, "user"), tool_call("c1"), tool_result("c1")],
                      [tool_result("c1")], ["c1", "c1"],
                      id="P3-second-result-of-an-answered-call-carries-the-pair"),
     ],
@@ -169,8 +169,8 @@ def test_P3_a_settling_trigger_carries_its_calls(
 def test_P3_settled_pairs_stay_whole_in_old_window() -> None:
     rt = Runtime()
     h = FakeHistory()
-    h.append_many([msg("user", "x"), tool_call("c1"), tool_result("c1")])
-    cont = [msg("user", "continue", meta={"continuation": True})]
+    h.append_many([msg("x", "user"), tool_call("c1"), tool_result("c1")])
+    cont = [msg("continue", "user", meta={"continuation": True})]
     out = run_rollover(h, cont, rt.parts, rt.hooks(), send=rt.send)
     old = [r for r in h.stored if r["seq"] < out.window]
     assert [p["type"] for r in old for p in r["parts"]] == ["text", "tool_call", "tool_result"]
@@ -179,7 +179,7 @@ def test_P3_settled_pairs_stay_whole_in_old_window() -> None:
 def test_P7_one_batch_reset_lead_in_trigger() -> None:
     rt = Runtime()
     h = seeded_history()
-    rows = [msg("user", "a"), msg("user", "b")]
+    rows = [msg("a", "user"), msg("b", "user")]
     out = run_rollover(h, rows, rt.parts, rt.hooks(), send=rt.send)
     batch = rollover_batch(h)
     assert [r["kind"] for r in batch] == ["reset", "lead_in", "message", "message"]
@@ -410,7 +410,7 @@ def test_T9_promotes_the_candidate_memory_and_notifies_new_window() -> None:
 def test_T2_admission_too_large_releases() -> None:
     rt = Runtime()
     h = seeded_history()
-    p = prepare_rollover(h, [msg("user", "z" * 2000)], rt.parts)
+    p = prepare_rollover(h, [msg("z" * 2000, "user")], rt.parts)
     with pytest.raises(AdmissionRefused) as info:
         admit_rollover(p, h, rt.parts)
     assert info.value.reason == "too_large" and not info.value.cleared
@@ -420,7 +420,7 @@ def test_T2_admission_too_large_releases() -> None:
 def test_T2_nothing_to_seal_refused() -> None:
     rt = Runtime()
     h = FakeHistory()
-    h.append_many([msg("system", "internal only")])
+    h.append_many([msg("internal only", "system")])
     p = prepare_rollover(h, trigger(), rt.parts)
     with pytest.raises(AdmissionRefused) as info:
         admit_rollover(p, h, rt.parts)
@@ -494,7 +494,7 @@ def test_M6_primary_fallback_thinking_and_retry_share_the_snapshot() -> None:
     with pytest.raises(TypeError):
         pickle.dumps({"send_options": {"snapshot": p.snapshot}})
     # later admissions see the change
-    p2 = prepare_rollover(h, [msg("user", "again")], rt.parts)
+    p2 = prepare_rollover(h, [msg("again", "user")], rt.parts)
     assert p2.request.system == "BASE+late"
 
 
@@ -548,9 +548,9 @@ def test_T12_caller_adopts_window_and_other_sends_see_window_changed() -> None:
     assert h.epoch == epoch_before  # a rollover is an append: the epoch is no signal
     mine = mine.observe(out.window)
     assert mine.window == h.window != other.window
-    h.append_many([msg("assistant", "answer")], expect_window=mine.window)
+    h.append_many([msg("answer", "assistant")], expect_window=mine.window)
     with pytest.raises(WindowChanged):
-        h.append_many([msg("user", "stale send")], expect_window=other.window)
+        h.append_many([msg("stale send", "user")], expect_window=other.window)
 
 
 # --- F1 / F2: emergency retry file baselines ------------------------------------------------
@@ -618,7 +618,7 @@ def test_B5_prepared_request_over_ceiling_is_refused_before_any_request() -> Non
                                      rollover_fraction=0.4, hard_ceiling=500))
     h = seeded_history()
     with pytest.raises(AdmissionRefused) as info:
-        run_rollover(h, [msg("user", "q" * 600)], rt.parts, rt.hooks(), send=rt.send)
+        run_rollover(h, [msg("q" * 600, "user")], rt.parts, rt.hooks(), send=rt.send)
     assert info.value.reason == "too_large" and rt.sent == [] and rt.cleared == []
 
 

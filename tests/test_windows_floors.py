@@ -5,8 +5,9 @@ Reset candidates are written into segments by hand (an untracked edit: the
 receipt no longer matches, so the next query derives the floor from the
 bytes): torn lines, ``\\u`` escapes, whitespace and control characters, the
 legacy key, duplicate keys under a valid checksum, lines over 1 MiB. A
-readable row whose text merely mentions a reset marker is not a floor;
-rollovers and compactions are crossable.
+readable row whose text merely mentions a reset marker is not a floor.
+The manual reset as a floor for every action, and rollovers and compactions
+being crossable, are in the contract (tests/contract/windows.py).
 """
 
 from __future__ import annotations
@@ -202,87 +203,11 @@ def test_window_opened_by_an_unreadable_candidate_has_one_name(tmp_path: Path, n
     assert err == "" and [i["seq"] for i in found] == after
 
 
-def test_manual_reset_is_a_floor_for_every_action(tmp_path: Path) -> None:
-    store = Store(tmp_path, durability="off", segment_bytes=512)
-    h = store.history("ws")
-    old = _before(h)
-    floor = h.clear_soft().seqs[0]
-    new = h.append_many([msg(f"tok new {i}") for i in range(5)]).seqs
-    tool = h.session_history()
-    assert seqs(tool) == new
-    windows, _ = follow(tool, {"action": "list"})
-    assert windows == [{"window": floor, "reason": "manual", "first_seq": floor,
-                        "last_seq": new[-1], "rows": len(new)}]
-    rows, _ = follow(tool, {"action": "list", "window": floor})
-    assert [r["seq"] for r in rows] == new
-    for w in (0, old[0], floor - 1):
-        assert call(tool, {"action": "list", "window": w})["error"]["code"] == "not_found"
-        res = call(tool, {"action": "search", "query": "tok", "window": w})
-        assert res["error"]["code"] == "not_found"
-    for s in (*old, floor):
-        assert call(tool, {"action": "read", "seq": s})["error"]["code"] == "not_found"
-    # A second clear hides the first window after the first floor too.
-    floor2 = h.clear_soft().seqs[0]
-    assert seqs(tool) == []
-    assert follow(tool, {"action": "list"})[0] == [
-        {"window": floor2, "reason": "manual", "first_seq": floor2, "last_seq": floor2, "rows": 0}
-    ]
-
-
-def test_reset_while_a_cursor_is_open_makes_it_stale(tmp_path: Path) -> None:
-    store = Store(tmp_path, durability="off", segment_bytes=512)
-    h = store.history("ws")
-    h.append_many([msg(f"tok {i}") for i in range(30)])
-    tool = h.session_history()
-    queries = [
-        {"action": "search", "query": "tok", "limit": 2},
-        {"action": "list", "window": 0, "limit": 2},
-        {"action": "read", "seq": 1, "limit": 2},
-    ]
-    h.rollover([msg("tok trigger")])
-    queries.append({"action": "list", "limit": 1})
-    open_ = []
-    for args in queries:
-        res = call(tool, args)
-        assert res["cursor"], args
-        open_.append((args, res["cursor"]))
-    h.clear_soft()
-    for args, cursor in open_:
-        assert call(tool, {**args, "cursor": cursor})["error"]["code"] == "stale_cursor"
-    assert seqs(tool) == []
-
-
-def test_rollovers_and_compactions_are_crossable(tmp_path: Path) -> None:
-    store = Store(tmp_path, durability="off", segment_bytes=512)
-    h = store.history("ws")
-    expect: list[int] = []
-    windows = [0]
-    expect += h.append_many([msg("tok a")]).seqs
-    for i in range(6):
-        if i % 2:
-            r = h.compact([msg(f"tok summary {i}")])
-            expect += r.seqs[1:]
-        else:
-            r = h.rollover([msg(f"tok trigger {i}")])
-            expect += r.seqs[2:]
-        windows.append(r.seqs[0])
-        expect += h.append_many([msg(f"tok {i} {j}") for j in range(3)]).seqs
-    tool = h.session_history()
-    assert seqs(tool) == expect
-    assert seqs(tool, limit=1) == expect
-    listed, _ = follow(tool, {"action": "list", "limit": 2})
-    assert [w["window"] for w in listed] == windows
-    assert [w["reason"] for w in listed] == ["start"] + ["rollover", "compaction"] * 3
-    total = []
-    for w in windows:
-        rows, err = follow(tool, {"action": "list", "window": w, "limit": 2})
-        assert err == ""
-        assert all(r["window"] == w for r in rows)
-        total += [r["seq"] for r in rows]
-    assert total == expect
-
-
-def test_a_row_that_mentions_a_reset_is_not_a_floor(tmp_path: Path) -> None:
+def test_a_row_that_mentions_a_reset_is_not_a_floor_derived_from_the_bytes(
+    tmp_path: Path,
+) -> None:
+    """The rows of the contract's case (tests/contract/windows.py), then an
+    untracked edit: the floor derived from the bytes ignores them too."""
     store = Store(tmp_path, durability="off", segment_bytes=512)
     h = store.history("ws")
     first = h.append_many([msg("tok first")]).seqs
@@ -302,13 +227,10 @@ def test_a_row_that_mentions_a_reset_is_not_a_floor(tmp_path: Path) -> None:
     ]).seqs
     last = h.append_many([msg("tok last")]).seqs
     tool = h.session_history()
-    assert seqs(tool) == first + ids + nested[:1] + last
-    assert seqs(tool, '"kind":"reset"') == [ids[0], nested[1]]
-    listed, _ = follow(tool, {"action": "list"})
-    assert [w["window"] for w in listed] == [0]
-    assert h.window == 0
-    # Also after the floor is derived from the bytes (an untracked edit).
     raw_append(h, b"")
     os.utime(segs.segment_path(h.path, segs.list_segments(h.path)[-1]), ns=(1, 1))
     assert not h.snapshot().verified
     assert seqs(tool) == first + ids + nested[:1] + last
+    assert seqs(tool, '"kind":"reset"') == [ids[0], nested[1]]
+    listed, _ = follow(tool, {"action": "list"})
+    assert [w["window"] for w in listed] == [0] and h.window == 0

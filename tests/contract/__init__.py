@@ -1,0 +1,2 @@
+"""The engine contract's cases, by subject; ``tests/engine_contract.py``
+composes them into ``EngineContract`` (its doc says how a runner uses it)."""

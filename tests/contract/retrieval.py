@@ -1,0 +1,381 @@
+"""Contract: ``session_history`` arguments and results -- limits, bad
+arguments, retrieval disabled, windows, what is searched and shown, Unicode
+case folding, snippets, and ranked search (DESIGN.md 8, 12)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ledger import History
+from tests.contract.support import (
+    RANKED_SEARCH,
+    ContractBase,
+    MakeStore,
+    call,
+    code,
+    follow,
+    found,
+)
+from tests.core_helpers import msg
+
+BAD_ARGS: list[Any] = [
+    None, [], "search", 3, {}, {"action": "find"}, {"action": None}, {"action": ["list"]},
+    {"action": "list", "query": "x"}, {"action": "search", "seq": 1, "query": "x"},
+    {"action": "read", "query": "x", "seq": 1}, {"action": "list", "bogus": 1},
+    {"action": "search"}, {"action": "search", "query": 5}, {"action": "search", "query": ["x"]},
+    {"action": "search", "query": "x", "window": "3"},
+    {"action": "search", "query": "x", "window": 1.5},
+    {"action": "search", "query": "x", "window": True}, {"action": "list", "limit": "5"},
+    {"action": "list", "limit": 2.0}, {"action": "list", "limit": False},
+    {"action": "list", "cursor": 17}, {"action": "list", "cursor": ["a"]},
+    {"action": "read"}, {"action": "read", "seq": "1"}, {"action": "read", "seq": None},
+    {"action": "read", "seq": 1, "offset": -1}, {"action": "read", "seq": 1, "offset": "2"},
+    {"action": "read", "seq": 1, "offset": 10**9},
+    {"action": "read", "seq": 1, "window": 0}, {"action": "search", "query": "x", "offset": 1},
+    {"action": "list", "seq": 1}, {"action": "read", "seq": 1, "limit": True},
+    {"action": "search", "query": "\ud800"}, {"action": "search", "query": "ok\udfff"},
+    {"action": "search", "query": "x", "mode": "fuzzy"},
+]
+
+FILLER = [
+    "Can you help me plan a trip to Lisbon in the spring?",
+    "Sure: three days are enough for the old town, Belem and Sintra.",
+    "What's a good recipe for a quick weeknight pasta?",
+    "Garlic, olive oil, chili flakes and parsley: aglio e olio.",
+]
+
+
+def _limits_history(h: History) -> Any:
+    """40 "tok" rows, a 20,000-character row, then 60 compactions."""
+    h.append_many([msg(f"tok {i}") for i in range(40)])
+    h.append(msg("L" * 20_000))
+    for i in range(60):
+        h.compact([msg(f"summary {i}")])
+    return h.session_history()
+
+
+def _seeded(h: History) -> Any:
+    h.append_many([msg(t, role="user" if i % 2 == 0 else "assistant")
+                   for i, t in enumerate(FILLER)])
+    h.rollover([msg("I finally graduated! My degree is in Business Administration.")])
+    h.append(msg("Congratulations, that is a big milestone.", role="assistant"))
+    h.rollover([msg("My daily commute to work takes 45 minutes each way by train.")])
+    return h.session_history()
+
+
+def ranked(tool: Any, query: str, **kw: Any) -> dict[str, Any]:
+    return call(tool, {"action": "search", "query": query, "mode": "ranked", **kw})
+
+
+def seqs(res: dict[str, Any]) -> list[int]:
+    assert "error" not in res, res
+    return [i["seq"] for i in res["items"]]
+
+
+class RetrievalContract(ContractBase):
+    # --- limits and arguments -----------------------------------------------------------
+
+    def test_item_limits(self, make_store: MakeStore, ws: str) -> None:
+        tool = _limits_history(make_store(segment_bytes=4096).history(ws))
+        search = {"action": "search", "query": "tok"}
+        assert len(call(tool, search)["items"]) == 10
+        assert len(call(tool, {**search, "limit": 25})["items"]) == 25
+        assert len(call(tool, {**search, "limit": 1})["items"]) == 1
+        rows = {"action": "list", "window": 0}
+        assert len(call(tool, rows)["items"]) == 10
+        assert len(call(tool, {**rows, "limit": 25})["items"]) == 25
+        windows = {"action": "list"}
+        assert len(call(tool, windows)["items"]) == 10
+        assert len(call(tool, {**windows, "limit": 50})["items"]) == 50
+        assert len(follow(tool, {**windows, "limit": 50})) == 61
+        for args, bad in ((search, 26), (rows, 26), (windows, 51)):
+            for limit in (0, -1, bad, 10**6):
+                assert code(call(tool, {**args, "limit": limit})) == "bad_request", (args, limit)
+        # read takes its limit in code points: default 8,000, max 16,000
+        seq = 41
+        res = call(tool, {"action": "read", "seq": seq})
+        assert res["items"][0]["text"] == "L" * 8000 and res["items"][0]["truncated"] is True
+        assert call(tool, {"action": "read", "seq": seq, "limit": 1})["items"][0]["text"] == "L"
+        res = call(tool, {"action": "read", "seq": seq, "limit": 16_000})
+        assert 8000 < len(res["items"][0]["text"]) <= 16_000
+        for limit in (0, 16_001, -5):
+            assert code(call(tool, {"action": "read", "seq": seq, "limit": limit})) \
+                == "bad_request"
+        pieces = [i["text"] for i in follow(tool, {"action": "read", "seq": seq, "limit": 3000})]
+        assert [len(p) for p in pieces] == [3000] * 6 + [2000]
+
+    def test_bad_arguments_are_bad_request(self, make_store: MakeStore, ws: str) -> None:
+        h = make_store().history(ws)
+        h.append_many([msg(f"tok {i}") for i in range(3)])
+        tool = h.session_history()
+        for args in BAD_ARGS:
+            assert code(call(tool, args)) == "bad_request", args
+        for query in ("x", "😀" * 1024, "é" * 1024, "a" * 1024):  # 1 to 1,024 code points
+            assert code(call(tool, {"action": "search", "query": query})) == ""
+        for query in ("", "😀" * 1025, "a" * 1025):
+            assert code(call(tool, {"action": "search", "query": query})) == "bad_request"
+
+    def test_retrieval_disabled_leaves_rows_untouched(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        h = make_store().history(ws)
+        h.append_many([msg(f"tok {i}") for i in range(5)])
+        before = [r.line for r in h.rows()]
+        off = make_store(retrieval=False).history(ws)
+        tool = off.session_history()
+        for args in ({"action": "list"}, {"action": "list", "window": 0},
+                     {"action": "search", "query": "tok"},
+                     {"action": "search", "query": "tok", "mode": "ranked"},
+                     {"action": "read", "seq": 1}):
+            assert code(call(tool, args)) == "retrieval_disabled", args
+        assert tool.search("tok")["error"]["code"] == "retrieval_disabled"
+        assert [r.line for r in off.rows()] == before
+        off.append(msg("retention continues"))
+        assert len(list(h.rows())) == 6
+        assert found(h.session_history(), "o") == [1, 2, 3, 4, 5, 6]
+
+    # --- results ---------------------------------------------------------------------------
+
+    def test_oldest_first_and_window_names(self, make_store: MakeStore, ws: str) -> None:
+        h = make_store(segment_bytes=512).history(ws)
+        a = h.append_many([msg("tok a1"), msg("tok a2")]).seqs
+        r = h.rollover([msg("tok b1")]).seqs
+        c = h.compact([msg("tok c1")]).seqs
+        tool = h.session_history()
+        items = follow(tool, {"action": "search", "query": "TOK", "limit": 2})
+        assert [(i["seq"], i["window"], i["role"]) for i in items] == [
+            (a[0], 0, "user"), (a[1], 0, "user"), (r[2], r[0], "user"), (c[1], c[0], "user")]
+        assert follow(tool, {"action": "list"}) == [
+            {"window": 0, "reason": "start", "first_seq": 1, "last_seq": 2, "rows": 2},
+            {"window": r[0], "reason": "rollover", "first_seq": r[0], "last_seq": r[2],
+             "rows": 2},
+            {"window": c[0], "reason": "compaction", "first_seq": c[0], "last_seq": c[1],
+             "rows": 1},
+        ]
+        assert [i["seq"] for i in follow(tool, {"action": "list", "window": r[0]})] == [r[2]]
+        assert code(call(tool, {"action": "list", "window": 999})) == "not_found"
+        assert code(call(tool, {"action": "read", "seq": 999})) == "not_found"
+
+    def test_what_is_searched_and_shown(self, make_store: MakeStore, ws: str) -> None:
+        h = make_store().history(ws)
+        rows = [
+            {"kind": "message", "role": "assistant", "meta": {"note": "secret-meta"},
+             "parts": [{"type": "reasoning", "text": "secret-reasoning"},
+                       {"type": "text", "text": "visible answer"},
+                       {"type": "custom", "text": "secret-custom"}]},
+            {"kind": "message", "role": "assistant", "parts": [
+                {"type": "tool_call", "id": "c1", "name": "grep",
+                 "input": {"pattern": 'fo"o', "n": 1, "ü": [True, None]}}]},
+            {"kind": "message", "role": "tool", "parts": [
+                {"type": "tool_result", "id": "c1", "output": {"hits": [1, 2], "q": "ü"},
+                 "error": False}]},
+            {"kind": "message", "role": "tool", "parts": [
+                {"type": "tool_result", "id": "c2", "output": 'plain "out"', "error": True}]},
+            {"kind": "message", "role": "tool", "parts": [
+                {"type": "tool_result", "id": "c3", "output": 42, "error": False}]},
+            {"kind": "message", "role": "user", "parts": [
+                {"type": "media", "mime": "image/png", "data": "c2VjcmV0LWRhdGE="},
+                {"type": "text", "text": "see picture"}]},
+            {"kind": "warning", "role": "system", "parts": [{"type": "text", "text": "warned"}]},
+        ]
+        s = h.append_many(rows).seqs
+        tool = h.session_history()
+
+        def text(seq: int) -> str:
+            return "".join(i["text"] for i in follow(tool, {"action": "read", "seq": seq}))
+
+        assert [text(x) for x in s] == [
+            "visible answer", 'grep {"pattern":"fo\\"o","n":1,"ü":[true,null]}',
+            '{"hits":[1,2],"q":"ü"}', 'plain "out"', "42", "[media]\nsee picture", "warned"]
+        for secret in ("secret-meta", "secret-reasoning", "secret-custom", "secret-data",
+                       "c2VjcmV0", "image/png", "note"):
+            assert found(tool, secret) == [], secret
+        assert found(tool, "GREP") == [s[1]]
+        assert found(tool, '"hits":[1,2]') == [s[2]]
+        assert found(tool, 'PLAIN "OUT"') == [s[3]]
+        assert found(tool, "[media]") == [s[5]]
+        listed = follow(tool, {"action": "list", "window": 0})
+        assert [i["text"] for i in listed][:2] == ["visible answer", text(s[1])]
+        assert all("secret" not in i["text"] for i in listed)
+
+    def test_resets_lead_ins_and_rejected_rows_are_never_content(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        h = make_store(segment_bytes=512).history(ws)
+        first = h.append(msg("tok first")).seqs
+        rejected = h.append_many([
+            {"kind": "message", "role": "assistant", "parts": [],
+             "meta": {"quarantine": {"v": 1, "row": msg("tok rejected original")}}},
+            {"kind": "message", "role": "assistant", "parts": []},
+        ]).seqs
+        ro = h.rollover([msg("tok trigger")]).seqs
+        co = h.compact([msg("tok summary")]).seqs
+        tool = h.session_history()
+        assert found(tool, "tok") == [first[0], ro[2], co[1]]
+        for q in ("rejected original", "context window", "session_history", "historical"):
+            assert follow(tool, {"action": "search", "query": q}) == [], q
+        for s in (*rejected, ro[0], ro[1], co[0]):
+            assert code(call(tool, {"action": "read", "seq": s})) == "not_found", s
+        shown = [i["seq"] for w in (0, ro[0], co[0])
+                 for i in follow(tool, {"action": "list", "window": w})]
+        assert shown == [first[0], ro[2], co[1]]
+
+    def test_the_tool_never_finds_its_own_calls(self, make_store: MakeStore, ws: str) -> None:
+        h = make_store().history(ws)
+        h.append(msg("the invoice total was 4,210 euros"))
+        tool = h.session_history()
+        args = {"action": "search", "query": "invoice total"}
+        result = tool.call(args)
+        h.append_many([
+            {"kind": "message", "role": "assistant", "parts": [
+                {"type": "tool_call", "id": "c1", "name": "session_history", "input": args}]},
+            {"kind": "message", "role": "tool", "parts": [
+                {"type": "tool_result", "id": "c1", "output": result}]},
+            {"kind": "message", "role": "tool", "parts": [
+                {"type": "tool_result", "id": "c2", "output": {"invoice": "total"}}]},
+        ])
+        assert found(tool, "invoice") == [1, 4]
+
+    def test_search_folds_case_the_unicode_way(self, make_store: MakeStore, ws: str) -> None:
+        h = make_store().history(ws)
+        h.append(msg("unrelated"))
+        pairs = [("Straße", "STRASSE"), ("STRASSE", "straße"), ("ΣΊΣΥΦΟΣ", "σίσυφος"),
+                 ("σίσυφος", "ΣΊΣΥΦΟΣ"), ("ὈΔΥΣΣΕΎΣ", "ὀδυσσεύς"), ("ﬁle", "FILE"),
+                 ("Kelvin \u212a", "kelvin k"), ("ǅemal", "ǆEMAL")]
+        s = h.append_many([msg(f"before {t} after") for t, _ in pairs]).seqs
+        tool = h.session_history()
+        for (text, query), seq in zip(pairs, s, strict=True):
+            items = follow(tool, {"action": "search", "query": query})
+            assert (seq, f"before {text} after") in [(i["seq"], i["text"]) for i in items], query
+        assert found(tool, 'A\u2028"\\') == []
+        q = h.append(msg('line\u2028 "quoted" \\ back\nslash')).seqs
+        assert found(tool, '"QUOTED" \\ BACK\nSLASH') == q
+
+    def test_search_snippet_is_about_300_code_points_around_the_match(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        h = make_store().history(ws)
+        rows = ["ß" * 400 + "NEEDLE" + "x" * 400, "a" * 1000 + "needle", "needle" + "b" * 1000,
+                "ﬁ" * 700 + "needle" + "c" * 700]
+        s = h.append_many([msg(t) for t in rows]).seqs
+        res = call(h.session_history(), {"action": "search", "query": "needle"})
+        assert [i["seq"] for i in res["items"]] == s
+        for it, text in zip(res["items"], rows, strict=True):
+            assert "needle" in it["text"].casefold()
+            assert 250 <= len(it["text"]) <= 320 and it["text"] in text
+            assert it["truncated"] is True
+
+    # --- ranked search (capability ``ranked_search``) ------------------------------------
+
+    def _ranked_or_refused(self, tool: Any) -> bool:
+        """True when the engine ranks; otherwise assert its refusal: a
+        ``bad_request`` that says ranked search is not available here."""
+        if self.can(RANKED_SEARCH):
+            return True
+        res = ranked(tool, "anything")
+        assert code(res) == "bad_request" and "ranked" in res["error"]["message"]
+        return False
+
+    def test_ranked_finds_what_literal_cannot(self, make_store: MakeStore, ws: str) -> None:
+        tool = _seeded(make_store().history(ws))
+        if not self._ranked_or_refused(tool):
+            return
+        question = "What degree did I graduate with?"
+        assert call(tool, {"action": "search", "query": question})["items"] == []
+        res = ranked(tool, question)
+        top = res["items"][0]
+        assert "Business Administration" in top["text"]
+        assert top["role"] == "user" and top["window"] > 0 and top["score"] > 0
+        assert set(top) == {"seq", "window", "role", "text", "truncated", "score"}
+        scores = [i["score"] for i in res["items"]]
+        assert scores == sorted(scores, reverse=True)
+        assert "45 minutes" in ranked(tool, "how long is the commute")["items"][0]["text"]
+        assert [i["text"] for i in call(tool, {"action": "search", "query": "degree"})["items"]] \
+            == ["I finally graduated! My degree is in Business Administration."]
+        for api in ("openai", "anthropic"):
+            text = json.dumps(tool.definition(api))
+            assert "ranked" in text and "literal" in text
+
+    def test_ranked_phrases_must_occur(self, make_store: MakeStore, ws: str) -> None:
+        h = make_store().history(ws)
+        h.append_many([msg("the build cache was cold"), msg("cold cache in the build farm"),
+                       msg("Cache build: cold start")])
+        tool = h.session_history()
+        if not self._ranked_or_refused(tool):
+            return
+        assert len(seqs(ranked(tool, "cold cache build"))) == 3
+        assert seqs(ranked(tool, '"cache was cold" build')) == [1]
+        assert seqs(ranked(tool, '"CACHE   BUILD"')) == [3]
+
+    def test_ranked_never_crosses_the_floor_or_a_rewrite(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        h = make_store().history(ws)
+        h.append_many([msg("the secret launch codename is bluebird"), msg("bluebird notes")])
+        tool = h.session_history()
+        if not self._ranked_or_refused(tool):
+            return
+        assert seqs(ranked(tool, "bluebird codename")) == [1, 2]
+        h.clear_soft()
+        h.append(msg("after the clear: bluebird again"))
+        assert seqs(ranked(tool, "bluebird")) == [4]
+        h.append(msg("rejected bluebird draft"))
+        h.append(msg("bluebird kept"))
+        h.append(msg("bluebird tail to truncate"))
+        assert set(seqs(ranked(tool, "bluebird"))) == {4, 5, 6, 7}
+        h.reject(5)
+        assert set(seqs(ranked(tool, "bluebird"))) == {4, 6, 7}
+        h.truncate_after(6)
+        assert set(seqs(ranked(tool, "bluebird"))) == {4, 6}
+        h.purge_before_floor()
+        assert set(seqs(ranked(tool, "bluebird"))) == {4, 6}
+        assert ranked(tool, "codename")["items"] == []
+
+    def test_ranked_cursor_pages_down_the_ranking(self, make_store: MakeStore, ws: str) -> None:
+        h = make_store().history(ws)
+        h.append_many([msg(f"deploy {'rollback ' * (i % 4)}note {i}") for i in range(30)])
+        tool = h.session_history()
+        if not self._ranked_or_refused(tool):
+            return
+        whole = seqs(ranked(tool, "deploy rollback", limit=25))
+        paged: list[int] = []
+        cursor = None
+        for _ in range(40):
+            more: dict[str, Any] = {"limit": 4} if cursor is None else \
+                {"limit": 4, "cursor": cursor}
+            res = ranked(tool, "deploy rollback", **more)
+            paged += seqs(res)
+            cursor = res["cursor"]
+            if cursor is None:
+                break
+        assert paged[:25] == whole and len(paged) == 30
+        res = ranked(tool, "deploy rollback", limit=2)
+        h.reject(1)
+        assert code(ranked(tool, "deploy rollback", limit=2, cursor=res["cursor"])) \
+            == "stale_cursor"
+
+    def test_ranked_arguments_bounds_and_windows(self, make_store: MakeStore, ws: str) -> None:
+        h = make_store().history(ws)
+        tool = _seeded(h)
+        if not self._ranked_or_refused(tool):
+            return
+        assert code(ranked(tool, "degree", limit=0)) == "bad_request"
+        windows = [w["window"] for w in call(tool, {"action": "list"})["items"]]
+        assert len(windows) == 3
+        for w in windows:
+            got = ranked(tool, "degree commute trip pasta milestone", window=w)["items"]
+            assert got and all(i["window"] == w for i in got)
+        assert code(ranked(tool, "degree", window=999)) == "not_found"
+        h.append_many([msg(("kubernetes ingress timeout " * 400) + str(i)) for i in range(30)])
+        res = ranked(tool, "ingress timeout", limit=25)
+        assert res["items"] and all(len(i["text"]) <= 300 for i in res["items"])
+        args = {"action": "search", "query": "invoice total", "mode": "ranked"}
+        h.append(msg("the invoice total was 4,210 euros"))
+        result = tool.call(args)
+        before = h.append_many([
+            {"kind": "message", "role": "assistant", "parts": [
+                {"type": "tool_call", "id": "c1", "name": "session_history", "input": args}]},
+            {"kind": "message", "role": "tool", "parts": [
+                {"type": "tool_result", "id": "c1", "output": result}]}]).seqs
+        assert not set(before) & set(seqs(ranked(tool, "invoice total")))
