@@ -140,7 +140,7 @@ def test_truncated_rows_go_to_the_quarantine_and_stat_counts_them() -> None:
     assert out["removed_rows"] == 1 and out["quarantine"] == ["memory quarantine (1 rows)"]
     st = h.stat()
     assert st["engine"] == "memory" and st["rows"] == 2 and st["quarantine_bytes"] > 0
-    assert h.append(msg("next")).seqs == [3]  # continues after the last surviving row
+    assert h.append(msg("next")).seqs == [4]  # seq 3 stays the dropped row's, in quarantine
     engine = h.engine
     assert engine.clean_quarantine(0) == {"removed": 0, "bytes": 0}  # type: ignore[attr-defined]
     assert engine.clean_quarantine(-1)["removed"] == 1  # type: ignore[attr-defined]

@@ -84,14 +84,12 @@ class Space:
         i = bisect.bisect_left(self.seqs, seq)
         return i if i < len(self.seqs) and self.seqs[i] == seq else None
 
-    def recompute(self, next_seq: int | None) -> None:
+    def recompute(self, next_seq: int) -> None:
         """Window and floor from the boundary rows, and a new epoch (a rewrite)."""
         window = next((r for r in reversed(self.rows) if r.boundary is not None), None)
         floor = next((r for r in reversed(self.rows) if r.boundary == "manual"), None)
         self.window = boundary(window.seq, window.boundary) if window is not None else None
         self.floor = boundary(floor.seq, "manual") if floor is not None else None
-        if next_seq is None:
-            next_seq = (self.seqs[-1] if self.seqs else 0) + 1
         self.next_seq = next_seq
         self.epoch = rules.new_epoch(self.epoch)
 
@@ -301,7 +299,7 @@ class MemWorkspace:
                 reason = f"truncated after seq {seq}"
                 self.quarantine().extend((ts, r.seq, reason, r.line) for r in gone)
                 sp.replace(sp.rows[: i + 1])
-                sp.recompute(None)
+                sp.recompute(sp.next_seq)
             return rules.truncate_result(
                 seq, len(gone), removed_bytes,
                 [f"memory quarantine ({len(gone)} rows)"] if gone else [], sp.epoch)

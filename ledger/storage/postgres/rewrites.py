@@ -42,8 +42,10 @@ def _begin(ws: PgWorkspace, conn: Any) -> PgState:
     return st
 
 
-def recompute_head(ws: PgWorkspace, conn: Any, old: PgState, next_seq: int | None) -> int:
-    """Window and floor from the boundary projection, a new epoch; returns it."""
+def recompute_head(ws: PgWorkspace, conn: Any, old: PgState, next_seq: int) -> int:
+    """Window and floor from the boundary projection, a new epoch; returns it.
+    ``next_seq`` stays the high-water mark: seqs are identities, and a row a
+    rewrite took out keeps its seq in quarantine."""
     ws_id = ws.workspace
     window = conn.execute(
         "SELECT seq, boundary FROM tl_rows WHERE workspace = %s AND boundary IS NOT NULL "
@@ -51,10 +53,6 @@ def recompute_head(ws: PgWorkspace, conn: Any, old: PgState, next_seq: int | Non
     floor = conn.execute(
         "SELECT seq FROM tl_rows WHERE workspace = %s AND boundary = 'manual' "
         "ORDER BY seq DESC LIMIT 1", (ws_id,)).fetchone()
-    if next_seq is None:
-        last = conn.execute("SELECT max(seq) FROM tl_rows WHERE workspace = %s",
-                            (ws_id,)).fetchone()
-        next_seq = (last[0] or 0) + 1
     epoch = rules.new_epoch(old.epoch)
     conn.execute(
         "UPDATE tl_head SET next_seq = %s, epoch = %s, window_seq = %s, window_reason = %s, "
@@ -146,7 +144,7 @@ def truncate_after(ws: PgWorkspace, seq: int) -> dict[str, Any]:
         if batches:
             conn.execute("DELETE FROM tl_batches WHERE workspace = %s AND batch_id = ANY(%s)",
                          (ws.workspace, [b for b in batches if b is not None]))
-        epoch = recompute_head(ws, conn, st, None) if removed_rows else st.epoch
+        epoch = recompute_head(ws, conn, st, st.next_seq) if removed_rows else st.epoch
     return rules.truncate_result(
         seq, removed_rows, int(removed_bytes),
         [f"tl_quarantine ({removed_rows} rows)"] if removed_rows else [], epoch)
