@@ -25,7 +25,8 @@ def is_database(history: Any) -> bool:
 
 def findings(ws: str, problems: list[Any]) -> list[Finding]:
     return [Finding(NOTICE if getattr(p, "notice", False) else DAMAGE, p.code, p.message,
-                    ACTIONS[p.code].format(ws=ws), None, None, p.length, p.seq)
+                    (getattr(p, "action", None) or ACTIONS[p.code]).format(ws=ws), None, None,
+                    p.length, p.seq)
             for p in problems]
 
 

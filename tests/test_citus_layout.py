@@ -19,7 +19,8 @@ from tests.core_helpers import msg, subprocess_env
 
 psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
 
-WORKSPACE_TABLES = ["tl_batches", "tl_head", "tl_quarantine", "tl_rows"]
+WORKSPACE_TABLES = ["tl_batches", "tl_head", "tl_quarantine", "tl_rows", "tl_recall_state",
+                    "tl_recall_terms", "tl_recall_docs", "tl_recall_post", "tl_recall_echo"]
 
 
 def tl(root: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
@@ -40,8 +41,9 @@ def assert_distributed(root: str) -> None:
     tables = citus_tables(root)
     assert sorted(tables) == sorted([*WORKSPACE_TABLES, "tl_schema"])
     colocation = {tables[t][2] for t in WORKSPACE_TABLES}
-    assert [tables[t][:2] for t in WORKSPACE_TABLES] == [("distributed", "workspace")] * 4
-    assert len(colocation) == 1  # one shard group holds a workspace's rows, head, batches
+    assert [tables[t][:2] for t in WORKSPACE_TABLES] == \
+        [("distributed", "workspace")] * len(WORKSPACE_TABLES)
+    assert len(colocation) == 1  # one shard group: a workspace's rows, head, recall index
     assert tables["tl_schema"][0] == "reference"
 
 
@@ -54,6 +56,21 @@ def test_a_new_store_creates_its_tables_distributed(citus_root: str) -> None:
     assert out["citus"] is True and out["problems"] == []
     shards = [n["tl_rows_shards"] for n in out["nodes"]]
     assert sorted(shards) == [0, 4, 4]  # none on the coordinator, half on each worker
+
+
+def test_a_version_1_schema_gets_the_recall_tables_distributed(citus_root: str) -> None:
+    h = Store(citus_root).history("ws")
+    h.append(msg("the otter swims"))
+    close_pools(citus_root)
+    with psycopg.connect(citus_root, autocommit=True) as conn:
+        conn.execute("DROP TABLE tl_recall_state, tl_recall_terms, tl_recall_docs, "
+                     "tl_recall_post, tl_recall_echo")
+        conn.execute("UPDATE tl_schema SET version = 1")
+    h = Store(citus_root).history("ws")  # the upgrade: created distributed, colocated
+    assert_distributed(citus_root)
+    got = json.loads(h.session_history().call({"action": "search", "query": "otter",
+                                               "mode": "ranked"}))
+    assert [i["seq"] for i in got["items"]] == [1]
 
 
 def _lines(root: str, ws: str) -> list[bytes]:

@@ -1,7 +1,8 @@
 """On Citus, every statement of the hot paths runs on one shard.
 
 The hot paths (appends of every kind, the provider view, ``get``, ``rows``,
-``session_history`` pages, the rewrites, delete) run against a Citus cluster
+``session_history`` pages, ranked search with its index catch-up, the
+rewrites, delete) run against a Citus cluster
 with every statement the engine sends captured at the psycopg cursor. Each
 captured statement is then EXPLAINed with its own parameters: the plan must
 be a Citus plan with exactly one task and no subplan pulled through the
@@ -63,6 +64,19 @@ def hot_paths(store: Store) -> None:
             args["cursor"] = cursor
         cursor = json.loads(tool.call(args))["cursor"]
 
+    # Ranked search: the recall index built by the first search (its catch-up
+    # chunk), caught up after an append, then read (terms, postings, docs,
+    # the rows read back with their windows), and a page down the ranking.
+    first = json.loads(tool.call({"action": "search", "query": "needle late window",
+                                  "mode": "ranked", "limit": 2}))
+    assert first["items"] and first["cursor"]
+    h.append(msg("needle after the index"))
+    again = json.loads(tool.call({"action": "search", "query": "needle", "mode": "ranked",
+                                  "window": h.window, "limit": 2}))
+    assert again["items"]
+    tool.call({"action": "search", "query": "needle late window", "mode": "ranked",
+               "limit": 2, "cursor": first["cursor"]})
+
     late = h.snapshot().next_seq - 1
     h.reject(late)
     h.truncate_after(late - 1)
@@ -106,7 +120,9 @@ def test_every_hot_statement_runs_as_one_task(citus_root: str,
     text = " ".join(q for q, _ in statements)
     for needle in ("FOR UPDATE", "INSERT INTO tl_rows", "INSERT INTO tl_batches",
                    "UPDATE tl_head", "INSERT INTO tl_quarantine", "DELETE FROM tl_rows",
-                   "octet_length(raw)", "boundary IS NOT NULL"):
+                   "octet_length(raw)", "boundary IS NOT NULL", "FROM tl_recall_state",
+                   "INSERT INTO tl_recall_terms", "FROM tl_recall_post", "FROM tl_recall_docs",
+                   "UPDATE tl_recall_state", "array_position"):
         assert needle in text, f"the workload never sent {needle!r}"
     checked: set[str] = set()
     with psycopg.connect(citus_root, autocommit=True) as conn:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ledger import Store
-from tests.engine_contract import EngineContract, MakeStore
+from tests.engine_contract import RANKED_SEARCH, EngineContract, MakeStore
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,6 @@ def make_store(shared_citus_root: str) -> MakeStore:
 
 
 class TestCitusEngine(EngineContract):
-    """Every case of the contract, on Citus. Ranked search is not
-    implemented on PostgreSQL yet: those cases check its refusal."""
+    """Every case of the contract, on Citus."""
 
-    capabilities: frozenset[str] = frozenset()
+    capabilities = frozenset({RANKED_SEARCH})

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ledger import Store
-from tests.engine_contract import EngineContract, MakeStore
+from tests.engine_contract import RANKED_SEARCH, EngineContract, MakeStore
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,6 @@ def make_store(shared_pg_root: str) -> MakeStore:
 
 
 class TestPostgresEngine(EngineContract):
-    """Every case of the contract, on PostgreSQL. Ranked search is not
-    implemented here yet: those cases check its refusal."""
+    """Every case of the contract, on PostgreSQL."""
 
-    capabilities: frozenset[str] = frozenset()
+    capabilities = frozenset({RANKED_SEARCH})

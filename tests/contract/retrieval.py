@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ledger import History
+from ledger import History, Store
 from tests.contract.support import (
     RANKED_SEARCH,
     ContractBase,
@@ -379,3 +379,46 @@ class RetrievalContract(ContractBase):
             {"kind": "message", "role": "tool", "parts": [
                 {"type": "tool_result", "id": "c1", "output": result}]}]).seqs
         assert not set(before) & set(seqs(ranked(tool, "invoice total")))
+
+    # --- ranked search: every engine ranks as the file engine does -----------------
+
+    def test_ranked_search_agrees_with_the_file_engine(self, make_store: MakeStore, ws: str,
+                                                       tmp_path: Any) -> None:
+        if not self._ranked_or_refused(make_store().history(ws).session_history()):
+            return
+        words = ("deploy rollback cache ingress timeout invoice migration schema replica "
+                 "approval release flaky region password degree graduate commute heron "
+                 "parseHTTPRequest max_retries Café").split()
+
+        def fill(h: Any) -> tuple[Any, int]:
+            for i in range(48):
+                text = " ".join(words[(i * k) % len(words)] for k in range(1, 3 + i % 9))
+                if i % 16 == 15:
+                    h.rollover([msg(f"window {i}: {text}")])
+                elif i % 13 == 4:
+                    args = {"action": "search", "query": text, "mode": "ranked"}
+                    h.append_many([
+                        {"role": "assistant", "parts": [{"type": "tool_call", "id": f"h{i}",
+                                                         "name": "session_history",
+                                                         "input": args}]},
+                        {"role": "tool", "parts": [{"type": "tool_result", "id": f"h{i}",
+                                                    "output": f"echo {text}"}]}])
+                else:
+                    h.append(msg(text, "user" if i % 2 else "assistant"))
+                if i == 30:
+                    h.reject(20)
+                    h.clear_soft()
+            return h.session_history(), h.snapshot().floor.seq
+
+        ours, floor = fill(make_store().history(ws))
+        files, _ = fill(Store(str(tmp_path / "files-root"), durability="off").history("ws"))
+        found_items = 0
+        for query in ("deploy rollback", "graduate degree commute", "parse HTTP request",
+                      "cafe heron", '"rollback cache" release', "echo approval"):
+            args = {"action": "search", "query": query, "mode": "ranked", "limit": 25}
+            mine, theirs = json.loads(ours.call(args)), json.loads(files.call(args))
+            assert "error" not in mine, mine
+            assert mine["items"] == theirs["items"], query  # seqs, snippets, scores
+            assert all(item["seq"] > floor for item in mine["items"])
+            found_items += len(mine["items"])
+        assert found_items > 20

@@ -4,11 +4,11 @@ When the database has the ``citus`` extension, ``ensure_schema`` creates the
 tables distributed in the transaction that creates them:
 
 - ``tl_rows`` hash-distributed by ``workspace``; ``tl_head``, ``tl_batches``
-  and ``tl_quarantine`` the same, colocated with ``tl_rows``: one
-  workspace's rows, head row, batches and quarantine live in the same shard
-  group, on one worker, so every statement that names one workspace runs
-  there as one task, and a transaction over one workspace is a single-node
-  transaction;
+  and ``tl_quarantine`` the same, colocated with ``tl_rows``, and so are the
+  recall index's ``tl_recall_*`` tables: one workspace's rows, head row,
+  batches, quarantine and recall index live in the same shard group, on one
+  worker, so every statement that names one workspace runs there as one task,
+  and a transaction over one workspace is a single-node transaction;
 - ``tl_schema`` a reference table (a copy on every node).
 
 A schema created before the extension (plain tables) is refused when a store
@@ -30,7 +30,9 @@ from ledger.core.errors import CommitFailed, LedgerError, Unavailable
 __all__ = ["DISTRIBUTED", "REFERENCE", "NotDistributed", "distribute", "distribute_tables",
            "installed", "layout", "require_distributed", "status"]
 
-DISTRIBUTED = ("tl_rows", "tl_head", "tl_batches", "tl_quarantine")  # colocated with tl_rows
+DISTRIBUTED = ("tl_rows", "tl_head", "tl_batches", "tl_quarantine",  # colocated with tl_rows
+               "tl_recall_state", "tl_recall_terms", "tl_recall_docs", "tl_recall_post",
+               "tl_recall_echo")
 REFERENCE = ("tl_schema",)
 COLUMN = "workspace"
 COMMAND = "tledger --root URL db distribute"

@@ -6,7 +6,8 @@ from ledger.storage.engine import StoreOptions
 from ledger.storage.postgres.connect import Database
 from ledger.storage.postgres.workspace import PgWorkspace
 
-TABLES = ("tl_rows", "tl_batches", "tl_quarantine", "tl_head")
+TABLES = ("tl_recall_post", "tl_recall_docs", "tl_recall_terms", "tl_recall_echo",
+          "tl_recall_state", "tl_rows", "tl_batches", "tl_quarantine", "tl_head")
 
 
 class PostgresEngine:

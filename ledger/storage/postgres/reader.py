@@ -5,6 +5,14 @@ so the state it starts from and every row it reads come from one snapshot.
 Positions, the bounded scan and the reader's rules are those of every row
 engine (``ledger.storage.seqpages``); this module says how to list and fetch
 rows here: by seq, lengths first (a row over LINE_CAP is never fetched).
+
+Ranked search (``ranked``) answers from the recall index (``recall.py``):
+``prepare_ranked`` brings it up to date before the call's snapshot is taken
+(its own transactions), and ``ranked`` reads the candidates in the snapshot
+when the index covers it (else it catches up again and reads them from a
+fresh snapshot of the index). The rows the tool returns are read back in the
+call's snapshot (``locate_at``), in batches of at most PREFETCH candidates and
+PREFETCH_BYTES of rows, with their windows, in one statement each.
 """
 
 from __future__ import annotations
@@ -13,12 +21,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ledger.core.bounds import LINE_CAP
-from ledger.core.errors import CursorExpired
+from ledger.core import format as fmt
+from ledger.core.bounds import LINE_CAP, SCAN_BYTES, SkipSink
+from ledger.core.errors import CursorExpired, NotFound, Unavailable
+from ledger.core.ranking import Query
+from ledger.storage.postgres.recall import PgRecall
 from ledger.storage.seqpages import RowState, SeqReader
 
 if TYPE_CHECKING:
     from ledger.storage.postgres.workspace import PgWorkspace
+
+PREFETCH = 16  # ranked candidates read back per round trip, at most
+PREFETCH_BYTES = SCAN_BYTES  # and stored bytes per round trip (one row more when larger)
 
 
 class PgRows:
@@ -48,6 +62,80 @@ class PgReader(SeqReader):
         self.ws = ws
         self.workspace = ws.workspace
         self.conn: Any = None
+        self.recall = PgRecall(ws.db, ws.workspace)
+        self._order: list[int] = []  # the ranked candidates of this call, best first
+        self._fetched: dict[int, tuple[int, bytes | None, int]] = {}  # seq -> (len, raw, window)
+
+    # -- ranked search (module doc) ---------------------------------------------------
+
+    def prepare_ranked(self) -> None:
+        """Bring the recall index up to the log, before ``locked()``."""
+        self.recall.catch_up()
+
+    def ranked(
+        self, st: RowState, query: Query, after: int, high: int, window: int | None
+    ) -> list[tuple[int, int, float, tuple[int, int]]]:
+        """Ranked candidates (seq, window, score, hint) of rows in (after, high]."""
+        self._order, self._fetched = [], {}
+        mark, terms = self.recall.lookup(self.conn, query)
+        if mark is not None and mark.covers(st.epoch, st.next_seq):
+            got = self.recall.candidates(self.conn, mark, query, after, high, window, terms)
+        else:  # appends (or a rewrite) since prepare_ranked: catch up again
+            got = None
+            for _ in range(4):
+                self.recall.catch_up()
+                with self.ws.db.read("ranked search") as conn, conn.transaction():
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    mark, terms = self.recall.lookup(conn, query)
+                    if mark is not None and mark.epoch == st.epoch and \
+                            mark.seen >= st.next_seq:
+                        got = self.recall.candidates(conn, mark, query, after, high, window,
+                                                     terms)
+                        break
+            if got is None:
+                raise Unavailable("the history kept changing during the ranked search; retry")
+        self._order = [c[0] for c in got]
+        return got
+
+    def locate_at(self, st: RowState, seq: int, hint: tuple[int, int], result: SkipSink) -> Any:
+        """Row ``seq`` of the ranking, read back in this call's snapshot with
+        the next candidates after it (module doc)."""
+        if seq not in self._fetched:
+            self._prefetch(seq)
+        got = self._fetched.get(seq)
+        if got is None:
+            raise NotFound(f"no retrievable row {seq}")
+        n, raw, _ = got
+        if raw is None and n <= LINE_CAP:
+            self._prefetch(seq, fresh=True)  # past the byte budget of its batch
+            n, raw, _ = self._fetched[seq]
+        row = fmt.decode_line(raw) if raw is not None else None
+        if row is None:
+            result.add_skipped(seq, n)
+            return None
+        return seq, 0, row
+
+    def _prefetch(self, seq: int, fresh: bool = False) -> None:
+        try:
+            at = self._order.index(seq)
+        except ValueError:
+            at = -1
+        seqs = [seq] if at < 0 else self._order[at : at + PREFETCH]
+        if not fresh:
+            seqs = [s for s in seqs if s not in self._fetched or s == seq]
+        got = self.conn.execute(
+            "SELECT seq, n, CASE WHEN n <= %(cap)s AND run - n < %(budget)s THEN raw END, win "
+            "FROM (SELECT r.seq, octet_length(r.raw) AS n, r.raw, sum(CASE WHEN "
+            "octet_length(r.raw) <= %(cap)s THEN octet_length(r.raw) ELSE 0 END) OVER "
+            "(ORDER BY array_position(%(seqs)s::bigint[], r.seq)) AS run, "
+            "(SELECT max(b.seq) FROM tl_rows b WHERE b.workspace = %(ws)s AND b.boundary IS "
+            "NOT NULL AND b.seq < r.seq) AS win FROM tl_rows r WHERE r.workspace = %(ws)s "
+            "AND r.seq = ANY(%(seqs)s::bigint[])) x",
+            {"cap": LINE_CAP, "budget": PREFETCH_BYTES, "seqs": seqs, "ws": self.ws.workspace},
+            binary=True).fetchall()
+        for s, n, raw, win in got:
+            self._fetched[int(s)] = (int(n), bytes(raw) if raw is not None else None,
+                                     int(win or 0))
 
     def exists(self) -> bool:
         return self.ws.exists()
@@ -61,6 +149,7 @@ class PgReader(SeqReader):
                 yield
             finally:
                 self.conn = None
+                self._order, self._fetched = [], {}  # of this call's snapshot only
 
     def state(self) -> RowState:
         st = self.ws._head(self.conn)
@@ -81,6 +170,9 @@ class PgReader(SeqReader):
         return got is not None
 
     def boundary_before(self, seq: int) -> int:
+        fetched = self._fetched.get(seq)
+        if fetched is not None and fetched[1] is not None:
+            return fetched[2]  # read with the row (locate_at)
         got = self.conn.execute(
             "SELECT max(seq) FROM tl_rows WHERE workspace = %s AND boundary IS NOT NULL "
             "AND seq < %s", (self.workspace, seq)).fetchone()

@@ -36,8 +36,28 @@ plus one, under the head row's lock), never by the ``bigserial`` sequence of
 the column's default: an INSERT ... SELECT with ``nextval()`` in it cannot run
 on one Citus shard (the coordinator would pull the rows through itself).
 
+``tl_recall_*`` (schema version 2) -- the recall index of ranked
+``session_history`` search, a projection of ``tl_rows`` that is never its
+source of truth (``recall.py`` says how it is kept and read):
+``tl_recall_state`` (one row per workspace: how far the index has read and
+the collection's statistics; its row lock serializes catch-ups),
+``tl_recall_terms`` (each term's id and document frequency),
+``tl_recall_docs`` (each searchable row's window, length in terms and
+(term id, frequency) pairs), ``tl_recall_post`` (each term's postings, keyed
+so that a backward scan reads them best impact first, newest first among
+equals; its columns in the order that wastes no alignment padding: one row
+per posting is most of the index) and ``tl_recall_echo`` (the ids of
+``session_history``'s own calls).
+Btree tables, not ``tsvector`` + GIN: the ranking needs each term's few best
+postings by BM25 impact (GIN returns every matching row, so work would grow
+with the history) and the same terms, statistics and candidates as the file
+engine's index, so both engines rank alike.
+
 ``tl_schema`` -- the schema version. A database written by a newer version of
 the package refuses to open (``FormatError``), like the file engine's FORMAT.
+An older version is upgraded when a store opens it, in one transaction under
+the schema lock: version 1 databases get the (empty) recall tables, and the
+index is built lazily by the first ranked search, never at the upgrade.
 
 On a database with the ``citus`` extension the tables are created
 distributed, in the same transaction (``citus.py``): the four workspace
@@ -52,7 +72,7 @@ from typing import Any
 
 from ledger.core.errors import FormatError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the recall tables (tl_recall_*)
 
 # Taken while creating the tables: concurrent first connections must not race
 # CREATE TABLE IF NOT EXISTS (it is not atomic against itself).
@@ -98,6 +118,46 @@ CREATE TABLE IF NOT EXISTS tl_quarantine (
     raw       bytea NOT NULL,
     PRIMARY KEY (workspace, id)
 );
+CREATE TABLE IF NOT EXISTS tl_recall_state (
+    workspace text PRIMARY KEY,
+    version   integer NOT NULL,
+    epoch     bigint NOT NULL,
+    seen      bigint NOT NULL,
+    upto      bigint NOT NULL,
+    win       bigint NOT NULL,
+    last_hash bigint NOT NULL,
+    docs      bigint NOT NULL,
+    total     bigint NOT NULL,
+    next_tid  integer NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tl_recall_terms (
+    workspace text NOT NULL,
+    term      text NOT NULL,
+    tid       integer NOT NULL,
+    df        integer NOT NULL,
+    PRIMARY KEY (workspace, term)
+);
+CREATE TABLE IF NOT EXISTS tl_recall_docs (
+    workspace text NOT NULL,
+    seq       bigint NOT NULL,
+    win       bigint NOT NULL,
+    len       integer NOT NULL,
+    tids      bytea NOT NULL,
+    PRIMARY KEY (workspace, seq)
+);
+CREATE TABLE IF NOT EXISTS tl_recall_post (
+    seq       bigint NOT NULL,
+    tid       integer NOT NULL,
+    imp       integer NOT NULL,
+    tf        integer NOT NULL,
+    workspace text NOT NULL,
+    PRIMARY KEY (workspace, tid, imp, seq)
+);
+CREATE TABLE IF NOT EXISTS tl_recall_echo (
+    workspace text NOT NULL,
+    call      text NOT NULL,
+    PRIMARY KEY (workspace, call)
+);
 """
 
 
@@ -116,11 +176,15 @@ def ensure_schema(conn: Any, where: str) -> None:
             on_citus = citus.installed(conn)
         if got is not None and got[0] is not None:
             _check_version(got[0], where)
-            if on_citus:
-                citus.require_distributed(conn, where)
-            return
+            if got[0] == SCHEMA_VERSION:
+                if on_citus:
+                    citus.require_distributed(conn, where)
+                return
     except UndefinedTable:
         pass  # a new database: create everything below
+    # A new database, or an older schema to upgrade (CREATE ... IF NOT EXISTS
+    # adds what it lacks; nothing is rebuilt here: the recall index is built
+    # lazily by the first ranked search).
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,))
         conn.execute(DDL)
@@ -132,6 +196,8 @@ def ensure_schema(conn: Any, where: str) -> None:
             conn.execute("INSERT INTO tl_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
         else:
             _check_version(version, where)
+            if version < SCHEMA_VERSION:
+                conn.execute("UPDATE tl_schema SET version = %s", (SCHEMA_VERSION,))
 
 
 def _check_version(version: int, where: str) -> None:

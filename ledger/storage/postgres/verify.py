@@ -14,12 +14,15 @@ cursor: memory stays flat) and reports, without writing anything:
   Before the first row is fine: a purge removes a prefix;
 - ``torn-batch``: a batch whose rows are not ``i = 0 .. n-1`` side by side;
 - ``projection``: a boundary column that disagrees with the rows;
-- ``head``: a head row whose next seq, window or floor disagrees with the rows.
+- ``head``: a head row whose next seq, window or floor disagrees with the rows;
+- ``recall_index_*``: notices about the recall index of ranked search, read in
+  the same snapshot (``recall_check.py``).
 
 ``repair`` (one transaction, a new epoch) moves every batch holding a bad row
 or torn apart to ``tl_quarantine``, rewrites the boundary projection from the
 rows, and recomputes the head row. A bad row that may be a reset keeps the
-floor where it was (fail closed).
+floor where it was (fail closed). It rebuilds the recall index when check
+reported it, or when it repaired rows of a workspace that has one.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from ledger.core import format as fmt
 from ledger.core.rows import now_ms
 from ledger.core.rules import fold, new_epoch
 from ledger.core.windows import Boundary, batch_boundaries
+from ledger.storage.postgres import recall_check
 from ledger.storage.postgres.rewrites import quarantine
 
 if TYPE_CHECKING:
@@ -45,6 +49,7 @@ class Problem:
     message: str
     length: int | None = None
     notice: bool = False  # True: reported, but not damage (check exits 0)
+    action: str | None = None  # what to do, when not the usual one for the code
 
 
 @dataclass
@@ -59,6 +64,7 @@ class Verified:
     floor: int | None = None  # the newest manual reset the rows show
     last: int | None = None  # the last seq
     gaps: list[tuple[int, int]] = field(default_factory=list)  # (seq before, seq after)
+    recall_index: bool = False  # the workspace has a recall index
 
 
 def _batches(conn: Any, workspace: str) -> Iterator[list[tuple[int, str, str | None, bytes]]]:
@@ -147,6 +153,12 @@ def verify(ws: PgWorkspace) -> Verified:
         out = verify_rows(conn, ws.workspace)
         _explain_gaps(conn, ws.workspace, out)
         head = ws._head(conn)
+        if head is not None:
+            out.recall_index = recall_check.exists(conn, ws.workspace)
+            for code, message in recall_check.inspect(conn, ws.workspace, head.epoch,
+                                                      head.next_seq):
+                out.problems.append(Problem(code, None, message, notice=True,
+                                            action=recall_check.ACTION))
     if head is not None:
         window, floor, last = out.window, out.floor, out.last
         if last is not None and head.next_seq <= last:
@@ -169,10 +181,17 @@ def repair(ws: PgWorkspace, dry_run: bool) -> dict[str, Any]:
     """Settle what ``verify`` finds (module doc); a dry run writes nothing."""
     found = verify(ws)
     damage = [p for p in found.problems if not p.notice]
+    stale_index = any(p.code.startswith("recall_index") for p in found.problems)
     result: dict[str, Any] = {"problems": [p.__dict__ for p in damage],
                               "quarantined_batches": sorted(found.bad_batches),
-                              "changed": bool(damage), "epoch": None}
+                              "changed": bool(damage), "epoch": None,
+                              "recall_index": None}
+    rebuild = stale_index or (bool(damage) and found.recall_index)
     if dry_run or not damage:
+        if rebuild:
+            result["recall_index"] = "would rebuild" if dry_run else "rebuilt"
+            if not dry_run:
+                recall_check.rebuild(ws.db, ws.workspace)
         return result
     with ws.db.write(f"repair workspace {ws.workspace!r}") as conn:
         st = ws._head(conn, lock=True)
@@ -206,4 +225,7 @@ def repair(ws: PgWorkspace, dry_run: bool) -> dict[str, Any]:
             (max(st.next_seq, last + 1), epoch, window_seq, reason, floor, now_ms(),
              ws.workspace))
     result["epoch"] = epoch
+    if rebuild:  # a projection of the repaired rows
+        recall_check.rebuild(ws.db, ws.workspace)
+        result["recall_index"] = "rebuilt"
     return result

@@ -311,6 +311,9 @@ class SessionHistory:
             if action == "read":
                 raise NotFound("no such row")
             return {"notice": NOTICE, "items": [], "skipped": [], "cursor": None}
+        prepare = getattr(reader, "prepare_ranked", None) if ranked else None
+        if prepare is not None:
+            prepare()  # an engine that writes its index outside the call's snapshot
         with reader.locked():
             st = reader.state()
             binding, floor_key = reader.binding(st), reader.floor_key(st)

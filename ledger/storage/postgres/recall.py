@@ -1,0 +1,436 @@
+"""The recall index of a PostgreSQL workspace: a projection of ``tl_rows`` for
+ranked ``session_history`` search, never its source of truth (the tables and
+why they are btree tables are in ``schema.py``).
+
+It holds what the file engine's index holds (``ledger.storage.files.recall``),
+computed by the same pure functions (``ledger.core.ranking``: terms, impact,
+BM25 and the window context; ``ledger.core.searchable``: which rows are
+searchable), so the two engines give the same candidates and the same scores
+for the same history: for every searchable row its window, its length in
+terms and its (term id, frequency) pairs; for every term its document
+frequency and its postings ordered by impact (the BM25 frequency part at a
+fixed length, rounded to thousandths), newest first among equals. A query
+reads the best ``SCAN_ROWS / terms`` postings of each of its (at most
+``MAX_TERMS``, rarest) terms and the doc entries of those rows: the work of a
+call is bounded whatever the size of the history.
+
+Maintenance is lazy: an append never touches these tables (its cost is
+unchanged); the first ranked search after appends indexes the rows the index
+has not seen (``catch_up``), in transactions of at most ``CHUNK_ROWS`` rows,
+``CHUNK_BYTES`` of stored rows or ``CHUNK_POSTINGS`` postings, each ending at
+a consistent mark, so a long build keeps its progress and never holds a lock
+an append needs (it reads ``tl_rows``, locks only its own state row, and
+writes only ``tl_recall_*``). The mark is the head's epoch, the head's next
+seq when the index read it (``seen``: every row before it is indexed), the
+last row read and an xxh3 of its bytes. A rewrite (reject, truncate, purge,
+repair, rebaseline, a workspace deleted and made again) takes a new epoch, and
+the next catch-up rebuilds the index; a last row that changed or vanished
+behind the store's back does too. Rows at or before the floor, or after the
+query's high-water mark, are never candidates (the SQL bounds them), and the
+tool reads every row it returns again from ``tl_rows`` in its own snapshot.
+
+The index is written with ``synchronous_commit`` off: it is a projection, and
+the WAL's order means a server crash can only lose its newest chunks, never
+keep index entries for rows that were lost.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import xxhash
+
+from ledger.core import format as fmt
+from ledger.core import ranking
+from ledger.core.bounds import SCAN_ROWS
+from ledger.core.errors import CommitFailed, CommitUncertain, Unavailable
+from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
+
+VERSION = 1  # of what the tables hold; another value is rebuilt
+CHUNK_ROWS = 2_000  # rows per committed chunk of a catch-up, at most
+CHUNK_BYTES = 8 << 20  # stored bytes per chunk, at most (one row more when it is larger)
+CHUNK_POSTINGS = 200_000  # postings per chunk, at most (checked after each row)
+VALUES_ROWS = 1_000  # rows per multi-row VALUES statement
+SWAP = sys.byteorder == "big"  # the (term id, frequency) pairs are stored little-endian
+TABLES = ("tl_recall_post", "tl_recall_docs", "tl_recall_terms", "tl_recall_echo")
+STATE = "version, epoch, seen, upto, win, last_hash, docs, total, next_tid"
+# The index is a projection: no WAL flush wait (see the module doc); on Citus
+# the setting goes along to the worker.
+SYNC_OFF = ("SET LOCAL citus.propagate_set_commands = 'local'; "
+            "SET LOCAL synchronous_commit TO off")
+
+
+@dataclass(frozen=True)
+class Mark:
+    """How far the index has read, and the collection's statistics."""
+
+    version: int
+    epoch: int
+    seen: int  # the head's next seq when read: every row before it is indexed
+    upto: int  # the last row read (0: none)
+    win: int  # the window that row is in
+    last_hash: int  # xxh3-64 of that row's stored bytes (as a signed bigint)
+    docs: int
+    total: int
+    next_tid: int
+
+    def covers(self, epoch: int, next_seq: int) -> bool:
+        """Whether it answers for a head at ``epoch`` with ``next_seq``."""
+        return self.version == VERSION and self.epoch == epoch and self.seen >= next_seq
+
+
+def row_hash(raw: bytes) -> int:
+    h = xxhash.xxh3_64_intdigest(raw)
+    return h - (1 << 64) if h >= 1 << 63 else h
+
+
+def _mark(got: Iterable[Any] | None) -> Mark | None:
+    return None if got is None else Mark(*(int(v) for v in got))
+
+
+class _Raced(Exception):
+    """A rewrite committed between two statements of one chunk."""
+
+
+class PgRecall:
+    """The recall index of one workspace (module doc)."""
+
+    def __init__(self, db: Any, workspace: str) -> None:
+        self.db = db
+        self.workspace = workspace
+
+    # -- the state -----------------------------------------------------------------
+
+    def mark(self, conn: Any) -> Mark | None:
+        got = conn.execute(f"SELECT {STATE} FROM tl_recall_state WHERE workspace = %s",
+                           (self.workspace,)).fetchone()
+        return _mark(got)
+
+    def current(self, conn: Any) -> tuple[int, int, Mark | None] | None:
+        """The head's epoch and next seq with the index's mark, in one
+        statement (one snapshot); None when the workspace has no head row."""
+        got = conn.execute(
+            f"SELECT h.epoch, h.next_seq, {', '.join('s.' + c for c in STATE.split(', '))} "
+            "FROM tl_head h LEFT JOIN tl_recall_state s ON s.workspace = h.workspace "
+            "WHERE h.workspace = %s", (self.workspace,)).fetchone()
+        if got is None:
+            return None
+        return int(got[0]), int(got[1]), None if got[2] is None else _mark(got[2:])
+
+    # -- bringing it up to date ------------------------------------------------------
+
+    def catch_up(self) -> Mark | None:
+        """Index every row the index has not seen (rebuilding it when the log
+        was rewritten), one committed chunk at a time; returns the mark, None
+        when the workspace has no history."""
+        with self.db.read("ranked search") as conn:
+            now = self.current(conn)
+        if now is None:
+            return None
+        epoch, next_seq, mark = now
+        if mark is not None and mark.covers(epoch, next_seq):
+            return mark
+        races = 0
+        while True:
+            try:
+                mark, more = self._chunk()
+            except (CommitFailed, CommitUncertain) as exc:
+                if not _is_race(exc) or races >= 8:
+                    raise Unavailable(f"{self.db.where}: bringing the recall index of "
+                                      f"{self.workspace!r} up to date failed: {exc}") from exc
+                races += 1
+                continue
+            except _Raced:
+                races += 1
+                if races > 8:
+                    raise Unavailable("the history kept changing while the recall index was "
+                                      "brought up to date; retry") from None
+                continue
+            if not more:
+                return mark
+
+    def rebuild(self) -> Mark | None:
+        """Discard the index and build it again from ``tl_rows``."""
+        with self.db.write(f"discard the recall index of {self.workspace!r}") as conn:
+            conn.execute(SYNC_OFF)
+            self._lock(conn)
+            self._discard(conn, 0)
+        return self.catch_up()
+
+    def _lock(self, conn: Any) -> Mark:
+        """The state row, locked (created when missing): catch-ups of one
+        workspace run one chunk at a time."""
+        sql = f"SELECT {STATE} FROM tl_recall_state WHERE workspace = %s FOR UPDATE"
+        got = _mark(conn.execute(sql, (self.workspace,)).fetchone())
+        if got is None:
+            conn.execute(
+                f"INSERT INTO tl_recall_state (workspace, {STATE}) VALUES "
+                "(%s, %s, 0, 0, 0, 0, 0, 0, 0, 1) ON CONFLICT (workspace) DO NOTHING",
+                (self.workspace, VERSION))
+            got = _mark(conn.execute(sql, (self.workspace,)).fetchone())
+        assert got is not None
+        return got
+
+    def _discard(self, conn: Any, epoch: int) -> Mark:
+        for table in TABLES:
+            conn.execute(f"DELETE FROM {table} WHERE workspace = %s", (self.workspace,))
+        mark = Mark(VERSION, epoch, 0, 0, 0, 0, 0, 0, 1)
+        self._save(conn, mark)
+        return mark
+
+    def _save(self, conn: Any, mark: Mark) -> None:
+        conn.execute(
+            "UPDATE tl_recall_state SET version = %s, epoch = %s, seen = %s, upto = %s, "
+            "win = %s, last_hash = %s, docs = %s, total = %s, next_tid = %s "
+            "WHERE workspace = %s", (*mark.__dict__.values(), self.workspace))
+
+    def _chunk(self) -> tuple[Mark | None, bool]:
+        """One transaction of a catch-up: returns the mark and whether rows
+        remain beyond it."""
+        ws = self.workspace
+        with self.db.write(f"bring the recall index of {ws!r} up to date") as conn:
+            conn.execute(SYNC_OFF)
+            mark = self._lock(conn)
+            head = conn.execute("SELECT epoch, next_seq FROM tl_head WHERE workspace = %s",
+                                (ws,)).fetchone()
+            if head is None:  # the workspace is gone: so is its index
+                self._discard(conn, 0)
+                return None, False
+            epoch, next_seq = int(head[0]), int(head[1])
+            if mark.covers(epoch, next_seq):
+                return mark, False  # another reader did it meanwhile
+            if mark.version != VERSION or mark.epoch != epoch:
+                mark = self._discard(conn, epoch)
+            start = mark.upto if mark.upto > 0 else mark.seen
+            lengths = conn.execute(
+                "SELECT h.epoch, h.next_seq, r.seq, octet_length(r.raw) FROM tl_head h "
+                "LEFT JOIN tl_rows r ON r.workspace = h.workspace AND r.seq >= %s AND "
+                "r.seq < h.next_seq WHERE h.workspace = %s ORDER BY r.seq LIMIT %s",
+                (start, ws, CHUNK_ROWS)).fetchall()
+            if not lengths or int(lengths[0][0]) != epoch:
+                raise _Raced()
+            next_seq = int(lengths[0][1])
+            # At least one new row per chunk (the row the index ended at, read
+            # again to check its bytes, is not counted).
+            free = 1 if mark.upto > 0 and lengths[0][2] == mark.upto else 0
+            picked, size = 0, 0
+            for _, _, seq, n in lengths:
+                if seq is None or (picked > free and size + n > CHUNK_BYTES):
+                    break
+                picked += 1
+                size += n if picked > free else 0
+            last = lengths[picked - 1][2] if picked else None
+            rows: list[tuple[int, bytes]] = []
+            if last is not None:
+                got = conn.execute(
+                    "SELECT h.epoch, r.seq, r.raw FROM tl_head h LEFT JOIN tl_rows r ON "
+                    "r.workspace = h.workspace AND r.seq >= %s AND r.seq <= %s "
+                    "WHERE h.workspace = %s ORDER BY r.seq", (start, last, ws),
+                    binary=True).fetchall()
+                if not got or int(got[0][0]) != epoch:
+                    raise _Raced()
+                rows = [(int(seq), bytes(raw)) for _, seq, raw in got if seq is not None]
+            if mark.upto > 0:
+                if not rows or rows[0][0] != mark.upto or row_hash(rows[0][1]) != mark.last_hash:
+                    # The row the index ended at changed or vanished without a
+                    # new epoch (behind the store's back): start again.
+                    return self._discard(conn, epoch), True
+                rows = rows[1:]
+            mark, stopped = self._index(conn, mark, rows)
+            real = sum(1 for r in lengths if r[2] is not None)
+            if stopped is not None:  # the postings bound: go on after that row
+                seen = stopped + 1
+            elif picked == real and real < CHUNK_ROWS:
+                seen = next_seq  # every row before the head's next seq is read
+            else:
+                seen = int(last) + 1
+            mark = Mark(mark.version, epoch, max(seen, mark.seen), mark.upto, mark.win,
+                        mark.last_hash, mark.docs, mark.total, mark.next_tid)
+            self._save(conn, mark)
+            return mark, mark.seen < next_seq
+
+    def _index(self, conn: Any, mark: Mark, rows: list[tuple[int, bytes]]
+               ) -> tuple[Mark, int | None]:
+        """Index ``rows`` (in seq order) into the tables. Returns the new mark
+        and, when it stopped early (CHUNK_POSTINGS postings), the last seq read."""
+        ws = self.workspace
+        decoded = [(seq, raw, fmt.decode_line(raw)) for seq, raw in rows]
+        results = [p.get("id") for _, _, row in decoded for p in _parts(row)
+                   if p.get("type") == "tool_result" and isinstance(p.get("id"), str)]
+        calls: set[str] = set()
+        if results:
+            calls = {c for (c,) in conn.execute(
+                "SELECT call FROM tl_recall_echo WHERE workspace = %s AND call = ANY(%s)",
+                (ws, sorted(set(results)))).fetchall()}
+        upto, win, last_hash = mark.upto, mark.win, mark.last_hash
+        docs, total = mark.docs, mark.total
+        new_calls: list[str] = []
+        doc_rows: list[tuple[int, int, int, bytes]] = []
+        counts: list[tuple[int, dict[str, int], int]] = []  # (seq, tfs, length)
+        postings = 0
+        stopped: int | None = None
+        for seq, raw, row in decoded:
+            upto = seq
+            last_hash = row_hash(raw)
+            if row is None or row.get("seq") != seq:
+                continue  # unreadable rows are never results (check reports them)
+            if row.get("kind") == "reset" or fmt.readable_row_is_reset(raw, row):
+                win = seq
+                continue
+            for c in echo_calls(row):
+                if c not in calls:
+                    calls.add(c)
+                    new_calls.append(c)
+            if hidden(row) or is_echo(row, calls):
+                continue
+            tfs, length = ranking.term_counts(row_text(row))
+            if not length:
+                continue
+            docs += 1
+            total += length
+            counts.append((seq, dict(tfs), length))
+            doc_rows.append((seq, win, length, b""))
+            postings += len(tfs)
+            if postings >= CHUNK_POSTINGS and seq != decoded[-1][0]:
+                stopped = seq
+                break
+        tids = self._tids(conn, mark, counts)
+        next_tid = max([mark.next_tid, *(t + 1 for t in tids.values())])
+        df: dict[str, int] = {}
+        with conn.cursor().copy("COPY tl_recall_post (workspace, tid, imp, seq, tf) "
+                                "FROM STDIN") as copy:
+            for i, (seq, tfs, length) in enumerate(counts):
+                pairs = array("I")
+                for t, n in tfs.items():
+                    tid = tids[t]
+                    df[t] = df.get(t, 0) + 1
+                    copy.write_row((ws, tid, round(ranking.impact(n, length) * 1000), seq, n))
+                    pairs.append(tid)
+                    pairs.append(min(n, 0xFFFFFFFF))
+                if SWAP:
+                    pairs.byteswap()
+                s, w, ln, _ = doc_rows[i]
+                doc_rows[i] = (s, w, ln, pairs.tobytes())
+        with conn.cursor().copy("COPY tl_recall_docs (workspace, seq, win, len, tids) "
+                                "FROM STDIN") as copy:
+            for seq, w, ln, blob in doc_rows:
+                copy.write_row((ws, seq, w, ln, blob))
+        terms = sorted(df)
+        for i in range(0, len(terms), VALUES_ROWS):
+            part = terms[i : i + VALUES_ROWS]
+            conn.execute(
+                "INSERT INTO tl_recall_terms (workspace, term, tid, df) VALUES "
+                + ", ".join(["(%s, %s, %s, %s)"] * len(part))
+                + " ON CONFLICT (workspace, term) DO UPDATE SET df = tl_recall_terms.df + "
+                "EXCLUDED.df", [v for t in part for v in (ws, t, tids[t], df[t])])
+        for i in range(0, len(new_calls), VALUES_ROWS):
+            part = new_calls[i : i + VALUES_ROWS]
+            conn.execute("INSERT INTO tl_recall_echo (workspace, call) VALUES "
+                         + ", ".join(["(%s, %s)"] * len(part))
+                         + " ON CONFLICT DO NOTHING", [v for c in part for v in (ws, c)])
+        return Mark(VERSION, mark.epoch, mark.seen, upto, win, last_hash, docs, total,
+                    next_tid), stopped
+
+    def _tids(self, conn: Any, mark: Mark, counts: list[tuple[int, dict[str, int], int]]
+              ) -> dict[str, int]:
+        """Each term's id: the index's, else a new one."""
+        wanted = sorted({t for _, tfs, _ in counts for t in tfs})
+        known: dict[str, int] = {}
+        if wanted and mark.next_tid > 1:
+            known = {t: int(i) for t, i in conn.execute(
+                "SELECT term, tid FROM tl_recall_terms WHERE workspace = %s AND term = ANY(%s)",
+                (self.workspace, wanted)).fetchall()}
+        nxt = mark.next_tid
+        for t in wanted:
+            if t not in known:
+                known[t] = nxt
+                nxt += 1
+        return known
+
+    # -- answering ---------------------------------------------------------------------
+
+    def lookup(self, conn: Any, query: ranking.Query
+               ) -> tuple[Mark | None, dict[str, tuple[int, int]]]:
+        """The mark and each query term's (id, document frequency), in one
+        statement."""
+        got = conn.execute(
+            f"SELECT {', '.join('s.' + c for c in STATE.split(', '))}, t.term, t.tid, t.df "
+            "FROM tl_recall_state s LEFT JOIN tl_recall_terms t ON t.workspace = s.workspace "
+            "AND t.term = ANY(%s) WHERE s.workspace = %s",
+            (list(query.terms), self.workspace)).fetchall()
+        if not got:
+            return None, {}
+        terms = {t: (int(tid), int(n)) for *_, t, tid, n in got if t is not None and n > 0}
+        return _mark(got[0][:9]), terms
+
+    def candidates(
+        self, conn: Any, mark: Mark, query: ranking.Query, after: int, high: int,
+        window: int | None, found_terms: dict[str, tuple[int, int]],
+    ) -> list[tuple[int, int, float, tuple[int, int]]]:
+        """The ranked candidates (seq, window, score, (0, 0)), best first, read
+        in ``conn``'s snapshot (``found_terms`` from ``lookup`` there): for each
+        query term (the rarest MAX_TERMS) its best postings, SCAN_ROWS in all,
+        with seq in (after, high], their doc entries, then ``ranking.rank`` (as
+        ``files.recall.candidates``)."""
+        ws = self.workspace
+        dfs = {t: found_terms[t][1] for t in query.terms if t in found_terms}
+        if not dfs:
+            return []
+        kept = sorted(dfs, key=lambda t: dfs[t])[: ranking.MAX_TERMS]
+        per_term = max(SCAN_ROWS // len(kept), 1)
+        if window is not None:  # a window is the seq range up to the next boundary
+            after = max(after, window)
+            nxt = conn.execute(
+                "SELECT min(seq) FROM tl_rows WHERE workspace = %s AND boundary IS NOT NULL "
+                "AND seq > %s", (ws, window)).fetchone()
+            if nxt and nxt[0] is not None:
+                high = min(high, int(nxt[0]) - 1)
+        one = ("(SELECT tid, seq, tf FROM tl_recall_post WHERE workspace = %s AND tid = %s "
+               "AND seq > %s AND seq <= %s ORDER BY imp DESC, seq DESC LIMIT %s)")
+        params: list[Any] = []
+        for t in kept:
+            params += [ws, found_terms[t][0], after, high, per_term]
+        term_of = {found_terms[t][0]: t for t in kept}
+        found: dict[int, dict[str, int]] = {}
+        for tid, seq, tf in conn.execute(" UNION ALL ".join([one] * len(kept)),
+                                         params).fetchall():
+            found.setdefault(int(seq), {})[term_of[tid]] = int(tf)
+        if not found:
+            return []
+        docs: list[ranking.Doc] = []
+        for seq, win, length, blob in conn.execute(
+                "SELECT seq, win, len, tids FROM tl_recall_docs WHERE workspace = %s AND "
+                "seq = ANY(%s)", (ws, sorted(found)), binary=True).fetchall():
+            tfs = found[seq]
+            if len(tfs) < len(kept):
+                pairs = array("I")
+                pairs.frombytes(bytes(blob))
+                if SWAP:
+                    pairs.byteswap()
+                for i in range(0, len(pairs), 2):
+                    t = term_of.get(pairs[i])
+                    if t is not None:
+                        tfs[t] = pairs[i + 1]
+            docs.append(ranking.Doc(int(seq), int(win), int(length), tfs))
+        corpus = ranking.Corpus(mark.docs, mark.total, dfs)
+        win_of = {d.seq: d.window for d in docs}
+        q = ranking.Query(tuple(kept), query.phrases)
+        return [(s, win_of[s], score, (0, 0)) for s, score in ranking.rank(docs, q, corpus)]
+
+
+def _parts(row: dict[str, Any] | None) -> list[dict[str, Any]]:
+    parts = row.get("parts") if row is not None else None
+    return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
+def _is_race(exc: BaseException) -> bool:
+    """A failure another catch-up of the same workspace caused (a duplicate
+    key when two built the same rows before the state row existed, a
+    serialization failure, a deadlock): retried."""
+    cause = exc.__cause__
+    state = getattr(cause, "sqlstate", None)
+    return state in ("23505", "40001", "40P01")
