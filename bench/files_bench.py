@@ -25,7 +25,8 @@ from bench.series import Config, Results, run_all
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.files_bench", description=__doc__.split("\n\n")[1])
+    p = argparse.ArgumentParser(prog="python -m bench.files_bench",
+                                description=__doc__.split("\n\n")[1])
     p.add_argument("--quick", action="store_true", help="up to 256 MiB, fewer samples")
     p.add_argument("--json", metavar="FILE", help="write the whole result document here")
     p.add_argument("--markdown", metavar="FILE", help="write the results table here")

@@ -3,7 +3,7 @@
 Every call that touches a file (lock, read, fsync, rename) runs in a worker thread
 (the loop's default executor, or the one given); the event loop only awaits. The
 guarantees are the store's own, unchanged: each call is one call of the
-synchronous API on a fresh :class:`~ledger.history.History` handle, and the
+synchronous API on a fresh :class:`~ledger.transcript.history.History` handle, and the
 workspace lock (``flock`` on its own file description per acquisition) excludes
 threads exactly as it excludes processes.
 
@@ -41,7 +41,7 @@ T = TypeVar("T")
 
 
 class AsyncStore:
-    """The async counterpart of :class:`~ledger.store.Store`.
+    """The async counterpart of :class:`~ledger.transcript.store.Store`.
 
     Give a root and the ``Store`` options, or an existing ``store=``. ``executor``
     runs the blocking calls (default: the event loop's default executor).
@@ -99,7 +99,7 @@ class AsyncStore:
 
 
 class AsyncHistory:
-    """The async counterpart of :class:`~ledger.history.History` (same meanings,
+    """The async counterpart of :class:`~ledger.transcript.history.History` (same meanings,
     same errors; properties become coroutines: ``await h.epoch()``)."""
 
     def __init__(self, store: AsyncStore, workspace: str) -> None:

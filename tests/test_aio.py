@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from ledger.aio import AsyncStore
-from ledger.errors import InvalidRow, InvalidWorkspace, WindowChanged
-from ledger.history import History
+from ledger.core.errors import InvalidRow, InvalidWorkspace, WindowChanged
+from ledger.transcript.history import History
 
 
 def msg(text: str, role: str = "user") -> dict[str, Any]:

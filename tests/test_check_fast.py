@@ -13,10 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_recovery_support import build, seg_files
 
-from ledger import format as fmt
-from ledger import segments as segs
-from ledger.store import Store
-from recovery import check as chk
+from ledger.core import format as fmt
+from ledger.recovery import check as chk
+from ledger.storage.files import segments as segs
+from ledger.transcript.store import Store
 
 
 def _row(seq: int, kind: str = "message", **extra: Any) -> dict[str, Any]:

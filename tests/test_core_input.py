@@ -10,7 +10,7 @@ import pytest
 from core_helpers import file_bytes, msg, tree
 
 from ledger import InvalidRow, LedgerError, Store
-from ledger.errors import RowTooLarge
+from ledger.core.errors import RowTooLarge
 
 BAD_ROWS: dict[str, Any] = {
     "not-an-object": ["hello"],

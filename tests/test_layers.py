@@ -29,7 +29,7 @@ def lint(root: Path) -> subprocess.CompletedProcess[str]:
 
 
 def copy_tree(dest: Path) -> Path:
-    for name in ("ledger", "recovery"):
+    for name in ("ledger",):
         shutil.copytree(REPO / name, dest / name,
                         ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", dest / "pyproject.toml")

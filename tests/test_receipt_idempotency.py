@@ -10,7 +10,7 @@ import pytest
 from core_helpers import AT_OR_AFTER_RENAME, Faults, check_log, dicts, msg, tree
 
 from ledger import CommitUncertain, Store, WindowChanged
-from ledger.errors import Conflict
+from ledger.core.errors import Conflict
 
 
 def _h(root: Path, **kw):

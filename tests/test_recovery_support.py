@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger import format as fmt
-from ledger import segments as segs
-from ledger.history import History
-from ledger.index import scan_segment
-from ledger.retention import read_manifest
-from ledger.store import Store
+from ledger.core import format as fmt
+from ledger.storage.files import segments as segs
+from ledger.storage.files.index import scan_segment
+from ledger.storage.files.retention import read_manifest
+from ledger.transcript.history import History
+from ledger.transcript.store import Store
 
 
 def msg(text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
@@ -145,7 +145,7 @@ def whole_occurrences(data: bytes, batches: list[tuple[bytes, ...]]) -> list[tup
 
 def newest_floor_lines(wsdir: Path, files: dict[str, bytes] | None = None) -> list[bytes]:
     """The raw lines at or before the newest privacy floor, as the store's own
-    index (ledger.index.scan_segment) sees the files."""
+    index (ledger.storage.files.index.scan_segment) sees the files."""
     floor = None
     numbers = segs.list_segments(str(wsdir))
     for n in numbers:

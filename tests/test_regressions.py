@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from ledger import CommitFailed, Conflict, Store, WindowChanged
-from ledger import format as fmt
-from ledger import segments as segs
-from ledger.errors import LedgerError
+from ledger.core import format as fmt
+from ledger.core.errors import LedgerError
+from ledger.storage.files import segments as segs
 
 
 def text(t: str) -> dict:

@@ -26,9 +26,9 @@ import pytest
 from core_helpers import msg
 
 from ledger import History, Store
-from ledger import format as fmt
-from ledger import segments as segs
-from ledger.rows import prepare_batch
+from ledger.core import format as fmt
+from ledger.core.rows import prepare_batch
+from ledger.storage.files import segments as segs
 
 RESULT_BYTES = 16 * 1024
 MIB = 1 << 20

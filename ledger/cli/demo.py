@@ -70,7 +70,7 @@ def run_demo(directory: str | None, out: TextIO) -> int:
 
     say("3. starting a second writer process appending 3-row batches ...\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger.demo", "--writer", root, "demo"],
+        [sys.executable, "-m", "ledger.cli.demo", "--writer", root, "demo"],
         stdout=subprocess.PIPE,
         text=True,
     )

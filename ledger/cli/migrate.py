@@ -26,8 +26,8 @@ from ledger.cli.registry import arg, command
 )
 def cmd_migrate(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.core.ids import validate_workspace
+    from ledger.recovery.migrate import migrate
     from ledger.transcript.store import Store
-    from recovery.migrate import migrate
 
     names = [validate_workspace(w) for w in args.workspace] if args.workspace else None
     out = migrate(Store(args.src), Store(args.dst), names)

@@ -25,7 +25,7 @@ A workspace ``<root>/<ws>/`` holds:
     one per segment merge (``{"m":[...]}``, see ``MergeRecord``), which lets
     cursors issued before a merge be carried over to the merged positions.
 ``MERGE``
-    Present only while sealed segments are being merged (``ledger.merge``):
+    Present only while sealed segments are being merged (``ledger.storage.files.merge``):
     ``{"into": a, "from": [a, ..., b], "size": n}``. Once segment ``a`` has
     size ``n`` the other listed segments are copies, ignored by readers and
     removed by the next writer.
@@ -578,7 +578,7 @@ class MergeRecord(msgspec.Struct, array_like=True):
     """One segment merge, as the INDEX line ``{"m":[epoch, layout, into,
     [[source, base], ...]]}``: under ``epoch``, the merge that made receipt
     layout ``layout`` moved the rows of each ``source`` segment to segment
-    ``into`` at byte ``base`` + their old offset (``ledger.merge``)."""
+    ``into`` at byte ``base`` + their old offset (``ledger.storage.files.merge``)."""
 
     epoch: int
     layout: int

@@ -2,7 +2,7 @@
 
 What is verified, line by line and streaming (memory is bounded by the
 longest line and the largest batch, never by the history): framing and every
-row's checksum (``ledger.format.body_of``), that the body decodes as a row
+row's checksum (``ledger.core.format.body_of``), that the body decodes as a row
 (into :class:`CheckRow`; unknown fields are skipped, not built), UTF-8,
 batch completeness (the ``n`` rows of a batch adjacent, ``i`` = 0..n-1, in
 one segment), exact duplicates of lines and batches, sequences, reset
@@ -38,18 +38,9 @@ import msgspec
 from ledger.core import format as fmt
 from ledger.core.errors import FormatError, LedgerError, Unavailable, WorkspaceNotFound
 from ledger.core.windows import Boundary
-from ledger.storage.files import recall, rewrite
-from ledger.storage.files import segments as segs
-from ledger.storage.files.index import BoundaryIndex
-from ledger.storage.files.lock import locked
-from ledger.storage.files.reader import FileReader
-from ledger.storage.files.receipt import read_receipt, receipt_status
-from ledger.storage.files.state import covers, recorded_floor, unwrap
-from ledger.storage.files.workspace import FileWorkspace
-from ledger.transcript.history import History
-from recovery.database import check as check_database
-from recovery.database import is_database
-from recovery.scan import (  # noqa: F401
+from ledger.recovery.database import check as check_database
+from ledger.recovery.database import is_database
+from ledger.recovery.scan import (  # noqa: F401
     _CODE_TEXT,
     _END,
     _HEAD,
@@ -76,6 +67,15 @@ from recovery.scan import (  # noqa: F401
     may_hide_reset,
     scan_paths,
 )
+from ledger.storage.files import recall, rewrite
+from ledger.storage.files import segments as segs
+from ledger.storage.files.index import BoundaryIndex
+from ledger.storage.files.lock import locked
+from ledger.storage.files.reader import FileReader
+from ledger.storage.files.receipt import read_receipt, receipt_status
+from ledger.storage.files.state import covers, recorded_floor, unwrap
+from ledger.storage.files.workspace import FileWorkspace
+from ledger.transcript.history import History
 
 
 @dataclass
@@ -327,7 +327,7 @@ def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
                                 f"window of boundary {boundary}, its call (seq {earlier[cid]}) "
                                 "in an earlier window; the model gets the result as user text",
                                 "none needed (nothing is lost); runtimes carry the call into "
-                                "the new window instead (ledger.rollover.carried_rows)",
+                                "the new window instead (ledger.rollover.engine.carried_rows)",
                                 fmt.segment_name(number), line.offset, None, row.seq)
         finally:
             os.close(fd)

@@ -36,8 +36,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ledger.adapters.common import media_from_url, parse_arguments
-from recovery.events import Event, source_row
-from recovery.salvage import Record
+from ledger.recovery.events import Event, source_row
+from ledger.recovery.salvage import Record
 
 FORMAT = "codex"
 _ITEM_TYPES = frozenset({

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from recovery.scan import DAMAGE, NOTICE, Finding
+from ledger.recovery.scan import DAMAGE, NOTICE, Finding
 
 ACTIONS = {
     "bad-row": "tledger repair {ws} (its batch goes to tl_quarantine)",
@@ -31,8 +31,8 @@ def findings(ws: str, problems: list[Any]) -> list[Finding]:
 
 def check(history: Any) -> Any:
     from ledger.core.errors import WorkspaceNotFound
+    from ledger.recovery.check import Report
     from ledger.storage.postgres.verify import verify
-    from recovery.check import Report
 
     if not history.exists():
         raise WorkspaceNotFound(f"workspace {history.workspace!r} has no history in "

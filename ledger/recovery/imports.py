@@ -2,14 +2,14 @@
 
 Three steps, the first two pure:
 
-1. :func:`recovery.salvage.salvage_jsonl` reads the bytes: readable records out,
+1. :func:`ledger.recovery.salvage.salvage_jsonl` reads the bytes: readable records out,
    unreadable bytes to quarantine entries.
-2. A format module (:mod:`recovery.claude_code`, :mod:`recovery.codex`) turns the
+2. A format module (:mod:`ledger.recovery.claude_code`, :mod:`ledger.recovery.codex`) turns the
    records into :class:`Event`\\ s -- conversation rows, compactions, and
    *bookkeeping* records that are not conversation -- and :func:`plan` turns those
    into steps: append batches and compactions, each with a deterministic batch id.
 3. :func:`import_file` writes the steps and puts the quarantined bytes into the
-   workspace's quarantine (``ledger.retention``), skipping every record an earlier
+   workspace's quarantine (``ledger.storage.files.retention``), skipping every record an earlier
    import of the same bytes already wrote.
 
 Salvage is per record. A readable record the store would refuse (an integer
@@ -41,9 +41,9 @@ import xxhash
 
 from ledger.core.errors import InvalidRow, RecoveryError
 from ledger.core.rows import prepare_bodies
-from recovery import claude_code, codex
-from recovery.events import Event, parse_ts, source_row
-from recovery.salvage import Quarantined, Record, Salvage, salvage_jsonl
+from ledger.recovery import claude_code, codex
+from ledger.recovery.events import Event, parse_ts, source_row
+from ledger.recovery.salvage import Quarantined, Record, Salvage, salvage_jsonl
 
 __all__ = ["Event", "parse_ts", "source_row"]  # re-exported: their old home
 
@@ -281,7 +281,7 @@ def plan_file(
 
 def write_quarantine(history: Any, source: str, entries: Iterable[Quarantined]) -> list[str]:
     """Put quarantined import bytes aside in the workspace's quarantine
-    (:class:`ledger.retention.Quarantine`, under the workspace lock; a database
+    (:class:`ledger.storage.files.retention.Quarantine`, under the workspace lock; a database
     engine's own table); returns the entry names. Idempotent: the same bytes
     from the same source and offset are stored once. The workspace must exist
     (its first commit creates it)."""

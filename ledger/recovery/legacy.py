@@ -6,7 +6,7 @@ The directory holds ``chat-archive.jsonl`` (older rows) and ``chat.jsonl``
 workspaceId?}``), and after a crashed truncation maybe
 ``chat-archive.jsonl.truncate.json`` (the marker) and ``chat-archive.jsonl.truncate``
 (the pre-truncation archive). The source directory is only read: the crashed
-truncation is settled *virtually* by ``ledger.rewrite.decide`` -- the routine
+truncation is settled *virtually* by ``ledger.storage.files.rewrite.decide`` -- the routine
 that settles the ledger's own markers -- and the import reads the files the
 settled directory would hold (the tombstone in place of the archive when the
 truncation rolls back).

@@ -1,8 +1,8 @@
 """The quarantine, as recovery and the importers use it.
 
-The writer itself lives in ``ledger.retention`` (truncation, a ledger
+The writer itself lives in ``ledger.storage.files.retention`` (truncation, a ledger
 rewrite, also puts bytes aside, and ``ledger`` never imports ``recovery``);
-this module is the stable entry point for ``recovery/`` code:
+this module is the stable entry point for ``ledger/recovery/`` code:
 
 - :func:`quarantine_bytes` puts bytes aside and returns the entry name:
   ``quarantine/<entry>.bin`` plus one line in ``quarantine/MANIFEST.jsonl``

@@ -2,9 +2,9 @@
 
 Under the exclusive workspace lock:
 
-1. settle an interrupted rewrite (``ledger.rewrite.recover_interrupted``:
+1. settle an interrupted rewrite (``ledger.storage.files.rewrite.recover_interrupted``:
    commit or roll back);
-2. scan every segment with ``recovery.check``'s streaming scanner;
+2. scan every segment with ``ledger.recovery.check``'s streaming scanner;
 3. choose what leaves the log by **policy** (after RocksDB's WAL recovery
    modes):
 
@@ -31,7 +31,7 @@ Under the exclusive workspace lock:
    free seq after the last verified row before it, or that row's seq (a
    reused sequence, a notice) when there is no free one;
 6. rewrite the damaged segments by temp + rename as one transaction with a
-   marker (``ledger.rewrite.commit_rewrite``): pending receipt first, a new
+   marker (``ledger.storage.files.rewrite.commit_rewrite``): pending receipt first, a new
    epoch at the end; stray temp files are moved into the quarantine; a
    pending, stale or wrong receipt is re-baselined.
 
@@ -49,6 +49,9 @@ from typing import Any
 from ledger.core import format as fmt
 from ledger.core.errors import FormatError, LedgerError, RecoveryError, WorkspaceNotFound
 from ledger.core.rows import new_id, prepare_batch
+from ledger.recovery import check as chk
+from ledger.recovery.database import is_database
+from ledger.recovery.database import repair as repair_database
 from ledger.storage.files import recall, rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
@@ -57,9 +60,6 @@ from ledger.storage.files.retention import Quarantine
 from ledger.storage.files.state import unwrap
 from ledger.storage.files.workspace import FileWorkspace
 from ledger.transcript.history import History
-from recovery import check as chk
-from recovery.database import is_database
-from recovery.database import repair as repair_database
 
 POLICIES = ("salvage", "tail", "prefix", "strict")
 

@@ -158,7 +158,7 @@ def may_hide_reset(data: bytes) -> bool:
     return data.count(b'"kind"') > 1 or b"\\u006" in data
 
 
-# The framing of a stored line (ledger.format): body + head + 16 hex + ``"}``.
+# The framing of a stored line (ledger.core.format): body + head + 16 hex + ``"}``.
 _HEAD = fmt.SUFFIX_HEAD
 _NOT_HEAD = -fmt.LINE_SUFFIX
 _END = b'"}'

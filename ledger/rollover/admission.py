@@ -40,6 +40,22 @@ from typing import Any, Literal, NoReturn
 
 from ledger.core.errors import LedgerError
 
+__all__ = [
+    "AdmissionRefused",
+    "AdmissionSnapshot",
+    "ContextHook",
+    "HookContractError",
+    "Kind",
+    "Loader",
+    "MiddlewareRegistry",
+    "NotSerializable",
+    "Registration",
+    "RequestHook",
+    "SnapshotRevoked",
+    "apply_live",
+    "capture",
+]
+
 Kind = Literal["context_only", "unrestricted"]
 ContextHook = Callable[[str, Any], str]
 RequestHook = Callable[[dict[str, Any], Any], "Mapping[str, Any] | None"]

@@ -1,10 +1,10 @@
 """One conversation under a token budget: the runtime object an agent loop drives.
 
 :class:`Conversation` composes the engine beneath it and repeats none of its
-rules: ``ledger.rollover`` decides (``send_inputs`` + ``step``) and runs the
-transaction (``run_rollover``), ``ledger.admission`` filters ordinary requests
-(``apply_live``) and admits rollovers, ``ledger.policy`` picks the advertised
-tools, the hard guard counts (``ledger.budget.guards.request_counter``) and
+rules: ``ledger.rollover.engine`` decides (``send_inputs`` + ``step``) and runs the
+transaction (``run_rollover``), ``ledger.rollover.admission`` filters ordinary requests
+(``apply_live``) and admits rollovers, ``ledger.rollover.policy`` picks the advertised
+tools, the hard guard counts (``ledger.rollover.guards.request_counter``) and
 ``check_step`` is the last check of every request. The loop gives it rows and
 gets back the next provider request, or a :class:`SendRefused` (a
 ``LedgerError``) saying why there is none::
@@ -23,7 +23,7 @@ message, the results of a tool step, or the assistant row holding the calls
 together with their results. When a rollover is due and the trigger answers
 calls already stored in the window (``record``-ed model output, parallel
 calls answered one at a time, an approval granted later), the rollover batch
-carries those calls into the new window (``ledger.rollover.carried_rows``):
+carries those calls into the new window (``ledger.rollover.engine.carried_rows``):
 ``[reset, lead-in, *carried, *trigger]``. So a rollover commits only at a
 settled step and the model's next request holds each call with its result.
 While a call is open (no result stored or sent), no rollover happens (rule P2):
@@ -44,12 +44,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ledger.budget.admission import AdmissionRefused, MiddlewareRegistry, apply_live
-from ledger.budget.guards import request_counter
-from ledger.budget.models import ModelRegistry, resolve
-from ledger.budget.policy import HISTORY_TOOL, ToolPolicy, advertised_schemas, preset_policy
-from ledger.budget.request import Request, tool_schema
-from ledger.budget.rollover import (
+from ledger.core.errors import InvalidRow, LedgerError
+from ledger.core.rows import check_caller_row
+from ledger.core.windows import provider_rows
+from ledger.rollover.admission import AdmissionRefused, MiddlewareRegistry, apply_live
+from ledger.rollover.engine import (
     Action,
     BudgetConfig,
     BudgetConfigError,
@@ -67,10 +66,11 @@ from ledger.budget.rollover import (
     step,
     warning_row,
 )
-from ledger.budget.rollover_rules import Count, _count, lead_in_for, lead_in_message
-from ledger.core.errors import InvalidRow, LedgerError
-from ledger.core.rows import check_caller_row
-from ledger.core.windows import provider_rows
+from ledger.rollover.guards import request_counter
+from ledger.rollover.policy import HISTORY_TOOL, ToolPolicy, advertised_schemas, preset_policy
+from ledger.rollover.request import Request, tool_schema
+from ledger.rollover.rules import Count, _count, lead_in_for, lead_in_message
+from ledger.tokens.models import ModelRegistry, resolve
 
 if TYPE_CHECKING:
     from ledger.transcript.history import AppendResult, History
@@ -159,13 +159,13 @@ class Conversation:
     ``context_limit`` is the caller's budget, at most the model's window minus
     its output reserve (the model registry's numbers, also the default); the
     thresholds are fractions of it as in
-    :class:`~ledger.rollover.BudgetConfig` (warn 70%, roll over 85%, hard
+    :class:`~ledger.rollover.engine.BudgetConfig` (warn 70%, roll over 85%, hard
     ceiling 95% unless given). ``tools`` maps names to neutral schemas
     (:func:`tool_schema`); ``session_history`` is added when absent, since a
     rollover needs it. ``policy`` (default: every tool granted) decides what
     is advertised and whether rollover may seal a window. ``registry``,
     ``memory``, ``hooks`` and ``precedence`` are the engine's runtime parts
-    (``ledger.rollover``), all optional.
+    (``ledger.rollover.engine``), all optional.
 
     Not thread-safe: one loop drives one object. Its in-memory state (the
     warning flag, a pending rollover) follows the persisted window on every

@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Protocol
 
-from ledger.budget.notes import NOTES_MAX_BYTES, NOTES_PATH
-from ledger.budget.policy import HISTORY_TOOL
-from ledger.budget.rollover_rules import (
+from ledger.rollover.notes import NOTES_MAX_BYTES, NOTES_PATH
+from ledger.rollover.policy import HISTORY_TOOL
+from ledger.rollover.rules import (
     LEAD_IN_TEXT,
     WARNING_META_KEY,
     BudgetConfig,
@@ -28,6 +28,26 @@ from ledger.budget.rollover_rules import (
     lead_in_for,
     lead_in_message,
 )
+
+__all__ = [
+    "Action",
+    "Decision",
+    "FileSnapshot",
+    "FileTracker",
+    "NotesOffer",
+    "OverflowAction",
+    "OverflowVerdict",
+    "PinnedModel",
+    "RolloverState",
+    "SendInputs",
+    "ViewHistory",
+    "check_step",
+    "decide",
+    "on_context_overflow",
+    "send_inputs",
+    "step",
+    "warning_row",
+]
 
 # --- decisions ------------------------------------------------------------------
 

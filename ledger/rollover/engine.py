@@ -11,20 +11,20 @@ runtime part               input here
 =========================  ===================================================
 token counts               ``count(request) -> (tokens, exact)``
 request builder            ``build(RequestParts) -> ProviderRequest``
-middleware registrations   :class:`ledger.admission.MiddlewareRegistry`
-tool-access policy         :class:`ledger.policy.ToolPolicy` (or a callable)
+middleware registrations   :class:`ledger.rollover.admission.MiddlewareRegistry`
+tool-access policy         :class:`ledger.rollover.policy.ToolPolicy` (or a callable)
 compaction modes           ``precedence`` (a mode name, or a callable)
 memory context             ``memory() -> MemoryContext``
 cancellation               ``abort()`` (preparation only), ``cancelled()``
 context-scoped cleanup     ``RolloverHooks.cleanup`` (named callbacks)
 post-commit callbacks      promote memory, clear branch summaries, notify
 file tracker               :class:`FileTracker` + :class:`FileSnapshot`
-storage                    :class:`RolloverHistory` (``ledger.history.History``)
+storage                    :class:`RolloverHistory` (``ledger.transcript.history.History``)
 =========================  ===================================================
 
 Only :func:`commit_rollover` (and :func:`run_rollover`, which wraps prepare,
 admit and commit) has effects, and only through those inputs. The runtime
-object :class:`ledger.budget.conversation.Conversation` composes these pieces
+object :class:`ledger.rollover.conversation.Conversation` composes these pieces
 for an agent loop (one call per send).
 
 Flow of one send
@@ -211,9 +211,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.budget.admission import AdmissionRefused, AdmissionSnapshot
-from ledger.budget.policy import HISTORY_TOOL
-from ledger.budget.rollover_decide import (  # noqa: F401
+from ledger.rollover.admission import AdmissionRefused, AdmissionSnapshot
+from ledger.rollover.decide import (
     Action,
     Decision,
     FileSnapshot,
@@ -232,7 +231,8 @@ from ledger.budget.rollover_decide import (  # noqa: F401
     step,
     warning_row,
 )
-from ledger.budget.rollover_prepare import (  # noqa: F401
+from ledger.rollover.policy import HISTORY_TOOL
+from ledger.rollover.prepare import (
     MemoryContext,
     PreparedRollover,
     RolloverHistory,
@@ -241,7 +241,7 @@ from ledger.budget.rollover_prepare import (  # noqa: F401
     _check_pairs,
     prepare_rollover,
 )
-from ledger.budget.rollover_rules import (  # noqa: F401
+from ledger.rollover.rules import (  # noqa: F401
     LEAD_IN_TEXT,
     PRECEDENCE_MODES,
     WARNING_META_KEY,
@@ -275,6 +275,64 @@ from ledger.budget.rollover_rules import (  # noqa: F401
     orphan_tool_results,
 )
 
+__all__ = [
+    "LEAD_IN_TEXT",
+    "PRECEDENCE_MODES",
+    "RULE_IDS",
+    "WARNING_META_KEY",
+    "Action",
+    "BudgetConfig",
+    "BudgetConfigError",
+    "CleanupFailed",
+    "Count",
+    "Counter",
+    "Decision",
+    "DeliveryFailed",
+    "FileSnapshot",
+    "FileTracker",
+    "MemoryContext",
+    "NotesOffer",
+    "OverflowAction",
+    "OverflowVerdict",
+    "PinnedModel",
+    "PostCommitError",
+    "PreparedRollover",
+    "PreparedStateError",
+    "ProviderRequest",
+    "RequestBuilder",
+    "RequestParts",
+    "RolloverCancelled",
+    "RolloverError",
+    "RolloverHistory",
+    "RolloverHooks",
+    "RolloverOutcome",
+    "RolloverParts",
+    "RolloverState",
+    "SendInputs",
+    "StepBudgetExceeded",
+    "ViewHistory",
+    "admit_rollover",
+    "assemble",
+    "budget_warned",
+    "carried_rows",
+    "check_step",
+    "commit_rollover",
+    "decide",
+    "has_sealable_context",
+    "is_internal",
+    "is_settled",
+    "lead_in_for",
+    "lead_in_message",
+    "on_context_overflow",
+    "open_tool_calls",
+    "orphan_tool_results",
+    "prepare_rollover",
+    "run_rollover",
+    "send_inputs",
+    "step",
+    "warning_row",
+]
+
 RULE_IDS: tuple[str, ...] = (
     "B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9",
     "S1", "S2", "S3", "S4", "S5",
@@ -297,7 +355,7 @@ def admit_rollover(
     """Decide whether the prepared rollover may proceed (rules T2, T6).
 
     On refusal the prepared resources are released and
-    :class:`~ledger.admission.AdmissionRefused` is raised; nothing is sealed.
+    :class:`~ledger.rollover.admission.AdmissionRefused` is raised; nothing is sealed.
     ``cleared`` records whether cleanup had already run (it is not undone).
     """
 

@@ -1,9 +1,9 @@
 """Hard preflight guards: does a request fit the model's context window?
 
-A guard counts with the model's resolved encoding (:class:`ledger.tokens.TokenCounter`
+A guard counts with the model's resolved encoding (:class:`ledger.tokens.counting.TokenCounter`
 in ``"encoding"`` mode; there is no mode argument, so a guard can never use the
 approximation) and returns a :class:`Verdict`. An encoding that cannot be
-loaded raises :class:`~ledger.errors.TokenizerError`: there is no fallback.
+loaded raises :class:`~ledger.core.errors.TokenizerError`: there is no fallback.
 
 An assembled request counts ``REQUEST_FRAMING``, the system text and memory
 text (each framed like a row), the *advertised* tool schemas (with tool search,
@@ -13,7 +13,7 @@ only those; the caller keeps the full tool map for execution) and the rows.
 (negative: over by that much).
 
 Three guards, each with a checking form (returns the verdict) and a raising
-form (raises :class:`RequestTooLarge`, a :class:`~ledger.errors.BudgetExceeded`
+form (raises :class:`RequestTooLarge`, a :class:`~ledger.core.errors.BudgetExceeded`
 carrying the verdict):
 
 - :func:`fits_fresh_window` / :func:`require_fresh_window`: the payload rows
@@ -35,8 +35,8 @@ from typing import Any
 
 import msgspec
 
-from ledger.budget.models import ModelConfigError, ModelRegistry, ModelSpec
-from ledger.budget.tokens import (
+from ledger.core.errors import BudgetExceeded
+from ledger.tokens.counting import (
     CANONICAL,
     DEFAULT_CACHE,
     MESSAGE_FRAMING,
@@ -47,7 +47,7 @@ from ledger.budget.tokens import (
     RowTokenCache,
     TokenCounter,
 )
-from ledger.core.errors import BudgetExceeded
+from ledger.tokens.models import ModelConfigError, ModelRegistry, ModelSpec
 
 __all__ = [
     "RequestTooLarge",
@@ -138,7 +138,7 @@ def _verdict(
         limit = context_limit
     if shape is None:
         # Rows are counted as the family's API receives them (the adapters).
-        from ledger.budget.shapes import shape_for
+        from ledger.tokens.shapes import shape_for
 
         shape = shape_for(family=spec.family)
     parts = {
@@ -365,7 +365,7 @@ def request_counter(
     registry: ModelRegistry | None = None,
     cache: RowTokenCache | None = DEFAULT_CACHE,
 ) -> Callable[[Any], tuple[int, bool]]:
-    """A ``count(request) -> (tokens, exact)`` for ``ledger.rollover``: reads
+    """A ``count(request) -> (tokens, exact)`` for ``ledger.rollover.engine``: reads
     ``model``, ``system``, ``memory``, ``tools`` (the advertised schemas) and
     ``messages`` (canonical rows or objects with ``to_dict()``) from the request
     and counts them like :func:`check_request`."""

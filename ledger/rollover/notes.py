@@ -23,6 +23,22 @@ from dataclasses import dataclass
 
 from ledger.core.errors import LedgerError
 
+__all__ = [
+    "NOTES_MAX_BYTES",
+    "NOTES_MAX_TOKENS",
+    "NOTES_PATH",
+    "ORDINARY_MAX_ENTRIES",
+    "TRUNCATION_MARK",
+    "MemoryEntry",
+    "NotesError",
+    "TextCounter",
+    "check_notes_write",
+    "is_notes_path",
+    "notes_excerpt",
+    "render_notes",
+    "select_with_notes",
+]
+
 NOTES_PATH = "workspace/context-notes.md"
 NOTES_MAX_BYTES = 8 * 1024
 NOTES_MAX_TOKENS = 2_000

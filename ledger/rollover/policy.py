@@ -26,6 +26,18 @@ from typing import Any
 
 from ledger.core.errors import LedgerError
 
+__all__ = [
+    "HISTORY_TOOL",
+    "PRESETS",
+    "PolicyError",
+    "Preset",
+    "ToolPolicy",
+    "ToolRule",
+    "advertised_schemas",
+    "preset_policy",
+    "preset_rules",
+]
+
 HISTORY_TOOL = "session_history"
 
 

@@ -8,10 +8,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from ledger.budget.admission import AdmissionRefused, AdmissionSnapshot, MiddlewareRegistry, capture
-from ledger.budget.policy import ToolPolicy, advertised_schemas
-from ledger.budget.rollover_decide import FileSnapshot, FileTracker, ViewHistory
-from ledger.budget.rollover_rules import (
+from ledger.rollover.admission import (
+    AdmissionRefused,
+    AdmissionSnapshot,
+    MiddlewareRegistry,
+    capture,
+)
+from ledger.rollover.decide import FileSnapshot, FileTracker, ViewHistory
+from ledger.rollover.policy import ToolPolicy, advertised_schemas
+from ledger.rollover.rules import (
     LEAD_IN_TEXT,
     BudgetConfig,
     Count,
@@ -33,6 +38,15 @@ from ledger.budget.rollover_rules import (
     orphan_tool_results,
 )
 
+__all__ = [
+    "MemoryContext",
+    "PreparedRollover",
+    "RolloverHistory",
+    "RolloverHooks",
+    "RolloverParts",
+    "prepare_rollover",
+]
+
 # --- the prepared request -------------------------------------------------------------
 
 
@@ -45,7 +59,7 @@ class MemoryContext:
 
 
 class RolloverHistory(ViewHistory, Protocol):
-    """What the transaction needs from ``ledger.history.History``. The new
+    """What the transaction needs from ``ledger.transcript.history.History``. The new
     window's id is ``next_seq`` at preparation (the reset row's seq), so the
     prepared lead-in names it and the commit passes ``expect_next_seq``."""
 

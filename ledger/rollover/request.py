@@ -1,4 +1,4 @@
-"""The provider request a :class:`~ledger.budget.conversation.Conversation`
+"""The provider request a :class:`~ledger.rollover.conversation.Conversation`
 returns: canonical rows plus each API's request body (``ledger.adapters``),
 and the neutral tool schema it advertises."""
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.adapters import to_request
-from ledger.budget.rollover import Decision, ProviderRequest
+from ledger.rollover.engine import Decision, ProviderRequest
 
 __all__ = ["Request", "tool_schema"]
 

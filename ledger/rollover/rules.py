@@ -14,6 +14,36 @@ from ledger.core.errors import BudgetExceeded, LedgerError
 from ledger.transcript.history import _TOOL_OFFER
 from ledger.transcript.history import LEAD_IN_TEXT as _LEAD_IN_TEMPLATE
 
+__all__ = [
+    "LEAD_IN_TEXT",
+    "PRECEDENCE_MODES",
+    "WARNING_META_KEY",
+    "BudgetConfig",
+    "BudgetConfigError",
+    "CleanupFailed",
+    "Count",
+    "Counter",
+    "DeliveryFailed",
+    "PostCommitError",
+    "PreparedStateError",
+    "ProviderRequest",
+    "RequestBuilder",
+    "RequestParts",
+    "RolloverCancelled",
+    "RolloverError",
+    "StepBudgetExceeded",
+    "assemble",
+    "budget_warned",
+    "carried_rows",
+    "has_sealable_context",
+    "is_internal",
+    "is_settled",
+    "lead_in_for",
+    "lead_in_message",
+    "open_tool_calls",
+    "orphan_tool_results",
+]
+
 # One lead-in text for the engine and ``History.rollover``: it names the new
 # window by the seq of its reset row (the id ``session_history`` ``list``
 # reports), offers ``session_history``, and quotes or summarises nothing. The

@@ -13,7 +13,8 @@ from typing import Any
 
 import msgspec
 
-from ledger.budget.token_units import (
+from ledger.core.errors import TokenizerError
+from ledger.tokens.units import (
     JSON_ESCAPE_TOKENS_PER_BYTE,
     JSON_PUNCT_TOKENS_PER_BYTE,
     MEDIA_OTHER_TOKENS,
@@ -22,7 +23,15 @@ from ledger.budget.token_units import (
     Count,
     _len_utf8,
 )
-from ledger.core.errors import TokenizerError
+
+__all__ = [
+    "MediaHook",
+    "TextFn",
+    "image_tokens",
+    "json_cost",
+    "media_info",
+    "media_tokens",
+]
 
 # --------------------------------------------------------------------------- JSON
 

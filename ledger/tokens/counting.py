@@ -53,7 +53,7 @@ media ``MEDIA_OTHER_TOKENS``.
 
 **Modes.** ``"encoding"`` uses the resolved encoding; ``"approx"`` charges
 ``ceil(utf8 bytes / 4)`` per string, loads nothing, and is for ordinary
-estimates only: the hard guards in ``ledger.budget`` never use it.
+estimates only: the hard guards in ``ledger.rollover.guards`` never use it.
 
 **Cache.** Row costs are a projection, kept in a :class:`RowTokenCache` (an LRU
 keyed by counting profile and the xxh3-128 digest of the row's kind, role and
@@ -70,9 +70,8 @@ from typing import Any, Literal
 
 import xxhash
 
-from ledger.budget.encodings import encoding_source, get_encoding
-from ledger.budget.models import ModelRegistry, ModelSpec, resolve
-from ledger.budget.token_json import (  # noqa: F401
+from ledger.core.errors import InvalidRow, TokenizerError
+from ledger.tokens.costs import (  # noqa: F401
     _NEEDS_ESCAPE,
     _PAGE,
     MediaHook,
@@ -90,7 +89,9 @@ from ledger.budget.token_json import (  # noqa: F401
     media_info,
     media_tokens,
 )
-from ledger.budget.token_rows import (  # noqa: F401
+from ledger.tokens.encodings import encoding_source, get_encoding
+from ledger.tokens.models import ModelRegistry, ModelSpec, resolve
+from ledger.tokens.rows import (  # noqa: F401
     CANONICAL,
     DEFAULT_CACHE,
     VISIBLE_KINDS,
@@ -102,7 +103,7 @@ from ledger.budget.token_rows import (  # noqa: F401
     _row_encoder,
     _row_key,
 )
-from ledger.budget.token_units import (  # noqa: F401
+from ledger.tokens.units import (  # noqa: F401
     APPROX_BYTES_PER_TOKEN,
     CHUNK_CHARS,
     FORCE_CUT_SLACK,
@@ -123,7 +124,6 @@ from ledger.budget.token_units import (  # noqa: F401
     TokenCount,
     _len_utf8,
 )
-from ledger.core.errors import InvalidRow, TokenizerError
 
 __all__ = [
     "CHUNK_CHARS",
@@ -314,7 +314,7 @@ class TokenCounter:
     media profile and its safety factor.
 
     ``mode="encoding"`` loads the encoding on first use and raises
-    :class:`~ledger.errors.TokenizerError` when it cannot; ``"approx"`` never loads
+    :class:`~ledger.core.errors.TokenizerError` when it cannot; ``"approx"`` never loads
     anything and every count it gives is ``exact: false``.
     """
 

@@ -18,7 +18,7 @@ its constructor with ``load_tiktoken_bpe`` replaced (in a private copy of its
 globals, so the real module is never patched) by a function that records its
 arguments. Nothing here touches the network, and nothing reads tiktoken's own
 ``TIKTOKEN_CACHE_DIR`` / ``DATA_GYM_CACHE_DIR``. Missing or corrupt data raises
-:class:`~ledger.errors.TokenizerError` naming the encoding; there is no fallback.
+:class:`~ledger.core.errors.TokenizerError` naming the encoding; there is no fallback.
 
 The cache directory is ``$TLEDGER_TIKTOKEN_CACHE`` when set (the empty string turns
 the cache off; the directory may be read-only, e.g. baked into an image), else

@@ -25,7 +25,7 @@ model followed by ``-``, ``:``, ``@`` or ``/`` (so ``gpt-4o-2024-08-06`` is
 ``gpt-4o``, but ``gpt-4.7`` is not ``gpt-4``), then the same after dropping one
 leading ``provider:`` or ``provider/`` (``openai:gpt-5-pro``,
 ``openrouter/claude-...``, ``ft:gpt-4o-mini:...``). Anything else is
-:class:`~ledger.errors.UnknownModel`.
+:class:`~ledger.core.errors.UnknownModel`.
 
 Users add or override models in code (:func:`register`,
 ``ModelRegistry.register``) or in a TOML or JSON file, loaded with
@@ -360,7 +360,7 @@ class ModelRegistry:
         if found is None:
             raise UnknownModel(
                 f"unknown model {model!r}: register it in code with "
-                f"ledger.models.register(ModelSpec(id={model!r}, family=..., "
+                f"ledger.tokens.models.register(ModelSpec(id={model!r}, family=..., "
                 "encoding='o200k_base', context_limit=..., output_reserve=...)) or in a "
                 f'TOML/JSON file ([models."{model}"] family = ..., context_limit = ..., '
                 f"output_reserve = ...) named by ${MODELS_ENV} or `tledger count --models FILE`"

@@ -12,7 +12,8 @@ from typing import Any, Protocol
 import msgspec
 import xxhash
 
-from ledger.budget.token_json import (
+from ledger.core.errors import InvalidRow
+from ledger.tokens.costs import (
     MediaHook,
     TextFn,
     _media_part,
@@ -20,8 +21,18 @@ from ledger.budget.token_json import (
     json_cost,
     media_tokens,
 )
-from ledger.budget.token_units import MESSAGE_FRAMING, PART_FRAMING, PART_FRAMING_OTHER, ZERO, Count
-from ledger.core.errors import InvalidRow
+from ledger.tokens.units import MESSAGE_FRAMING, PART_FRAMING, PART_FRAMING_OTHER, ZERO, Count
+
+__all__ = [
+    "CANONICAL",
+    "DEFAULT_CACHE",
+    "VISIBLE_KINDS",
+    "Accountant",
+    "CanonicalShape",
+    "RenderedShape",
+    "RowShape",
+    "RowTokenCache",
+]
 
 # --------------------------------------------------------------------------- rows
 

@@ -1,4 +1,4 @@
-"""Counting rows as a provider API receives them (``ledger.tokens.RowShape``).
+"""Counting rows as a provider API receives them (``ledger.tokens.counting.RowShape``).
 
 Each row is rendered by the API's adapter, with the bytes of genuine media
 parts taken out first; the rendered JSON is then charged as JSON and each
@@ -14,7 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ledger.adapters import ADAPTERS
-from ledger.budget.tokens import CANONICAL, Accountant, Count, RowShape, media_info
+from ledger.tokens.counting import CANONICAL, Accountant, Count, RowShape, media_info
+
+__all__ = [
+    "FAMILY_API",
+    "AdapterShape",
+    "shape_for",
+]
 
 # The API a model family's requests go to (others use Chat Completions, the
 # most common wire shape).

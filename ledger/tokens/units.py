@@ -8,6 +8,27 @@ import msgspec
 
 from ledger.core.errors import LedgerError
 
+__all__ = [
+    "APPROX_BYTES_PER_TOKEN",
+    "CHUNK_CHARS",
+    "FORCE_CUT_SLACK",
+    "JSON_ESCAPE_TOKENS_PER_BYTE",
+    "JSON_PUNCT_TOKENS_PER_BYTE",
+    "MEDIA_OTHER_TOKENS",
+    "MESSAGE_FRAMING",
+    "PART_FRAMING",
+    "PART_FRAMING_OTHER",
+    "PDF_DEFAULT_PAGES",
+    "PDF_PAGE_TOKENS",
+    "REQUEST_FRAMING",
+    "TOOLS_FRAMING",
+    "TOOL_FRAMING",
+    "ZERO",
+    "Count",
+    "InvalidTools",
+    "TokenCount",
+]
+
 CHUNK_CHARS = 8192
 """Largest string (code points) handed to tiktoken at once."""
 

@@ -195,7 +195,7 @@ class History:
         has no result there nor in ``trigger_rows`` (its result would land in
         the new window without it), or a result in ``trigger_rows`` whose
         call is in the window being sealed (carry the call into
-        ``trigger_rows`` instead: ``ledger.rollover.carried_rows``). A call in
+        ``trigger_rows`` instead: ``ledger.rollover.engine.carried_rows``). A call in
         ``trigger_rows`` may wait for its result: both are in the new window.
         ``lead_in`` may hold ``{window}``, filled with the new window's id.
         """

@@ -9,7 +9,7 @@ protocol of DESIGN.md 6:
 
 1. Under the lock, read the state (``History.state()``): the next seq, window
    and floor. Publish a **pending** receipt before any segment is touched.
-2. Check and frame each batch with ``ledger.rows.prepare_batch`` (the same
+2. Check and frame each batch with ``ledger.core.rows.prepare_batch`` (the same
    rules, ids, timestamps and framing as ``append_many``); gather whole batches
    into a buffer and commit it as the next segment number whenever the next
    batch would take it past ``segment_target_bytes``. A batch never spans two
@@ -17,7 +17,7 @@ protocol of DESIGN.md 6:
    segment that was active before the load becomes sealed as it is (a torn
    tail is never written after).
 3. Track boundaries and privacy floors of every batch
-   (``ledger.windows.batch_boundaries``) with their segment and offset.
+   (``ledger.core.windows.batch_boundaries``) with their segment and offset.
 4. Record every segment it created, and the one it sealed, in the ``INDEX``
    projection (from the rows it framed; only the sealed one is scanned, and
    only when INDEX lacks it), so no later reader or append rescans them.

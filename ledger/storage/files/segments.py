@@ -92,7 +92,7 @@ class CommitStepError(Exception):
 
 
 class MergeMarker(msgspec.Struct):
-    """``MERGE``: a segment merge in progress (see ``ledger.merge``)."""
+    """``MERGE``: a segment merge in progress (see ``ledger.storage.files.merge``)."""
 
     into: int
     sources: list[int] = msgspec.field(name="from")

@@ -134,7 +134,7 @@ class FileWorkspace(WorkspaceBase):
         """Keep file count logarithmic once a history has many segments. The
         append already succeeded; a failed merge is left for the next writer.
         A merge keeps the epoch (no content changes) but bumps the receipt's
-        layout number; open cursors move with the rows (``ledger.merge``).
+        layout number; open cursors move with the rows (``ledger.storage.files.merge``).
         ``sealed`` is what the append's stable receipt records; only when a
         merge is due is the state validated again (the merge needs it)."""
         if not plan_merge(sealed, self.store.segment_bytes, AUTO_MAX_MERGE_BYTES):
@@ -348,7 +348,7 @@ class FileWorkspace(WorkspaceBase):
 
     def merge_segments(self) -> int:
         """Merge sealed segments by size class until no class is full (see
-        ``ledger.merge``); returns how many merges ran. A merge keeps the
+        ``ledger.storage.files.merge``); returns how many merges ran. A merge keeps the
         epoch but bumps the receipt's layout number; open cursors move with
         the rows through the merge's INDEX record."""
         self._require()
