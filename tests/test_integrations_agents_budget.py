@@ -24,11 +24,11 @@ pytest.importorskip("agents", reason="the agents extra is not installed "
 from agents import Agent, Runner, function_tool
 from agents_script import ScriptedModel, StreamingModel, call, message
 from core_helpers import PYTHON, subprocess_env
-from ledger.rollover.guards import check_request
 
 from ledger import LedgerError, Store
 from ledger.adapters import openai_responses
 from ledger.integrations.openai_agents import LedgerSession, session_history_tool
+from ledger.rollover.guards import check_request
 
 MODEL = "gpt-4o"
 SCRIPT = str(Path(__file__).resolve().parent / "agents_script.py")

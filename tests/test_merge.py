@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ledger import Store
-from ledger.storage.files import merge
 from ledger.core import format as fmt
+from ledger.storage.files import merge
 from ledger.storage.files import segments as segs
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import ledger.tokens.counting as tokens
-from ledger.rollover import guards as budget
 from ledger.core.errors import BudgetExceeded, LedgerError
+from ledger.rollover import guards as budget
 from ledger.tokens.counting import (
     CANONICAL,
     MESSAGE_FRAMING,

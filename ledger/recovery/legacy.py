@@ -566,11 +566,11 @@ def import_legacy(history: History | FileWorkspace, dirpath: str) -> ImportRepor
     if view.archive is None and view.chat is None:
         raise RecoveryError(f"{dirpath}: neither {ARCHIVE} nor {CHAT} is there; nothing to import")
     try:
-        history._ensure_dir()
+        history.ensure_dir()
     except OSError as exc:
         raise RecoveryError(f"workspace {history.workspace!r}: cannot create it: {exc}") from exc
     with locked(history.path, history.workspace, history.store.lock_timeout, shared=False):
-        history._ensure_format()
+        history.ensure_format()
         rewrite.recover_interrupted(history.path, history.store.durability)
     known = _known_keys(history)
     q = Quarantine(history.path, durability=history.store.durability)

@@ -459,7 +459,7 @@ def _apply(history: FileWorkspace, report: RepairReport, scan: chk.ScanResult) -
         report.epoch = outcome.epoch
     else:
         history._derived = {}
-        report.epoch = history._rebaseline_locked(history.state(), force_new_epoch=True,
+        report.epoch = history.rebaseline_locked(history.state(), force_new_epoch=True,
                                                   rewritten=True)
     _raise_next_seq(path, scan.max_seq)
 

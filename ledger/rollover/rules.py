@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 
 from ledger.core.errors import BudgetExceeded, LedgerError
-from ledger.transcript.history import _TOOL_OFFER
 from ledger.transcript.history import LEAD_IN_TEXT as _LEAD_IN_TEMPLATE
+from ledger.transcript.history import TOOL_OFFER
 
 __all__ = [
     "LEAD_IN_TEXT",
@@ -49,7 +49,7 @@ __all__ = [
 # reports), offers ``session_history``, and quotes or summarises nothing. The
 # prepared request holds the exact row text, so the engine predicts that seq
 # (the history's next seq at preparation) and commits with ``expect_next_seq``.
-LEAD_IN_TEXT = _LEAD_IN_TEMPLATE.replace("{tool}", _TOOL_OFFER)
+LEAD_IN_TEXT = _LEAD_IN_TEMPLATE.replace("{tool}", TOOL_OFFER)
 WARNING_META_KEY = "budget_warning"
 
 #: Modes that take precedence over rollover (the record's list).

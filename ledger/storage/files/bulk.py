@@ -119,7 +119,7 @@ def bulk_load(
         return BulkResult(seq, seq, 0, 0, 0, [], st.epoch if st else 0,
                           st.window_seq if st else 0)
     try:
-        history._ensure_dir()
+        history.ensure_dir()
         lock = locked(history.path, history.workspace, history.store.lock_timeout, shared=False)
         lock.__enter__()
     except OSError as exc:
