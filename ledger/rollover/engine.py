@@ -211,29 +211,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledger.rollover import decide as _decide
+from ledger.rollover import prepare as _prepare
+from ledger.rollover import rules as _rules
 from ledger.rollover.admission import AdmissionRefused, AdmissionSnapshot
+from ledger.rollover.decide import *  # noqa: F403 (the engine's face: its parts' names)
 from ledger.rollover.decide import (
-    Action,
-    Decision,
     FileSnapshot,
-    FileTracker,
-    NotesOffer,
-    OverflowAction,
-    OverflowVerdict,
-    PinnedModel,
-    RolloverState,
-    SendInputs,
-    ViewHistory,
-    check_step,
-    decide,
-    on_context_overflow,
-    send_inputs,
-    step,
-    warning_row,
 )
 from ledger.rollover.policy import HISTORY_TOOL
+from ledger.rollover.prepare import *  # noqa: F403 (the engine's face: its parts' names)
 from ledger.rollover.prepare import (
-    MemoryContext,
     PreparedRollover,
     RolloverHistory,
     RolloverHooks,
@@ -241,97 +229,27 @@ from ledger.rollover.prepare import (
     _check_pairs,
     prepare_rollover,
 )
-from ledger.rollover.rules import (  # noqa: F401
-    LEAD_IN_TEXT,
-    PRECEDENCE_MODES,
-    WARNING_META_KEY,
-    BudgetConfig,
-    BudgetConfigError,
+from ledger.rollover.rules import *  # noqa: F403 (the engine's face: its parts' names)
+from ledger.rollover.rules import (
     CleanupFailed,
-    Count,
-    Counter,
     DeliveryFailed,
     PostCommitError,
     PreparedStateError,
     ProviderRequest,
-    RequestBuilder,
-    RequestParts,
     RolloverCancelled,
-    RolloverError,
-    StepBudgetExceeded,
-    _count,
     _d,
     _fingerprint,
-    _parts,
-    assemble,
-    budget_warned,
-    carried_rows,
-    has_sealable_context,
-    is_internal,
-    is_settled,
-    lead_in_for,
-    lead_in_message,
-    open_tool_calls,
-    orphan_tool_results,
 )
 
+# The engine's face: its own names and those of its parts.
 __all__ = [
-    "LEAD_IN_TEXT",
-    "PRECEDENCE_MODES",
     "RULE_IDS",
-    "WARNING_META_KEY",
-    "Action",
-    "BudgetConfig",
-    "BudgetConfigError",
-    "CleanupFailed",
-    "Count",
-    "Counter",
-    "Decision",
-    "DeliveryFailed",
-    "FileSnapshot",
-    "FileTracker",
-    "MemoryContext",
-    "NotesOffer",
-    "OverflowAction",
-    "OverflowVerdict",
-    "PinnedModel",
-    "PostCommitError",
-    "PreparedRollover",
-    "PreparedStateError",
-    "ProviderRequest",
-    "RequestBuilder",
-    "RequestParts",
-    "RolloverCancelled",
-    "RolloverError",
-    "RolloverHistory",
-    "RolloverHooks",
     "RolloverOutcome",
-    "RolloverParts",
-    "RolloverState",
-    "SendInputs",
-    "StepBudgetExceeded",
-    "ViewHistory",
     "admit_rollover",
-    "assemble",
-    "budget_warned",
-    "carried_rows",
-    "check_step",
     "commit_rollover",
-    "decide",
-    "has_sealable_context",
-    "is_internal",
-    "is_settled",
-    "lead_in_for",
-    "lead_in_message",
-    "on_context_overflow",
-    "open_tool_calls",
-    "orphan_tool_results",
-    "prepare_rollover",
     "run_rollover",
-    "send_inputs",
-    "step",
-    "warning_row",
 ]
+__all__ += _decide.__all__ + _prepare.__all__ + _rules.__all__
 
 RULE_IDS: tuple[str, ...] = (
     "B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9",
