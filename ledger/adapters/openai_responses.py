@@ -141,7 +141,9 @@ def to_request(
     return {"model": model, "input": to_input(rows, system_role=system_role), **extra}
 
 
-def _from_content(content: Any) -> list[Part]:
+def from_content(content: Any) -> list[Part]:
+    """Canonical parts of a Responses ``content`` (a string, or a list of input
+    and output items); an item this adapter does not map is kept raw."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     parts: list[Part] = []
@@ -177,7 +179,7 @@ def from_input(items: Iterable[Mapping[str, Any]] | str) -> list[dict[str, Any]]
         kind = item.get("type", "message")
         if kind == "message":
             role = item.get("role")
-            parts = _from_content(item.get("content"))
+            parts = from_content(item.get("content"))
             if role == "assistant":
                 append_row(rows, "assistant", parts)
             else:
@@ -203,7 +205,7 @@ def from_input(items: Iterable[Mapping[str, Any]] | str) -> list[dict[str, Any]]
         elif kind == "function_call_output":
             output = item.get("output")
             if isinstance(output, list):
-                output = _from_content(output)
+                output = from_content(output)
             append_row(rows, "tool", [{"type": "tool_result", "id": item.get("call_id"),
                                        "output": output, "error": False}])
         else:

@@ -35,7 +35,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ledger.adapters.common import media_from_url, parse_arguments
+from ledger.adapters.common import parse_arguments
+from ledger.adapters.openai_responses import from_content
 from ledger.recovery.events import Event, source_row
 from ledger.recovery.salvage import Record
 
@@ -53,23 +54,6 @@ def looks_like_record(value: dict[str, Any]) -> bool:
     ) or value.get("record_type") == "state"
 
 
-def _content(content: Any) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    parts: list[dict[str, Any]] = []
-    for item in content or []:
-        if not isinstance(item, Mapping):
-            continue
-        kind = item.get("type")
-        if kind in ("input_text", "output_text") and isinstance(item.get("text"), str):
-            parts.append({"type": "text", "text": item["text"]})
-        elif kind == "input_image" and isinstance(item.get("image_url"), str):
-            parts.append(media_from_url(item["image_url"], "image/*"))
-        else:
-            parts.append(dict(item))
-    return parts
-
-
 def _output(payload: Mapping[str, Any]) -> tuple[Any, bool]:
     output = payload.get("output")
     if isinstance(output, Mapping) and "content" in output:
@@ -84,7 +68,7 @@ def _item(payload: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]] | None
         role = payload.get("role")
         mapped = {"user": "user", "assistant": "assistant", "developer": "system",
                   "system": "system"}.get(str(role))
-        parts = _content(payload.get("content"))
+        parts = from_content(payload.get("content"))
         return (mapped, parts) if mapped and parts else None
     if kind == "reasoning":
         summary = payload.get("summary") if isinstance(payload.get("summary"), list) else []

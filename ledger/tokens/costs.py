@@ -188,7 +188,7 @@ def media_tokens(
     return MEDIA_OTHER_TOKENS
 
 
-def _media_part(part: Mapping[str, Any], *, need_mime: bool = False) -> dict[str, Any] | None:
+def _media_part(part: Mapping[str, Any]) -> dict[str, Any] | None:
     """``{"mime", "data", "width", "height", "pages"}`` of a canonical media part
     (``{"type": "media", "mime", "data" | "url", ...}``), else None."""
     if part.get("type") != "media":
@@ -199,8 +199,6 @@ def _media_part(part: Mapping[str, Any], *, need_mime: bool = False) -> dict[str
             return None
         data = url if url.startswith("data:") else None  # inline data in a data URL
     if not isinstance(mime, str):
-        if need_mime:
-            return None
         mime = "application/octet-stream"
     return {
         "mime": mime,
@@ -214,25 +212,3 @@ def _media_part(part: Mapping[str, Any], *, need_mime: bool = False) -> dict[str
 def media_info(part: Mapping[str, Any]) -> dict[str, Any] | None:
     """The allowance inputs of a genuine canonical media part, else None."""
     return _media_part(part)
-
-
-def _parts_output(output: Any) -> bool:
-    """The one tool-output media wrapper the adapters send as media: a non-empty
-    list of canonical text and media parts (``ledger.adapters.common`` sends any
-    other output as JSON text, so it is counted as text here too)."""
-    return (
-        isinstance(output, list)
-        and bool(output)
-        and all(
-            isinstance(p, Mapping)
-            and (
-                (p.get("type") == "text" and isinstance(p.get("text"), str))
-                or _media_part(p, need_mime=True) is not None
-            )
-            for p in output
-        )
-    )
-
-
-
-

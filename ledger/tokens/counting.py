@@ -81,7 +81,6 @@ from ledger.tokens.costs import (  # noqa: F401
     _int_or_none,
     _json_bytes,
     _media_part,
-    _parts_output,
     _pdf_pages,
     _sniff_size,
     image_tokens,

@@ -12,12 +12,12 @@ from typing import Any, Protocol
 import msgspec
 import xxhash
 
+from ledger.adapters.common import is_parts_output
 from ledger.core.errors import InvalidRow
 from ledger.tokens.costs import (
     MediaHook,
     TextFn,
     _media_part,
-    _parts_output,
     json_cost,
     media_tokens,
 )
@@ -72,7 +72,7 @@ class Accountant:
             return ZERO
         if isinstance(output, str):
             return self.text(output)
-        if not _parts_output(output):
+        if not is_parts_output(output):
             return self.json(output)
         total = Count(2, False)
         for part in output:
