@@ -45,10 +45,22 @@ def test_may_hide_reset_never_misses_what_the_format_finds(words: list[str], dup
         assert row["kind"] == "reset" or chk.may_hide_reset(line)
 
 
-def test_frame_head_matches_the_format() -> None:
-    line = fmt.encode_line(_row(3))[:-1]
-    assert line[chk._NOT_HEAD:-18] == chk._HEAD
-    assert fmt.body_of(line) == line[: chk._NOT_HEAD] + b"}"
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(-1, 400), st.integers(0, 255)),
+                min_size=1, max_size=6))
+def test_the_fast_path_verifies_lines_as_body_of_does(
+    edits: list[tuple[int, int, int]],
+) -> None:
+    # The scan's fast path verifies a chunk with fmt.all_verified; it must
+    # agree with fmt.body_of, one line at a time, on framed and damaged lines.
+    lines = []
+    for seq, at, byte in edits:
+        line = bytearray(fmt.encode_line(_row(seq))[:-1])
+        if 0 <= at < len(line):
+            line[at] = byte
+        elif at >= len(line):
+            del line[at % len(line):]
+        lines.append(bytes(line))
+    assert fmt.all_verified(lines) == all(fmt.body_of(line) is not None for line in lines)
 
 
 def _scan(ws: Path, *, slow: bool, monkeypatch: pytest.MonkeyPatch) -> chk.ScanResult:

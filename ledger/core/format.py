@@ -205,6 +205,18 @@ def body_of(line: bytes) -> bytes | None:
     return body
 
 
+def all_verified(lines: list[bytes]) -> bool:
+    """Whether every line (each without its newline) has its framing and a
+    matching checksum, as :func:`body_of` verifies one line: one pass over a
+    chunk of lines, the fast path of a scan (a False sends it line by line)."""
+    cut, head, x3 = -LINE_SUFFIX, SUFFIX_HEAD, xxhash.xxh3_64_intdigest
+    return all([
+        len(line) > LINE_SUFFIX and line[cut:-18] == head and line[-2:] == b'"}'
+        and b"%016x" % x3(line[:cut] + b"}") == line[-18:-2]
+        for line in lines
+    ])
+
+
 def decode_line(line: bytes) -> dict[str, Any] | None:
     """Decode a verified line (no newline) into its row dict without ``_c``;
     None when the line fails verification, nests deeper than MAX_DEPTH or

@@ -42,9 +42,6 @@ from ledger.recovery.database import check as check_database
 from ledger.recovery.database import is_database
 from ledger.recovery.scan import (  # noqa: F401
     _CODE_TEXT,
-    _END,
-    _HEAD,
-    _NOT_HEAD,
     CHUNK,
     DAMAGE,
     MAX_FINDINGS_PER_CODE,
@@ -56,14 +53,13 @@ from ledger.recovery.scan import (  # noqa: F401
     Finding,
     Progress,
     ScanResult,
-    _chunks,
     _classify_unreadable,
     _decode_lines,
     _decode_row,
     _is_reset,
     _Scanner,
     _Slow,
-    _x3,
+    byte_progress,
     may_hide_reset,
     scan_paths,
 )
@@ -184,17 +180,9 @@ def _check(history: FileWorkspace, progress: Progress | None) -> Report:
             f"{fmt.FORMAT_TEXT!r}; use a build that knows that format"
         )
     total = sum(s.size for s in stamps.values())
-    done = 0
-
-    def tick(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress is not None:
-            progress(done, total)
-
     scan = scan_paths(
         [(n, segs.segment_path(path, n)) for n in numbers if n not in odd],
-        expected=stamps, progress=tick if progress is not None else None,
+        expected=stamps, progress=byte_progress(progress, total),
     )
     for n, what in odd.items():
         findings.append(Finding(DAMAGE, "not_a_file",
@@ -293,7 +281,7 @@ def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
         except (OSError, LedgerError):
             continue  # reported as damage elsewhere in the check
         try:
-            for base, buf, _complete in _chunks(fd):
+            for base, buf, _complete in segs.iter_chunks_fd(fd, 0, CHUNK):
                 for line in segs.split_lines(buf, base):
                     data = line.data
                     if b'"tool_' not in data and b'"reset"' not in data:

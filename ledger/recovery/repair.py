@@ -353,15 +353,7 @@ def _repair_locked(history: FileWorkspace, report: RepairReport,
     else:
         paths = [(n, segs.segment_path(path, n)) for n in numbers]
     total = sum(os.path.getsize(p) for _, p in paths if os.path.exists(p))
-    done = 0
-
-    def tick(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress is not None:
-            progress(done, total)
-
-    scan = chk.scan_paths(paths, progress=tick if progress is not None else None)
+    scan = chk.scan_paths(paths, progress=chk.byte_progress(progress, total))
     removals, refused = plan_removals(scan, policy)
     if refused:
         report.refused = refused

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-import xxhash
 
 from ledger.core import format as fmt
 from ledger.core.windows import classify_reset
@@ -24,6 +23,21 @@ RECENT_BATCHES = 4096  # exact duplicate batches are detected among this many re
 MAX_FINDINGS_PER_CODE = 1000
 
 Progress = Callable[[int, int], None]
+
+
+def byte_progress(progress: Progress | None, total: int) -> Callable[[int], None] | None:
+    """A callback for :func:`scan_paths` that reports the bytes scanned so far,
+    out of ``total``, to ``progress`` (None without one)."""
+    if progress is None:
+        return None
+    done = 0
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        progress(done, total)
+
+    return tick
 
 
 class CheckBatch(msgspec.Struct):
@@ -158,42 +172,12 @@ def may_hide_reset(data: bytes) -> bool:
     return data.count(b'"kind"') > 1 or b"\\u006" in data
 
 
-# The framing of a stored line (ledger.core.format): body + head + 16 hex + ``"}``.
-_HEAD = fmt.SUFFIX_HEAD
-_NOT_HEAD = -fmt.LINE_SUFFIX
-_END = b'"}'
-assert len(_HEAD) + 18 == fmt.LINE_SUFFIX
-_x3 = xxhash.xxh3_64_intdigest
 _decode_lines = msgspec.json.Decoder(CheckRow).decode_lines
 CHUNK = 4 << 20
 
 
 class _Slow(Exception):
     """A chunk that needs the line-by-line path."""
-
-
-def _chunks(fd: int, chunk: int = CHUNK) -> Iterator[tuple[int, bytes, bool]]:
-    """(offset, bytes, complete) pieces of a file: whole lines ending in a
-    newline, and a last piece without one (a torn tail). A line longer than
-    the chunk size is read whole (memory: the longest line)."""
-    pos = 0
-    base = 0
-    carry = b""
-    while True:
-        data = os.pread(fd, chunk, pos)
-        if not data:
-            break
-        pos += len(data)
-        buf = carry + data if carry else data
-        cut = buf.rfind(b"\n")
-        if cut < 0:
-            carry = buf
-            continue
-        yield base, buf[: cut + 1], True
-        carry = buf[cut + 1 :]
-        base += cut + 1
-    if carry:
-        yield base, carry, False
 
 
 class _Scanner:
@@ -388,7 +372,7 @@ class _Scanner:
 
     def scan_segment(self, number: int, fd: int, progress: Callable[[int], None] | None) -> None:
         self._begin(number)
-        for base, buf, complete in _chunks(fd):
+        for base, buf, complete in segs.iter_chunks_fd(fd, 0, CHUNK):
             if complete:
                 try:
                     self._fast(base, buf)
@@ -410,11 +394,7 @@ class _Scanner:
         lines = buf.split(b"\n")
         lines.pop()
         try:
-            if not all([
-                line[_NOT_HEAD:-18] == _HEAD and line[-2:] == _END
-                and b"%016x" % _x3(line[:_NOT_HEAD] + b"}") == line[-18:-2]
-                for line in lines
-            ]):
+            if not fmt.all_verified(lines):
                 raise _Slow
             # No line nests deeper than the limit when none holds more opening
             # brackets than that: one pass over the chunk keeps just those.

@@ -316,29 +316,36 @@ class Line:
     complete: bool  # False for a last line with no newline (a torn tail)
 
 
-def iter_lines_fd(fd: int, start: int = 0, chunk: int = READ_CHUNK) -> Iterator[Line]:
-    """Stream the lines of an open file from byte ``start``; memory is bounded
-    by the chunk size plus the longest line."""
-    pos = start
-    buf = b""
-    buf_start = start
+def iter_chunks_fd(fd: int, start: int = 0, chunk: int = READ_CHUNK
+                   ) -> Iterator[tuple[int, bytes, bool]]:
+    """(offset, bytes, complete) pieces of an open file from byte ``start``:
+    runs of whole lines, each piece ending in a newline, then a last piece
+    without one (a torn tail). A line longer than the chunk is read whole, so
+    memory is bounded by the chunk size plus the longest line."""
+    pos = base = start
+    carry = b""
     while True:
         data = os.pread(fd, chunk, pos)
         if not data:
             break
         pos += len(data)
-        buf = buf + data if buf else data
-        begin = 0
-        while True:
-            nl = buf.find(b"\n", begin)
-            if nl < 0:
-                break
-            yield Line(buf_start + begin, buf[begin:nl], True)
-            begin = nl + 1
-        buf = buf[begin:]
-        buf_start += begin
-    if buf:
-        yield Line(buf_start, buf, False)
+        buf = carry + data if carry else data
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            carry = buf
+            continue
+        yield base, buf[: cut + 1], True
+        carry = buf[cut + 1 :]
+        base += cut + 1
+    if carry:
+        yield base, carry, False
+
+
+def iter_lines_fd(fd: int, start: int = 0, chunk: int = READ_CHUNK) -> Iterator[Line]:
+    """Stream the lines of an open file from byte ``start``; memory is bounded
+    by the chunk size plus the longest line."""
+    for base, buf, _complete in iter_chunks_fd(fd, start, chunk):
+        yield from _lines(buf, base)
 
 
 def iter_lines(path: str, start: int = 0) -> Iterator[Line]:
@@ -349,15 +356,19 @@ def iter_lines(path: str, start: int = 0) -> Iterator[Line]:
         os.close(fd)
 
 
-def split_lines(data: bytes, base: int = 0) -> list[Line]:
-    out = []
+def _lines(data: bytes, base: int) -> Iterator[Line]:
     begin = 0
     while True:
         nl = data.find(b"\n", begin)
         if nl < 0:
             break
-        out.append(Line(base + begin, data[begin:nl], True))
+        yield Line(base + begin, data[begin:nl], True)
         begin = nl + 1
     if begin < len(data):
-        out.append(Line(base + begin, data[begin:], False))
-    return out
+        yield Line(base + begin, data[begin:], False)
+
+
+def split_lines(data: bytes, base: int = 0) -> list[Line]:
+    """The lines of ``data`` (read from file offset ``base``); a last line
+    without a newline is marked incomplete (a torn tail)."""
+    return list(_lines(data, base))
