@@ -440,6 +440,25 @@ def check_series(w: World, size_mib: int, res: Results, check: Callable[[History
     res.add("check", size_mib, record, samples)
 
 
+def close_open_calls(h: History) -> None:
+    """Append a result for every tool call of the open window that has none
+    (untimed): the generated history's random batches leave calls open, and
+    ``History.rollover`` refuses to seal an open call."""
+    calls: dict[str, None] = {}
+    done: set[str] = set()
+    for row in h.provider_view():
+        for part in row.to_dict().get("parts", ()):
+            if part.get("type") == "tool_call":
+                calls[str(part.get("id"))] = None
+            elif part.get("type") == "tool_result":
+                done.add(str(part.get("id")))
+    open_ids = [c for c in calls if c not in done]
+    if open_ids:
+        h.append_many([{"kind": "message", "role": "tool", "parts": [
+            {"type": "tool_result", "id": c, "output": "(closed by the benchmark)"}
+            for c in open_ids]}])
+
+
 def turn_series(w: World, e: World, size_mib: int, res: Results, counter: Any) -> None:
     cfg = w.cfg
     window = w.corpus.window_rows(cfg.turn_window_rows - 1, seed=7, calls=False)
@@ -455,6 +474,8 @@ def turn_series(w: World, e: World, size_mib: int, res: Results, counter: Any) -
         state["k"] += 1
         warm = w.corpus.sized_batch(cfg.batch_rows, cfg.row_bytes, 20_000 + state["k"])
         for h, name in ((w.h, "ledger_first_turn"), (e.h, "ledger_empty_first_turn")):
+            if state["k"] == 1:
+                close_open_calls(h)
             h.rollover(window)
             first[name].times.append(timed(lambda h=h: h.append_many(warm))[0])
         # Different new rows per history: each turn's rows miss the shared
