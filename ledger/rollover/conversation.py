@@ -41,7 +41,8 @@ before anything is appended; none exceeds it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ledger.core.errors import InvalidRow, LedgerError
@@ -258,12 +259,8 @@ class Conversation:
         a model call). Checked against the hard ceiling."""
         self._follow()
         view = [_plain(r) for r in self.history.provider_view()]
-        memory = self.parts.memory()
-        try:
-            provider = self._request_for(view, memory.text)
-        finally:
-            if memory.release is not None:
-                memory.release()
+        with self._memory() as memory:  # one memory context per request
+            provider = self._request_for(view, memory)
         counted = check_step(provider, self.pinned, self._count)
         decision = Decision(Action.SEND, "B1", "the window as stored", counted.tokens,
                             counted.exact, self.config.ceiling)
@@ -288,13 +285,9 @@ class Conversation:
         """
         trigger = _input(rows)
         self._follow()
-        memory = self.parts.memory()
-        try:
+        with self._memory() as memory:  # one memory context per request
             lead = lead_in_message(lead_in_for(self.history.next_seq, self.parts.lead_in_text))
-            fresh = _count(self._count, self._request_for([lead, *trigger], memory.text))
-        finally:
-            if memory.release is not None:
-                memory.release()
+            fresh = _count(self._count, self._request_for([lead, *trigger], memory))
         if fresh.tokens > self.config.ceiling:
             est = "" if fresh.exact else " (estimate)"
             self._refuse(Decision(
@@ -334,15 +327,28 @@ class Conversation:
         if not trigger:
             raise InvalidRow("send needs at least one row; request() rebuilds the stored window")
         self._follow()
-        memory = self.parts.memory()  # one memory context per send
+        with self._memory() as memory:  # one memory context per request
+            return self._send(trigger, quarantine, memory)
+
+    @contextmanager
+    def _memory(self) -> Iterator[str]:
+        """The memory context's text for one request, released after it."""
+        memory = self.parts.memory()
         try:
-            return self._send(trigger, quarantine, memory.text)
+            yield memory.text
         finally:
             if memory.release is not None:
                 memory.release()
 
-    def _send(self, trigger: list[dict[str, Any]], quarantine: bool, memory: str) -> Request:
-        view = [_plain(r) for r in self.history.provider_view()]
+    def _decide(
+        self,
+        trigger: list[dict[str, Any]],
+        view: list[dict[str, Any]],
+        memory: str,
+        carry: Sequence[Mapping[str, Any]] | None = None,
+    ) -> tuple[int, Decision, RolloverState, Callable[[Sequence[Mapping[str, Any]]],
+                                                      ProviderRequest]]:
+        """The window, decision and next state of one send, and its request builder."""
         policy = self.parts.current_policy()
 
         def request_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
@@ -357,25 +363,38 @@ class Conversation:
             notes_writable=self.notes_writable,
             precedence=self.parts.current_precedence(),
             lead_in_text=self.parts.lead_in_text,
+            carry=carry,
             view=view,
         )
         decision, state = step(self.state, inputs, self.config)
+        return window, decision, state, request_for
+
+    def _rollover_or_wait(
+        self, decision: Decision, state: RolloverState, trigger: list[dict[str, Any]]
+    ) -> tuple[Request | None, Decision, RolloverState]:
+        """Roll over with ``trigger``; or, when admission refuses what the
+        decision allowed (middleware, precedence that appeared meanwhile), a
+        queued rollover and a send decision: the rows go to the current window
+        if the request fits there."""
+        try:
+            return self._rollover(decision, trigger), decision, state
+        except AdmissionRefused as exc:
+            if decision.tokens > self.config.ceiling:
+                raise
+            return None, Decision(
+                Action.SEND, decision.rule, f"rollover refused: {exc}", decision.tokens,
+                decision.exact, decision.ceiling, pending=True, blocked=exc.reason,
+            ), state.queue()
+
+    def _send(self, trigger: list[dict[str, Any]], quarantine: bool, memory: str) -> Request:
+        view = [_plain(r) for r in self.history.provider_view()]
+        window, decision, state, request_for = self._decide(trigger, view, memory)
         if decision.action is Action.REJECT:
             self._refuse(decision, trigger, quarantine)
         if decision.action is Action.ROLLOVER:
-            try:
-                return self._rollover(decision, trigger)
-            except AdmissionRefused as exc:
-                # Admission may refuse what the decision allowed (middleware,
-                # precedence that appeared meanwhile): the rollover waits, and
-                # the rows go to the current window if the request fits there.
-                if decision.tokens > self.config.ceiling:
-                    raise
-                state = state.queue()
-                decision = Decision(
-                    Action.SEND, decision.rule, f"rollover refused: {exc}", decision.tokens,
-                    decision.exact, decision.ceiling, pending=True, blocked=exc.reason,
-                )
+            done, decision, state = self._rollover_or_wait(decision, state, trigger)
+            if done is not None:
+                return done
         extra = [warning_row(decision)] if decision.action is Action.WARN else []
         # The request over the rows as the store will serve them, checked
         # against the hard ceiling before anything is appended.
@@ -400,12 +419,8 @@ class Conversation:
         stored already. Nothing else is appended except the warning of a WARN.
         """
         self._follow()
-        memory = self.parts.memory()  # one memory context per send
-        try:
-            return self._send_stored(first_seq, quarantine, memory.text)
-        finally:
-            if memory.release is not None:
-                memory.release()
+        with self._memory() as memory:  # one memory context per request
+            return self._send_stored(first_seq, quarantine, memory)
 
     def _send_stored(self, first_seq: int, quarantine: bool, memory: str) -> Request:
         rows = self.history.provider_view()
@@ -413,24 +428,7 @@ class Conversation:
         stored = [r for r in rows if r.seq >= first_seq]
         trigger = [_stored_copy(r) for r in stored]
         carry = carried_rows(view, trigger)
-        policy = self.parts.current_policy()
-
-        def request_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
-            return self._request_for(messages, memory)
-
-        window, inputs = send_inputs(
-            self.history,
-            trigger,
-            request_for=request_for,
-            count=self._count,
-            history_access=policy.history_access,
-            notes_writable=self.notes_writable,
-            precedence=self.parts.current_precedence(),
-            lead_in_text=self.parts.lead_in_text,
-            carry=carry,
-            view=view,
-        )
-        decision, state = step(self.state, inputs, self.config)
+        window, decision, state, request_for = self._decide(trigger, view, memory, carry)
         if decision.action is Action.REJECT:
             seqs: list[int] = []
             if decision.quarantine and quarantine and stored:
@@ -444,18 +442,11 @@ class Conversation:
                 decision, trigger, seqs,
             )
         if decision.action is Action.ROLLOVER:
-            try:
-                # The carried call rows go first, so the engine finds nothing
-                # more to carry (the stored originals are in the window too).
-                return self._rollover(decision, [*carry, *trigger])
-            except AdmissionRefused as exc:
-                if decision.tokens > self.config.ceiling:
-                    raise
-                state = state.queue()
-                decision = Decision(
-                    Action.SEND, decision.rule, f"rollover refused: {exc}", decision.tokens,
-                    decision.exact, decision.ceiling, pending=True, blocked=exc.reason,
-                )
+            # The carried call rows go first, so the engine finds nothing
+            # more to carry (the stored originals are in the window too).
+            done, decision, state = self._rollover_or_wait(decision, state, [*carry, *trigger])
+            if done is not None:
+                return done
         extra = [warning_row(decision)] if decision.action is Action.WARN else []
         # The stored rows stay where they are: the request is the window as the
         # store serves it, with the warning, checked before the warning is appended.
@@ -475,12 +466,8 @@ class Conversation:
         conversation to seal, no ``session_history`` access)."""
         self._follow()
         rows = [_plain(r) for r in self.history.provider_view()]
-        memory = self.parts.memory()
-        try:
-            tokens, exact = self._count(self._request_for(rows, memory.text))
-        finally:
-            if memory.release is not None:
-                memory.release()
+        with self._memory() as memory:  # one memory context per request
+            tokens, exact = self._count(self._request_for(rows, memory))
         decision = Decision(Action.ROLLOVER, "manual", "a rollover was asked for",
                             tokens, exact, self.config.ceiling)
         return self._rollover(decision, [])
