@@ -4,6 +4,7 @@ on an import that runs up a floor."""
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import shutil
 import subprocess
@@ -159,3 +160,40 @@ def test_a_private_crossing_is_found(tmp_path: Path, module: str, line: str,
     path.write_text(path.read_text(encoding="utf-8") + f"\n{line}\n", encoding="utf-8")
     found = private_crossings(root)
     assert len(found) == 1 and expected in found[0], found
+
+
+# -- One public face ----------------------------------------------------------
+
+PUBLIC_FACES = {
+    "ledger.policy": "ledger.rollover.policy",
+    "ledger.admission": "ledger.rollover.admission",
+    "ledger.notes": "ledger.rollover.notes",
+    "ledger.rollover": "ledger.rollover.engine",
+    "ledger.tokens": "ledger.tokens.counting",
+}
+
+
+@pytest.mark.parametrize(("face", "module"), sorted(PUBLIC_FACES.items()))
+def test_a_public_face_holds_the_names_of_its_module(face: str, module: str) -> None:
+    f, m = importlib.import_module(face), importlib.import_module(module)
+    assert list(f.__all__) == list(m.__all__) and m.__all__
+    assert all(getattr(f, n) is getattr(m, n) for n in m.__all__)
+    assert not [n for n in f.__all__ if n.startswith("_")]
+
+
+def test_no_all_names_a_private_name_and_no_module_is_an_alias() -> None:
+    for name, (path, tree) in _modules(REPO).items():
+        assert "sys.modules[__name__]" not in path.read_text(encoding="utf-8"), name
+        for n in tree.body:
+            if isinstance(n, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets
+            ) and isinstance(n.value, ast.List):
+                names = [ast.literal_eval(e) for e in n.value.elts]
+                assert not [x for x in names if x.startswith("_")], name
+
+
+@pytest.mark.parametrize("old", ["ledger.history", "ledger.segments", "ledger.format",
+                                 "ledger.budget", "ledger.interop", "recovery"])
+def test_the_pre_0_2_paths_are_gone(old: str) -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)

@@ -31,7 +31,7 @@ default); it is never a guard. Pure: no I/O besides loading an encoding.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -109,22 +109,29 @@ def _framed_text(counter: TokenCounter, text: str) -> Count:
     return Count(MESSAGE_FRAMING, False) + counter.raw_text(text)
 
 
+class _Fixed(NamedTuple):
+    """What every guard takes besides the rows: the request's fixed parts."""
+
+    system: str
+    memory: str
+    tools: Any
+    advertised: Collection[str] | None
+    output_reserve: int | None
+    registry: ModelRegistry | None
+    context_limit: int | None
+
+
 def _verdict(
     check: str,
     model: str | ModelSpec,
-    *,
     rows: Iterable[Mapping[str, Any]],
-    system: str,
-    memory: str,
-    tools: Any,
-    advertised: Collection[str] | None,
-    output_reserve: int | None,
-    registry: ModelRegistry | None,
+    fixed: _Fixed,
+    *,
     cache: RowTokenCache | None,
     shape: RowShape | None,
     mode: Mode = "encoding",
-    context_limit: int | None = None,
 ) -> Verdict:
+    system, memory, tools, advertised, output_reserve, registry, context_limit = fixed
     counter = TokenCounter(model, mode=mode, registry=registry, cache=cache)
     spec = counter.spec
     limit = spec.context_limit
@@ -226,20 +233,8 @@ def check_request(
     the caller's token budget, used instead of the model's window (the output
     reserve then defaults to 0: the budget is the room the request may take).
     """
-    return _verdict(
-        "request",
-        model,
-        rows=rows,
-        system=system,
-        memory=memory,
-        tools=tools,
-        advertised=advertised,
-        output_reserve=output_reserve,
-        registry=registry,
-        cache=cache,
-        shape=shape,
-        context_limit=context_limit,
-    )
+    fixed = _Fixed(system, memory, tools, advertised, output_reserve, registry, context_limit)
+    return _verdict("request", model, rows, fixed, cache=cache, shape=shape)
 
 
 def fits_fresh_window(
@@ -259,20 +254,8 @@ def fits_fresh_window(
     """Would ``rows`` fit a brand-new window (with the request's fixed parts)?
     ``ok=False`` means no rollover can help: reject before any provider call.
     ``context_limit``: the caller's budget, as in :func:`check_request`."""
-    return _verdict(
-        "fresh_window",
-        model,
-        rows=rows,
-        system=system,
-        memory=memory,
-        tools=tools,
-        advertised=advertised,
-        output_reserve=output_reserve,
-        registry=registry,
-        cache=cache,
-        shape=shape,
-        context_limit=context_limit,
-    )
+    fixed = _Fixed(system, memory, tools, advertised, output_reserve, registry, context_limit)
+    return _verdict("fresh_window", model, rows, fixed, cache=cache, shape=shape)
 
 
 def check_tool_output(
@@ -295,20 +278,8 @@ def check_tool_output(
         "role": "tool",
         "parts": [{"type": "tool_result", "id": call_id, "output": output, "error": error}],
     }
-    return _verdict(
-        "tool_output",
-        model,
-        rows=[row],
-        system=system,
-        memory=memory,
-        tools=tools,
-        advertised=advertised,
-        output_reserve=output_reserve,
-        registry=registry,
-        cache=None,
-        shape=CANONICAL,
-        context_limit=context_limit,
-    )
+    fixed = _Fixed(system, memory, tools, advertised, output_reserve, registry, context_limit)
+    return _verdict("tool_output", model, [row], fixed, cache=None, shape=CANONICAL)
 
 
 def require_request(model: str | ModelSpec, **kwargs: Any) -> Verdict:
@@ -343,21 +314,8 @@ def estimate_request(
     context_limit: int | None = None,
 ) -> Verdict:
     """An ordinary estimate (``check="estimate"``); cheap by default. Not a guard."""
-    return _verdict(
-        "estimate",
-        model,
-        rows=rows,
-        system=system,
-        memory=memory,
-        tools=tools,
-        advertised=advertised,
-        output_reserve=output_reserve,
-        registry=registry,
-        cache=cache,
-        shape=CANONICAL,
-        mode=mode,
-        context_limit=context_limit,
-    )
+    fixed = _Fixed(system, memory, tools, advertised, output_reserve, registry, context_limit)
+    return _verdict("estimate", model, rows, fixed, cache=cache, shape=CANONICAL, mode=mode)
 
 
 def request_counter(
