@@ -34,7 +34,7 @@ from ledger.adapters.common import (
     append_row,
     carried_media,
     conversation,
-    data_url,
+    input_part,
     is_parts_output,
     json_text,
     media_from_url,
@@ -49,22 +49,17 @@ API = "openai-responses"
 
 
 def _input_part(part: Mapping[str, Any]) -> dict[str, Any] | None:
-    kind = part.get("type")
-    if kind == "text":
-        return {"type": "input_text", "text": part.get("text", "")}
-    if kind == "media":
-        mime = str(part.get("mime", ""))
-        url = data_url(part)
-        if url is None:
-            return None
-        if mime.startswith("image/"):
-            detail = part.get("detail") if part.get("detail") in ("low", "high", "auto") else "auto"
-            return {"type": "input_image", "image_url": url, "detail": detail}
-        if isinstance(part.get("data"), str):
-            name = str(part.get("name") or "file")
-            return {"type": "input_file", "file_data": url, "filename": name}
-        return {"type": "input_file", "file_url": url}
-    return raw_of(API, part)
+    return input_part(API, part, lambda text: {"type": "input_text", "text": text}, _media_input)
+
+
+def _media_input(part: Mapping[str, Any], mime: str, url: str) -> dict[str, Any]:
+    if mime.startswith("image/"):
+        detail = part.get("detail") if part.get("detail") in ("low", "high", "auto") else "auto"
+        return {"type": "input_image", "image_url": url, "detail": detail}
+    if isinstance(part.get("data"), str):
+        name = str(part.get("name") or "file")
+        return {"type": "input_file", "file_data": url, "filename": name}
+    return {"type": "input_file", "file_url": url}
 
 
 def _reasoning_item(part: Mapping[str, Any]) -> dict[str, Any] | None:
