@@ -313,14 +313,18 @@ class _Scanner:
                     _is_reset(data, kind), row.seq, 1))
                 self.orphan_id = b.id
             return
+        self._start_run(off, ln, data, row)
+        if b.n == 1:
+            self._complete()
+
+    def _start_run(self, off: int, ln: int, data: bytes, row: CheckRow) -> None:
+        """Row 0 of a batch at ``off``: its rows are collected until the batch ends."""
         self.orphan = None
-        self.run_id, self.run_n = b.id, b.n
+        self.run_id, self.run_n = row.batch.id, row.batch.n
         self.run_start, self.run_end = off, off + ln
         self.run_lines = [data]
         self.run_rows = [row]
         self.run_offsets = [off]
-        if b.n == 1:
-            self._complete()
 
     def _complete(self) -> None:
         res = self.res
@@ -443,12 +447,7 @@ class _Scanner:
                         self.orphan = None
                 else:
                     self.seg_rows += 1
-                    self.orphan = None
-                    self.run_id, self.run_n = b.id, b.n
-                    self.run_start, self.run_end = off, off + ln
-                    self.run_lines = [line]
-                    self.run_rows = [row]
-                    self.run_offsets = [off]
+                    self._start_run(off, ln, line, row)
             elif b.id == self.run_id and b.i == len(self.run_rows) and b.n == self.run_n:
                 self.seg_rows += 1
                 self.run_lines.append(line)
