@@ -229,7 +229,7 @@ def check_request(
     ``tools`` is a name -> schema map or a list of schemas (the full tool map);
     ``advertised`` the names the request actually advertises (tool search), or
     None for all of them. ``shape`` defaults to the rows as the model family's
-    API adapter renders them (``ledger.adapters.shapes``). ``context_limit`` is
+    API adapter renders them (``ledger.tokens.shapes``). ``context_limit`` is
     the caller's token budget, used instead of the model's window (the output
     reserve then defaults to 0: the budget is the room the request may take).
     """
