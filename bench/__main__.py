@@ -123,8 +123,7 @@ def missing(suite: Suite) -> str | None:
         except ModuleNotFoundError:
             found = False
         if not found:
-            return f"needs {mod} ({extra}: pip install -e '.[bench,postgres,agents,langchain," \
-                   "langgraph]')"
+            return f"needs {mod} ({extra}; pip install -e '.[bench]' brings every suite's)"
     if suite.server == "postgres":
         from tests.pg_cluster import find_bindir
 
