@@ -42,7 +42,7 @@ def prose() -> str:
 
 def code() -> str:
     """Real Python source: the token accounting modules, one after another."""
-    paths = sorted((REPO / "ledger" / "budget").glob("token*.py"))
+    paths = sorted((REPO / "ledger" / "tokens").glob("*.py"))
     return "\n".join(p.read_text(encoding="utf-8") for p in paths)
 
 
