@@ -37,6 +37,8 @@ from ledger.storage.engine import Snapshot
 from ledger.transcript.history import AppendResult, History
 from ledger.transcript.store import Store, validate_workspace
 
+__all__ = ["AsyncHistory", "AsyncStore", "AsyncTool"]
+
 T = TypeVar("T")
 
 

@@ -56,6 +56,8 @@ from ledger.storage.files.receipt import write_receipt
 from ledger.storage.files.state import new_epoch as _new_epoch
 from ledger.storage.files.state import stable_receipt, unwrap
 
+__all__ = ["DEFAULT_SEGMENT_TARGET", "Batch", "BulkResult", "bulk_load"]
+
 if TYPE_CHECKING:
     from ledger.storage.files.state import State
     from ledger.storage.files.workspace import FileWorkspace as History
