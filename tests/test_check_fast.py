@@ -4,6 +4,7 @@ format's own functions: same findings, same boundaries, same verdicts."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -133,3 +134,24 @@ def test_a_reset_hidden_behind_a_duplicate_key_is_a_floor(tmp_path: Path) -> Non
     assert report.scan is not None
     report.scan.resolve_hidden()
     assert report.scan.last_floor is not None and report.scan.last_floor[2] == 2
+
+
+@given(st.binary(max_size=80).map(lambda b: b.replace(b"\x00", b"\n")),
+       st.integers(1, 9), st.integers(0, 5))
+def test_the_chunked_readers_agree_with_split_lines(tmp_path_factory: pytest.TempPathFactory,
+                                                     data: bytes, chunk: int,
+                                                     start: int) -> None:
+    # iter_lines_fd and iter_chunks_fd (the scan's reader) share one chunked
+    # reader; at any chunk size they give the lines split_lines gives.
+    start = min(start, len(data))
+    path = tmp_path_factory.mktemp("lines") / "f"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        lines = list(segs.iter_lines_fd(fd, start, chunk))
+        pieces = list(segs.iter_chunks_fd(fd, start, chunk))
+    finally:
+        os.close(fd)
+    assert lines == segs.split_lines(data[start:], start)
+    assert b"".join(p[1] for p in pieces) == data[start:]
+    assert all(p[2] == p[1].endswith(b"\n") for p in pieces)
