@@ -36,8 +36,8 @@ from typing import Any
 from bench.corpus import Corpus, load_corpus
 from bench.measure import interleave, ratio
 from bench.postgres_bench import MIB, WS, history_batches, writers_throughput
-from ledger.budget.tokens import TokenCounter
 from ledger.storage.files.bulk import bulk_load
+from ledger.tokens.counting import TokenCounter
 from ledger.transcript.store import Store
 
 

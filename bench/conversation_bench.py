@@ -35,8 +35,8 @@ import time
 from typing import Any
 
 from ledger import Store
-from ledger.budget.conversation import Conversation, tool_schema
-from ledger.budget.guards import check_request
+from ledger.rollover.conversation import Conversation, tool_schema
+from ledger.rollover.guards import check_request
 
 BASH = tool_schema("bash", "Run a shell command and return its output.",
                    {"type": "object", "properties": {"cmd": {"type": "string"}}})

@@ -61,11 +61,13 @@ class Corpus:
 
     def window_rows(self, count: int, seed: int, *, calls: bool = True) -> list[dict[str, Any]]:
         """``count`` template rows picked by seed (the fixed active window).
-        ``calls=False`` leaves out rows with tool calls: random picks would
-        leave calls open, and ``History.rollover`` refuses to seal those."""
+        ``calls=False`` leaves out rows with tool calls or results: random
+        picks would leave calls open or results without their call, and
+        ``History.rollover`` refuses to seal either."""
         rnd = random.Random(seed)
+        tool = ("tool_call", "tool_result")
         picks = [r for r, s in zip(self.rows, self.sizes, strict=True) if s < 64 << 10
-                 and (calls or not any(isinstance(p, dict) and p.get("type") == "tool_call"
+                 and (calls or not any(isinstance(p, dict) and p.get("type") in tool
                                        for p in r.get("parts", ())))]
         return [rnd.choice(picks) for _ in range(count)]
 

@@ -117,9 +117,9 @@ def _windowed(turns: int, row_of: Callable[[int], list[dict[str, Any]]]) -> Iter
 
 def build_ours(root: str, turns: int) -> tuple[Any, Any]:
     from ledger import Store
-    from ledger.bulk import bulk_load
     from ledger.integrations.langchain import LedgerChatMessageHistory, message_row
     from ledger.integrations.openai_agents import LedgerSession, item_row
+    from ledger.storage.files.bulk import bulk_load
 
     store = Store(root)
     session = LedgerSession("agents", store=store)

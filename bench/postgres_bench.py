@@ -38,8 +38,8 @@ import msgspec
 from bench.baselines import SqliteSession
 from bench.corpus import REPO, Corpus, load_corpus
 from bench.measure import interleave, ratio
-from ledger.budget.tokens import TokenCounter
 from ledger.storage.files.bulk import bulk_load
+from ledger.tokens.counting import TokenCounter
 from ledger.transcript.history import LEAD_IN_TEXT
 from ledger.transcript.store import Store
 

@@ -1,7 +1,7 @@
 """``python -m bench.recall_latency [--sizes 0,100,1024] [--queries N]``
 
 Ranked ``session_history`` search on the file engine, side by side at each
-history size (MiB of stored log, built with ``ledger.bulk`` from the real
+history size (MiB of stored log, built with ``ledger.storage.files.bulk`` from the real
 transcripts of ``bench.corpus``; 0 = a 40-row history):
 
 - the first search, which builds the recall index from the log (seconds);

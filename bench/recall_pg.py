@@ -4,7 +4,7 @@ Ranked ``session_history`` search on the PostgreSQL engine (its recall index
 in ``tl_recall_*``), in one run on a private cluster with fsync on
 (``tests/pg_cluster.py``, ``fast=False``), beside the file engine:
 
-- per history size (MiB of stored rows, built with ``ledger.bulk`` from the
+- per history size (MiB of stored rows, built with ``ledger.storage.files.bulk`` from the
   real transcripts of ``bench.corpus`` into a file root, then copied byte for
   byte into a database of its own with ``load_rows``; 0 = a 40-row history):
   the first ranked search, which builds the index (seconds), index bytes /

@@ -85,7 +85,7 @@ def compute_ratios(cfg: Config, res: Results) -> tuple[dict[str, Any], dict[str,
     put("turn_big_over_turn_empty",
         ratio(p(res, "turn", big, "ledger"), p(res, "turn", big, "ledger_empty")),
         "not measured")
-    no_tool = "ledger.retrieval not importable when the run started"
+    no_tool = "ledger.transcript.retrieval not importable when the run started"
     b = _best
     put("search_over_scan_floor",
         ratio(b(res, "search", big, "ledger"), b(res, "search", big, "scan_floor")), no_tool)
@@ -95,10 +95,10 @@ def compute_ratios(cfg: Config, res: Results) -> tuple[dict[str, Any], dict[str,
     put("count_over_raw_tiktoken",
         tb.get("count_over_raw_tiktoken") if tb else
         ratio(p(res, "count", 0, "ledger"), p(res, "count", 0, "tiktoken_raw")),
-        "ledger.tokens not importable when the run started")
+        "ledger.tokens.counting not importable when the run started")
     put("check_over_decode_floor",
         ratio(b(res, "check", big, "ledger"), b(res, "check", big, "decode_floor")),
-        "recovery.check not importable when the run started")
+        "ledger.recovery.check not importable when the run started")
     put("append_p50_over_sqlite_wal_full",
         ratio(p(res, "append", big, "ledger"), p(res, "append", big, "sqlite_wal_full")),
         "not measured")

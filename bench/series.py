@@ -6,7 +6,7 @@ measured operation (0 = a new workspace). Each point has a *world*: a ledger
 workspace (``Store`` defaults: 64 KiB segment cap, durability ``full``), the
 reference design's ``chat.jsonl`` (up to ``rewrite_max_mib``), an O_APPEND
 JSONL file and a SQLite session, all filled with the same realistic rows
-(``bench.corpus``). Big ledger histories are built with ``ledger.bulk`` (64 MiB
+(``bench.corpus``). Big ledger histories are built with ``ledger.storage.files.bulk`` (64 MiB
 sealed segments, as a history that has merged its segments); one extra series
 builds them with 64 KiB segments, the layout ``append`` alone leaves behind.
 Every point builds a fresh world: the measurements themselves add hundreds
@@ -30,13 +30,13 @@ Per point, in this order:
    through its cursors, for a query that matches nothing (so every row is
    examined); each call is also a **tool call** sample. Floors: decode +
    case-fold + ``str.find`` of the same segments, and raw ``bytes.find``.
-4. **check** (when ``recovery.check`` exists) against the read + decode floor
+4. **check** (when ``ledger.recovery.check`` exists) against the read + decode floor
    of the whole history.
 5. **turn**: before each turn (untimed) a rollover re-creates a 200-row
    window and appends the rollover's first 3 rows (that append seals the
    rollover's segment and is reported apart as ``*_first_turn``); the timed
    turn appends its 3 rows, assembles the provider view and counts its exact
-   tokens with ``ledger.tokens`` (when importable). The SQLite turn adds the
+   tokens with ``ledger.tokens.counting`` (when importable). The SQLite turn adds the
    same rows and reads all of the session's items back.
 """
 
@@ -140,32 +140,34 @@ def optional_module(name: str) -> Any | None:
 
 
 def token_counter(res: Results) -> Any | None:
-    """``ledger.tokens.TokenCounter`` for gpt-4o (o200k_base), or None."""
-    tokens = optional_module("ledger.tokens")
+    """``ledger.tokens.counting.TokenCounter`` for gpt-4o (o200k_base), or None."""
+    tokens = optional_module("ledger.tokens.counting")
     if tokens is None or not hasattr(tokens, "TokenCounter"):
-        res.note("ledger.tokens is not importable: turns skip the token-budget step")
+        res.note("ledger.tokens.counting is not importable: turns skip the token-budget step")
         return None
     return tokens.TokenCounter("gpt-4o")
 
 
 def check_function(res: Results) -> Callable[[History], Any] | None:
-    """The read-only verification of recovery.check, called on a History."""
-    mod = optional_module("recovery.check")
+    """The read-only verification of ledger.recovery.check, called on a History."""
+    mod = optional_module("ledger.recovery.check")
     if mod is None:
-        res.note("recovery.check is not importable: the check series is skipped")
+        res.note("ledger.recovery.check is not importable: the check series is skipped")
         return None
     for name in ("check_history", "check", "run_check", "check_workspace"):
         fn = getattr(mod, name, None)
         if callable(fn):
             return fn  # type: ignore[no-any-return]
-    res.note("recovery.check has no check_history/check function: the check series is skipped")
+    res.note("ledger.recovery.check has no check_history/check function: "
+             "the check series is skipped")
     return None
 
 
 def retrieval_tool(res: Results) -> Callable[[History], Any] | None:
-    mod = optional_module("ledger.retrieval")
+    mod = optional_module("ledger.transcript.retrieval")
     if mod is None or not hasattr(mod, "SessionHistory"):
-        res.note("ledger.retrieval is not importable: search and tool-call series are skipped")
+        res.note("ledger.transcript.retrieval is not importable: "
+                 "search and tool-call series are skipped")
         return None
     return mod.SessionHistory  # type: ignore[no-any-return]
 
@@ -438,6 +440,25 @@ def check_series(w: World, size_mib: int, res: Results, check: Callable[[History
     res.add("check", size_mib, record, samples)
 
 
+def close_open_calls(h: History) -> None:
+    """Append a result for every tool call of the open window that has none
+    (untimed): the generated history's random batches leave calls open, and
+    ``History.rollover`` refuses to seal an open call."""
+    calls: dict[str, None] = {}
+    done: set[str] = set()
+    for row in h.provider_view():
+        for part in row.to_dict().get("parts", ()):
+            if part.get("type") == "tool_call":
+                calls[str(part.get("id"))] = None
+            elif part.get("type") == "tool_result":
+                done.add(str(part.get("id")))
+    open_ids = [c for c in calls if c not in done]
+    if open_ids:
+        h.append_many([{"kind": "message", "role": "tool", "parts": [
+            {"type": "tool_result", "id": c, "output": "(closed by the benchmark)"}
+            for c in open_ids]}])
+
+
 def turn_series(w: World, e: World, size_mib: int, res: Results, counter: Any) -> None:
     cfg = w.cfg
     window = w.corpus.window_rows(cfg.turn_window_rows - 1, seed=7, calls=False)
@@ -453,6 +474,8 @@ def turn_series(w: World, e: World, size_mib: int, res: Results, counter: Any) -
         state["k"] += 1
         warm = w.corpus.sized_batch(cfg.batch_rows, cfg.row_bytes, 20_000 + state["k"])
         for h, name in ((w.h, "ledger_first_turn"), (e.h, "ledger_empty_first_turn")):
+            if state["k"] == 1:
+                close_open_calls(h)
             h.rollover(window)
             first[name].times.append(timed(lambda h=h: h.append_many(warm))[0])
         # Different new rows per history: each turn's rows miss the shared
@@ -543,10 +566,10 @@ def count_series(corpus: Corpus, cfg: Config, res: Results) -> dict[str, Any] | 
         doc = own.run(cfg.quick)
         res.extra["tokens_bench"] = doc
         return doc  # type: ignore[no-any-return]
-    tokens = optional_module("ledger.tokens")
-    encodings = optional_module("ledger.encodings")
+    tokens = optional_module("ledger.tokens.counting")
+    encodings = optional_module("ledger.tokens.encodings")
     if tokens is None or encodings is None:
-        res.note("ledger.tokens is not importable: count_over_raw_tiktoken is null")
+        res.note("ledger.tokens.counting is not importable: count_over_raw_tiktoken is null")
         return None
     counter = tokens.TokenCounter("gpt-4o", cache=None)
     enc = encodings.get_encoding(counter.spec.encoding)

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from bench.tokens_bench import MB, _corpus, _pathological
-from ledger.budget.encodings import get_encoding
-from ledger.budget.tokens import RowTokenCache, TokenCounter
+from ledger.tokens.counting import RowTokenCache, TokenCounter
+from ledger.tokens.encodings import get_encoding
 
 TEXT, ROWS, _SOURCE = _corpus()
 COUNTER = TokenCounter("gpt-4o", cache=None)

@@ -33,8 +33,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ledger.budget.encodings import get_encoding
-from ledger.budget.tokens import RowTokenCache, TokenCounter
+from ledger.tokens.counting import RowTokenCache, TokenCounter
+from ledger.tokens.encodings import get_encoding
 
 MB = 1_000_000
 

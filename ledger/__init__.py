@@ -36,13 +36,13 @@ __all__ = [
     "WindowChanged",
     "WorkspaceNotFound",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str) -> object:
     # The runtime object loads the token budget (tokenizers) only when used.
     if name in ("Conversation", "SendRefused"):
-        from ledger.budget import conversation
+        from ledger.rollover import conversation
 
         return getattr(conversation, name)
     raise AttributeError(f"module 'ledger' has no attribute {name!r}")

@@ -1,8 +1,8 @@
-"""Old import path of :mod:`ledger.budget.admission`
-(the same module object, so patches and isinstance checks see one module)."""
+"""Admission: middleware registrations and their snapshot: the public names of
+:mod:`ledger.rollover.admission`, where the code and its documentation live."""
 
-import sys
+from ledger.rollover import admission as _admission
+from ledger.rollover.admission import *  # noqa: F403
 
-from ledger.budget import admission as _module
-
-sys.modules[__name__] = _module
+__all__: list[str] = []
+__all__ += _admission.__all__

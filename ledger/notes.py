@@ -1,8 +1,8 @@
-"""Old import path of :mod:`ledger.budget.notes`
-(the same module object, so patches and isinstance checks see one module)."""
+"""The rollover notes file (``workspace/context-notes.md``): the public names of
+:mod:`ledger.rollover.notes`, where the code and its documentation live."""
 
-import sys
+from ledger.rollover import notes as _notes
+from ledger.rollover.notes import *  # noqa: F403
 
-from ledger.budget import notes as _module
-
-sys.modules[__name__] = _module
+__all__: list[str] = []
+__all__ += _notes.__all__

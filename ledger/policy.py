@@ -1,8 +1,8 @@
-"""Old import path of :mod:`ledger.budget.policy`
-(the same module object, so patches and isinstance checks see one module)."""
+"""The tool-access policy of a rollover: the public names of
+:mod:`ledger.rollover.policy`, where the code and its documentation live."""
 
-import sys
+from ledger.rollover import policy as _policy
+from ledger.rollover.policy import *  # noqa: F403
 
-from ledger.budget import policy as _module
-
-sys.modules[__name__] = _module
+__all__: list[str] = []
+__all__ += _policy.__all__

@@ -96,7 +96,7 @@ ONCE: list[tuple[list[str], bytes]] = [
 def build(root: Path) -> None:
     """Messages over several small segments, a manual clear (the floor), a tool call
     and its result, a rollover, a compaction and a rejected request."""
-    from ledger.store import Store
+    from ledger.transcript.store import Store
 
     h = Store(root, segment_bytes=700, durability="off").history(WS)
     h.append_many([_msg("question one"), _msg("answer one", "assistant")])
@@ -235,7 +235,7 @@ def _rewrite_marker(ws: Path) -> None:
 
 def _control_text(ws: Path) -> None:
     """Not damage: a clean row whose text and tool names hold terminal escapes."""
-    from ledger.store import Store
+    from ledger.transcript.store import Store
 
     Store(ws.parent, durability="off").history(WS).append_many([
         _msg("\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b31m\r"),

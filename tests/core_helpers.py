@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ledger import format as fmt
+from ledger.core import format as fmt
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable

@@ -12,8 +12,8 @@ import pytest
 from core_helpers import msg
 
 from ledger.aio import AsyncStore
-from ledger.errors import InvalidRow, InvalidWorkspace, WindowChanged
-from ledger.history import History
+from ledger.core.errors import InvalidRow, InvalidWorkspace, WindowChanged
+from ledger.transcript.history import History
 
 
 def test_concurrent_tasks_get_gap_free_seqs(tmp_path: Path) -> None:

@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import Store
-from ledger import format as fmt
-from ledger import segments as segs
-from ledger.bulk import Batch, bulk_load
-from ledger.errors import CommitFailed, InvalidRow, LedgerError
-from ledger.history import History
-from ledger.index import read_entries, scan_segment
+from ledger.core import format as fmt
+from ledger.core.errors import CommitFailed, InvalidRow, LedgerError
+from ledger.storage.files import segments as segs
+from ledger.storage.files.bulk import Batch, bulk_load
+from ledger.storage.files.index import read_entries, scan_segment
+from ledger.transcript.history import History
 
 
 def bulk_row(i: int, size: int = 40, role: str = "user") -> dict[str, Any]:

@@ -16,14 +16,14 @@ import pytest
 from core_helpers import msg
 from test_recovery_support import all_files, build
 
-from ledger import format as fmt
-from ledger import rewrite
-from ledger import segments as segs
 from ledger.cli import main
-from ledger.errors import WorkspaceNotFound
-from ledger.receipt import read_receipt, write_receipt
-from ledger.store import Store
-from recovery.check import DAMAGE, NOTICE, check
+from ledger.core import format as fmt
+from ledger.core.errors import WorkspaceNotFound
+from ledger.recovery.check import DAMAGE, NOTICE, check
+from ledger.storage.files import rewrite
+from ledger.storage.files import segments as segs
+from ledger.storage.files.receipt import read_receipt, write_receipt
+from ledger.transcript.store import Store
 
 
 def _seg(ws: Path, k: int = -1) -> Path:

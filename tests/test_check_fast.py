@@ -4,6 +4,7 @@ format's own functions: same findings, same boundaries, same verdicts."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_recovery_support import build, seg_files
 
-from ledger import format as fmt
-from ledger import segments as segs
-from ledger.store import Store
-from recovery import check as chk
+from ledger.core import format as fmt
+from ledger.recovery import check as chk
+from ledger.storage.files import segments as segs
+from ledger.transcript.store import Store
 
 
 def _row(seq: int, kind: str = "message", **extra: Any) -> dict[str, Any]:
@@ -45,10 +46,22 @@ def test_may_hide_reset_never_misses_what_the_format_finds(words: list[str], dup
         assert row["kind"] == "reset" or chk.may_hide_reset(line)
 
 
-def test_frame_head_matches_the_format() -> None:
-    line = fmt.encode_line(_row(3))[:-1]
-    assert line[chk._NOT_HEAD:-18] == chk._HEAD
-    assert fmt.body_of(line) == line[: chk._NOT_HEAD] + b"}"
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(-1, 400), st.integers(0, 255)),
+                min_size=1, max_size=6))
+def test_the_fast_path_verifies_lines_as_body_of_does(
+    edits: list[tuple[int, int, int]],
+) -> None:
+    # The scan's fast path verifies a chunk with fmt.all_verified; it must
+    # agree with fmt.body_of, one line at a time, on framed and damaged lines.
+    lines = []
+    for seq, at, byte in edits:
+        line = bytearray(fmt.encode_line(_row(seq))[:-1])
+        if 0 <= at < len(line):
+            line[at] = byte
+        elif at >= len(line):
+            del line[at % len(line):]
+        lines.append(bytes(line))
+    assert fmt.all_verified(lines) == all(fmt.body_of(line) is not None for line in lines)
 
 
 def _scan(ws: Path, *, slow: bool, monkeypatch: pytest.MonkeyPatch) -> chk.ScanResult:
@@ -121,3 +134,24 @@ def test_a_reset_hidden_behind_a_duplicate_key_is_a_floor(tmp_path: Path) -> Non
     assert report.scan is not None
     report.scan.resolve_hidden()
     assert report.scan.last_floor is not None and report.scan.last_floor[2] == 2
+
+
+@given(st.binary(max_size=80).map(lambda b: b.replace(b"\x00", b"\n")),
+       st.integers(1, 9), st.integers(0, 5))
+def test_the_chunked_readers_agree_with_split_lines(tmp_path_factory: pytest.TempPathFactory,
+                                                     data: bytes, chunk: int,
+                                                     start: int) -> None:
+    # iter_lines_fd and iter_chunks_fd (the scan's reader) share one chunked
+    # reader; at any chunk size they give the lines split_lines gives.
+    start = min(start, len(data))
+    path = tmp_path_factory.mktemp("lines") / "f"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        lines = list(segs.iter_lines_fd(fd, start, chunk))
+        pieces = list(segs.iter_chunks_fd(fd, start, chunk))
+    finally:
+        os.close(fd)
+    assert lines == segs.split_lines(data[start:], start)
+    assert b"".join(p[1] for p in pieces) == data[start:]
+    assert all(p[2] == p[1].endswith(b"\n") for p in pieces)

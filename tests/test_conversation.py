@@ -1,4 +1,4 @@
-"""The runtime object (``ledger.budget.conversation.Conversation``) on a real
+"""The runtime object (``ledger.rollover.conversation.Conversation``) on a real
 store with real tiktoken counts: a 40-turn agent loop with tool steps under a
 small budget, new workspaces, hard preflight and quarantine, the lead-in, and
 the guards against the caller's budget."""
@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from ledger import Store
-from ledger.budget.conversation import Conversation, Request, SendRefused, tool_schema
-from ledger.budget.guards import check_request, fits_fresh_window
 from ledger.core.husks import is_husk, rejected_original
-from ledger.rollover import Action
-from recovery.check import check
+from ledger.recovery.check import check
+from ledger.rollover.conversation import Conversation, Request, SendRefused, tool_schema
+from ledger.rollover.engine import Action
+from ledger.rollover.guards import check_request, fits_fresh_window
 
 WS = "agent"
 BASH = tool_schema("bash", "Run a shell command and return its output.",
@@ -249,8 +249,8 @@ def test_guards_respect_the_callers_budget() -> None:
 
 
 def test_cached_tool_schema_costs_equal_uncached_counts() -> None:
-    from ledger.budget.token_rows import RowTokenCache
-    from ledger.budget.tokens import TokenCounter
+    from ledger.tokens.counting import TokenCounter
+    from ledger.tokens.rows import RowTokenCache
 
     tools = {"bash": BASH, "other": tool_schema("other", "x" * 300, {"type": "object"})}
     cache = RowTokenCache()
@@ -303,8 +303,8 @@ def test_history_rollover_never_splits_a_pair(tmp_path: Path) -> None:
 def test_context_limit_defaults_to_the_models_input_room_and_never_exceeds_it(
     tmp_path: Path,
 ) -> None:
-    from ledger.budget.models import resolve
-    from ledger.rollover import BudgetConfigError
+    from ledger.rollover.engine import BudgetConfigError
+    from ledger.tokens.models import resolve
 
     spec = resolve("gpt-4o")
     store = Store(tmp_path, durability="off")

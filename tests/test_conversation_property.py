@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from test_conversation import BASH, assert_paired, calls, result, says, user, words
 
 from ledger import Store
-from ledger.budget.conversation import Conversation, Request, SendRefused
-from ledger.rollover import Action, is_settled, open_tool_calls
+from ledger.rollover.conversation import Conversation, Request, SendRefused
+from ledger.rollover.engine import Action, is_settled, open_tool_calls
 
 OPS = st.one_of(
     st.tuples(st.just("user"), st.integers(5, 120)),

@@ -10,7 +10,7 @@ import pytest
 from core_helpers import PYTHON, WRITER, check_log, dicts, msg, subprocess_env, tree
 
 from ledger import Store
-from ledger import format as fmt
+from ledger.core import format as fmt
 
 PROCS = 4
 THREADS = 3
@@ -104,7 +104,7 @@ def test_format_temp_removed_by_a_concurrent_first_writer(store_root: Path, monk
     fail with a LedgerError, and FORMAT exists afterwards."""
     import os
 
-    from ledger.errors import LedgerError
+    from ledger.core.errors import LedgerError
 
     real_rename = os.rename
     fired: list[bool] = []
@@ -180,7 +180,7 @@ def test_lock_timeout_for_writers_and_readers(store_root: Path) -> None:
     LedgerError naming the workspace) and writes nothing; so does a reader
     that needs the shared lock."""
     from ledger import LockTimeout
-    from ledger.lock import locked
+    from ledger.storage.files.lock import locked
 
     h = Store(store_root, durability="off", lock_timeout=0.2).history("ws")
     h.append(msg("a"))

@@ -28,7 +28,7 @@ from core_helpers import (
 )
 
 from ledger import Store
-from ledger import format as fmt
+from ledger.core import format as fmt
 
 KILLS_FORKED = 216  # 24 workspaces x 9 kills
 KILLS_PER_WORKSPACE = 9

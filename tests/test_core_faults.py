@@ -25,8 +25,8 @@ from core_helpers import (
 )
 
 from ledger import CommitFailed, CommitUncertain, LedgerError, Store
-from ledger import format as fmt
-from ledger.receipt import receipt_status
+from ledger.core import format as fmt
+from ledger.storage.files.receipt import receipt_status
 
 
 def _history(root: Path, segment_bytes: int = 1 << 16):
@@ -150,7 +150,7 @@ def test_fault_on_the_first_write_of_a_workspace(
 
 def test_short_writes_are_continued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A commit writes every byte even when the kernel takes a few at a time."""
-    from ledger import segments as segs
+    from ledger.storage.files import segments as segs
 
     real = os.writev
 

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger import Store
-from ledger import format as fmt
+from ledger.core import format as fmt
 
 SPECIAL = ["\u2028", "\u2029", "\x85", "\x00", "\r", "\n", "\r\n", '"', "\\", "/", "\t", "\x1f",
            "\x7f", "\ufeff", "\U0001f600", "\U0010ffff", "\ue000", "</script>", "\\u0000",

@@ -30,9 +30,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger import CursorExpired, Store
-from ledger import cursors as cur
-from ledger import format as fmt
-from ledger.receipt import read_receipt, write_receipt
+from ledger.core import cursors as cur
+from ledger.core import format as fmt
+from ledger.storage.files.receipt import read_receipt, write_receipt
 
 B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
@@ -257,7 +257,7 @@ def test_killed_writer_pending_receipt_expires_cursors(tmp_path: Path) -> None:
 def test_untracked_edit_expires_cursors(tmp_path: Path) -> None:
     """Bytes appended to a segment behind the store's back (a readable row,
     no reset) change the stamps: open cursors are stale, a new query works."""
-    from ledger import segments as segs
+    from ledger.storage.files import segments as segs
 
     store = Store(tmp_path, durability="off", segment_bytes=1 << 20)
     h = store.history("ws")

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from ledger import display
+from ledger.cli import display
 from ledger.cli import main as cli_main
-from ledger.store import Store
+from ledger.transcript.store import Store
 
 T0 = 1764662400123  # 2025-12-02 08:00:00.123 UTC
 

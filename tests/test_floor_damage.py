@@ -33,10 +33,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger import History, LedgerError, Store
-from ledger import format as fmt
-from ledger import segments as segs
-from recovery.check import check
-from recovery.repair import repair
+from ledger.core import format as fmt
+from ledger.recovery.check import check
+from ledger.recovery.repair import repair
+from ledger.storage.files import segments as segs
 
 WS = "ws"
 SECRET = "secret"

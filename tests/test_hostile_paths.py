@@ -30,10 +30,10 @@ import pytest
 from core_helpers import msg, subprocess_env
 
 from ledger import LedgerError, Store
-from ledger import segments as segs
 from ledger.core.errors import DeletePending, UnsafePath, WorkspaceNotFound
-from recovery.check import check
-from recovery.repair import repair
+from ledger.recovery.check import check
+from ledger.recovery.repair import repair
+from ledger.storage.files import segments as segs
 
 WS = "ws"
 TIMEOUT = 30

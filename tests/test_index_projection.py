@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ledger import Store
-from ledger import segments as segs
-from ledger.index import BoundaryIndex, read_entries, scan_segment
+from ledger.storage.files import segments as segs
+from ledger.storage.files.index import BoundaryIndex, read_entries, scan_segment
 
 
 def text(t: str) -> dict:

@@ -20,12 +20,12 @@ from agents_script import ScriptedModel, agent, call, message
 from core_helpers import PYTHON, subprocess_env
 
 from ledger import CursorExpired, InvalidWorkspace, LedgerError, Store
-from ledger.budget.models import resolve
 from ledger.integrations import MissingExtra, require
 from ledger.integrations.openai_agents import (
     LedgerSession,
     session_history_tool,
 )
+from ledger.tokens.models import resolve
 
 SCRIPT = str(Path(__file__).resolve().parent / "agents_script.py")
 

@@ -3,7 +3,7 @@ with ``session.run_config()``, driven by real ``Runner.run`` calls, a scripted
 model object and real files.
 
 Every model input is counted here with the project's tokenizer
-(``ledger.budget.check_request``: the input items as canonical rows, the
+(``ledger.rollover.guards.check_request``: the input items as canonical rows, the
 system instructions and the advertised tool schemas), independently of the
 session's own accounting.
 """
@@ -27,8 +27,8 @@ from core_helpers import PYTHON, subprocess_env
 
 from ledger import LedgerError, Store
 from ledger.adapters import openai_responses
-from ledger.budget import check_request
 from ledger.integrations.openai_agents import LedgerSession, session_history_tool
+from ledger.rollover.guards import check_request
 
 MODEL = "gpt-4o"
 SCRIPT = str(Path(__file__).resolve().parent / "agents_script.py")

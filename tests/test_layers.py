@@ -3,10 +3,13 @@ on an import that runs up a floor."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+# Private-looking names that are public APIs of the standard library.
+STDLIB_PUBLIC = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
+
+
 def lint(root: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(root)}
     assert LINT is not None
@@ -29,7 +36,7 @@ def lint(root: Path) -> subprocess.CompletedProcess[str]:
 
 
 def copy_tree(dest: Path) -> Path:
-    for name in ("ledger", "recovery"):
+    for name in ("ledger",):
         shutil.copytree(REPO / name, dest / name,
                         ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", dest / "pyproject.toml")
@@ -64,3 +71,129 @@ def test_an_upward_import_breaks_the_check(tmp_path: Path, module: str, upward: 
     p = lint(root)
     assert p.returncode != 0, p.stdout
     assert "BROKEN" in p.stdout and contract in p.stdout, p.stdout
+
+
+# -- No private name crosses a package ---------------------------------------
+# import-linter has no contract for this, so the rule is checked here on the
+# syntax tree of every module of ``ledger``. A module's package is the folder
+# it sits in (``ledger.storage.files`` for ``ledger/storage/files/reads.py``).
+# A private name (one underscore, not a dunder) may be used only inside the
+# package that defines it: ``from ledger.x import _y`` from another package is
+# refused, and so is ``obj._y`` where no module of the using package defines
+# or binds ``_y`` (a method of another package's class, say).
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _modules(root: Path) -> dict[str, tuple[Path, ast.Module]]:
+    out = {}
+    for path in sorted((root / "ledger").rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = (path, ast.parse(path.read_text(encoding="utf-8")))
+    return out
+
+
+def _package(mods: dict[str, tuple[Path, ast.Module]], name: str) -> str:
+    path = mods[name][0] if name in mods else None
+    return name if path is not None and path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _bound_names(tree: ast.Module) -> Iterator[str]:
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield n.name
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            yield n.id
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+            yield n.attr
+        elif isinstance(n, ast.arg):
+            yield n.arg
+        elif isinstance(n, ast.alias):
+            yield n.asname or n.name.split(".")[0]
+        elif isinstance(n, ast.keyword) and n.arg:
+            yield n.arg
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier():
+            yield n.value  # __slots__, object.__setattr__(self, "_x", ...)
+
+
+def private_crossings(root: Path) -> list[str]:
+    mods = _modules(root)
+    bound: dict[str, set[str]] = {}
+    for name, (_, tree) in mods.items():
+        bound.setdefault(_package(mods, name), set()).update(_bound_names(tree))
+    found = []
+    for name, (path, tree) in mods.items():
+        pkg = _package(mods, name)
+        where = path.relative_to(root)
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.module and n.module.split(".")[0] == "ledger":
+                for a in n.names:
+                    if _is_private(a.name) and _package(mods, n.module) != pkg:
+                        found.append(f"{where}:{n.lineno}: from {n.module} import {a.name}")
+            elif (isinstance(n, ast.Attribute) and _is_private(n.attr)
+                  and n.attr not in STDLIB_PUBLIC and n.attr not in bound[pkg]):
+                found.append(f"{where}:{n.lineno}: .{n.attr} (defined in another package)")
+    return found
+
+
+def test_no_private_name_crosses_a_package() -> None:
+    assert private_crossings(REPO) == []
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "expected"),
+    [
+        ("ledger/recovery/repair.py", "from ledger.storage.files.reads import _x",
+         "from ledger.storage.files.reads import _x"),
+        ("ledger/rollover/rules.py", "def f(h): return h._private_method_of_history()",
+         "._private_method_of_history"),
+    ],
+)
+def test_a_private_crossing_is_found(tmp_path: Path, module: str, line: str,
+                                     expected: str) -> None:
+    root = copy_tree(tmp_path)
+    path = root / module
+    path.write_text(path.read_text(encoding="utf-8") + f"\n{line}\n", encoding="utf-8")
+    found = private_crossings(root)
+    assert len(found) == 1 and expected in found[0], found
+
+
+# -- One public face ----------------------------------------------------------
+
+PUBLIC_FACES = {
+    "ledger.policy": "ledger.rollover.policy",
+    "ledger.admission": "ledger.rollover.admission",
+    "ledger.notes": "ledger.rollover.notes",
+    "ledger.rollover": "ledger.rollover.engine",
+    "ledger.tokens": "ledger.tokens.counting",
+}
+
+
+@pytest.mark.parametrize(("face", "module"), sorted(PUBLIC_FACES.items()))
+def test_a_public_face_holds_the_names_of_its_module(face: str, module: str) -> None:
+    f, m = importlib.import_module(face), importlib.import_module(module)
+    assert list(f.__all__) == list(m.__all__) and m.__all__
+    assert all(getattr(f, n) is getattr(m, n) for n in m.__all__)
+    assert not [n for n in f.__all__ if n.startswith("_")]
+
+
+def test_no_all_names_a_private_name_and_no_module_is_an_alias() -> None:
+    for name, (path, tree) in _modules(REPO).items():
+        assert "sys.modules[__name__]" not in path.read_text(encoding="utf-8"), name
+        for n in tree.body:
+            if isinstance(n, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets
+            ) and isinstance(n.value, ast.List):
+                names = [ast.literal_eval(e) for e in n.value.elts]
+                assert not [x for x in names if x.startswith("_")], name
+
+
+@pytest.mark.parametrize("old", ["ledger.history", "ledger.segments", "ledger.format",
+                                 "ledger.budget", "ledger.interop", "recovery"])
+def test_the_pre_0_2_paths_are_gone(old: str) -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from test_recovery_support import all_files
 
-from ledger import format as fmt
-from ledger import rewrite
 from ledger.cli import main
-from ledger.store import Store
-from recovery.check import check
-from recovery.legacy import import_legacy
-from recovery.repair import repair
+from ledger.core import format as fmt
+from ledger.recovery.check import check
+from ledger.recovery.legacy import import_legacy
+from ledger.recovery.repair import repair
+from ledger.storage.files import rewrite
+from ledger.transcript.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "legacy-histories"

@@ -26,8 +26,8 @@ from core_helpers import msg
 
 from ledger import CommitFailed, LedgerError, Store
 from ledger.cli import main as cli_main
-from recovery.check import check
-from recovery.repair import repair
+from ledger.recovery.check import check
+from ledger.recovery.repair import repair
 from tests.core_helpers import subprocess_env
 
 WS = "ws"
@@ -172,7 +172,7 @@ def test_read_only_media_reads_and_refuses_every_write(small_fs: Path, tmp_path:
 DESCRIPTORS = textwrap.dedent("""
     import json, os, resource, sys
     from ledger import LedgerError, Store
-    from recovery.check import check
+    from ledger.recovery.check import check
     root = sys.argv[1]
     store = Store(root, durability="off")
     h = store.history("ws")

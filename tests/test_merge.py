@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger import Store, merge
-from ledger import format as fmt
-from ledger import segments as segs
+from ledger import Store
+from ledger.core import format as fmt
+from ledger.storage.files import merge
+from ledger.storage.files import segments as segs
 
 
 def text(t: str) -> dict:

@@ -21,11 +21,11 @@ import pytest
 from core_helpers import msg, subprocess_env
 
 from ledger import History, InvalidRow, LedgerError, Store
-from ledger import format as fmt
-from ledger import segments as segs
+from ledger.core import format as fmt
 from ledger.core.errors import HistoryDamaged
-from recovery.check import check
-from recovery.repair import repair
+from ledger.recovery.check import check
+from ledger.recovery.repair import repair
+from ledger.storage.files import segments as segs
 
 WS = "ws"
 MAX_DEPTH = 256  # fmt.MAX_DEPTH, the documented limit (asserted below)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.policy import (
+from ledger.rollover.policy import (
     PRESETS,
     PolicyError,
     Preset,

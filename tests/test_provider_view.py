@@ -14,8 +14,8 @@ import pytest
 from core_helpers import msg
 
 from ledger import History, Store
-from ledger import format as fmt
-from ledger import segments as segs
+from ledger.core import format as fmt
+from ledger.storage.files import segments as segs
 
 
 def view(h: History) -> list[dict[str, Any]]:

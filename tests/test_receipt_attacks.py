@@ -15,9 +15,9 @@ import pytest
 from core_helpers import dicts, msg
 
 from ledger import Store
-from ledger import format as fmt
 from ledger.cli.core import stat_report
-from ledger.receipt import read_receipt, receipt_status
+from ledger.core import format as fmt
+from ledger.storage.files.receipt import read_receipt, receipt_status
 
 
 def _bounded(fn: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:

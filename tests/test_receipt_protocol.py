@@ -17,8 +17,8 @@ import pytest
 from core_helpers import PYTHON, WRITER, Faults, dicts, file_bytes, msg, subprocess_env
 
 from ledger import CommitFailed, Store
-from ledger import format as fmt
-from ledger.receipt import read_receipt, receipt_status
+from ledger.core import format as fmt
+from ledger.storage.files.receipt import read_receipt, receipt_status
 
 
 def _h(root: Path, **kw):

@@ -17,8 +17,8 @@ import pytest
 from core_helpers import dicts, msg, segment_files
 
 from ledger import Store
-from ledger import format as fmt
 from ledger.cli.core import stat_report
+from ledger.core import format as fmt
 
 
 def _history(root: Path):
@@ -246,7 +246,7 @@ def test_newer_candidate_beats_the_receipts_floor(store_root: Path, where: str) 
 
 
 def test_directory_named_like_a_segment_is_a_ledger_error(store_root: Path) -> None:
-    """Every error the library raises is a LedgerError (ledger/errors.py): a
+    """Every error the library raises is a LedgerError (ledger/core/errors.py): a
     directory where a segment should be is damage, not a raw OSError."""
     from ledger import LedgerError
 

@@ -16,12 +16,12 @@ from typing import Any
 
 from core_helpers import msg
 
-from ledger import format as fmt
-from ledger import segments as segs
-from ledger.history import History
-from ledger.index import scan_segment
-from ledger.retention import read_manifest
-from ledger.store import Store
+from ledger.core import format as fmt
+from ledger.storage.files import segments as segs
+from ledger.storage.files.index import scan_segment
+from ledger.storage.files.retention import read_manifest
+from ledger.transcript.history import History
+from ledger.transcript.store import Store
 
 
 @dataclass
@@ -140,7 +140,7 @@ def whole_occurrences(data: bytes, batches: list[tuple[bytes, ...]]) -> list[tup
 
 def newest_floor_lines(wsdir: Path, files: dict[str, bytes] | None = None) -> list[bytes]:
     """The raw lines at or before the newest privacy floor, as the store's own
-    index (ledger.index.scan_segment) sees the files."""
+    index (ledger.storage.files.index.scan_segment) sees the files."""
     floor = None
     numbers = segs.list_segments(str(wsdir))
     for n in numbers:

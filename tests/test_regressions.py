@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ledger import CommitFailed, Store
-from ledger import format as fmt
-from ledger import segments as segs
+from ledger.core import format as fmt
+from ledger.storage.files import segments as segs
 
 
 def text(t: str) -> dict:

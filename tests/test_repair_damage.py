@@ -37,10 +37,10 @@ from test_recovery_support import (
     whole_occurrences,
 )
 
-from ledger import format as fmt
-from ledger.store import Store
-from recovery.check import check
-from recovery.repair import repair
+from ledger.core import format as fmt
+from ledger.recovery.check import check
+from ledger.recovery.repair import repair
+from ledger.transcript.store import Store
 
 
 @pytest.fixture(scope="module")

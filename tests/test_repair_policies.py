@@ -12,14 +12,14 @@ import pytest
 from core_helpers import msg
 from test_recovery_support import all_files, build, live_lines, quarantined, seg_files
 
-from ledger import format as fmt
-from ledger import segments as segs
 from ledger.cli import main
-from ledger.receipt import read_receipt, write_receipt
-from ledger.retention import read_manifest
-from ledger.store import Store
-from recovery.check import check
-from recovery.repair import repair
+from ledger.core import format as fmt
+from ledger.recovery.check import check
+from ledger.recovery.repair import repair
+from ledger.storage.files import segments as segs
+from ledger.storage.files.receipt import read_receipt, write_receipt
+from ledger.storage.files.retention import read_manifest
+from ledger.transcript.store import Store
 
 
 def _segs(ws: Path) -> list[Path]:

@@ -15,14 +15,14 @@ import pytest
 from core_helpers import msg
 from test_recovery_support import build
 
-from ledger import format as fmt
-from ledger import retention
 from ledger.cli import main
 from ledger.cli.core import stat_report
-from ledger.errors import CommitFailed, LedgerError
-from ledger.store import Store
-from recovery import quarantine as rq
-from recovery.check import check
+from ledger.core import format as fmt
+from ledger.core.errors import CommitFailed, LedgerError
+from ledger.recovery import quarantine as rq
+from ledger.recovery.check import check
+from ledger.storage.files import retention
+from ledger.transcript.store import Store
 
 DELETE_STEPS = ["tombstone", "locked", "renamed", "trash-removed", "done"]
 

@@ -128,8 +128,8 @@ def test_missing_workspace_creates_nothing(tmp_path: Path) -> None:
 
 def _raw_row(h: Any, seq_json: bytes, text: str) -> None:
     """A verified line written by another writer, then re-baselined."""
-    from ledger import format as fmt
-    from ledger import segments as segs
+    from ledger.core import format as fmt
+    from ledger.storage.files import segments as segs
 
     body = (
         b'{"seq":%s,"id":"r_raw","kind":"message","role":"user","parts":[{"type":"text",'
@@ -170,7 +170,7 @@ def test_a_row_without_an_integer_seq_does_not_end_the_scan(tmp_path: Path,
 
 
 def test_lock_timeout_is_history_unavailable(tmp_path: Path) -> None:
-    from ledger.lock import locked
+    from ledger.storage.files.lock import locked
 
     h = Store(tmp_path, durability="off", lock_timeout=0.05).history("ws")
     h.append_many([msg(f"tok {i}") for i in range(12)])

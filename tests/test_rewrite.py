@@ -10,12 +10,12 @@ import pytest
 from core_helpers import msg
 from test_recovery_support import build, quarantined, seg_files
 
-from ledger import format as fmt
-from ledger import rewrite
-from ledger import segments as segs
-from ledger.retention import read_manifest
-from ledger.store import Store
-from recovery.check import check
+from ledger.core import format as fmt
+from ledger.recovery.check import check
+from ledger.storage.files import rewrite
+from ledger.storage.files import segments as segs
+from ledger.storage.files.retention import read_manifest
+from ledger.transcript.store import Store
 
 
 def _last_seg(ws: Path) -> Path:

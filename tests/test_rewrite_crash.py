@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from test_recovery_support import build, seg_files
 
-from ledger import rewrite
-from ledger.errors import CommitFailed
-from ledger.history import History
-from ledger.store import Store
-from recovery.check import check
-from recovery.repair import repair
+from ledger.core.errors import CommitFailed
+from ledger.recovery.check import check
+from ledger.recovery.repair import repair
+from ledger.storage.files import rewrite
+from ledger.transcript.history import History
+from ledger.transcript.store import Store
 
 Op = Callable[[History], Any]
 
@@ -138,7 +138,7 @@ def test_sigkill_at_every_step(base: Path, tmp_path: Path, name: str) -> None:
         if step in ("tombstones", "marker") or step.startswith("segment-"):
             res = rewrite.plan_recovery(h.path)
             assert res is not None
-        # What the next append does first (ledger.history calls it under the lock):
+        # What the next append does first (ledger.transcript.history calls it under the lock):
         rewrite.recover_if_marked(h.path, "off")
         if step in ("pending", "quarantined", "tombstones", "marker"):
             expect = old

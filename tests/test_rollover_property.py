@@ -9,8 +9,8 @@ prefixes), restarts, policy changes and manual clears yields
 * a rollover appended while history access is denied, or
 * a queued continuation resurrected after a restart.
 
-The runtime is simulated with the real engine (``ledger.rollover``) over two
-backends: the in-memory fake and the real ``ledger.store.Store`` on disk.
+The runtime is simulated with the real engine (``ledger.rollover.engine``) over two
+backends: the in-memory fake and the real ``ledger.transcript.store.Store`` on disk.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from test_rollover_support import (
     tool_result,
 )
 
-from ledger import format as fmt
-from ledger.errors import CommitFailed, LedgerError, WindowChanged
-from ledger.policy import advertised_schemas
-from ledger.rollover import (
+from ledger.core import format as fmt
+from ledger.core.errors import CommitFailed, LedgerError, WindowChanged
+from ledger.core.rows import stored_row
+from ledger.rollover.engine import (
     Action,
     BudgetConfig,
     PinnedModel,
@@ -56,8 +56,8 @@ from ledger.rollover import (
     step,
     warning_row,
 )
-from ledger.rows import stored_row
-from ledger.store import Store
+from ledger.rollover.policy import advertised_schemas
+from ledger.transcript.store import Store
 
 # The gap between the rollover threshold and the ceiling is wider than the
 # lead-in, so a nearly empty window can be "due" and still fit a fresh one:

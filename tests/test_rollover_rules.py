@@ -1,7 +1,7 @@
 """Table-driven tests of the pure rollover rules: budget decisions, state,
 per-step checks, the overflow backstop, admission snapshots and context notes.
 
-Every test id starts with the rule id of ``ledger.rollover``'s rule table;
+Every test id starts with the rule id of ``ledger.rollover.engine``'s rule table;
 ``test_every_rule_has_a_test`` keeps the table and the tests in step.
 """
 
@@ -18,8 +18,9 @@ import pytest
 from core_helpers import msg
 from test_rollover_support import CONFIG, count, text_tokens, tool_call, tool_result
 
-from ledger import rollover
-from ledger.admission import (
+from ledger.core.errors import BudgetExceeded, LedgerError
+from ledger.rollover import engine as rollover
+from ledger.rollover.admission import (
     AdmissionRefused,
     HookContractError,
     MiddlewareRegistry,
@@ -29,18 +30,7 @@ from ledger.admission import (
     apply_live,
     capture,
 )
-from ledger.errors import BudgetExceeded, LedgerError
-from ledger.notes import (
-    NOTES_MAX_BYTES,
-    NOTES_MAX_TOKENS,
-    NOTES_PATH,
-    MemoryEntry,
-    NotesError,
-    check_notes_write,
-    render_notes,
-    select_with_notes,
-)
-from ledger.rollover import (
+from ledger.rollover.engine import (
     LEAD_IN_TEXT,
     Action,
     BudgetConfig,
@@ -60,6 +50,16 @@ from ledger.rollover import (
     on_context_overflow,
     step,
     warning_row,
+)
+from ledger.rollover.notes import (
+    NOTES_MAX_BYTES,
+    NOTES_MAX_TOKENS,
+    NOTES_PATH,
+    MemoryEntry,
+    NotesError,
+    check_notes_write,
+    render_notes,
+    select_with_notes,
 )
 
 # --- B/S/P/A: the send decision -------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The rollover engine against the real ``ledger.store.Store`` on disk:
+"""The rollover engine against the real ``ledger.transcript.store.Store`` on disk:
 persisted rows are the prepared rows, pressure comes from disk after a
 restart, partial prefixes (1 and 2 rows) never cause a second boundary, and a
 concurrent window change is caught."""
@@ -15,12 +15,11 @@ import pytest
 from core_helpers import msg
 from test_rollover_support import ALL, CONFIG, TOOLS, Runtime, count, tool_call, tool_result
 
-from ledger import format as fmt
-from ledger.admission import AdmissionRefused
-from ledger.errors import WindowChanged
-from ledger.history import History
-from ledger.policy import advertised_schemas
-from ledger.rollover import (
+from ledger.core import format as fmt
+from ledger.core.errors import WindowChanged
+from ledger.core.rows import stored_row
+from ledger.rollover.admission import AdmissionRefused
+from ledger.rollover.engine import (
     Action,
     PinnedModel,
     ProviderRequest,
@@ -31,8 +30,9 @@ from ledger.rollover import (
     send_inputs,
     step,
 )
-from ledger.rows import stored_row
-from ledger.store import Store
+from ledger.rollover.policy import advertised_schemas
+from ledger.transcript.history import History
+from ledger.transcript.store import Store
 
 WS = "ws-1"
 
@@ -228,7 +228,7 @@ def test_B7_disabled_settled_ceiling_stops_and_keeps_sibling_results(tmp_path: P
 
 
 def test_T1_real_token_counter_counts_the_prepared_request(tmp_path: Path) -> None:
-    from ledger.budget import request_counter
+    from ledger.rollover.guards import request_counter
 
     real_count = request_counter()
     h = open_history(tmp_path)

@@ -2,7 +2,7 @@
 
 ``FakeHistory`` implements the history protocol the rollover engine uses
 (``window``, ``provider_view``, ``rollover``, ``append_many``) in memory, with
-the real ``ledger.windows.provider_rows`` for the provider view, and with
+the real ``ledger.core.windows.provider_rows`` for the provider view, and with
 fault injection around the append. ``Runtime`` bundles the explicit runtime
 parts (builder, registry, memory, cleanup callbacks, tracker) and records
 every call in one event log, so tests can assert order.
@@ -19,10 +19,10 @@ from typing import Any
 import msgspec
 from core_helpers import msg
 
-from ledger.admission import MiddlewareRegistry, Registration
-from ledger.errors import CommitFailed, CommitUncertain, Conflict, WindowChanged
-from ledger.policy import ToolPolicy, ToolRule
-from ledger.rollover import (
+from ledger.core.errors import CommitFailed, CommitUncertain, Conflict, WindowChanged
+from ledger.core.windows import provider_rows
+from ledger.rollover.admission import MiddlewareRegistry, Registration
+from ledger.rollover.engine import (
     BudgetConfig,
     MemoryContext,
     ProviderRequest,
@@ -31,7 +31,7 @@ from ledger.rollover import (
     RolloverParts,
     assemble,
 )
-from ledger.windows import provider_rows
+from ledger.rollover.policy import ToolPolicy, ToolRule
 
 CONFIG = BudgetConfig(
     context_limit=1000, warn_fraction=0.6, rollover_fraction=0.8, hard_ceiling=900

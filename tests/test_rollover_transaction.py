@@ -1,6 +1,6 @@
 """The rollover transaction against an in-memory history: the prepared request,
 admission, fault injection at every step, emergency-retry file baselines and
-window adoption. Test ids start with the rule id of ``ledger.rollover``."""
+window adoption. Test ids start with the rule id of ``ledger.rollover.engine``."""
 
 from __future__ import annotations
 
@@ -24,10 +24,9 @@ from test_rollover_support import (
     tool_result,
 )
 
-from ledger.admission import AdmissionRefused, Registration, SnapshotRevoked
-from ledger.errors import CommitFailed, CommitUncertain, WindowChanged
-from ledger.policy import ToolPolicy, ToolRule
-from ledger.rollover import (
+from ledger.core.errors import CommitFailed, CommitUncertain, WindowChanged
+from ledger.rollover.admission import AdmissionRefused, Registration, SnapshotRevoked
+from ledger.rollover.engine import (
     LEAD_IN_TEXT,
     Action,
     BudgetConfig,
@@ -48,6 +47,7 @@ from ledger.rollover import (
     send_inputs,
     step,
 )
+from ledger.rollover.policy import ToolPolicy, ToolRule
 
 USER_FIELDS = ("kind", "role", "parts", "meta", "id", "x_unknown")
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.errors import InvalidRow
-from ledger.rows import _check_json_domain
+from ledger.core.errors import InvalidRow
+from ledger.core.rows import _check_json_domain
 
 
 def round_trip_accepts(row: dict) -> bool:

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger import Store, retrieval
+from ledger import Store
+from ledger.transcript import retrieval
+from ledger.transcript.retrieval.text import ASCII_FOLDERS
 
 
 def test_ascii_folders_are_exactly_the_folding_non_ascii_characters() -> None:
@@ -19,7 +21,7 @@ def test_ascii_folders_are_exactly_the_folding_non_ascii_characters() -> None:
         for c in range(0x80, sys.maxunicode + 1)
         if not 0xD800 <= c < 0xE000 and any(ord(x) < 128 for x in chr(c).casefold())
     }
-    assert set(retrieval._ASCII_FOLDERS) == expected
+    assert set(ASCII_FOLDERS) == expected
 
 
 ALPHABET = st.sampled_from(list("abcSTRASE ß\u017f\u212aK\"\\/\n\t\x1bé✓😀ﬁfi"))

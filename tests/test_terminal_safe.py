@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger.core.terminal import visible, visible_line
-from ledger.store import Store
+from ledger.transcript.store import Store
 from tests.core_helpers import subprocess_env
 
 # What an attacker plants in tool output or a web page: an OSC 8 link to another

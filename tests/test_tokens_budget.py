@@ -9,18 +9,18 @@ from typing import Any
 
 import pytest
 
-import ledger.tokens as tokens
-from ledger import budget
-from ledger.encodings import get_encoding
-from ledger.errors import BudgetExceeded, LedgerError
-from ledger.models import ModelRegistry, ModelSpec
-from ledger.tokens import (
+import ledger.tokens.counting as tokens
+from ledger.core.errors import BudgetExceeded, LedgerError
+from ledger.rollover import guards as budget
+from ledger.tokens.counting import (
     CANONICAL,
     MESSAGE_FRAMING,
     PART_FRAMING,
     REQUEST_FRAMING,
     TokenCounter,
 )
+from ledger.tokens.encodings import get_encoding
+from ledger.tokens.models import ModelRegistry, ModelSpec
 
 
 def n(text: str, encoding: str = "o200k_base") -> int:
@@ -180,7 +180,7 @@ def test_request_counter_for_the_rollover_engine() -> None:
 
 
 def test_encoding_failure_is_an_error_not_a_guess(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ledger.errors import TokenizerError
+    from ledger.core.errors import TokenizerError
 
     def broken(name: str) -> Any:
         raise TokenizerError(f"encoding {name!r}: no offline BPE data")
@@ -194,7 +194,7 @@ def test_encoding_failure_is_an_error_not_a_guess(monkeypatch: pytest.MonkeyPatc
 def test_guards_count_rows_as_the_family_api_receives_them() -> None:
     """By default the guards count what the model family's adapter sends:
     the rendered request JSON, with genuine media charged by allowance."""
-    from ledger.budget.shapes import AdapterShape
+    from ledger.tokens.shapes import AdapterShape
 
     picture = {"type": "media", "mime": "image/png", "data": "A" * 200_000}
     rows = [text_row("hello"), {"role": "user", "parts": [picture]}]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ledger.cli import main
-from ledger.encodings import get_encoding
+from ledger.tokens.encodings import get_encoding
 
 TEXT = "The ledger counts tokens offline.\n<|endoftext|> stays ordinary text.\n"
 

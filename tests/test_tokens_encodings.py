@@ -17,9 +17,9 @@ import pytest
 import tiktoken
 import tiktoken_ext.openai_public as public
 
-from ledger import encodings
-from ledger.errors import TokenizerError
-from ledger.tokens import TextCounter, TokenCounter
+from ledger.core.errors import TokenizerError
+from ledger.tokens import encodings
+from ledger.tokens.counting import TextCounter, TokenCounter
 
 SAMPLES = [
     "Hello, world! The quick brown fox jumps over the lazy dog.",
@@ -90,7 +90,7 @@ def test_counter_works_with_empty_caches_and_no_network(
 ) -> None:
     monkeypatch.setenv(encodings.CACHE_ENV, str(tmp_path / "project-cache"))
     monkeypatch.setattr(encodings, "_loaded", {})
-    monkeypatch.setattr("ledger.tokens._counters", {})
+    monkeypatch.setattr("ledger.tokens.counting._counters", {})
     counted = TokenCounter("gpt-4o", cache=None).text(SAMPLES[0])
     assert counted.tokens == len(encodings.get_encoding("o200k_base").encode_ordinary(SAMPLES[0]))
     assert counted.exact
@@ -141,7 +141,7 @@ def test_unknown_and_unshipped_encodings(tmp_path: Path) -> None:
 
 
 def test_no_silent_fallback_to_a_ratio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ledger.models import ModelRegistry, ModelSpec
+    from ledger.tokens.models import ModelRegistry, ModelSpec
 
     monkeypatch.setenv(encodings.CACHE_ENV, str(tmp_path))
     registry = ModelRegistry(builtins=False)
@@ -199,14 +199,14 @@ def test_panic_in_tiktoken_becomes_tokenizer_error(monkeypatch: pytest.MonkeyPat
 
 def test_import_ledger_tokens_does_not_import_tiktoken() -> None:
     out = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import ledger.tokens, ledger.budget"],
+        [sys.executable, "-X", "importtime", "-c", "import ledger.tokens, ledger.rollover.guards"],
         capture_output=True,
         text=True,
         check=True,
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
     )
     modules = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()}
-    assert "ledger.tokens" in modules
+    assert "ledger.tokens.counting" in modules
     assert not {m for m in modules if m.split(".")[0] in ("tiktoken", "tiktoken_ext", "regex")}
 
 

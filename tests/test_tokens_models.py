@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger.encodings import get_encoding
-from ledger.errors import UnknownModel
-from ledger.models import FAMILIES, ModelConfigError, ModelRegistry, ModelSpec
-from ledger.tokens import TokenCounter, count_text
+from ledger.core.errors import UnknownModel
+from ledger.tokens.counting import TokenCounter, count_text
+from ledger.tokens.encodings import get_encoding
+from ledger.tokens.models import FAMILIES, ModelConfigError, ModelRegistry, ModelSpec
 
 
 @pytest.mark.parametrize(

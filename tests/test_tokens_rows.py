@@ -15,8 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from ledger.encodings import get_encoding
-from ledger.tokens import (
+from ledger.tokens.counting import (
     JSON_ESCAPE_TOKENS_PER_BYTE,
     JSON_PUNCT_TOKENS_PER_BYTE,
     MEDIA_OTHER_TOKENS,
@@ -36,6 +35,7 @@ from ledger.tokens import (
     json_cost,
     text_counter,
 )
+from ledger.tokens.encodings import get_encoding
 
 ENC = "o200k_base"
 
@@ -395,7 +395,7 @@ def test_approx_mode_rows() -> None:
 
 
 def test_bad_rows_are_named() -> None:
-    from ledger.errors import InvalidRow
+    from ledger.core.errors import InvalidRow
 
     with pytest.raises(InvalidRow, match="row 1"):
         counter().rows([row(), {"kind": "message", "role": "user", "parts": "oops"}])

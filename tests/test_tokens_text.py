@@ -12,9 +12,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import ledger.tokens as tokens
-from ledger.encodings import get_encoding
-from ledger.tokens import CHUNK_CHARS, FORCE_CUT_SLACK, TextCounter, approx_tokens, count_text
+import ledger.tokens.counting as tokens
+from ledger.tokens.counting import (
+    CHUNK_CHARS,
+    FORCE_CUT_SLACK,
+    TextCounter,
+    approx_tokens,
+    count_text,
+)
+from ledger.tokens.encodings import get_encoding
 
 ENCODINGS = ["o200k_base", "cl100k_base"]
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +42,7 @@ def prose() -> str:
 
 def code() -> str:
     """Real Python source: the token accounting modules, one after another."""
-    paths = sorted((REPO / "ledger" / "budget").glob("token*.py"))
+    paths = sorted((REPO / "ledger" / "tokens").glob("*.py"))
     return "\n".join(p.read_text(encoding="utf-8") for p in paths)
 
 

@@ -44,7 +44,7 @@ import time
 import traceback
 from typing import Any
 
-from ledger.store import Store
+from ledger.transcript.store import Store
 
 _WORDS = ["alpha", "beta", "ünïcode", "\u2028", "emoji \U0001f600", "quote \"", "tab\t", "x" * 40]
 

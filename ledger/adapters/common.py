@@ -113,6 +113,24 @@ def data_url(part: Mapping[str, Any]) -> str | None:
     return url if isinstance(url, str) else None
 
 
+def input_part(
+    api: str,
+    part: Mapping[str, Any],
+    text: Callable[[str], dict[str, Any]],
+    media: Callable[[Mapping[str, Any], str, str], dict[str, Any]],
+) -> dict[str, Any] | None:
+    """One canonical input part in an API's shape: ``text(text)`` for text,
+    ``media(part, mime, url)`` for a media part that has data or a URL (None
+    when it has neither), and any other part as kept raw for ``api``."""
+    kind = part.get("type")
+    if kind == "text":
+        return text(part.get("text", ""))
+    if kind == "media":
+        url = data_url(part)
+        return None if url is None else media(part, str(part.get("mime", "")), url)
+    return raw_of(api, part)
+
+
 _DATA_URL = re.compile(r"^data:([^;,]+)(?:;[^,]*)?;base64,(.*)$", re.DOTALL)
 
 

@@ -33,7 +33,7 @@ from ledger.adapters.common import (
     append_row,
     carried_media,
     conversation,
-    data_url,
+    input_part,
     is_parts_output,
     json_text,
     media_from_url,
@@ -50,30 +50,25 @@ _AUDIO_FORMATS = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/mpeg": "mp3",
 
 
 def _user_content_part(part: Mapping[str, Any]) -> dict[str, Any] | None:
-    kind = part.get("type")
-    if kind == "text":
-        return {"type": "text", "text": part.get("text", "")}
-    if kind == "media":
-        mime = str(part.get("mime", ""))
-        url = data_url(part)
-        if url is None:
-            return None
-        if mime.startswith("image/"):
-            image: dict[str, Any] = {"url": url}
-            if part.get("detail") in ("auto", "low", "high"):
-                image["detail"] = part["detail"]
-            return {"type": "image_url", "image_url": image}
-        if mime in _AUDIO_FORMATS and isinstance(part.get("data"), str):
-            return {
-                "type": "input_audio",
-                "input_audio": {"data": part["data"], "format": _AUDIO_FORMATS[mime]},
-            }
-        if isinstance(part.get("data"), str):
-            file: dict[str, Any] = {"file_data": url}
-            file["filename"] = str(part.get("name") or "file")
-            return {"type": "file", "file": file}
-        return {"type": "text", "text": placeholder(part)["text"]}
-    return raw_of(API, part)
+    return input_part(API, part, lambda text: {"type": "text", "text": text}, _media_content)
+
+
+def _media_content(part: Mapping[str, Any], mime: str, url: str) -> dict[str, Any]:
+    if mime.startswith("image/"):
+        image: dict[str, Any] = {"url": url}
+        if part.get("detail") in ("auto", "low", "high"):
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    if mime in _AUDIO_FORMATS and isinstance(part.get("data"), str):
+        return {
+            "type": "input_audio",
+            "input_audio": {"data": part["data"], "format": _AUDIO_FORMATS[mime]},
+        }
+    if isinstance(part.get("data"), str):
+        file: dict[str, Any] = {"file_data": url}
+        file["filename"] = str(part.get("name") or "file")
+        return {"type": "file", "file": file}
+    return {"type": "text", "text": placeholder(part)["text"]}
 
 
 def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:

@@ -34,7 +34,7 @@ from ledger.adapters.common import (
     append_row,
     carried_media,
     conversation,
-    data_url,
+    input_part,
     is_parts_output,
     json_text,
     media_from_url,
@@ -49,22 +49,17 @@ API = "openai-responses"
 
 
 def _input_part(part: Mapping[str, Any]) -> dict[str, Any] | None:
-    kind = part.get("type")
-    if kind == "text":
-        return {"type": "input_text", "text": part.get("text", "")}
-    if kind == "media":
-        mime = str(part.get("mime", ""))
-        url = data_url(part)
-        if url is None:
-            return None
-        if mime.startswith("image/"):
-            detail = part.get("detail") if part.get("detail") in ("low", "high", "auto") else "auto"
-            return {"type": "input_image", "image_url": url, "detail": detail}
-        if isinstance(part.get("data"), str):
-            name = str(part.get("name") or "file")
-            return {"type": "input_file", "file_data": url, "filename": name}
-        return {"type": "input_file", "file_url": url}
-    return raw_of(API, part)
+    return input_part(API, part, lambda text: {"type": "input_text", "text": text}, _media_input)
+
+
+def _media_input(part: Mapping[str, Any], mime: str, url: str) -> dict[str, Any]:
+    if mime.startswith("image/"):
+        detail = part.get("detail") if part.get("detail") in ("low", "high", "auto") else "auto"
+        return {"type": "input_image", "image_url": url, "detail": detail}
+    if isinstance(part.get("data"), str):
+        name = str(part.get("name") or "file")
+        return {"type": "input_file", "file_data": url, "filename": name}
+    return {"type": "input_file", "file_url": url}
 
 
 def _reasoning_item(part: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -141,7 +136,9 @@ def to_request(
     return {"model": model, "input": to_input(rows, system_role=system_role), **extra}
 
 
-def _from_content(content: Any) -> list[Part]:
+def from_content(content: Any) -> list[Part]:
+    """Canonical parts of a Responses ``content`` (a string, or a list of input
+    and output items); an item this adapter does not map is kept raw."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     parts: list[Part] = []
@@ -177,7 +174,7 @@ def from_input(items: Iterable[Mapping[str, Any]] | str) -> list[dict[str, Any]]
         kind = item.get("type", "message")
         if kind == "message":
             role = item.get("role")
-            parts = _from_content(item.get("content"))
+            parts = from_content(item.get("content"))
             if role == "assistant":
                 append_row(rows, "assistant", parts)
             else:
@@ -203,7 +200,7 @@ def from_input(items: Iterable[Mapping[str, Any]] | str) -> list[dict[str, Any]]
         elif kind == "function_call_output":
             output = item.get("output")
             if isinstance(output, list):
-                output = _from_content(output)
+                output = from_content(output)
             append_row(rows, "tool", [{"type": "tool_result", "id": item.get("call_id"),
                                        "output": output, "error": False}])
         else:

@@ -132,8 +132,8 @@ def stat_report(h: Any, model: str | None = "gpt-4o") -> dict[str, Any]:
     ``window_tokens``, the active window's provider view counted as ``tledger
     count --rows`` counts it for ``model`` (None with ``window_tokens_error``
     when the view cannot be read, e.g. damage; None when ``model`` is None)."""
-    from ledger.budget.shapes import shape_for
-    from ledger.budget.tokens import TokenCounter
+    from ledger.tokens.counting import TokenCounter
+    from ledger.tokens.shapes import shape_for
 
     report: dict[str, Any] = h.stat()
     if model is None:
@@ -304,7 +304,7 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
 )
 def cmd_demo(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.cli import UsageError
-    from ledger.interop.demo import run_demo
+    from ledger.cli.demo import run_demo
 
     where = args.dir or ctx.explicit_root
     if where and "://" in where:

@@ -1,7 +1,7 @@
 """Interop commands: export, show, import-claude-code, import-codex.
 
 Part of the CLI face (like ``ledger.cli``): the import commands call
-``recovery.imports``, imported inside the handlers.
+``ledger.recovery.imports``, imported inside the handlers.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
+from ledger.cli import display
 from ledger.cli.registry import WS, arg, command, positive_int
-from ledger.interop import display
 from ledger.storage.engine import DURABILITY_LEVELS
 
 API_FORMATS = ("openai-chat", "openai-responses", "anthropic")
@@ -137,7 +137,7 @@ def _is_tty(stream: Any) -> bool:
 
 def _import(fmt: str) -> Any:
     def handler(args: argparse.Namespace, ctx: Any) -> int:
-        from recovery.imports import import_file
+        from ledger.recovery.imports import import_file
 
         store = ctx.store(durability=args.durability)
         report = import_file(store, args.workspace, args.file, fmt, strict=args.strict)

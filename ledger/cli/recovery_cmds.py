@@ -1,8 +1,8 @@
 """Recovery and retention commands: check, repair, import-legacy, purge,
 truncate, reject, delete, backup.
 
-Each opens the store, calls one function of ``recovery`` or ``ledger.rewrite``
-/ ``ledger.retention`` and prints its report (text, or JSON with ``--json``).
+Each opens the store, calls one function of ``recovery`` or ``ledger.storage.files.rewrite``
+/ ``ledger.storage.files.retention`` and prints its report (text, or JSON with ``--json``).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _emit(ctx: Any, args: argparse.Namespace, report: Any) -> None:
     json_help="print the report as JSON",
 )
 def cmd_check(args: argparse.Namespace, ctx: Any) -> int:
-    from recovery.check import check
+    from ledger.recovery.check import check
 
     h = ctx.store().history(args.workspace)
     with _progress_bar(ctx, "check") as progress:
@@ -111,7 +111,7 @@ def _findings_table(ctx: Any, report: Any) -> None:
     json_help="print the report as JSON",
 )
 def cmd_repair(args: argparse.Namespace, ctx: Any) -> int:
-    from recovery.repair import repair
+    from ledger.recovery.repair import repair
 
     h = ctx.store().history(args.workspace)
     with _progress_bar(ctx, "repair") as progress:
@@ -132,8 +132,8 @@ def cmd_repair(args: argparse.Namespace, ctx: Any) -> int:
     json_help="print the report as JSON",
 )
 def cmd_import_legacy(args: argparse.Namespace, ctx: Any) -> int:
-    from recovery.check import check
-    from recovery.legacy import import_legacy
+    from ledger.recovery.check import check
+    from ledger.recovery.legacy import import_legacy
 
     h = ctx.store().history(args.workspace)
     report = import_legacy(h, args.dir)

@@ -7,10 +7,10 @@ import os
 import sys
 from typing import Any
 
-from ledger.budget.models import MODELS_ENV, ModelRegistry, default_registry
-from ledger.budget.tokens import TokenCounter
 from ledger.cli.registry import arg, command
 from ledger.core.errors import InvalidRow, LedgerError, TokenizerError
+from ledger.tokens.counting import TokenCounter
+from ledger.tokens.models import MODELS_ENV, ModelRegistry, default_registry
 
 
 def _read(path: str | None) -> tuple[bytes, str]:
@@ -81,7 +81,7 @@ def cmd_count(args: argparse.Namespace, ctx: Any) -> int:
     data, source = _read(args.file)
     out: dict[str, Any]
     if args.rows:
-        from ledger.budget.shapes import shape_for
+        from ledger.tokens.shapes import shape_for
 
         rows = _rows(data, source)
         api = args.api

@@ -25,7 +25,7 @@ A workspace ``<root>/<ws>/`` holds:
     one per segment merge (``{"m":[...]}``, see ``MergeRecord``), which lets
     cursors issued before a merge be carried over to the merged positions.
 ``MERGE``
-    Present only while sealed segments are being merged (``ledger.merge``):
+    Present only while sealed segments are being merged (``ledger.storage.files.merge``):
     ``{"into": a, "from": [a, ..., b], "size": n}``. Once segment ``a`` has
     size ``n`` the other listed segments are copies, ignored by readers and
     removed by the next writer.
@@ -203,6 +203,18 @@ def body_of(line: bytes) -> bytes | None:
     if checksum_hex(body) != line[-18:-2]:
         return None
     return body
+
+
+def all_verified(lines: list[bytes]) -> bool:
+    """Whether every line (each without its newline) has its framing and a
+    matching checksum, as :func:`body_of` verifies one line: one pass over a
+    chunk of lines, the fast path of a scan (a False sends it line by line)."""
+    cut, head, x3 = -LINE_SUFFIX, SUFFIX_HEAD, xxhash.xxh3_64_intdigest
+    return all([
+        len(line) > LINE_SUFFIX and line[cut:-18] == head and line[-2:] == b'"}'
+        and b"%016x" % x3(line[:cut] + b"}") == line[-18:-2]
+        for line in lines
+    ])
 
 
 def decode_line(line: bytes) -> dict[str, Any] | None:
@@ -578,7 +590,7 @@ class MergeRecord(msgspec.Struct, array_like=True):
     """One segment merge, as the INDEX line ``{"m":[epoch, layout, into,
     [[source, base], ...]]}``: under ``epoch``, the merge that made receipt
     layout ``layout`` moved the rows of each ``source`` segment to segment
-    ``into`` at byte ``base`` + their old offset (``ledger.merge``)."""
+    ``into`` at byte ``base`` + their old offset (``ledger.storage.files.merge``)."""
 
     epoch: int
     layout: int

@@ -8,7 +8,7 @@ import re
 from ledger.core.errors import InvalidWorkspace
 
 MAX_WORKSPACE_LEN = 128
-_WORKSPACE_RE = re.compile(r"[A-Za-z0-9._@+=-]+")
+WORKSPACE_RE = re.compile(r"[A-Za-z0-9._@+=-]+")
 
 
 def validate_workspace(ws: object) -> str:
@@ -21,7 +21,7 @@ def validate_workspace(ws: object) -> str:
         raise InvalidWorkspace(
             f"workspace id must be 1 to {MAX_WORKSPACE_LEN} characters, got {len(ws)}"
         )
-    if ws in (".", "..") or ws.startswith(".") or not _WORKSPACE_RE.fullmatch(ws):
+    if ws in (".", "..") or ws.startswith(".") or not WORKSPACE_RE.fullmatch(ws):
         raise InvalidWorkspace(
             f"invalid workspace id {ws!r}: use letters, digits and . _ @ + = -, "
             "not starting with a dot (no separators, NUL or control characters)"

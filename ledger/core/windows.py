@@ -148,7 +148,7 @@ def orphan_result_text(part: dict[str, Any]) -> dict[str, Any]:
 def provider_rows(rows: Iterable[Any]) -> list[Any]:
     """Filter the rows after the newest boundary into what the model sees.
 
-    ``rows`` are :class:`ledger.rows.Row` objects (or dicts). Drops reset rows,
+    ``rows`` are :class:`ledger.core.rows.Row` objects (or dicts). Drops reset rows,
     empty assistant records (rejected requests), unknown and internal kinds.
     Tool calls and results are never split: a tool result whose call is not in
     the window (a manual clear or an older writer put the boundary between

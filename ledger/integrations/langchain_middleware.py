@@ -4,7 +4,7 @@ LangChain v1 agents keep their context small with ``SummarizationMiddleware``,
 which replaces old messages with a model-written summary: detail is lost and
 the summary costs a model call. ``RolloverMiddleware`` rolls the window over
 instead, through the ledger's runtime object
-(:class:`ledger.budget.conversation.Conversation`): the model sees the active
+(:class:`ledger.rollover.conversation.Conversation`): the model sees the active
 window -- after a rollover, the lead-in, the tool step being settled and the
 new message -- and the agent gets the ``session_history`` tool, with which the
 model reads any earlier window back, bounded, on demand.
@@ -49,10 +49,10 @@ from langchain_core.messages import (  # noqa: E402
 )
 from langchain_core.tools import StructuredTool  # noqa: E402
 
-from ledger.budget.conversation import Conversation  # noqa: E402
 from ledger.core.errors import LedgerError  # noqa: E402
 from ledger.core.ids import validate_workspace  # noqa: E402
 from ledger.integrations.langchain import META_KEY, message_row  # noqa: E402
+from ledger.rollover.conversation import Conversation  # noqa: E402
 
 __all__ = ["RolloverMiddleware", "row_message"]
 
@@ -96,8 +96,8 @@ class RolloverMiddleware(AgentMiddleware):
     """Roll the model's window over instead of summarising (module doc).
 
     ``model`` names the tokenizer and window (the model registry of
-    ``ledger.budget``); ``context_limit`` the budget in tokens. Other keyword
-    arguments go to :class:`~ledger.budget.conversation.Conversation`
+    ``ledger.rollover.guards``); ``context_limit`` the budget in tokens. Other keyword
+    arguments go to :class:`~ledger.rollover.conversation.Conversation`
     (``warn_fraction``, ``rollover_fraction``, ``hard_ceiling``, ``policy``...).
     """
 

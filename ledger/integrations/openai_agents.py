@@ -61,13 +61,13 @@ from typing import Any
 
 from ledger.adapters import openai_responses
 from ledger.adapters.common import raw_part
-from ledger.budget.conversation import Conversation, SendRefused
-from ledger.budget.policy import ToolPolicy, ToolRule
-from ledger.budget.request import tool_schema
+from ledger.aio import AsyncStore
 from ledger.core.errors import LedgerError
 from ledger.core.rows import Row
 from ledger.integrations import open_store, require
-from ledger.interop.aio import AsyncStore
+from ledger.rollover.conversation import Conversation, SendRefused
+from ledger.rollover.policy import ToolPolicy, ToolRule
+from ledger.rollover.request import tool_schema
 from ledger.transcript.history import History
 from ledger.transcript.store import Store
 
@@ -135,7 +135,7 @@ class LedgerSession(SessionABC):
     ``context_limit`` (default: what ``model`` takes as input, its window
     minus its output reserve, from the model registry),
     ``warn_fraction``, ``rollover_fraction``, ``hard_ceiling`` and
-    ``automatic`` are the budget of :class:`~ledger.budget.conversation.Conversation`,
+    ``automatic`` are the budget of :class:`~ledger.rollover.conversation.Conversation`,
     which :meth:`run_config`'s input filter applies before every model call.
     """
 

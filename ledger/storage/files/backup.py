@@ -84,7 +84,7 @@ def _backup(history: Any, dest: str) -> dict[str, Any]:
     try:
         copy = type(history)(history.store, os.path.basename(dest), staging)
         with locked(staging, copy.workspace, history.store.lock_timeout, shared=False):
-            epoch = copy._rebaseline_locked(copy.state(), force_new_epoch=True)
+            epoch = copy.rebaseline_locked(copy.state(), force_new_epoch=True)
         segs.fsync_dir(staging)
         os.rename(staging, dest)
         segs.fsync_dir(parent)

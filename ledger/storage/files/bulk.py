@@ -9,7 +9,7 @@ protocol of DESIGN.md 6:
 
 1. Under the lock, read the state (``History.state()``): the next seq, window
    and floor. Publish a **pending** receipt before any segment is touched.
-2. Check and frame each batch with ``ledger.rows.prepare_batch`` (the same
+2. Check and frame each batch with ``ledger.core.rows.prepare_batch`` (the same
    rules, ids, timestamps and framing as ``append_many``); gather whole batches
    into a buffer and commit it as the next segment number whenever the next
    batch would take it past ``segment_target_bytes``. A batch never spans two
@@ -17,7 +17,7 @@ protocol of DESIGN.md 6:
    segment that was active before the load becomes sealed as it is (a torn
    tail is never written after).
 3. Track boundaries and privacy floors of every batch
-   (``ledger.windows.batch_boundaries``) with their segment and offset.
+   (``ledger.core.windows.batch_boundaries``) with their segment and offset.
 4. Record every segment it created, and the one it sealed, in the ``INDEX``
    projection (from the rows it framed; only the sealed one is scanned, and
    only when INDEX lacks it), so no later reader or append rescans them.
@@ -56,6 +56,8 @@ from ledger.storage.files.index import SegmentInfo, active_entry, append_entry, 
 from ledger.storage.files.lock import locked
 from ledger.storage.files.receipt import write_receipt
 from ledger.storage.files.state import stable_receipt, unwrap
+
+__all__ = ["DEFAULT_SEGMENT_TARGET", "Batch", "BulkResult", "bulk_load"]
 
 if TYPE_CHECKING:
     from ledger.storage.files.state import State
@@ -120,7 +122,7 @@ def bulk_load(
         return BulkResult(seq, seq, 0, 0, 0, [], st.epoch if st else 0,
                           st.window_seq if st else 0)
     try:
-        history._ensure_dir()
+        history.ensure_dir()
         lock = locked(history.path, history.workspace, history.store.lock_timeout, shared=False)
         lock.__enter__()
     except OSError as exc:

@@ -10,7 +10,7 @@ import os
 
 from ledger.core import format as fmt
 from ledger.core.errors import DeletePending
-from ledger.core.ids import _WORKSPACE_RE, validate_workspace
+from ledger.core.ids import WORKSPACE_RE, validate_workspace
 from ledger.storage.files import retention
 from ledger.storage.files.workspace import FileWorkspace
 
@@ -57,7 +57,7 @@ class FileEngine:
             return []
         out = []
         for name in names:
-            if name.startswith(".") or not _WORKSPACE_RE.fullmatch(name):
+            if name.startswith(".") or not WORKSPACE_RE.fullmatch(name):
                 continue
             path = os.path.join(self.root, name)
             # A symlink is listed (every use of it is refused: UnsafePath) rather

@@ -476,7 +476,7 @@ class WorkspaceBase:
                     out.append(Row(line.data, number, line.offset, data))
             return out
 
-    def _ensure_dir(self) -> None:
+    def ensure_dir(self) -> None:
         """Create the workspace directory (not its files: those are written
         under the lock by the first writer)."""
         try:
@@ -492,7 +492,7 @@ class WorkspaceBase:
         except FileExistsError:
             pass
 
-    def _ensure_format(self, present: bool | None = None) -> None:
+    def ensure_format(self, present: bool | None = None) -> None:
         """Under the exclusive lock: write FORMAT when missing, else check it
         (once per History object: FORMAT never changes under a writer)."""
         path = os.path.join(self.path, fmt.FORMAT_NAME)
@@ -541,9 +541,9 @@ class WorkspaceBase:
         """Publish a fresh stable receipt for the segments as they are now, with
         a new epoch. Returns the epoch. (After an untracked edit or a rewrite.)"""
         with locked(self.path, self.workspace, self.store.lock_timeout, shared=False):
-            return self._rebaseline_locked(self.state(), force_new_epoch=True)
+            return self.rebaseline_locked(self.state(), force_new_epoch=True)
 
-    def _rebaseline_locked(self, st: State, *, force_new_epoch: bool,
+    def rebaseline_locked(self, st: State, *, force_new_epoch: bool,
                            rewritten: bool = False) -> int:
         """``rewritten``: a rewrite (or repair) just decided the log's floors
         itself, so the old receipt's floor is no evidence of a lost one."""

@@ -1,4 +1,4 @@
-"""Reading and publishing the append receipt (layout in ``ledger.format``).
+"""Reading and publishing the append receipt (layout in ``ledger.core.format``).
 
 Why receipts are written in place and never fsynced
 ---------------------------------------------------

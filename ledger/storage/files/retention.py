@@ -24,7 +24,7 @@ Deletion
 ========
 ``delete_workspace`` writes a tombstone ``<root>/.<ws>.deleting`` first (so a
 concurrent writer fails instead of recreating the directory: see
-``History._ensure_dir``), takes the workspace lock to wait out in-flight
+``History.ensure_dir``), takes the workspace lock to wait out in-flight
 writers, renames the directory to a hidden trash name, removes the trash,
 removes a directory a racing writer may have recreated empty, and only then
 the tombstone. Every step is idempotent: after a crash, deleting again
@@ -154,7 +154,7 @@ class Quarantine:
             }
         return self._known
 
-    def _ensure_dir(self) -> None:
+    def ensure_dir(self) -> None:
         try:
             os.mkdir(self.path, 0o700)
         except FileExistsError:
@@ -193,7 +193,7 @@ class Quarantine:
         if known is not None:
             return known
         try:
-            self._ensure_dir()
+            self.ensure_dir()
             name = self._new_name(digest)
             segs.commit_file(
                 self.path, name + ENTRY_SUFFIX, [data], durability=self.durability, new_file=True
@@ -225,7 +225,7 @@ class Quarantine:
                 os.unlink(src)
             return known
         try:
-            self._ensure_dir()
+            self.ensure_dir()
             name = self._new_name(digest)
             dst = os.path.join(self.path, name + ENTRY_SUFFIX)
             try:

@@ -223,7 +223,7 @@ def commit_rewrite(
                 f"workspace {history.workspace!r}: {op} failed ({exc}); {what}"
             ) from exc
     history._derived = {}
-    epoch = history._rebaseline_locked(history.state(), force_new_epoch=True, rewritten=True)
+    epoch = history.rebaseline_locked(history.state(), force_new_epoch=True, rewritten=True)
     _step("receipt")
     return RewriteOutcome(order, epoch)
 

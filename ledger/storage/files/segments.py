@@ -91,7 +91,7 @@ class CommitStepError(Exception):
 
 
 class MergeMarker(msgspec.Struct):
-    """``MERGE``: a segment merge in progress (see ``ledger.merge``)."""
+    """``MERGE``: a segment merge in progress (see ``ledger.storage.files.merge``)."""
 
     into: int
     sources: list[int] = msgspec.field(name="from")
@@ -315,29 +315,48 @@ class Line:
     complete: bool  # False for a last line with no newline (a torn tail)
 
 
-def iter_lines_fd(fd: int, start: int = 0, chunk: int = READ_CHUNK) -> Iterator[Line]:
-    """Stream the lines of an open file from byte ``start``; memory is bounded
-    by the chunk size plus the longest line."""
-    pos = start
-    buf = b""
-    buf_start = start
+def _runs(fd: int, start: int, chunk: int) -> Iterator[tuple[int, bytes, int, bool]]:
+    """(offset, buffer, end, complete): ``buffer[:end]`` is a run of whole
+    lines read from file offset ``offset`` (``complete``), or the last bytes of
+    the file, a line without a newline (not ``complete``). The buffer is not
+    copied to cut it at ``end``."""
+    pos = base = start
+    carry = b""
     while True:
         data = os.pread(fd, chunk, pos)
         if not data:
             break
         pos += len(data)
-        buf = buf + data if buf else data
-        begin = 0
-        while True:
-            nl = buf.find(b"\n", begin)
-            if nl < 0:
-                break
-            yield Line(buf_start + begin, buf[begin:nl], True)
-            begin = nl + 1
-        buf = buf[begin:]
-        buf_start += begin
-    if buf:
-        yield Line(buf_start, buf, False)
+        buf = carry + data if carry else data
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            carry = buf
+            continue
+        yield base, buf, cut + 1, True
+        carry = buf[cut + 1 :]
+        del buf  # the chunk goes before the next read (memory: one chunk)
+        base += cut + 1
+    if carry:
+        yield base, carry, len(carry), False
+
+
+def iter_chunks_fd(fd: int, start: int = 0, chunk: int = READ_CHUNK
+                   ) -> Iterator[tuple[int, bytes, bool]]:
+    """(offset, bytes, complete) pieces of an open file from byte ``start``:
+    runs of whole lines, each piece ending in a newline, then a last piece
+    without one (a torn tail). A line longer than the chunk is read whole, so
+    memory is bounded by the chunk size plus the longest line."""
+    for base, buf, end, complete in _runs(fd, start, chunk):
+        yield base, buf[:end] if end < len(buf) else buf, complete
+        del buf  # not held while the next chunk is read
+
+
+def iter_lines_fd(fd: int, start: int = 0, chunk: int = READ_CHUNK) -> Iterator[Line]:
+    """Stream the lines of an open file from byte ``start``; memory is bounded
+    by the chunk size plus the longest line."""
+    for base, buf, end, _complete in _runs(fd, start, chunk):
+        yield from _lines(buf, base, end)
+        del buf  # not held while the next chunk is read
 
 
 def iter_lines(path: str, start: int = 0) -> Iterator[Line]:
@@ -348,15 +367,19 @@ def iter_lines(path: str, start: int = 0) -> Iterator[Line]:
         os.close(fd)
 
 
-def split_lines(data: bytes, base: int = 0) -> list[Line]:
-    out = []
+def _lines(data: bytes, base: int, end: int) -> Iterator[Line]:
     begin = 0
     while True:
-        nl = data.find(b"\n", begin)
+        nl = data.find(b"\n", begin, end)
         if nl < 0:
             break
-        out.append(Line(base + begin, data[begin:nl], True))
+        yield Line(base + begin, data[begin:nl], True)
         begin = nl + 1
-    if begin < len(data):
-        out.append(Line(base + begin, data[begin:], False))
-    return out
+    if begin < end:
+        yield Line(base + begin, data[begin:end], False)
+
+
+def split_lines(data: bytes, base: int = 0) -> list[Line]:
+    """The lines of ``data`` (read from file offset ``base``); a last line
+    without a newline is marked incomplete (a torn tail)."""
+    return list(_lines(data, base, len(data)))

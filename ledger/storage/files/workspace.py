@@ -74,7 +74,7 @@ class FileWorkspace(WorkspaceBase):
             refuse_on_empty(self.workspace, batch)
         try:
             if not exists:
-                self._ensure_dir()
+                self.ensure_dir()
             lock = locked(self.path, self.workspace, self.store.lock_timeout, shared=False)
             lock.__enter__()
         except CommitFailed as exc:  # the lock file could not be opened: name the batch
@@ -111,7 +111,7 @@ class FileWorkspace(WorkspaceBase):
                 if not st.verified:
                     # The batch landed but its stable receipt did not: publish one now.
                     try:
-                        epoch = self._rebaseline_locked(st, force_new_epoch=True)
+                        epoch = self.rebaseline_locked(st, force_new_epoch=True)
                     except OSError:
                         pass
                 return AppendResult(found, epoch, st.window_seq, bid)
@@ -134,7 +134,7 @@ class FileWorkspace(WorkspaceBase):
         """Keep file count logarithmic once a history has many segments. The
         append already succeeded; a failed merge is left for the next writer.
         A merge keeps the epoch (no content changes) but bumps the receipt's
-        layout number; open cursors move with the rows (``ledger.merge``).
+        layout number; open cursors move with the rows (``ledger.storage.files.merge``).
         ``sealed`` is what the append's stable receipt records; only when a
         merge is due is the state validated again (the merge needs it)."""
         if not plan_merge(sealed, self.store.segment_bytes, AUTO_MAX_MERGE_BYTES):
@@ -161,7 +161,7 @@ class FileWorkspace(WorkspaceBase):
         # One listing serves the sweeps below and the validation.
         names = os.listdir(self.path)
         segs.remove_stray_temps(self.path, names)
-        self._ensure_format(fmt.FORMAT_NAME in names)
+        self.ensure_format(fmt.FORMAT_NAME in names)
         if fmt.REWRITE_MARKER_NAME in names or fmt.MERGE_NAME in names:
             try:
                 recover_if_marked(self.path, self.store.durability)
@@ -343,7 +343,7 @@ class FileWorkspace(WorkspaceBase):
 
     def merge_segments(self) -> int:
         """Merge sealed segments by size class until no class is full (see
-        ``ledger.merge``); returns how many merges ran. A merge keeps the
+        ``ledger.storage.files.merge``); returns how many merges ran. A merge keeps the
         epoch but bumps the receipt's layout number; open cursors move with
         the rows through the merge's INDEX record."""
         self._require()
@@ -352,7 +352,7 @@ class FileWorkspace(WorkspaceBase):
             settle_merge(self.path, self.store.durability)
             st = self.state()
             if not st.verified:
-                self._rebaseline_locked(st, force_new_epoch=True)
+                self.rebaseline_locked(st, force_new_epoch=True)
                 st = self.state()
             while (run := runnable_merge(self.path, st.sealed, self.store.segment_bytes)):
                 try:

@@ -20,7 +20,6 @@ from ledger.transcript.retrieval.results import (
     error_result,
 )
 from ledger.transcript.retrieval.text import (
-    _ASCII_FOLDERS,
     SNIPPET,
     ascii_prefilter,
     fit_text,
@@ -59,7 +58,6 @@ __all__ = [
     "SCAN_BYTES",
     "SCAN_ROWS",
     "SNIPPET",
-    "_ASCII_FOLDERS",
     "BadRequest",
     "Budget",
     "Event",

@@ -63,13 +63,13 @@ def snippet(text: str, folded_query: str) -> tuple[str, bool] | None:
 # Non-ASCII characters whose case folding yields ASCII letters (the test suite
 # recomputes this list from unicodedata): where none occurs, an ASCII query can
 # only match ASCII bytes of the stored line.
-_ASCII_FOLDERS = tuple(
+ASCII_FOLDERS = tuple(
     chr(c).encode("utf-8")
     for c in (0xDF, 0x130, 0x149, 0x17F, 0x1F0, 0x1E96, 0x1E97, 0x1E98, 0x1E99, 0x1E9A,
               0x1E9E, 0x212A, 0xFB00, 0xFB01, 0xFB02, 0xFB03, 0xFB04, 0xFB05, 0xFB06)
 )
 _ASCII = bytes(range(128))
-_ASCII_FOLDERS_RE = re.compile(b"|".join(map(re.escape, _ASCII_FOLDERS)))
+_ASCII_FOLDERS_RE = re.compile(b"|".join(map(re.escape, ASCII_FOLDERS)))
 _NON_CONTROL_ESCAPE = re.compile(rb"\\u(?!00[01][0-9a-fA-F])")
 
 

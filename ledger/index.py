@@ -1,8 +1,0 @@
-"""Old import path of :mod:`ledger.storage.files.index`
-(the same module object, so patches and isinstance checks see one module)."""
-
-import sys
-
-from ledger.storage.files import index as _module
-
-sys.modules[__name__] = _module

@@ -1,1 +1,0 @@
-"""Around the store: asyncio wrappers, the demo, and the transcript display."""
