@@ -30,6 +30,14 @@ timed on a thread seeded with 9,970 steps of messages in one
 ``update_state``, and their bytes are projected from the 100- and 1,000-step
 measurements (a*N^2 + b*N, marked "projected"). Ours runs all 10,000 steps.
 
+Ours is also measured against a **reference thread** side by side: at each
+size, its ``WINDOW`` timed steps alternate with the steps of a new thread of
+the same saver type (its own store in the same process) that ends at
+``REF_STEPS`` steps. Load from other processes and the process's own state
+(heap size, caches) then hit both alike, so ``saver_cpu_ms / ref_saver_cpu_ms``
+isolates the thread's length; the plain 10,000 / 100 ratio compares points
+measured minutes apart.
+
 Run: ``python -m bench.langgraph_bench [--quick] [--json FILE]`` (``--quick``:
 100 and 1,000 steps only). PostgreSQL runs when ``TLEDGER_TEST_PG`` is set
 (``eval "$(python -m tests.pg_cluster start DIR)"``). Needs the langgraph and
@@ -53,6 +61,7 @@ from typing import Any
 
 WINDOW = 30
 SIZES = (100, 1000, 10000)
+REF_STEPS = 100
 PEER_REAL_MAX = 1000
 
 _TEXT = ("the quick brown fox jumps over the lazy dog while the agent checks the "
@@ -141,6 +150,11 @@ class Contender:
 
     def saver(self) -> Any: ...
 
+    def reference(self, size: int) -> Any | None:
+        """A saver for a reference thread measured beside the size point, or
+        None (the peers: their bytes would count it)."""
+        return None
+
     def bytes(self) -> int: ...
 
     def close(self) -> None: ...
@@ -153,11 +167,18 @@ class Ledger(Contender):
         from ledger import Store
         from ledger.integrations.langgraph import LedgerSaver
 
+        self.tmp = tmp
         self.root = os.path.join(tmp, "ledger")
         self._saver = LedgerSaver(store=Store(self.root, durability="off"))
 
     def saver(self) -> Any:
         return self._saver
+
+    def reference(self, size: int) -> Any:
+        from ledger import Store
+        from ledger.integrations.langgraph import LedgerSaver
+
+        return LedgerSaver(store=Store(os.path.join(self.tmp, f"ref-{size}"), durability="off"))
 
     def bytes(self) -> int:
         return _dir_bytes(self.root)
@@ -237,6 +258,24 @@ def _point(steps: int, samples: list[tuple[float, float, float, float]], size: i
             "bytes": size, "how": how, "load": os.getloadavg()[0]}
 
 
+def _side_by_side(app: Any, timer: Timed, cfg: dict[str, Any], first: int, n: int,
+                  ref_saver: Any) -> tuple[list[tuple[float, float, float, float]],
+                                           list[tuple[float, float, float, float]]]:
+    """``n`` timed steps of the thread, alternating with the last ``n`` of a
+    new reference thread of ``REF_STEPS`` steps (the first ones untimed)."""
+    ref_timer = Timed(ref_saver)
+    ref_app = build_graph(ref_saver)
+    ref_cfg = {"configurable": {"thread_id": "reference"}}
+    _measure(ref_app, ref_timer, ref_cfg, 0, REF_STEPS - n)
+    ours, ref = [], []
+    for i in range(n):
+        pair = [(ours, app, timer, cfg, first + i),
+                (ref, ref_app, ref_timer, ref_cfg, REF_STEPS - n + i)]
+        for out, a, t, c, k in (pair if i % 2 == 0 else pair[::-1]):
+            out.append(_step(a, t, c, k))
+    return ours, ref
+
+
 def run_real(contender: Contender, sizes: tuple[int, ...], log: Callable[[str], None]
              ) -> list[dict[str, Any]]:
     """One thread grown step by step; a point at each size."""
@@ -249,9 +288,18 @@ def run_real(contender: Contender, sizes: tuple[int, ...], log: Callable[[str], 
     for size in sizes:
         window = min(WINDOW, size // 2)
         _measure(app, timer, cfg, done, size - window - done)
-        samples = _measure(app, timer, cfg, size - window, window)
+        ref_saver = contender.reference(size)
+        if ref_saver is None:
+            samples = _measure(app, timer, cfg, size - window, window)
+            ref = None
+        else:
+            samples, ref = _side_by_side(app, timer, cfg, size - window, window, ref_saver)
         done = size
         points.append(_point(size, samples, contender.bytes(), "real"))
+        if ref is not None:
+            r = _point(REF_STEPS, ref, 0, "reference")
+            points[-1].update({f"ref_{k}": r[k] for k in (
+                "step_ms", "step_cpu_ms", "saver_ms", "saver_cpu_ms")})
         log(f"{contender.name} {size} steps: {points[-1]}")
     return points
 
