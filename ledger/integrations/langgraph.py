@@ -45,7 +45,10 @@ Each saver keeps, per thread it touched, an in-memory projection of the rows
 appended since (by anyone) before every call, and rebuilt when the epoch
 changes. Message lists it wrote or read are kept as the message objects
 themselves, so a turn does not decode the whole thread again; LangGraph's
-reducers treat messages as immutable, and so does the saver.
+reducers treat messages as immutable, and so does the saver. Consecutive
+checkpoints' lists are prefixes of one list the saver owns, so a ``put``
+that appends costs its new messages plus one pointer comparison of the kept
+prefix, not a copy of the thread; ``get_tuple`` hands out a copy.
 """
 
 from __future__ import annotations
