@@ -38,6 +38,13 @@ the same saver type (its own store in the same process) that ends at
 isolates the thread's length; the plain 10,000 / 100 ratio compares points
 measured minutes apart.
 
+``--direct`` measures our saver without a graph: the calls LangGraph makes
+in a step (``get_tuple``, three ``put``, two ``put_writes``), built with
+``create_checkpoint``, on a thread of 10,000 steps and one of 100 (two stores
+in one process), ``DIRECT_RUNS`` steps each, interleaved; only the time
+inside the saver's methods counts. It separates the saver's own growth from
+the graph's work between its calls.
+
 Run: ``python -m bench.langgraph_bench [--quick] [--json FILE]`` (``--quick``:
 100 and 1,000 steps only). PostgreSQL runs when ``TLEDGER_TEST_PG`` is set
 (``eval "$(python -m tests.pg_cluster start DIR)"``). Needs the langgraph and
@@ -324,6 +331,64 @@ def run_seeded(contender: Contender, size: int, log: Callable[[str], None]) -> d
     return point
 
 
+DIRECT_RUNS = 150
+
+
+def _direct_step(saver: Any, cfg: dict[str, Any], k: int) -> None:
+    """One step's saver calls as LangGraph makes them for ``build_graph``."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+
+    tup = saver.get_tuple(cfg)
+    base = tup.checkpoint if tup is not None else empty_checkpoint()
+    config = tup.config if tup is not None else cfg
+    msgs = base["channel_values"].get("messages", [])
+    v = max((int(str(x).split(".")[0]) for x in base["channel_versions"].values()), default=0)
+
+    def put(conf: Any, messages: list[Any], step: int, versions: dict[str, int]) -> Any:
+        cp = create_checkpoint(base, None, step)
+        cp["channel_values"] = {"messages": messages}
+        cp["channel_versions"] = {**base["channel_versions"], **versions}
+        return saver.put(conf, cp, {"source": "loop", "step": step}, versions)
+
+    user, ai = _texts(k)
+    c1 = put(config, msgs, 2 * k, {"__start__": v + 1})
+    saver.put_writes(c1, [("messages", [HumanMessage(user, id=f"user-{k}")])], f"start-{k}")
+    with_user = [*msgs, HumanMessage(user, id=f"user-{k}")]
+    c2 = put(c1, with_user, 2 * k + 1, {"messages": v + 2})
+    saver.put_writes(c2, [("messages", [AIMessage(ai, id=f"ai-{k}")])], f"agent-{k}")
+    put(c2, [*with_user, AIMessage(ai, id=f"ai-{k}")], 2 * k + 2, {"messages": v + 3})
+
+
+def run_direct(tmp: str, long_steps: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """Saver CPU per step without a graph: a ``long_steps`` thread against a
+    ``REF_STEPS`` one, interleaved (module doc)."""
+    from ledger import Store
+    from ledger.integrations.langgraph import LedgerSaver
+
+    threads = []
+    for name, steps in (("long", long_steps), ("reference", REF_STEPS)):
+        saver = LedgerSaver(store=Store(os.path.join(tmp, f"direct-{name}"), durability="off"))
+        timer = Timed(saver)
+        cfg = {"configurable": {"thread_id": f"direct-{name}"}}
+        for k in range(steps):
+            _direct_step(saver, cfg, k)
+        threads.append((name, saver, timer, cfg, steps))
+        log(f"direct: {name} thread grown to {steps} steps")
+    cpu: dict[str, list[float]] = {name: [] for name, *_ in threads}
+    for i in range(DIRECT_RUNS):
+        for name, saver, timer, cfg, steps in (threads if i % 2 == 0 else threads[::-1]):
+            before = timer.cpu
+            _direct_step(saver, cfg, steps + i)
+            cpu[name].append(timer.cpu - before)
+    out = {f"{name}_saver_cpu_ms": statistics.median(v) * 1e3 for name, v in cpu.items()}
+    out.update({"long_steps": long_steps, "reference_steps": REF_STEPS, "runs": DIRECT_RUNS,
+                "ratio": out["long_saver_cpu_ms"] / out["reference_saver_cpu_ms"],
+                "load": os.getloadavg()[0]})
+    log(f"direct: {out}")
+    return out
+
+
 def project(points: list[dict[str, Any]], n: int) -> int:
     """a*n^2 + b*n through the two measured points."""
     (n1, y1), (n2, y2) = [(p["steps"], p["bytes"]) for p in points[:2]]
@@ -338,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="100 and 1,000 steps only")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--only", choices=("ledger", "sqlite", "postgres"), action="append")
+    p.add_argument("--direct", action="store_true",
+                   help="only our saver's calls without a graph, 10,000 against 100 steps")
     args = p.parse_args(argv)
     sizes = SIZES[:2] if args.quick else SIZES
     only = set(args.only or ("ledger", "sqlite", "postgres"))
@@ -349,6 +416,13 @@ def main(argv: list[str] | None = None) -> int:
     url = os.environ.get("TLEDGER_TEST_PG")
     results: dict[str, Any] = {"sizes": list(sizes), "window": WINDOW, "contenders": {}}
     tmp = tempfile.mkdtemp(prefix="tledger-lgbench-")
+    if args.direct:
+        try:
+            results = {"direct": run_direct(tmp, SIZES[-1], log)}
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(json.dumps(results, indent=2))
+        return 0
     try:
         makers: list[tuple[str, Callable[[], Contender]]] = [
             ("ledger", lambda: Ledger(tempfile.mkdtemp(dir=tmp))),
