@@ -30,6 +30,21 @@ timed on a thread seeded with 9,970 steps of messages in one
 ``update_state``, and their bytes are projected from the 100- and 1,000-step
 measurements (a*N^2 + b*N, marked "projected"). Ours runs all 10,000 steps.
 
+Ours is also measured against a **reference thread** side by side: at each
+size, its ``WINDOW`` timed steps alternate with the steps of a new thread of
+the same saver type (its own store in the same process) that ends at
+``REF_STEPS`` steps. Load from other processes and the process's own state
+(heap size, caches) then hit both alike, so ``saver_cpu_ms / ref_saver_cpu_ms``
+isolates the thread's length; the plain 10,000 / 100 ratio compares points
+measured minutes apart.
+
+``--direct`` measures our saver without a graph: the calls LangGraph makes
+in a step (``get_tuple``, three ``put``, two ``put_writes``), built with
+``create_checkpoint``, on a thread of 10,000 steps and one of 100 (two stores
+in one process), ``DIRECT_RUNS`` steps each, interleaved; only the time
+inside the saver's methods counts. It separates the saver's own growth from
+the graph's work between its calls.
+
 Run: ``python -m bench.langgraph_bench [--quick] [--json FILE]`` (``--quick``:
 100 and 1,000 steps only). PostgreSQL runs when ``TLEDGER_TEST_PG`` is set
 (``eval "$(python -m tests.pg_cluster start DIR)"``). Needs the langgraph and
@@ -53,6 +68,7 @@ from typing import Any
 
 WINDOW = 30
 SIZES = (100, 1000, 10000)
+REF_STEPS = 100
 PEER_REAL_MAX = 1000
 
 _TEXT = ("the quick brown fox jumps over the lazy dog while the agent checks the "
@@ -141,6 +157,11 @@ class Contender:
 
     def saver(self) -> Any: ...
 
+    def reference(self, size: int) -> Any | None:
+        """A saver for a reference thread measured beside the size point, or
+        None (the peers: their bytes would count it)."""
+        return None
+
     def bytes(self) -> int: ...
 
     def close(self) -> None: ...
@@ -153,11 +174,18 @@ class Ledger(Contender):
         from ledger import Store
         from ledger.integrations.langgraph import LedgerSaver
 
+        self.tmp = tmp
         self.root = os.path.join(tmp, "ledger")
         self._saver = LedgerSaver(store=Store(self.root, durability="off"))
 
     def saver(self) -> Any:
         return self._saver
+
+    def reference(self, size: int) -> Any:
+        from ledger import Store
+        from ledger.integrations.langgraph import LedgerSaver
+
+        return LedgerSaver(store=Store(os.path.join(self.tmp, f"ref-{size}"), durability="off"))
 
     def bytes(self) -> int:
         return _dir_bytes(self.root)
@@ -237,6 +265,24 @@ def _point(steps: int, samples: list[tuple[float, float, float, float]], size: i
             "bytes": size, "how": how, "load": os.getloadavg()[0]}
 
 
+def _side_by_side(app: Any, timer: Timed, cfg: dict[str, Any], first: int, n: int,
+                  ref_saver: Any) -> tuple[list[tuple[float, float, float, float]],
+                                           list[tuple[float, float, float, float]]]:
+    """``n`` timed steps of the thread, alternating with the last ``n`` of a
+    new reference thread of ``REF_STEPS`` steps (the first ones untimed)."""
+    ref_timer = Timed(ref_saver)
+    ref_app = build_graph(ref_saver)
+    ref_cfg = {"configurable": {"thread_id": "reference"}}
+    _measure(ref_app, ref_timer, ref_cfg, 0, REF_STEPS - n)
+    ours, ref = [], []
+    for i in range(n):
+        pair = [(ours, app, timer, cfg, first + i),
+                (ref, ref_app, ref_timer, ref_cfg, REF_STEPS - n + i)]
+        for out, a, t, c, k in (pair if i % 2 == 0 else pair[::-1]):
+            out.append(_step(a, t, c, k))
+    return ours, ref
+
+
 def run_real(contender: Contender, sizes: tuple[int, ...], log: Callable[[str], None]
              ) -> list[dict[str, Any]]:
     """One thread grown step by step; a point at each size."""
@@ -249,9 +295,18 @@ def run_real(contender: Contender, sizes: tuple[int, ...], log: Callable[[str], 
     for size in sizes:
         window = min(WINDOW, size // 2)
         _measure(app, timer, cfg, done, size - window - done)
-        samples = _measure(app, timer, cfg, size - window, window)
+        ref_saver = contender.reference(size)
+        if ref_saver is None:
+            samples = _measure(app, timer, cfg, size - window, window)
+            ref = None
+        else:
+            samples, ref = _side_by_side(app, timer, cfg, size - window, window, ref_saver)
         done = size
         points.append(_point(size, samples, contender.bytes(), "real"))
+        if ref is not None:
+            r = _point(REF_STEPS, ref, 0, "reference")
+            points[-1].update({f"ref_{k}": r[k] for k in (
+                "step_ms", "step_cpu_ms", "saver_ms", "saver_cpu_ms")})
         log(f"{contender.name} {size} steps: {points[-1]}")
     return points
 
@@ -276,6 +331,64 @@ def run_seeded(contender: Contender, size: int, log: Callable[[str], None]) -> d
     return point
 
 
+DIRECT_RUNS = 150
+
+
+def _direct_step(saver: Any, cfg: dict[str, Any], k: int) -> None:
+    """One step's saver calls as LangGraph makes them for ``build_graph``."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+
+    tup = saver.get_tuple(cfg)
+    base = tup.checkpoint if tup is not None else empty_checkpoint()
+    config = tup.config if tup is not None else cfg
+    msgs = base["channel_values"].get("messages", [])
+    v = max((int(str(x).split(".")[0]) for x in base["channel_versions"].values()), default=0)
+
+    def put(conf: Any, messages: list[Any], step: int, versions: dict[str, int]) -> Any:
+        cp = create_checkpoint(base, None, step)
+        cp["channel_values"] = {"messages": messages}
+        cp["channel_versions"] = {**base["channel_versions"], **versions}
+        return saver.put(conf, cp, {"source": "loop", "step": step}, versions)
+
+    user, ai = _texts(k)
+    c1 = put(config, msgs, 2 * k, {"__start__": v + 1})
+    saver.put_writes(c1, [("messages", [HumanMessage(user, id=f"user-{k}")])], f"start-{k}")
+    with_user = [*msgs, HumanMessage(user, id=f"user-{k}")]
+    c2 = put(c1, with_user, 2 * k + 1, {"messages": v + 2})
+    saver.put_writes(c2, [("messages", [AIMessage(ai, id=f"ai-{k}")])], f"agent-{k}")
+    put(c2, [*with_user, AIMessage(ai, id=f"ai-{k}")], 2 * k + 2, {"messages": v + 3})
+
+
+def run_direct(tmp: str, long_steps: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """Saver CPU per step without a graph: a ``long_steps`` thread against a
+    ``REF_STEPS`` one, interleaved (module doc)."""
+    from ledger import Store
+    from ledger.integrations.langgraph import LedgerSaver
+
+    threads = []
+    for name, steps in (("long", long_steps), ("reference", REF_STEPS)):
+        saver = LedgerSaver(store=Store(os.path.join(tmp, f"direct-{name}"), durability="off"))
+        timer = Timed(saver)
+        cfg = {"configurable": {"thread_id": f"direct-{name}"}}
+        for k in range(steps):
+            _direct_step(saver, cfg, k)
+        threads.append((name, saver, timer, cfg, steps))
+        log(f"direct: {name} thread grown to {steps} steps")
+    cpu: dict[str, list[float]] = {name: [] for name, *_ in threads}
+    for i in range(DIRECT_RUNS):
+        for name, saver, timer, cfg, steps in (threads if i % 2 == 0 else threads[::-1]):
+            before = timer.cpu
+            _direct_step(saver, cfg, steps + i)
+            cpu[name].append(timer.cpu - before)
+    out = {f"{name}_saver_cpu_ms": statistics.median(v) * 1e3 for name, v in cpu.items()}
+    out.update({"long_steps": long_steps, "reference_steps": REF_STEPS, "runs": DIRECT_RUNS,
+                "ratio": out["long_saver_cpu_ms"] / out["reference_saver_cpu_ms"],
+                "load": os.getloadavg()[0]})
+    log(f"direct: {out}")
+    return out
+
+
 def project(points: list[dict[str, Any]], n: int) -> int:
     """a*n^2 + b*n through the two measured points."""
     (n1, y1), (n2, y2) = [(p["steps"], p["bytes"]) for p in points[:2]]
@@ -290,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="100 and 1,000 steps only")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--only", choices=("ledger", "sqlite", "postgres"), action="append")
+    p.add_argument("--direct", action="store_true",
+                   help="only our saver's calls without a graph, 10,000 against 100 steps")
     args = p.parse_args(argv)
     sizes = SIZES[:2] if args.quick else SIZES
     only = set(args.only or ("ledger", "sqlite", "postgres"))
@@ -301,6 +416,13 @@ def main(argv: list[str] | None = None) -> int:
     url = os.environ.get("TLEDGER_TEST_PG")
     results: dict[str, Any] = {"sizes": list(sizes), "window": WINDOW, "contenders": {}}
     tmp = tempfile.mkdtemp(prefix="tledger-lgbench-")
+    if args.direct:
+        try:
+            results = {"direct": run_direct(tmp, SIZES[-1], log)}
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(json.dumps(results, indent=2))
+        return 0
     try:
         makers: list[tuple[str, Callable[[], Contender]]] = [
             ("ledger", lambda: Ledger(tempfile.mkdtemp(dir=tmp))),

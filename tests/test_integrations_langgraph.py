@@ -380,3 +380,61 @@ def test_writer_processes_racing_on_one_thread_keep_one_chain(tmp_path: Path) ->
     assert len(parents) == len(set(parents)) == 32  # no checkpoint has two children
     head = tuples[0].checkpoint["channel_values"]["messages"]
     assert len(head) == 33 and len({m.id for m in head}) == 33  # every write is in the chain
+
+
+def _put_messages(saver: LedgerSaver, config: dict[str, Any], messages: list[Any],
+                  step: int) -> dict[str, Any]:
+    from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+
+    tup = saver.get_tuple(config) if config["configurable"].get("checkpoint_id") else None
+    cp = create_checkpoint(tup.checkpoint if tup else empty_checkpoint(), None, step)
+    cp["channel_values"] = {"messages": messages}
+    cp["channel_versions"] = {"messages": step + 1}
+    return saver.put(config, cp, {"source": "loop", "step": step}, {"messages": step + 1})
+
+
+def test_message_lists_share_storage_but_never_a_caller_change(tmp_path: Path) -> None:
+    """The saver keeps consecutive checkpoints' message lists as prefixes of
+    one list it owns (a step costs its new messages, not a copy of the
+    thread): a caller changing its list after a put, an edited message in
+    the middle, and two branches from one checkpoint each keep their own
+    messages, in this saver and in a fresh one reading the rows."""
+    saver = _saver(tmp_path)
+    cfg: dict[str, Any] = {"configurable": {"thread_id": "lists"}}
+    msgs: list[Any] = [HumanMessage("m0", id="m0")]
+    configs = [_put_messages(saver, cfg, msgs, 0)]
+    for k in range(1, 6):
+        msgs = [*msgs, AIMessage(f"m{k}", id=f"m{k}")]
+        configs.append(_put_messages(saver, configs[-1], msgs, k))
+    msgs.append(AIMessage("not put", id="x"))  # the caller changes its own list
+    msgs[0] = HumanMessage("changed", id="m0")
+    edited = [HumanMessage("m0", id="m0"), AIMessage("m1 edited", id="m1"),
+              *[AIMessage(f"m{k}", id=f"m{k}") for k in range(2, 6)],
+              AIMessage("m6", id="m6")]
+    head = _put_messages(saver, configs[-1], edited, 6)
+    at_2 = {"configurable": {k: v for k, v in configs[2]["configurable"].items()
+                             if k != "__ledger_head__"}}  # a deliberate fork
+    fork_a = _put_messages(saver, at_2, [
+        HumanMessage("m0", id="m0"), AIMessage("m1", id="m1"), AIMessage("m2", id="m2"),
+        AIMessage("a3", id="a3")], 7)
+    fork_b = _put_messages(saver, at_2, [
+        HumanMessage("m0", id="m0"), AIMessage("m1", id="m1"), AIMessage("m2", id="m2"),
+        AIMessage("b3", id="b3"), AIMessage("b4", id="b4")], 8)
+    want = {
+        configs[2]["configurable"]["checkpoint_id"]: ["m0", "m1", "m2"],
+        configs[5]["configurable"]["checkpoint_id"]: ["m0", "m1", "m2", "m3", "m4", "m5"],
+        head["configurable"]["checkpoint_id"]: [
+            "m0", "m1 edited", "m2", "m3", "m4", "m5", "m6"],
+        fork_a["configurable"]["checkpoint_id"]: ["m0", "m1", "m2", "a3"],
+        fork_b["configurable"]["checkpoint_id"]: ["m0", "m1", "m2", "b3", "b4"],
+    }
+    for reader in (saver, _saver(tmp_path)):
+        for cid, texts in want.items():
+            tup = reader.get_tuple({"configurable": {"thread_id": "lists",
+                                                     "checkpoint_id": cid}})
+            got = tup.checkpoint["channel_values"]["messages"]
+            assert [m.content for m in got] == texts, (cid, reader is saver)
+            got.append(AIMessage("the caller's own", id="own"))  # theirs to change
+            again = reader.get_tuple({"configurable": {"thread_id": "lists",
+                                                       "checkpoint_id": cid}})
+            assert [m.content for m in again.checkpoint["channel_values"]["messages"]] == texts

@@ -45,7 +45,10 @@ Each saver keeps, per thread it touched, an in-memory projection of the rows
 appended since (by anyone) before every call, and rebuilt when the epoch
 changes. Message lists it wrote or read are kept as the message objects
 themselves, so a turn does not decode the whole thread again; LangGraph's
-reducers treat messages as immutable, and so does the saver.
+reducers treat messages as immutable, and so does the saver. Consecutive
+checkpoints' lists are prefixes of one list the saver owns, so a ``put``
+that appends costs its new messages plus one pointer comparison of the kept
+prefix, not a copy of the thread; ``get_tuple`` hands out a copy.
 """
 
 from __future__ import annotations
@@ -62,7 +65,13 @@ import xxhash
 from ledger.core.errors import Conflict, InvalidWorkspace, LedgerError, WorkspaceNotFound
 from ledger.core.ids import validate_workspace
 from ledger.integrations import open_store, require
-from ledger.integrations.langgraph_index import META_KEY, CheckpointRec, ThreadIndex
+from ledger.integrations.langgraph_index import (
+    META_KEY,
+    CheckpointRec,
+    ObjectList,
+    ThreadIndex,
+    kept_prefix,
+)
 from ledger.transcript.history import History
 from ledger.transcript.store import Store
 
@@ -252,45 +261,43 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             obj = idx.objects[seq] = messages_from_dict([kept])[0]
         return obj
 
-    def _list_objects(self, idx: ThreadIndex, seq: int, channel: str) -> list[BaseMessage]:
+    def _list_objects(self, idx: ThreadIndex, seq: int, channel: str) -> ObjectList:
         """The message objects of the list described in the record at ``seq``."""
         cached = idx.cached_objects(seq, channel)
         if cached is None:
             objs = idx.objects
-            cached = [objs[s] if s in objs else self._message(idx, s)
-                      for s in idx.message_list(seq, channel)]
+            items = [objs[s] if s in objs else self._message(idx, s)
+                     for s in idx.message_list(seq, channel)]
+            cached = ObjectList(items, len(items))
             idx.remember_objects(seq, channel, cached)
         return cached
 
     def _messages_entry(
         self, idx: ThreadIndex, ns: str, channel: str, value: list[Any],
         parent: CheckpointRec | None, first_seq: int, rows: list[dict[str, Any]],
-    ) -> tuple[dict[str, Any], list[tuple[int, BaseMessage]]] | None:
+    ) -> tuple[dict[str, Any], list[tuple[int, BaseMessage]], ObjectList | None, int] | None:
         """The delta descriptor of ``value`` against the parent's list (new
-        message rows go to ``rows``, their seqs from ``first_seq``) and the
-        new messages; None when ``value`` holds anything but messages. Costs
-        one C-level comparison of the kept prefix plus the new messages: the
-        parent's list comes from the projection's cache as the objects the
-        graph holds."""
+        message rows go to ``rows``, their seqs from ``first_seq``), the new
+        messages, the parent's list and how much of it ``value`` keeps; None
+        when ``value`` holds anything but messages. Costs one C-level pass
+        over the kept prefix's pointers plus the new messages (``kept_prefix``):
+        the parent's list comes from the projection's cache as the objects
+        the graph holds."""
         base_seq: int | None = None
-        base_objs: list[Any] = []
+        base: ObjectList | None = None
         if parent is not None:
             version = parent.rec.get("cv", {}).get(channel)
             found = idx.blobs.get((ns, channel, str(version))) if version is not None else None
             if found is not None and "m" in found[1]:
                 base_seq = found[0]
-                base_objs = self._list_objects(idx, base_seq, channel)
-        n = min(len(base_objs), len(value))
-        if n == len(base_objs):
-            same = value[:n] == base_objs  # identical objects compare at C speed
-        else:
-            same = value == base_objs[:n]
-        keep = n if same else next(i for i in range(n) if value[i] != base_objs[i])
-        if not all(isinstance(m, BaseMessage) for m in value[keep:]):
+                base = self._list_objects(idx, base_seq, channel)
+        keep = kept_prefix(base, value)
+        tail = value[keep:]
+        if not all(isinstance(m, BaseMessage) for m in tail):
             return None
         add: list[int] = []
         fresh: list[tuple[int, BaseMessage]] = []
-        for message in value[keep:]:
+        for message in tail:
             known = idx.message_ids.get(message.id) if message.id else None
             if known is not None and self._message(idx, known) == message:
                 add.append(known)
@@ -299,7 +306,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             rows.append(message_row(message))
             add.append(seq)
             fresh.append((seq, message))
-        return {"base": base_seq, "keep": keep, "add": add}, fresh
+        return {"base": base_seq, "keep": keep, "add": add}, fresh, base, keep
 
     # --- reads ----------------------------------------------------------------------
 
@@ -313,7 +320,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                 continue
             seq, entry = found
             if "m" in entry:
-                values[channel] = list(self._list_objects(idx, seq, channel))
+                values[channel] = self._list_objects(idx, seq, channel).copy()
             elif "s" in entry:
                 values[channel] = self._load(entry["s"])
         checkpoint["channel_values"] = values
@@ -420,7 +427,8 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         cid = str(checkpoint["id"])
         fresh: list[tuple[int, BaseMessage]] = []
-        lists: dict[str, list[Any]] = {}
+        # channel -> (the parent's list, how much of it the value keeps, the value)
+        lists: dict[str, tuple[ObjectList | None, int, list[Any]]] = {}
 
         def build(idx: ThreadIndex) -> list[dict[str, Any]]:
             head = idx.head(ns)
@@ -453,9 +461,9 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                     if made is None:
                         del rows[mark:]
                 if made is not None:
-                    desc, new = made
+                    desc, new, base, keep = made
                     fresh.extend(new)
-                    lists[channel] = list(value)
+                    lists[channel] = (base, keep, value)
                     blobs[channel] = {"v": version, "m": desc}
                 else:
                     blobs[channel] = {"v": version, "s": self._dump(value)}
@@ -473,7 +481,12 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             idx, seqs = self._append(ws, build)
             for seq, message in fresh:  # the graph holds these objects: keep them
                 idx.objects[seq] = message
-            for channel, objects in lists.items():  # the next put's base, as objects
+            for channel, (base, keep, value) in lists.items():
+                # The next put's base, as objects: the parent's list grown in
+                # place by the new messages (or, for a fork, a copy), never
+                # the caller's list, which the caller may change later.
+                objects = (base.extended(value, keep) if base is not None
+                           else ObjectList(list(value), len(value)))
                 idx.remember_objects(seqs[-1], channel, objects)
             head = idx.head(ns)
         return {"configurable": {

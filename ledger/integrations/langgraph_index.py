@@ -17,7 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["META_KEY", "CheckpointRec", "ThreadIndex", "WriteRec"]
+__all__ = ["META_KEY", "CheckpointRec", "ObjectList", "ThreadIndex", "WriteRec", "kept_prefix"]
 
 META_KEY = "langgraph"
 MESSAGES_META = "langchain"  # the key LedgerChatMessageHistory keeps a message under
@@ -44,6 +44,63 @@ class WriteRec:
     idx: int
 
 
+@dataclass(frozen=True)
+class ObjectList:
+    """A message list as the first ``length`` items of ``items``, a list only
+    the saver holds and only ever extends at its end (never reordered, never
+    shortened below a length some ``ObjectList`` uses). The lists of a
+    thread's consecutive checkpoints share one ``items``."""
+
+    items: list[Any]
+    length: int
+
+    def copy(self) -> list[Any]:
+        """A new list of the messages (what callers get: theirs to change)."""
+        return self.items[: self.length]
+
+    @property
+    def at_tip(self) -> bool:
+        """Whether nothing was added after this list's end: it can grow in place."""
+        return len(self.items) == self.length
+
+    def extended(self, value: list[Any], keep: int) -> ObjectList:
+        """The list ``value``, whose first ``keep`` items equal this list's
+        first ``keep`` (``kept_prefix``): this list grown in place by the
+        rest when it keeps all of this list and nothing was added after it
+        (cost: the new items), else a new list of its own (a copy)."""
+        if keep == self.length and self.at_tip:
+            self.items.extend(value[keep:])
+            return ObjectList(self.items, len(value))
+        items = list(value)
+        return ObjectList(items, len(items))
+
+
+def kept_prefix(base: ObjectList | None, value: list[Any]) -> int:
+    """How many leading items of ``value`` equal ``base``'s (compared as
+    ``list ==`` does: identity first, then ``==``). When ``value`` holds all
+    of ``base`` and ``base`` sits at its list's tip, the new items are added
+    to that list for the comparison and taken off again, so it is one
+    C-level pass over two arrays of pointers: the messages themselves are not
+    touched unless one differs (a copy, like a slice, would touch every one)."""
+    if base is None:
+        return 0
+    n = min(base.length, len(value))
+    items = base.items
+    if n == base.length and base.at_tip:
+        items.extend(value[n:])
+        try:
+            same = items == value
+        finally:
+            del items[n:]
+    elif n == base.length:
+        same = value[:n] == items[:n]
+    else:
+        same = value == items[:n]
+    if same:
+        return n
+    return next((i for i in range(n) if value[i] != items[i]), n)
+
+
 @dataclass
 class ThreadIndex:
     """What the rows of one thread's workspace say, up to ``next_seq``."""
@@ -62,8 +119,11 @@ class ThreadIndex:
     # materialised message lists: seq of the record holding a descriptor -> message seqs
     lists: OrderedDict[tuple[int, str], tuple[int, ...]] = field(default_factory=OrderedDict)
     objects: dict[int, Any] = field(default_factory=dict)  # seq -> decoded message
-    # the same lists as message objects (what the graph holds), most recent first out
-    object_lists: OrderedDict[tuple[int, str], list[Any]] = field(default_factory=OrderedDict)
+    # the same lists as message objects (what the graph holds), most recent first
+    # out, each as a prefix of a list the saver owns (``ObjectList``): a step
+    # that only appends extends its parent's list in place, so remembering it
+    # costs the new messages, not a copy of the thread
+    object_lists: OrderedDict[tuple[int, str], ObjectList] = field(default_factory=OrderedDict)
 
     LIST_CACHE = 16
 
@@ -209,13 +269,13 @@ class ThreadIndex:
         while len(self.lists) > self.LIST_CACHE:
             self.lists.popitem(last=False)
 
-    def remember_objects(self, seq: int, channel: str, objects: list[Any]) -> None:
+    def remember_objects(self, seq: int, channel: str, objects: ObjectList) -> None:
         self.object_lists[(seq, channel)] = objects
         self.object_lists.move_to_end((seq, channel))
         while len(self.object_lists) > self.LIST_CACHE:
             self.object_lists.popitem(last=False)
 
-    def cached_objects(self, seq: int, channel: str) -> list[Any] | None:
+    def cached_objects(self, seq: int, channel: str) -> ObjectList | None:
         found = self.object_lists.get((seq, channel))
         if found is not None:
             self.object_lists.move_to_end((seq, channel))

@@ -165,7 +165,10 @@ class WorkspaceBase:
         is a segment listing taken under the same lock, if the caller has one,
         and ``receipt_file`` a writer's open receipt."""
         if numbers is None:
-            numbers = segs.list_segments(self.path)
+            try:
+                numbers = self._segments_in(os.listdir(self.path))
+            except FileNotFoundError:
+                numbers = []
         all_stamps = segs.stamps(self.path, numbers)
         sealed = all_stamps[:-1]
         active_stamp = all_stamps[-1][1] if all_stamps else None
@@ -202,6 +205,17 @@ class WorkspaceBase:
         derived = self._derive(receipt, numbers, active_stamp, sealed)
         self._derived = {digest: derived}
         return derived
+
+    def _segments_in(self, names: list[str]) -> list[int]:
+        """``segs.segments_in``, remembered for the last listing: between two
+        calls the names rarely change, and a list compare is cheaper than
+        parsing every name again."""
+        memo = self._listing_memo
+        if memo is not None and memo[0] == names and fmt.MERGE_NAME not in names:
+            return list(memo[1])
+        numbers = segs.segments_in(self.path, names)
+        self._listing_memo = (names, tuple(numbers))
+        return numbers
 
     def _sealed_digest(self, sealed: list[tuple[int, fmt.Stamp]]) -> tuple[int, bytes]:
         """``fmt.sealed_digest``, remembered for the last sealed list seen: the

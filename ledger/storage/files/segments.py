@@ -156,28 +156,47 @@ def stamps(wsdir: str, numbers: list[int]) -> list[tuple[int, fmt.Stamp]]:
     Raises HistoryDamaged for an entry that is not a regular file.
 
     Every append and every page of a read stats every segment, so this is a
-    hot loop: names are resolved against one directory descriptor.
+    hot loop: names are resolved against one directory descriptor, each
+    segment's name is formatted once per process, and the stamp is built
+    from the stat result without a Python-level constructor.
     """
     try:
         dfd = os.open(wsdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         return [(n, fmt.ZERO_STAMP) for n in numbers]
     out = []
-    stat, name_of, isreg, stamp_of = os.stat, fmt.segment_name, stat_mod.S_ISREG, fmt.Stamp
+    stat, isreg, names, make = os.stat, stat_mod.S_ISREG, _NAMES, tuple.__new__
+    stamp_cls = fmt.Stamp
     try:
         for n in numbers:
+            name = names.get(n)
+            if name is None:
+                name = _name_of(n)
             try:
-                st = stat(name_of(n), dir_fd=dfd, follow_symlinks=False)
+                st = stat(name, dir_fd=dfd, follow_symlinks=False)
             except FileNotFoundError:
                 out.append((n, fmt.ZERO_STAMP))
                 continue
             if not isreg(st.st_mode):
                 raise not_regular(segment_path(wsdir, n), describe_mode(st.st_mode))
-            out.append((n, stamp_of(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-                                    st.st_ctime_ns)))
+            out.append((n, make(stamp_cls, (st.st_dev, st.st_ino, st.st_size,
+                                            st.st_mtime_ns, st.st_ctime_ns))))
     finally:
         os.close(dfd)
     return out
+
+
+_NAMES: dict[int, str] = {}
+_NAMES_MAX = 1 << 16
+
+
+def _name_of(number: int) -> str:
+    """``fmt.segment_name``, remembered (segment numbers repeat on every append)."""
+    name = fmt.segment_name(number)
+    if len(_NAMES) >= _NAMES_MAX:
+        _NAMES.clear()
+    _NAMES[number] = name
+    return name
 
 
 def stray_temps(wsdir: str) -> list[str]:

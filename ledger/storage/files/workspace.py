@@ -175,16 +175,6 @@ class FileWorkspace(WorkspaceBase):
             names = os.listdir(self.path)
         return self.state(self._segments_in(names), receipt_file)
 
-    def _segments_in(self, names: list[str]) -> list[int]:
-        """``segs.segments_in``, remembered for the last listing: between two
-        appends the names rarely change, and a list compare is cheaper."""
-        memo = self._listing_memo
-        if memo is not None and memo[0] == names and fmt.MERGE_NAME not in names:
-            return list(memo[1])
-        numbers = segs.segments_in(self.path, names)
-        self._listing_memo = (names, tuple(numbers))
-        return numbers
-
     def _commit(
         self, st: State, stored: list[dict[str, Any]], lines: list[bytes], bid: str,
         rf: WriterReceipt,
