@@ -41,6 +41,7 @@ from ledger.storage.files.state import (
     boundary_from_receipt,
     covers,
     empty_receipt,
+    empty_state,
     missing_floor,
     recorded_floor,
     stable_receipt,
@@ -319,8 +320,14 @@ class WorkspaceBase:
 
     @_reading("read the state")
     def snapshot(self) -> State:
-        """Validate under the shared lock and return the state."""
-        self._require()
+        """Validate under the shared lock and return the state. A workspace
+        never written (no directory) has the empty state -- next seq 1,
+        epoch 0, no window, no floor -- as on every engine; reading creates
+        nothing."""
+        try:
+            self._require()
+        except WorkspaceNotFound:
+            return empty_state()
         with locked(self.path, self.workspace, self.store.lock_timeout, shared=True):
             return self.state()
 
