@@ -320,10 +320,8 @@ class WorkspaceBase:
 
     @_reading("read the state")
     def snapshot(self) -> State:
-        """Validate under the shared lock and return the state. A workspace
-        never written (no directory) has the empty state -- next seq 1,
-        epoch 0, no window, no floor -- as on every engine; reading creates
-        nothing."""
+        """The state, validated under the shared lock; for a workspace never
+        written, the empty state (``empty_state``), creating nothing."""
         try:
             self._require()
         except WorkspaceNotFound:
