@@ -93,16 +93,30 @@ def test_reads_without_a_lock_file(tmp_path: Path) -> None:
     assert tree(src) == before
 
 
+def test_missing_workspace_has_the_empty_snapshot_and_reading_creates_nothing(
+    store_root: Path,
+) -> None:
+    # The same state on every engine (tests/contract/appends.py); here: not a
+    # byte is created, not even a root that does not exist.
+    Store(store_root, durability="off").history("other").append(msg())
+    before = tree(store_root)
+    fresh = store_root.parent / "no-root"
+    for h in (Store(store_root).history("nosuch"), Store(fresh).history("nosuch")):
+        snap = h.snapshot()
+        assert (snap.next_seq, snap.epoch, snap.window, snap.floor) == (1, 0, None, None)
+        assert (h.epoch, h.window, h.next_seq) == (0, 0, 1)
+    assert tree(store_root) == before
+    assert not fresh.exists()
+
+
 @pytest.mark.parametrize(
     "read",
     [
         lambda h: list(h.rows()),
         lambda h: list(h.rows(after_seq=3)),
-        lambda h: h.snapshot(),
-        lambda h: h.epoch,
         stat_report,
     ],
-    ids=["rows", "rows-after", "snapshot", "epoch", "stat"],
+    ids=["rows", "rows-after", "stat"],
 )
 def test_missing_workspace_is_workspace_not_found(store_root: Path, read: Any) -> None:
     store = Store(store_root)

@@ -258,6 +258,17 @@ def test_two_graphs_starting_one_new_thread_conflict(tmp_path: Path) -> None:
                            {"source": "input", "step": -1}, {})
 
 
+def test_a_new_thread_on_the_memory_engine() -> None:
+    # A never-written workspace reads as empty on every engine (History.snapshot):
+    # the saver's first look at a thread on memory:// used to raise WorkspaceNotFound.
+    store = Store("memory://")
+    app = _chat_graph(LedgerSaver(store=store))
+    cfg = {"configurable": {"thread_id": "fresh"}}
+    assert app.get_state(cfg).values == {} and "fresh" not in store.workspaces()
+    app.invoke({"messages": [HumanMessage("hi")]}, cfg)
+    assert app.get_state(cfg).values["messages"][-1].content == "reply 1 to hi"
+
+
 class FanState(TypedDict):
     log: Annotated[list[str], operator.add]
 

@@ -53,6 +53,10 @@ digits. A per-row checksum lets ``check`` find a flipped byte inside any row,
 even one that leaves valid JSON, and lets a reader verify a row without
 decoding it. ``to_dict()`` never shows ``_c``.
 
+A line nests at most ``MAX_DEPTH`` (256) arrays and objects deep, the line's
+object being level 1; a deeper stored line is damage (``ledger.core.nesting``
+decides it on the bytes, without recursing).
+
 Batches
 =======
 Every row carries ``batch = {"id": str, "n": rows in the batch, "i": index}``.
@@ -115,13 +119,17 @@ import functools
 import json
 import re
 import struct
-import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import msgspec
 import xxhash
+
+# Rows nest at most MAX_DEPTH levels; stored lines deeper than that are damage
+# (the depth scanner and the recursion headroom: ``ledger.core.nesting``).
+from ledger.core.nesting import MAX_DEPTH as MAX_DEPTH
+from ledger.core.nesting import too_deep, with_headroom
 
 FORMAT_VERSION = 1
 FORMAT_TEXT = b"transcript-ledger 1\n"
@@ -251,76 +259,6 @@ def encode_json(obj: Any) -> bytes:
 
 def decode_json(data: bytes | str) -> Any:
     return with_headroom(_decoder.decode, data)
-
-
-# --- nesting -----------------------------------------------------------------
-
-# Rows may nest at most MAX_DEPTH arrays and objects deep (the row object
-# itself is level 1). Appends refuse deeper rows (InvalidRow); a stored line
-# deeper than that is damage (unreadable: check reports it, repair
-# quarantines it). msgspec recurses once per level and counts against
-# Python's recursion limit, so a reader already deep in its own call stack
-# gets headroom for this many levels (``with_headroom``).
-MAX_DEPTH = 256
-
-_NEST_TOKEN_RE = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
-
-T = TypeVar("T")
-
-
-def too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
-    """True when the JSON text ``data`` nests more than ``limit`` arrays and
-    objects deep (brackets inside strings do not count). Linear and
-    non-recursive; most lines are settled by their length or bracket count."""
-    if len(data) <= 2 * limit:
-        return False  # every level takes two bytes
-    if len(data) < 4096:
-        if len(data.translate(None, _NOT_OPENING)) <= limit:
-            return False  # every level takes an opening bracket (one pass keeps just those)
-    elif not _brackets_exceed(data, limit):
-        return False  # the same, by memchr jumps (faster than counting long lines)
-    depth = 0
-    for m in _NEST_TOKEN_RE.finditer(data):
-        c = m.group()[0]
-        if c == 0x5B or c == 0x7B:  # [ {
-            depth += 1
-            if depth > limit:
-                return True
-        elif c == 0x5D or c == 0x7D:  # ] }
-            depth -= 1
-    return False
-
-
-_NOT_OPENING = bytes(b for b in range(256) if b not in b"[{")  # bytes.translate deletes these
-
-
-def _brackets_exceed(data: bytes, limit: int) -> bool:
-    """Whether ``data`` holds more than ``limit`` opening brackets."""
-    n = 0
-    for ch in (b"[", b"{"):
-        i = data.find(ch)
-        while i >= 0:
-            n += 1
-            if n > limit:
-                return True
-            i = data.find(ch, i + 1)
-    return False
-
-
-def with_headroom(fn: Callable[[Any], T], arg: Any) -> T:
-    """``fn(arg)`` (a msgspec encode or decode); when it runs out of Python
-    recursion depth because the caller is deep in its own stack, once more
-    with room for MAX_DEPTH more levels. Input deeper than that still
-    raises RecursionError (callers check ``too_deep`` first)."""
-    try:
-        return fn(arg)
-    except RecursionError:
-        old = sys.getrecursionlimit()
-        sys.setrecursionlimit(old + 2 * MAX_DEPTH + 64)
-        try:
-            return fn(arg)
-        finally:
-            sys.setrecursionlimit(old)
 
 
 # --- reset candidates ------------------------------------------------------

@@ -171,11 +171,7 @@ class LedgerSessionStore(SessionStore):
 
     def _refresh(self, ws: str) -> _Transcript | None:
         history = self.store.history(ws)
-        try:
-            snap = history.snapshot()
-        except WorkspaceNotFound:
-            self._cache.pop(ws, None)
-            return None
+        snap = history.snapshot()
         t = self._cache.get(ws)
         if t is None or t.epoch != snap.epoch or t.next_seq > snap.next_seq:
             t, after = _Transcript(epoch=snap.epoch), None
@@ -183,8 +179,12 @@ class LedgerSessionStore(SessionStore):
             return t
         else:
             after = t.next_seq - 1
-        for row in history.rows(after_seq=after):
-            t.apply(row.data)
+        try:
+            for row in history.rows(after_seq=after):
+                t.apply(row.data)
+        except WorkspaceNotFound:  # never written, or deleted since
+            self._cache.pop(ws, None)
+            return None
         t.next_seq = max(t.next_seq, snap.next_seq)
         self._cache[ws] = t
         return t

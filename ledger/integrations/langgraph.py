@@ -43,8 +43,10 @@ How a thread is stored (README "LangGraph"):
 Each saver keeps, per thread it touched, an in-memory projection of the rows
 (:mod:`ledger.integrations.langgraph_index`), brought up to date from the rows
 appended since (by anyone) before every call, and rebuilt when the epoch
-changes. Message lists it wrote or read are kept as the message objects
-themselves, so a turn does not decode the whole thread again; LangGraph's
+changes (:mod:`ledger.integrations.langgraph_log`: the thread's lock,
+``History`` and projection, and the conditional append). Message lists it
+wrote or read are kept as the message objects themselves, so a turn does not
+decode the whole thread again; LangGraph's
 reducers treat messages as immutable, and so does the saver. Consecutive
 checkpoints' lists are prefixes of one list the saver owns, so a ``put``
 that appends costs its new messages plus one pointer comparison of the kept
@@ -56,13 +58,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import xxhash
 
-from ledger.core.errors import Conflict, InvalidWorkspace, LedgerError, WorkspaceNotFound
+from ledger.core.errors import InvalidWorkspace, LedgerError, WorkspaceNotFound
 from ledger.core.ids import validate_workspace
 from ledger.integrations import open_store, require
 from ledger.integrations.langgraph_index import (
@@ -72,7 +73,7 @@ from ledger.integrations.langgraph_index import (
     ThreadIndex,
     kept_prefix,
 )
-from ledger.transcript.history import History
+from ledger.integrations.langgraph_log import CheckpointConflict, ThreadLogs
 from ledger.transcript.store import Store
 
 require("langgraph.checkpoint.base", "langgraph")
@@ -93,12 +94,6 @@ from ledger.integrations.langchain import message_row  # noqa: E402
 __all__ = ["HEAD_KEY", "CheckpointConflict", "LedgerSaver", "thread_workspace"]
 
 HEAD_KEY = "__ledger_head__"
-_MAX_RETRIES = 1000
-
-
-class CheckpointConflict(Conflict):
-    """A put whose parent is no longer the newest checkpoint of its namespace:
-    another writer continued the thread first. Nothing was written."""
 
 
 def thread_workspace(thread_id: str) -> str:
@@ -146,99 +141,10 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         super().__init__(serde=serde)
         self.store = open_store(store, root)
         self.message_channels = frozenset(message_channels)
-        self._indexes: dict[str, ThreadIndex] = {}
-        self._histories: dict[str, History] = {}
-        self._locks: dict[str, threading.RLock] = {}
-        self._guard = threading.Lock()
+        self._logs = ThreadLogs(self.store)
 
     def __repr__(self) -> str:
         return f"LedgerSaver(root={self.store.root!r})"
-
-    # --- the projection -------------------------------------------------------------
-
-    def _lock(self, ws: str) -> threading.RLock:
-        with self._guard:
-            lock = self._locks.get(ws)
-            if lock is None:
-                lock = self._locks[ws] = threading.RLock()
-            return lock
-
-    def _history(self, ws: str) -> History:
-        """The thread's ``History``, one per workspace for the saver's life
-        (caller holds the lock). The file engine keeps per-object caches,
-        each checked against the files' stamps before use (the INDEX read so
-        far, the active segment's account, the sealed segments' digest, the
-        FORMAT check): a fresh object per call would read the whole INDEX
-        again at every sealed segment and rescan the segment it seals, a cost
-        that grows with the thread (bench/RESULTS.md, LangGraph)."""
-        history = self._histories.get(ws)
-        if history is None:
-            history = self._histories[ws] = self.store.history(ws)
-        return history
-
-    def _refresh(self, ws: str) -> ThreadIndex:
-        """The thread's projection, brought up to date (caller holds the lock)."""
-        history = self._history(ws)
-        idx = self._indexes.get(ws)
-        try:
-            snap = history.snapshot()
-        except WorkspaceNotFound:
-            self._indexes.pop(ws, None)
-            return ThreadIndex()
-        if idx is None or idx.epoch != snap.epoch or idx.next_seq > snap.next_seq:
-            idx = ThreadIndex(epoch=snap.epoch)
-            after = None
-        elif idx.next_seq == snap.next_seq:
-            return idx
-        else:
-            after = idx.next_seq - 1
-        for row in history.rows(after_seq=after):
-            idx.apply(row.seq, row.data)
-        idx.next_seq = max(idx.next_seq, snap.next_seq)
-        self._indexes[ws] = idx
-        return idx
-
-    def _append(self, ws: str, build: Any) -> tuple[ThreadIndex, list[int]]:
-        """Append ``build(idx)`` rows conditionally on the projection's next
-        seq. The first attempt trusts the projection as it is (a stale one
-        fails the condition); after a conflict -- the condition, or a
-        ``CheckpointConflict`` that ``build`` raised on a projection not read
-        just now -- it refreshes and builds again. ``build`` returns the rows,
-        or nothing to write nothing."""
-        history = self._history(ws)
-        idx = self._indexes.get(ws)
-        fresh = idx is None
-        if idx is None:
-            idx = self._refresh(ws)
-        for _ in range(_MAX_RETRIES):
-            try:
-                rows = build(idx)
-            except CheckpointConflict:
-                if fresh:
-                    raise
-                idx, fresh = self._refresh(ws), True
-                continue
-            if not rows:
-                if fresh:
-                    return idx, []
-                idx, fresh = self._refresh(ws), True  # nothing to write: make sure
-                continue
-            try:
-                result = history.append_many(rows, expect_next_seq=idx.next_seq)
-            except Conflict:
-                idx, fresh = self._refresh(ws), True  # another writer appended first
-                continue
-            for seq, row in zip(result.seqs, rows, strict=True):
-                idx.apply(seq, row)
-            if idx.epoch not in (-1, result.epoch):
-                # A rewrite (reject, repair...) ran since the projection was
-                # read: the next call reads the log again.
-                self._indexes.pop(ws, None)
-                return idx, result.seqs
-            idx.epoch = result.epoch
-            self._indexes[ws] = idx
-            return idx, result.seqs
-        raise LedgerError(f"workspace {ws!r}: gave up after {_MAX_RETRIES} conflicting appends")
 
     # --- encoding -------------------------------------------------------------------
 
@@ -348,8 +254,8 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         ns = str(conf.get("checkpoint_ns", "") or "")
         cid = conf.get("checkpoint_id")
         ws = thread_workspace(tid)
-        with self._lock(ws):
-            idx = self._refresh(ws)
+        with self._logs.lock(ws):
+            idx = self._logs.refresh(ws)
             cp = idx.get(ns, str(cid)) if cid else idx.head(ns)
             return None if cp is None else self._tuple(ws, tid, idx, cp)
 
@@ -360,8 +266,8 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             return [(tid, thread_workspace(tid))]
         out = []
         for ws in self.store.workspaces():
-            with self._lock(ws):
-                idx = self._refresh(ws)
+            with self._logs.lock(ws):
+                idx = self._logs.refresh(ws)
             for cp in (c for ns in idx.namespaces() for c in idx.visible(ns)):
                 out.append((str(cp.rec.get("thread", ws)), ws))
                 break
@@ -381,8 +287,8 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         before_id = _conf(before).get("checkpoint_id") if before else None
         count = 0
         for tid, ws in self._threads(config):
-            with self._lock(ws):
-                idx = self._refresh(ws)
+            with self._logs.lock(ws):
+                idx = self._logs.refresh(ws)
                 nss = [str(want_ns)] if want_ns is not None else idx.namespaces()
                 cps = sorted((c for ns in nss for c in idx.visible(ns)),
                              key=lambda c: c.id, reverse=True)
@@ -477,8 +383,8 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             rows.append(_empty_record(rec))
             return rows
 
-        with self._lock(ws):
-            idx, seqs = self._append(ws, build)
+        with self._logs.lock(ws):
+            idx, seqs = self._logs.append(ws, build)
             for seq, message in fresh:  # the graph holds these objects: keep them
                 idx.objects[seq] = message
             for channel, (base, keep, value) in lists.items():
@@ -521,15 +427,14 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                    "path": task_path, "w": entries}
             return [_empty_record(rec)]
 
-        with self._lock(ws):
-            self._append(ws, build)
+        with self._logs.lock(ws):
+            self._logs.append(ws, build)
 
     def delete_thread(self, thread_id: str) -> None:
         ws = thread_workspace(str(thread_id))
-        with self._lock(ws):
+        with self._logs.lock(ws):
             self.store.delete(ws)
-            self._indexes.pop(ws, None)
-            self._histories.pop(ws, None)
+            self._logs.forget(ws)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         runs = sorted({str(r) for r in run_ids})
@@ -540,8 +445,8 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                 hit = any(cp.run_id in runs for ns in idx.namespaces() for cp in idx.visible(ns))
                 return [_empty_record({"t": "drop_runs", "runs": runs})] if hit else []
 
-            with self._lock(ws):
-                self._append(ws, build)
+            with self._logs.lock(ws):
+                self._logs.append(ws, build)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):
@@ -562,8 +467,8 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                     return []
                 return [_empty_record({"t": "prune", "keep": keep})]
 
-            with self._lock(ws):
-                self._append(ws, build)
+            with self._logs.lock(ws):
+                self._logs.append(ws, build)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         src_tid, dst_tid = str(source_thread_id), str(target_thread_id)
@@ -575,7 +480,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             history.require()
         except WorkspaceNotFound:
             return
-        with self._lock(src):
+        with self._logs.lock(src):
             snap = history.snapshot()
             source = [r.data for r in history.rows() if r.seq < snap.next_seq]
 
@@ -593,8 +498,8 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                 rows.append(row)
             return rows
 
-        with self._lock(dst):
-            self._append(dst, build)
+        with self._logs.lock(dst):
+            self._logs.append(dst, build)
 
     # --- async twins ------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ An engine stores the workspaces of one root. For each workspace it provides:
 - reads: every row after a seq, streaming; one row; the rows of the active
   window through the boundary projection (O(window), not O(history));
 - ``snapshot``: next seq, epoch, the newest boundary (window) and the newest
-  manual reset (floor);
+  manual reset (floor); for a workspace never written, next seq 1, epoch 0,
+  no window and no floor, without creating anything;
 - ``reader``: bounded pages for ``session_history`` (positions, what a cursor
   binds to, carry-over of cursors across moves that change no byte);
 - rewrites that change stored rows -- ``reject``, ``truncate_after``,

@@ -92,33 +92,27 @@ class History:
         self.engine.require()
 
     def snapshot(self) -> Snapshot:
-        """The validated state: next seq, epoch, window and floor."""
+        """The validated state: next seq, epoch, window and floor. A workspace
+        never written has the empty state on every engine -- next seq 1,
+        epoch 0 (a write never picks 0), no window, no floor -- and reading
+        it creates nothing."""
         return self.engine.snapshot()
 
     @property
     def epoch(self) -> int:
+        """The current epoch; 0 for a workspace that has no history yet."""
         return self.snapshot().epoch
 
     @property
     def window(self) -> int:
         """The active window's marker: the seq of its boundary, 0 before the
         first boundary and for a workspace that has no history yet."""
-        if not self.exists():
-            return 0
-        try:
-            return self.snapshot().window_seq
-        except WorkspaceNotFound:  # deleted between the two calls
-            return 0
+        return self.snapshot().window_seq
 
     @property
     def next_seq(self) -> int:
         """The seq the next appended row gets (1 for a new workspace)."""
-        if not self.exists():
-            return 1
-        try:
-            return self.snapshot().next_seq
-        except WorkspaceNotFound:
-            return 1
+        return self.snapshot().next_seq
 
     def rows(self, after_seq: int | None = None) -> Iterator[Row]:
         """Every row in log order (after ``after_seq`` if given), streaming:

@@ -109,6 +109,24 @@ class AppendContract(ContractBase):
         h.append(msg("x"))
         assert ws in store.workspaces() and h.exists()
 
+    def test_a_never_written_workspace_has_the_empty_snapshot(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        store = make_store()
+        h = store.history(ws)
+        for _ in range(2):  # never written, then written and deleted
+            snap = h.snapshot()
+            assert (snap.next_seq, snap.epoch, snap.window, snap.floor, snap.window_seq) == (
+                1, 0, None, None, 0)
+            assert (h.epoch, h.window, h.next_seq) == (0, 0, 1)
+            assert ws not in store.workspaces() and not h.exists()  # reading created nothing
+            # The empty state is what a first conditional append expects.
+            r = h.append(msg("first"), expect_next_seq=snap.next_seq,
+                         expect_window=snap.window_seq)
+            assert r.seqs == [1] and r.window == 0 and r.epoch != 0  # a write never picks 0
+            assert (h.epoch, h.next_seq) == (r.epoch, 2) and h.snapshot().epoch == r.epoch
+            assert store.delete(ws) is True
+
     @pytest.mark.parametrize("segment_bytes", [1 << 16, 256])
     def test_rows_after_and_get(
         self, make_store: MakeStore, ws: str, segment_bytes: int

@@ -41,6 +41,7 @@ from ledger.storage.files.state import (
     boundary_from_receipt,
     covers,
     empty_receipt,
+    empty_state,
     missing_floor,
     recorded_floor,
     stable_receipt,
@@ -319,8 +320,12 @@ class WorkspaceBase:
 
     @_reading("read the state")
     def snapshot(self) -> State:
-        """Validate under the shared lock and return the state."""
-        self._require()
+        """The state, validated under the shared lock; for a workspace never
+        written, the empty state (``empty_state``), creating nothing."""
+        try:
+            self._require()
+        except WorkspaceNotFound:
+            return empty_state()
         with locked(self.path, self.workspace, self.store.lock_timeout, shared=True):
             return self.state()
 

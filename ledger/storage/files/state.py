@@ -45,6 +45,13 @@ class State:
         return window_marker(self.window)
 
 
+def empty_state() -> State:
+    """The state of a workspace never written: next seq 1, epoch 0 (never an
+    epoch a write picks), no window, no floor, no segment."""
+    return State(receipt=None, segments=[], active_stamp=None, sealed=[], verified=True,
+                 next_seq=1, epoch=0, window=None, floor=None)
+
+
 def boundary_from_receipt(
     seq: int, segment: int, offset: int, reason: str, after: int = 0
 ) -> Boundary | None:

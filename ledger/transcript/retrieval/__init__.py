@@ -1,7 +1,7 @@
 """``session_history``: bounded list / search / read over earlier windows.
 
-- ``tool``: the tool, its schema, argument checks, the page protocol and the
-  three actions;
+- ``tool``: the tool, the page protocol and the three actions;
+- ``args``: the tool's schema and argument checks (a call as a ``Call``);
 - ``results``: result assembly within 16 KiB and the closed list of error codes;
 - ``text``: what is shown and searched of a row, snippets, the search prefilter.
 
@@ -12,6 +12,17 @@ the file engine).
 
 from ledger.core.bounds import LINE_CAP, RESULT_BYTES, SCAN_BYTES, SCAN_ROWS, Budget, Event
 from ledger.core.errors import BadRequest, NotFound, Unavailable
+from ledger.transcript.retrieval.args import (
+    ACTIONS,
+    DESCRIPTION,
+    LIMIT_DEFAULT,
+    LIMIT_MAX,
+    LIST_LIMIT_MAX,
+    PARAMETERS,
+    QUERY_MAX,
+    READ_DEFAULT,
+    READ_MAX,
+)
 from ledger.transcript.retrieval.results import (
     CURSOR_RESERVE,
     ERROR_CODES,
@@ -25,19 +36,7 @@ from ledger.transcript.retrieval.text import (
     fit_text,
     row_text,
 )
-from ledger.transcript.retrieval.tool import (
-    ACTIONS,
-    DESCRIPTION,
-    LIMIT_DEFAULT,
-    LIMIT_MAX,
-    LIST_LIMIT_MAX,
-    PARAMETERS,
-    PREVIEW,
-    QUERY_MAX,
-    READ_DEFAULT,
-    READ_MAX,
-    SessionHistory,
-)
+from ledger.transcript.retrieval.tool import PREVIEW, SessionHistory
 
 __all__ = [
     "ACTIONS",
