@@ -17,7 +17,11 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 
+# The test extra brings langgraph-checkpoint (through the conformance suite),
+# not langgraph itself: the graph tests need the langgraph extra.
 pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed "
+                    "(pip install 'transcript-ledger[langgraph]')")
+pytest.importorskip("langgraph.graph", reason="the langgraph extra is not installed "
                     "(pip install 'transcript-ledger[langgraph]')")
 pytest.importorskip(
     "langgraph.checkpoint.conformance",
