@@ -192,6 +192,8 @@ def test_framework_tools_search_ranked(tmp_path: Path) -> None:
 
     import pytest
 
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    pytest.importorskip("agents", reason="the agents extra is not installed")
     lc = pytest.importorskip("ledger.integrations.langchain")
     oa = pytest.importorskip("ledger.integrations.openai_agents")
     store = Store(str(tmp_path), durability="off")
