@@ -178,7 +178,7 @@ def test_payload_with_a_changed_field_fails_the_mac(
     elif isinstance(value, int):
         new = value + n
     else:
-        new = cur.Position(value.segment, value.offset + n, value.skip, value.char)
+        new = cur.Position(value.part, value.offset + n, value.skip, value.char)
     forged = msgspec.structs.replace(data, **{field: new})
     bad = f"{b64(msgspec.json.encode(forged))}.{tail}"
     assert code(call(tool, {**args, "cursor": bad})) == "invalid_cursor"
