@@ -125,7 +125,7 @@ def missing(suite: Suite) -> str | None:
         if not found:
             return f"needs {mod} ({extra}; pip install -e '.[bench]' brings every suite's)"
     if suite.server == "postgres":
-        from tests.pg_cluster import find_bindir
+        from tests.helpers.pg_cluster import find_bindir
 
         if find_bindir() is None:
             return "needs a PostgreSQL server's binaries (initdb, pg_ctl) on the PATH"

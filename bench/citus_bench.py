@@ -3,8 +3,8 @@
     python -m bench.citus_bench [--quick] [--sizes 0,100] [--json FILE]
 
 Two private servers on this machine, fsync on (``fast=False``): a
-single-node PostgreSQL 15 (``tests/pg_cluster.py``) and a Citus 13.2
-cluster of a coordinator and two workers (``tests/citus_cluster.py``), where
+single-node PostgreSQL 15 (``tests/helpers/pg_cluster.py``) and a Citus 13.2
+cluster of a coordinator and two workers (``tests/helpers/citus_cluster.py``), where
 the store's tables are distributed by workspace.
 
 - *turn* (as in ``bench.postgres_bench``): append 3 rows, read the provider
@@ -71,8 +71,8 @@ def run(sizes: list[int], quick: bool, log: Any) -> dict[str, Any]:
     import psycopg
 
     from ledger.storage.postgres.connect import close_pools
-    from tests.citus_cluster import CitusCluster
-    from tests.pg_cluster import Cluster
+    from tests.helpers.citus_cluster import CitusCluster
+    from tests.helpers.pg_cluster import Cluster
 
     corpus = load_corpus()
     tmp = tempfile.mkdtemp(prefix="tledger-citusbench-")

@@ -12,7 +12,7 @@ checkpointer's, not the disk's flush latency):
 ``ledger``   ``LedgerSaver`` over ``Store(durability="off")``;
 ``sqlite``   langgraph-checkpoint-sqlite's ``SqliteSaver`` (WAL, ``synchronous=OFF``);
 ``postgres`` langgraph-checkpoint-postgres's ``PostgresSaver`` on a throwaway
-             cluster (``tests/pg_cluster.py``, ``synchronous_commit=off``).
+             cluster (``tests/helpers/pg_cluster.py``, ``synchronous_commit=off``).
 
 Measured at 100, 1,000 and 10,000 steps of one thread, as medians over the
 ``WINDOW`` steps that end there: the wall time of a step, the process CPU
@@ -47,7 +47,7 @@ the graph's work between its calls.
 
 Run: ``python -m bench.langgraph_bench [--quick] [--json FILE]`` (``--quick``:
 100 and 1,000 steps only). PostgreSQL runs when ``TLEDGER_TEST_PG`` is set
-(``eval "$(python -m tests.pg_cluster start DIR)"``). Needs the langgraph and
+(``eval "$(python -m tests.helpers.pg_cluster start DIR)"``). Needs the langgraph and
 bench extras.
 """
 

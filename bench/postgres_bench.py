@@ -2,7 +2,7 @@
 
     python -m bench.postgres_bench [--quick] [--sizes 0,10,100] [--json FILE]
 
-A private PostgreSQL cluster with fsync on (``tests/pg_cluster.py``,
+A private PostgreSQL cluster with fsync on (``tests/helpers/pg_cluster.py``,
 ``fast=False``) on this machine's disk; every contender runs interleaved
 with the others at each history size (``bench.measure.interleave``):
 
@@ -147,12 +147,12 @@ def throughput(server: str, processes: int, batches: int, tmp: str) -> float:
 
 
 def writers_throughput(root: str, processes: int, batches: int, tmp: str) -> float:
-    """Batches per second of ``processes`` writer processes (``tests/writer_proc.py
+    """Batches per second of ``processes`` writer processes (``tests/helpers/writer_proc.py
     threads``, durability off), each appending to its own workspace of ``root``."""
     Store(root).history("warm").append({"role": "user", "parts": []})  # the schema
     go = os.path.join(tmp, f"go-{processes}-{time.monotonic_ns()}")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    writer = str(REPO / "tests" / "writer_proc.py")
+    writer = str(REPO / "tests" / "helpers" / "writer_proc.py")
     procs = [subprocess.Popen([sys.executable, writer, "threads", root, f"ws-{i}", "1",
                                str(batches), go, str(i)], stdout=subprocess.PIPE, env=env)
              for i in range(processes)]
@@ -167,7 +167,7 @@ def writers_throughput(root: str, processes: int, batches: int, tmp: str) -> flo
 
 
 def run(sizes: list[int], quick: bool, log: Any) -> dict[str, Any]:
-    from tests.pg_cluster import Cluster
+    from tests.helpers.pg_cluster import Cluster
 
     corpus = load_corpus()
     tmp = tempfile.mkdtemp(prefix="tledger-pgbench-")

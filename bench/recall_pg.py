@@ -2,7 +2,7 @@
 
 Ranked ``session_history`` search on the PostgreSQL engine (its recall index
 in ``tl_recall_*``), in one run on a private cluster with fsync on
-(``tests/pg_cluster.py``, ``fast=False``), beside the file engine:
+(``tests/helpers/pg_cluster.py``, ``fast=False``), beside the file engine:
 
 - per history size (MiB of stored rows, built with ``ledger.storage.files.bulk`` from the
   real transcripts of ``bench.corpus`` into a file root, then copied byte for
@@ -104,7 +104,7 @@ def measure_append(root: str, big: int, log: Any) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     import psycopg
 
-    from tests.pg_cluster import Cluster
+    from tests.helpers.pg_cluster import Cluster
 
     p = argparse.ArgumentParser(prog="python -m bench.recall_pg")
     p.add_argument("--sizes", default="0,10,100")

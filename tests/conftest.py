@@ -22,7 +22,7 @@ if _MISSING:
     )
 
 # The contract's cases live outside test modules: rewrite their asserts too.
-pytest.register_assert_rewrite("tests.contract", "tests.core_helpers")
+pytest.register_assert_rewrite("tests.contract", "tests.helpers")
 
 settings.register_profile(
     "ci",
@@ -53,7 +53,7 @@ def store_root(tmp_path: Path) -> Path:
     return tmp_path / "store"
 
 
-# --- PostgreSQL (tests/pg_cluster.py) ----------------------------------------
+# --- PostgreSQL (tests/helpers/pg_cluster.py) --------------------------------
 
 
 def _pg_unavailable(reason: str) -> None:
@@ -70,7 +70,7 @@ def pg_server():  # type: ignore[no-untyped-def]
     session starts and stops itself."""
     if importlib.util.find_spec("psycopg") is None:
         _pg_unavailable("psycopg is not installed: pip install -e '.[postgres]'")
-    from tests.pg_cluster import ENV_DSN, Cluster, PgUnavailable
+    from tests.helpers.pg_cluster import ENV_DSN, Cluster, PgUnavailable
 
     given = os.environ.get(ENV_DSN)
     if given:
@@ -108,7 +108,7 @@ def pg_root(pg_server: str, request: pytest.FixtureRequest):  # type: ignore[no-
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-# --- Citus (tests/citus_cluster.py) -------------------------------------------
+# --- Citus (tests/helpers/citus_cluster.py) -----------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -118,7 +118,7 @@ def citus_cluster():  # type: ignore[no-untyped-def]
     and stops itself. Skips locally when Citus cannot start; fails under CI."""
     if importlib.util.find_spec("psycopg") is None:
         _pg_unavailable("psycopg is not installed: pip install -e '.[postgres]'")
-    from tests.citus_cluster import ENV_DSN, CitusCluster, PgUnavailable
+    from tests.helpers.citus_cluster import ENV_DSN, CitusCluster, PgUnavailable
 
     given = os.environ.get(ENV_DSN)
     if given:
@@ -141,7 +141,7 @@ def citus_cluster():  # type: ignore[no-untyped-def]
 @pytest.fixture
 def citus_root(citus_cluster, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     """A ``postgresql://`` root on the Citus cluster whose ``search_path`` is
-    a new, empty schema (tests/citus_cluster.py says why not a database),
+    a new, empty schema (tests/helpers/citus_cluster.py says why not a database),
     dropped afterwards."""
     import re
     import uuid

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from core_helpers import msg
 
 from ledger.aio import AsyncStore
 from ledger.core.errors import InvalidRow, InvalidWorkspace, WindowChanged
 from ledger.transcript.history import History
+from tests.helpers import msg
 
 
 def test_concurrent_tasks_get_gap_free_seqs(tmp_path: Path) -> None:

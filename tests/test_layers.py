@@ -1,5 +1,5 @@
 """The layer contract (README "How it is built") holds, and its check fails
-on an import that runs up a floor."""
+on an import that runs up a floor or imports another package's private name."""
 
 from __future__ import annotations
 
@@ -40,6 +40,9 @@ def copy_tree(dest: Path) -> Path:
         shutil.copytree(REPO / name, dest / name,
                         ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", dest / "pyproject.toml")
+    (dest / "tests").mkdir()  # the private_names contract type (pyproject.toml names it)
+    for name in ("__init__.py", "lint_private.py"):
+        shutil.copy(REPO / "tests" / name, dest / "tests" / name)
     return dest
 
 
@@ -73,9 +76,51 @@ def test_an_upward_import_breaks_the_check(tmp_path: Path, module: str, upward: 
     assert "BROKEN" in p.stdout and contract in p.stdout, p.stdout
 
 
+PRIVATE_NAMES = "Private names: no module imports a _name from another package"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # a private name of the file engine, imported by recovery.
+        ("from ledger.storage.files.x import _private",
+         "ledger.recovery.repair (l.{n}): from ledger.storage.files.x import _private"),
+        # the same over several lines, in a function, through a relative import.
+        ("def f():\n    from ..storage.files.reads import (\n        segment_path,\n"
+         "        _hidden,\n    )",
+         "ledger.recovery.repair (l.{m}): from ledger.storage.files.reads import _hidden"),
+    ],
+)
+def test_a_private_import_breaks_the_check(tmp_path: Path, line: str, expected: str) -> None:
+    """The private_names contract (tests/lint_private.py) breaks, and only it."""
+    root = copy_tree(tmp_path)
+    path = root / "ledger/recovery/repair.py"
+    text = path.read_text(encoding="utf-8") + "\n"
+    n = text.count("\n") + 1
+    path.write_text(text + line + "\n", encoding="utf-8")
+    p = lint(root)
+    assert p.returncode != 0, p.stdout
+    assert f"{PRIVATE_NAMES} BROKEN" in p.stdout, p.stdout
+    assert "Contracts: 3 kept, 1 broken." in p.stdout, p.stdout
+    assert expected.format(n=n, m=n + 1) in p.stdout, p.stdout
+
+
+def test_a_private_name_within_its_package_keeps_the_contract(tmp_path: Path) -> None:
+    root = copy_tree(tmp_path)
+    path = root / "ledger/storage/files/merge.py"
+    path.write_text(path.read_text(encoding="utf-8")
+                    + "\nfrom ledger.storage.files.reads import _x\nfrom . import _y\n",
+                    encoding="utf-8")
+    p = lint(root)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"{PRIVATE_NAMES} KEPT" in p.stdout, p.stdout
+
+
 # -- No private name crosses a package ---------------------------------------
-# import-linter has no contract for this, so the rule is checked here on the
-# syntax tree of every module of ``ledger``. A module's package is the folder
+# ``lint-imports`` checks the imports (the private_names contract type of
+# tests/lint_private.py, above); the rule is also checked here on the syntax
+# tree of every module of ``ledger``, with attribute access, which no import
+# graph shows. A module's package is the folder
 # it sits in (``ledger.storage.files`` for ``ledger/storage/files/reads.py``).
 # A private name (one underscore, not a dunder) may be used only inside the
 # package that defines it: ``from ledger.x import _y`` from another package is

@@ -166,7 +166,7 @@ def may_hide_reset(data: bytes) -> bool:
     key (last one wins). In valid JSON that key is written either raw --
     ``"kind"`` then occurs twice -- or with a ``\\u006X`` escape of one of its
     letters (raw control characters are not allowed in JSON strings). A line
-    with neither needs no regex search. (tests/test_check_fast.py holds this
+    with neither needs no regex search. (tests/recovery/test_scan.py holds this
     against the format's own function.)
     """
     return data.count(b'"kind"') > 1 or b"\\u006" in data

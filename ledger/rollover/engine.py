@@ -46,7 +46,7 @@ Rule table
 ==========
 Each sentence of the record's "Decision" section about rollover, admission,
 preflight and notes maps to a rule id. Tests name the ids they cover: every
-test id starts with its rule id, and ``tests/test_rollover_rules.py`` checks
+test id starts with its rule id, and ``tests/rollover/test_rules.py`` checks
 that each id below is named by at least one test. Retrieval, cursor, receipt,
 rejection-storage and counting sentences belong to other modules.
 

@@ -13,7 +13,7 @@ alternative spans them; the pattern has no lookbehind); where a chunk has none,
 the pattern is run from the last cut. A single piece longer than
 ``CHUNK_CHARS`` (a 6 MB run of one letter, a huge whitespace run), or a chunk
 whose only boundaries follow whitespace, is force-cut on code point boundaries;
-each cut adds ``FORCE_CUT_SLACK`` tokens (fuzzing in ``tests/test_tokens_text.py``
+each cut adds ``FORCE_CUT_SLACK`` tokens (fuzzing in ``tests/tokens/test_text.py``
 shows the real shortfall is at most 2) and marks the count ``exact: false``.
 Work per chunk is bounded, so time is linear on any input, and tiktoken never
 sees more than one chunk (on a 1 MB whitespace run its own regex overflows its

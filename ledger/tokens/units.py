@@ -44,7 +44,7 @@ JSON_ESCAPE_TOKENS_PER_BYTE = 1.5
 """Tokens per byte that JSON escaping adds to a string (``\\n`` adds 1 byte).
 With these two, no value among the 14,846 JSON objects and arrays of
 ../shared/real-transcripts counts below tiktoken's count of its compact or
-``json.dumps`` form (aggregate +17%); tests/test_tokens_rows.py re-checks a
+``json.dumps`` form (aggregate +17%); tests/tokens/test_rows.py re-checks a
 third of them on every run."""
 
 MESSAGE_FRAMING = 4

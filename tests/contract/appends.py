@@ -18,7 +18,7 @@ from ledger import (
 )
 from ledger.core.errors import RowTooLarge
 from tests.contract.support import ContractBase, MakeStore, call, code, lines, view
-from tests.core_helpers import check_log, msg
+from tests.helpers import check_log, msg
 
 
 def _batch(tag: str) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ from ledger.core import format as fmt
 from ledger.core.bounds import RESULT_BYTES
 from ledger.core.rows import prepare_batch
 from tests.contract.support import ContractBase, MakeStore, call, follow, pages, skipped
-from tests.core_helpers import msg
+from tests.helpers import msg
 
 MIB = 1 << 20
 

@@ -12,7 +12,7 @@ import pytest
 
 from ledger import CursorExpired, History, InvalidCursor
 from tests.contract.support import ContractBase, MakeStore, call, code, follow, found
-from tests.core_helpers import msg
+from tests.helpers import msg
 
 
 def _unb64(text: str) -> bytes:

@@ -17,7 +17,7 @@ from tests.contract.support import (
     follow,
     found,
 )
-from tests.core_helpers import msg
+from tests.helpers import msg
 
 BAD_ARGS: list[Any] = [
     None, [], "search", 3, {}, {"action": "find"}, {"action": None}, {"action": ["list"]},

@@ -11,7 +11,7 @@ import pytest
 from ledger import CursorExpired, LedgerError
 from ledger.core.errors import RewriteRefused
 from tests.contract.support import ContractBase, MakeStore, call, code, found, lines, view
-from tests.core_helpers import msg
+from tests.helpers import msg
 
 
 class RewriteContract(ContractBase):

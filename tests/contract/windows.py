@@ -23,7 +23,7 @@ from tests.contract.support import (
     texts,
     view,
 )
-from tests.core_helpers import msg
+from tests.helpers import msg
 
 REJECTED = {"kind": "message", "role": "assistant", "parts": [],
             "meta": {"quarantine": {"v": 1, "row": msg("rejected original")}}}

@@ -156,7 +156,7 @@ def merge(history: History, st: State, numbers: list[int]) -> None:
     wsdir = history.path
     # Always durable, whatever the store's level: a merge moves rows that were
     # on disk long before it, and the durability levels only ever allow losing
-    # the newest batches to a power loss (tests/test_crash_states.py found a
+    # the newest batches to a power loss (tests/storage/files/test_crash_states.py found a
     # merge at "off" losing old rows). Merges are rare, so this costs little.
     durability = "full"
     stamps = dict(st.sealed)

@@ -127,7 +127,7 @@ class WorkspaceBase:
     def settle_interrupted(self) -> None:
         """Settle a rewrite that a crash interrupted before anyone reads: its
         marker means some segments may be new and others old, which no reader
-        may see. One ``lstat`` when there is none (tests/test_crash_states.py
+        may see. One ``lstat`` when there is none (tests/storage/files/test_crash_states.py
         found readers served such a mixed log after a power loss)."""
         if not os.path.lexists(os.path.join(self.path, fmt.REWRITE_MARKER_NAME)):
             return

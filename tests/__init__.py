@@ -1,0 +1,1 @@
+"""The test suite: folders mirror the package ledger/; shared helpers are in tests/helpers/."""

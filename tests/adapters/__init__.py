@@ -1,0 +1,1 @@
+"""Tests of ledger.adapters: the provider adapters."""

@@ -1,0 +1,1 @@
+"""Tests of ledger.cli: the tledger commands."""

@@ -1,0 +1,126 @@
+"""The CLI zoo (issue 20): every registered ``tledger`` command against a zoo of
+damaged workspaces. Whatever the damage: no traceback, an exit code in {0, 1, 2},
+and an end within a time bound (per invocation, and per driver process).
+
+The driver (``tests/helpers/cli_zoo.py``) runs in real subprocesses: the cases of
+``DAMAGE`` in two processes side by side; each case of ``STORAGE_DAMAGE``
+(non-regular files, symlinks, unreadable segments, a row nested past the stack;
+a FIFO can hang a reader) in a process of its own, so one hang cannot hide the
+others.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import cli_zoo, subprocess_env
+
+PROCESS_SECONDS = 240.0  # a driver process that takes longer has hung
+
+
+def _start(work: Path, cases: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "tests.helpers.cli_zoo", str(work), *cases],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=subprocess_env(),
+                            cwd=cli_zoo.REPO)
+
+
+def _collect(procs: list[subprocess.Popen[bytes]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for p in procs:
+        try:
+            stdout, stderr = p.communicate(timeout=PROCESS_SECONDS)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            pytest.fail(f"the zoo driver {p.args!r} did not end within {PROCESS_SECONDS} s")
+        assert p.returncode == 0, stderr.decode("utf-8", "replace")[-3000:]
+        out.update(json.loads(stdout))
+    return out
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    names = list(cli_zoo.DAMAGE)
+    procs = [_start(tmp_path_factory.mktemp("zoo"), names[i::2]) for i in range(2)]
+    return _collect(procs)
+
+
+def problems(results: list[dict[str, Any]]) -> list[str]:
+    """What a user would have seen go wrong, one line each."""
+    found = []
+    for r in results:
+        where = " ".join(r["argv"][2:])[:160]
+        if r["escaped"]:
+            found.append(f"{where}: {r['code']}: {r['escaped'][-600:]}")
+        elif r["code"] not in (0, 1, 2):
+            found.append(f"{where}: exit code {r['code']}")
+        elif "Traceback" in r["stdout"] or "Traceback" in r["stderr"] or \
+                "internal error" in r["stderr"]:
+            found.append(f"{where}: printed a traceback: {r['stderr'][-600:]}")
+        elif r["code"] == 1 and r["stderr"].count("\n") > 1:
+            found.append(f"{where}: more than one error line: {r['stderr'][-600:]}")
+    return found
+
+
+@pytest.mark.parametrize("case", list(cli_zoo.DAMAGE))
+def test_no_command_prints_a_traceback_or_hangs(
+    zoo: dict[str, list[dict[str, Any]]], case: str
+) -> None:
+    results = zoo[case]
+    assert len(results) >= len(cli_zoo.invocations())
+    assert not problems(results), "\n".join(problems(results))
+
+
+def test_every_registered_command_is_driven(zoo: dict[str, list[dict[str, Any]]]) -> None:
+    from ledger.cli import build_parser, registry
+
+    build_parser()
+    names = {c.name for c in registry.commands()}
+    missing = sorted(names - set(cli_zoo.INVOCATIONS))
+    assert not missing, f"add invocations for {missing} to tests/helpers/cli_zoo.py INVOCATIONS"
+    driven = {r["argv"][2] for r in zoo["clean"]}
+    assert names <= driven, sorted(names - driven)
+
+
+def test_the_zoo_finds_what_it_looks_for(zoo: dict[str, list[dict[str, Any]]]) -> None:
+    """The cases are damage the commands notice (so the zoo exercises the damaged
+    paths): check fails on damage, and exits 0 on the clean history."""
+    def check_code(case: str) -> int:
+        [r] = [r for r in zoo[case] if r["argv"][2:4] == ["check", "ws"]]
+        return int(r["code"])
+
+    assert check_code("clean") == 0
+    for case in ("torn-tail", "flipped-byte", "nul-block", "duplicated-line"):
+        assert check_code(case) == 1, case
+    deep = [r for r in zoo["clean"] if r["argv"][2:] == ["append", "ws"]]
+    assert deep and all(r["code"] == 1 and "nested too deeply" in r["stderr"] for r in deep)
+
+
+def test_stored_control_characters_never_reach_the_terminal(
+    zoo: dict[str, list[dict[str, Any]]]
+) -> None:
+    for r in zoo["control-characters"]:
+        for stream in ("stdout", "stderr"):
+            assert "\x1b" not in r[stream] and "\x07" not in r[stream], (r["argv"], stream)
+
+
+# The storage-side cases (special files, symlinks, unreadable segments, deep
+# stored rows): each in a process of its own, so one hang cannot hide another.
+@pytest.fixture(scope="module")
+def storage_zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    work = tmp_path_factory.mktemp("storage-zoo")
+    return _collect([_start(work / case, [case]) for case in cli_zoo.STORAGE_DAMAGE])
+
+
+@pytest.mark.parametrize("case", list(cli_zoo.STORAGE_DAMAGE))
+def test_storage_damage_never_prints_a_traceback_or_hangs(
+    storage_zoo: dict[str, list[dict[str, Any]]], case: str
+) -> None:
+    assert not problems(storage_zoo[case]), "\n".join(problems(storage_zoo[case]))

@@ -1,0 +1,1 @@
+"""Tests of ledger.core: rows, rules, cursors, nesting and terminal-safe text."""

@@ -1,0 +1,175 @@
+"""Bounded nesting (issue 20, item 4): rows nest at most ``MAX_DEPTH``
+(256) arrays and objects deep. A deeper row is refused at append
+(``InvalidRow`` naming it, nothing written); a stored line deeper than that
+(written by hand, or by a writer that raised its recursion limit) is damage:
+readers refuse it with a ``LedgerError`` rather than recurse, ``check``
+reports it and ``repair`` quarantines it. A row at the limit reads from a
+call stack already near Python's recursion limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger import History, InvalidRow, LedgerError, Store
+from ledger.core import format as fmt
+from ledger.core.errors import HistoryDamaged
+from ledger.recovery.check import check
+from ledger.recovery.repair import repair
+from ledger.storage.files import segments as segs
+from tests.helpers import msg, subprocess_env
+
+WS = "ws"
+MAX_DEPTH = 256  # fmt.MAX_DEPTH, the documented limit (asserted below)
+
+
+def _nested(depth: int) -> Any:
+    """A value that, as the input of a tool call, makes a row ``depth`` deep:
+    the row object, its parts and the part are the first 3 levels."""
+    value: Any = "leaf"
+    for _ in range(depth - 3):
+        value = [value]
+    return value
+
+
+def _row(depth: int) -> dict[str, Any]:
+    return msg("deep", role="assistant", parts=[
+        {"type": "tool_call", "id": "c1", "name": "f", "input": _nested(depth)}])
+
+
+def _history(root: Path) -> History:
+    return Store(root, durability="off").history(WS)
+
+
+def _at_depth(frames: int, fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` with ``frames`` more Python frames on the stack."""
+    if frames <= 0:
+        return fn()
+    return _at_depth(frames - 1, fn)
+
+
+def test_the_depth_of_a_row(tmp_path: Path) -> None:
+    assert fmt.MAX_DEPTH == MAX_DEPTH
+    body = fmt.encode_json(_row(MAX_DEPTH))
+    assert not fmt.too_deep(body) and fmt.too_deep(fmt.encode_json(_row(MAX_DEPTH + 1)))
+    # Brackets inside strings are text, not nesting.
+    assert not fmt.too_deep(fmt.encode_json(msg("[" * 5000 + "{" * 5000)))
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 960, 5000])
+def test_append_refuses_a_row_nested_too_deep(tmp_path: Path, depth: int) -> None:
+    h = _history(tmp_path)
+    h.append(msg("first"))
+    before = sorted(os.listdir(h.path))
+    with pytest.raises(InvalidRow, match=rf"row 1: nested deeper than {MAX_DEPTH}") as info:
+        h.append_many([msg("ok"), _row(depth)])
+    assert info.value.index == 1
+    assert sorted(os.listdir(h.path)) == before
+    assert [r.seq for r in h.rows()] == [1]
+
+
+def test_a_row_at_the_limit_reads_from_a_deep_call_stack(tmp_path: Path) -> None:
+    """A reader already near the recursion limit (all but 150 frames used)
+    reads, views, searches, checks and repairs a row at the limit."""
+    h = _history(tmp_path)
+    h.append(msg("before"))
+    seqs = h.append(_row(MAX_DEPTH)).seqs
+    room = 150
+    depth = len(_stack())
+    frames = sys.getrecursionlimit() - depth - room
+    rows = _at_depth(frames, lambda: [r.to_dict() for r in h.rows()])
+    assert rows[-1]["seq"] == seqs[0]
+    assert _at_depth(frames, lambda: h.provider_view())[-1].seq == seqs[0]
+    out = _at_depth(frames, lambda: h.session_history().call(
+        {"action": "read", "seq": seqs[0]}))
+    assert json.loads(out)["items"][0]["seq"] == seqs[0]
+    assert _at_depth(frames, lambda: check(h)).ok
+    assert not _at_depth(frames, lambda: repair(h)).changed
+
+
+def _stack() -> list[Any]:
+    frame, out = sys._getframe(), []
+    while frame is not None:
+        out.append(frame)
+        frame = frame.f_back
+    return out
+
+
+def _store_deep_line(h: History, depth: int) -> int:
+    """Write a row ``depth`` deep the way a writer with a raised recursion
+    limit would (valid checksum); returns its seq."""
+    seq = h.snapshot().next_seq
+    row = {"seq": seq, "id": "r_deep", "kind": "message", "role": "assistant",
+           "parts": [{"type": "tool_call", "id": "c1", "name": "f", "input": _nested(depth)}],
+           "partial": False, "meta": {}, "ts": 1, "batch": {"id": "b_deep", "n": 1, "i": 0}}
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, depth * 3))
+    try:
+        line = fmt.frame(fmt.encode_json(row))
+    finally:
+        sys.setrecursionlimit(old)
+    path = segs.segment_path(h.path, segs.list_segments(h.path)[-1])
+    with open(path, "ab") as f:
+        f.write(line)
+    return seq
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 3000])
+def test_a_stored_line_nested_too_deep_is_damage(tmp_path: Path, depth: int) -> None:
+    h = _history(tmp_path)
+    h.append(msg("before"))
+    deep = _store_deep_line(h, depth)
+    with pytest.raises(HistoryDamaged, match=r"segment seg-\d+\.jsonl offset \d+"):
+        _at_depth(200, lambda: list(h.rows()))
+    assert _at_depth(200, lambda: h.get(1)).seq == 1
+    view = _at_depth(200, lambda: h.provider_view())
+    assert [r.seq for r in view] == [1]  # the unreadable line is not served
+    out = json.loads(h.session_history().call({"action": "read", "seq": deep}))
+    assert "items" not in out or out["items"] == []
+    report = _at_depth(200, lambda: check(h))
+    assert "too_deep" in {f.code for f in report.findings} and not report.ok
+    fixed = _at_depth(200, lambda: repair(h))
+    assert fixed.consistent and fixed.removals and "nested deeper" in fixed.removals[0].reasons[0]
+    assert [r.seq for r in h.rows()] == [1]
+    assert h.append(msg("after")).seqs[0] >= deep
+
+
+def _tledger(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "ledger", *args], input=stdin,
+                          capture_output=True, env=subprocess_env(), timeout=60, check=False)
+
+
+def test_cli_on_a_stored_line_nested_too_deep(tmp_path: Path) -> None:
+    h = _history(tmp_path)
+    h.append(msg("before"))
+    _store_deep_line(h, 3000)
+    root = str(tmp_path)
+    for args, code in ((("rows", WS), 1), (("context", WS), 0), (("check", WS), 1),
+                       (("repair", WS), 0), (("check", WS), 0), (("rows", WS), 0)):
+        done = _tledger("--root", root, *args)
+        assert b"Traceback" not in done.stderr, (args, done.stderr)
+        assert done.returncode == code, (args, done.returncode, done.stderr)
+    assert isinstance(LedgerError("x"), Exception)
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 999])
+def test_count_rows_refuses_what_append_refuses(tmp_path: Path, depth: int) -> None:
+    # A row too deep to store is not counted either: a caller that counts a
+    # row to see whether it fits would otherwise be told it fits, then refused.
+    line = fmt.encode_json(_row(depth)) + b"\n"
+    counted = _tledger("count", "--rows", stdin=line)
+    assert counted.returncode == 1 and b"Traceback" not in counted.stderr
+    assert b"stdin line 1: JSON nested too deeply" in counted.stderr
+    assert f"deeper than {MAX_DEPTH} levels".encode() in counted.stderr
+    appended = _tledger("--root", str(tmp_path), "append", WS, stdin=line)
+    assert appended.returncode == 1 and b"nested too deeply" in appended.stderr
+    assert _tledger("count", "--rows", stdin=fmt.encode_json(_row(MAX_DEPTH)) + b"\n"
+                    ).returncode == 0

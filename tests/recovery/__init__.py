@@ -1,0 +1,1 @@
+"""Tests of ledger.recovery: check, repair, salvage and imports."""

@@ -1,0 +1,1 @@
+"""Tests of ledger.storage: the engine registry, and each engine in its folder."""

@@ -1,0 +1,1 @@
+"""Tests of ledger.storage.files: the file engine."""

@@ -1,0 +1,1 @@
+"""Tests of ledger.storage.memory: the in-memory engine."""

@@ -1,0 +1,1 @@
+"""Tests of ledger.storage.postgres on PostgreSQL and on Citus."""

@@ -1,0 +1,1 @@
+"""Tests of ledger.tokens: token counting, encodings and models."""

@@ -1,0 +1,1 @@
+"""Tests of ledger.transcript: windows, privacy floors and the provider view."""

@@ -1,0 +1,1 @@
+"""Tests of ledger.transcript.retrieval: session_history on the file engine."""
