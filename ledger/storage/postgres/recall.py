@@ -266,7 +266,6 @@ class PgRecall:
                 "SELECT call FROM tl_recall_echo WHERE workspace = %s AND call = ANY(%s)",
                 (ws, sorted(set(results)))).fetchall()}
         upto, win, last_hash = mark.upto, mark.win, mark.last_hash
-        docs, total = mark.docs, mark.total
         new_calls: list[str] = []
         doc_rows: list[tuple[int, int, int, bytes]] = []
         counts: list[tuple[int, dict[str, int], int]] = []  # (seq, tfs, length)
@@ -284,8 +283,6 @@ class PgRecall:
             if indexed is None:
                 continue
             tfs, length = indexed
-            docs += 1
-            total += length
             counts.append((seq, dict(tfs), length))
             doc_rows.append((seq, win, length, b""))
             postings += len(tfs)
@@ -326,6 +323,8 @@ class PgRecall:
             conn.execute("INSERT INTO tl_recall_echo (workspace, call) VALUES "
                          + ", ".join(["(%s, %s)"] * len(part))
                          + " ON CONFLICT DO NOTHING", [v for c in part for v in (ws, c)])
+        docs = mark.docs + len(counts)
+        total = mark.total + sum(length for _, _, length in counts)
         return Mark(VERSION, mark.epoch, mark.seen, upto, win, last_hash, docs, total,
                     next_tid), stopped
 
