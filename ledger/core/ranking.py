@@ -28,6 +28,8 @@ from functools import lru_cache
 
 import Stemmer
 
+from ledger.core.bounds import SCAN_ROWS
+
 K1 = 1.2
 B = 0.75
 NEIGHBOUR = 0.0  # weight of each neighbouring turn's own score (measured: no gain)
@@ -97,6 +99,15 @@ def term_counts(text: str) -> tuple[Counter[str], int]:
     """A row's term frequencies and its length in terms (what an index stores)."""
     ts = terms(text)
     return Counter(ts), len(ts)
+
+
+def postings_plan(dfs: Mapping[str, int]) -> tuple[list[str], int]:
+    """What an index reads for a query, given the document frequencies ``dfs``
+    (not empty) of the query terms it holds: the rarest ``MAX_TERMS`` terms,
+    and how many of each term's best postings (``SCAN_ROWS`` in all, at least
+    one each). Every engine reads so, and so finds the same candidates."""
+    kept = sorted(dfs, key=lambda t: dfs[t])[:MAX_TERMS]
+    return kept, max(SCAN_ROWS // len(kept), 1)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from ledger.core.errors import (
 )
 from ledger.core.ids import MAX_WORKSPACE_LEN, validate_workspace
 from ledger.core.rows import check_caller_row
-from ledger.integrations import open_store, require
+from ledger.integrations import caught_up, open_store, require
 from ledger.transcript.store import Store
 
 _sdk = require("claude_agent_sdk", "claude")
@@ -170,23 +170,12 @@ class LedgerSessionStore(SessionStore):
     # --- the projection ---------------------------------------------------------------
 
     def _refresh(self, ws: str) -> _Transcript | None:
-        history = self.store.history(ws)
-        snap = history.snapshot()
-        t = self._cache.get(ws)
-        if t is None or t.epoch != snap.epoch or t.next_seq > snap.next_seq:
-            t, after = _Transcript(epoch=snap.epoch), None
-        elif t.next_seq == snap.next_seq:
-            return t
-        else:
-            after = t.next_seq - 1
-        try:
-            for row in history.rows(after_seq=after):
-                t.apply(row.data)
-        except WorkspaceNotFound:  # never written, or deleted since
+        t = caught_up(self.store.history(ws), self._cache.get(ws), _Transcript,
+                      lambda t, row: t.apply(row.data))
+        if t is None:
             self._cache.pop(ws, None)
-            return None
-        t.next_seq = max(t.next_seq, snap.next_seq)
-        self._cache[ws] = t
+        else:
+            self._cache[ws] = t
         return t
 
     def _now_ms(self) -> int:

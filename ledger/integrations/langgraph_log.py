@@ -14,7 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ledger.core.errors import Conflict, LedgerError, WorkspaceNotFound
+from ledger.core.errors import Conflict, LedgerError
+from ledger.integrations import caught_up
 from ledger.integrations.langgraph_index import ThreadIndex
 from ledger.transcript.history import History
 from ledger.transcript.store import Store
@@ -70,23 +71,11 @@ class ThreadLogs:
     def refresh(self, ws: str) -> ThreadIndex:
         """The thread's projection, brought up to date (caller holds the lock).
         A workspace never written (or deleted) has an empty projection."""
-        history = self.history(ws)
-        idx = self.indexes.get(ws)
-        snap = history.snapshot()
-        if idx is None or idx.epoch != snap.epoch or idx.next_seq > snap.next_seq:
-            idx = ThreadIndex(epoch=snap.epoch)
-            after = None
-        elif idx.next_seq == snap.next_seq:
-            return idx
-        else:
-            after = idx.next_seq - 1
-        try:
-            for row in history.rows(after_seq=after):
-                idx.apply(row.seq, row.data)
-        except WorkspaceNotFound:
+        idx = caught_up(self.history(ws), self.indexes.get(ws), ThreadIndex,
+                        lambda idx, row: idx.apply(row.seq, row.data))
+        if idx is None:
             self.indexes.pop(ws, None)
             return ThreadIndex()
-        idx.next_seq = max(idx.next_seq, snap.next_seq)
         self.indexes[ws] = idx
         return idx
 

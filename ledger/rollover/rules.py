@@ -4,7 +4,7 @@ and the pure rules over rows (settled tool pairs, internal rows, warnings).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -244,18 +244,25 @@ def _parts(row: Mapping[str, Any]) -> list[Any]:
     return parts if isinstance(parts, list) else []
 
 
+def _tool_parts(row: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """(type, id) of each ``tool_call`` and ``tool_result`` part of ``row``, in order."""
+    for part in _parts(row):
+        if isinstance(part, Mapping):
+            kind = part.get("type")
+            if kind == "tool_call" or kind == "tool_result":
+                yield kind, str(part.get("id"))
+
+
 def open_tool_calls(rows: Iterable[Any]) -> set[str]:
     """Ids of tool calls in ``rows`` that have no result in ``rows``."""
     calls: dict[str, None] = {}
     results: set[str] = set()
     for row in rows:
-        for part in _parts(_d(row)):
-            if not isinstance(part, Mapping):
-                continue
-            if part.get("type") == "tool_call":
-                calls[str(part.get("id"))] = None
-            elif part.get("type") == "tool_result":
-                results.add(str(part.get("id")))
+        for kind, pid in _tool_parts(_d(row)):
+            if kind == "tool_call":
+                calls[pid] = None
+            else:
+                results.add(pid)
     return {c for c in calls if c not in results}
 
 
@@ -264,13 +271,11 @@ def orphan_tool_results(rows: Iterable[Any]) -> set[str]:
     seen: set[str] = set()
     orphans: set[str] = set()
     for row in rows:
-        for part in _parts(_d(row)):
-            if not isinstance(part, Mapping):
-                continue
-            if part.get("type") == "tool_call":
-                seen.add(str(part.get("id")))
-            elif part.get("type") == "tool_result" and str(part.get("id")) not in seen:
-                orphans.add(str(part.get("id")))
+        for kind, pid in _tool_parts(_d(row)):
+            if kind == "tool_call":
+                seen.add(pid)
+            elif pid not in seen:
+                orphans.add(pid)
     return orphans
 
 
@@ -344,13 +349,11 @@ def carried_rows(view: Iterable[Any], trigger: Iterable[Any]) -> list[dict[str, 
     for i, row in enumerate(rows):
         if row.get("kind", "message") != "message":
             continue
-        for part in _parts(row):
-            if not isinstance(part, Mapping):
-                continue
-            if part.get("type") == "tool_call":
-                call_at.setdefault(str(part.get("id")), i)
-            elif part.get("type") == "tool_result":
-                results_at.setdefault(str(part.get("id")), []).append(i)
+        for kind, pid in _tool_parts(row):
+            if kind == "tool_call":
+                call_at.setdefault(pid, i)
+            else:
+                results_at.setdefault(pid, []).append(i)
     todo = [call_at[c] for c in orphan_tool_results(trig) if c in call_at]
     keep: set[int] = set()
     while todo:
@@ -358,13 +361,10 @@ def carried_rows(view: Iterable[Any], trigger: Iterable[Any]) -> list[dict[str, 
         if i in keep:
             continue
         keep.add(i)
-        for part in _parts(rows[i]):
-            if not isinstance(part, Mapping):
-                continue
-            pid = str(part.get("id"))
-            if part.get("type") == "tool_call":
+        for kind, pid in _tool_parts(rows[i]):
+            if kind == "tool_call":
                 todo.extend(results_at.get(pid, ()))
-            elif part.get("type") == "tool_result" and pid in call_at:
+            elif pid in call_at:
                 todo.append(call_at[pid])
     out = []
     for i in sorted(keep):

@@ -267,23 +267,16 @@ def apply(
                 os.rename(tomb, target)
     elif res.action == "committed":
         for tomb, _ in tombstones:
-            _unlink(tomb)
+            segs.unlink_quietly(tomb)
     elif res.action == "rolled-back":
         for target in res.restored:
             os.rename(by_target[target], target)
     if durability != "off":
         segs.fsync_dir(dirpath)
     if res.action != "settled-tombstones":
-        _unlink(marker_path)
+        segs.unlink_quietly(marker_path)
         if durability != "off":
             segs.fsync_dir(dirpath)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 # --- native settle --------------------------------------------------------------

@@ -36,9 +36,8 @@ import xxhash
 
 from ledger.core import format as fmt
 from ledger.core import ranking
-from ledger.core.bounds import SCAN_ROWS
 from ledger.core.errors import Unavailable
-from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
+from ledger.core.searchable import hidden, indexed_terms, row_text
 from ledger.storage.files import segments as segs
 
 VERSION = "4"
@@ -318,7 +317,7 @@ class RecallIndex:
         df: dict[int, int] = {}
         doc_rows: list[tuple[int, int, int, bytes, int, int]] = []
         post_rows: list[tuple[int, int, int, int]] = []
-        new_calls: list[tuple[str]] = []
+        new_calls: list[str] = []
         seg_ends: dict[int, tuple[int, str]] = {}
         for number, line in self._lines(st, start):
             segment, offset = number, line.offset + len(line.data) + 1
@@ -335,15 +334,10 @@ class RecallIndex:
                 window = seq
                 db.execute("INSERT OR REPLACE INTO wins VALUES (?)", (seq,))
                 continue
-            for c in echo_calls(row):
-                if c not in calls:
-                    calls.add(c)
-                    new_calls.append((c,))
-            if hidden(row) or is_echo(row, calls):
+            indexed = indexed_terms(row, calls, new_calls)
+            if indexed is None:
                 continue
-            tfs, length = ranking.term_counts(row_text(row))
-            if not length:
-                continue
+            tfs, length = indexed
             docs += 1
             total += length
             pairs = array("I")
@@ -383,13 +377,13 @@ class RecallIndex:
         doc_rows: list[tuple[int, int, int, bytes, int, int]],
         post_rows: list[tuple[int, int, int, int]],
         df: dict[int, int],
-        new_calls: list[tuple[str]],
+        new_calls: list[str],
     ) -> None:
         db.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?, ?, ?)", doc_rows)
         db.executemany("INSERT OR REPLACE INTO post VALUES (?, ?, ?, ?)", post_rows)
         db.executemany("UPDATE df SET n = n + ? WHERE tid = ?",
                        [(n, tid) for tid, n in df.items()])
-        db.executemany("INSERT OR IGNORE INTO echo VALUES (?)", new_calls)
+        db.executemany("INSERT OR IGNORE INTO echo VALUES (?)", [(c,) for c in new_calls])
         doc_rows.clear()
         post_rows.clear()
         df.clear()
@@ -413,8 +407,7 @@ class RecallIndex:
                 tid[t], dfs[t] = int(got[0]), int(got[1])
         if not dfs:
             return []
-        kept = sorted(dfs, key=lambda t: dfs[t])[: ranking.MAX_TERMS]
-        per_term = max(SCAN_ROWS // len(kept), 1)
+        kept, per_term = ranking.postings_plan(dfs)
         if window is not None:  # a window is the seq range up to the next boundary
             after = max(after, window)
             nxt = db.execute("SELECT min(win) FROM wins WHERE win > ?", (window,)).fetchone()

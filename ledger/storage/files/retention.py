@@ -452,17 +452,10 @@ def _remove_recreated(store: Store, ws: str, path: str) -> None:
         )
     if names:
         with locked(path, ws, store.lock_timeout, shared=False):
-            _unlink_quiet(os.path.join(path, fmt.LOCK_NAME))
+            segs.unlink_quietly(os.path.join(path, fmt.LOCK_NAME))
     try:
         os.rmdir(path)
     except OSError:
-        pass
-
-
-def _unlink_quiet(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
         pass
 
 

@@ -61,7 +61,6 @@ from ledger.storage.files.marker import (  # noqa: F401 (re-exported: the old ho
     Marker,
     Resolution,
     _content_digests,
-    _unlink,
     apply,
     decide,
     file_raw_digest,
@@ -173,7 +172,7 @@ def commit_rewrite(
         for n in order:
             seg = segs.segment_path(path, n)
             tomb = seg + TOMBSTONE_SUFFIX
-            _unlink(tomb)
+            segs.unlink_quietly(tomb)
             os.link(seg, tomb)
             tombs.append((tomb, seg))
         if durability != "off":
@@ -210,7 +209,7 @@ def commit_rewrite(
     except (OSError, segs.CommitStepError, LedgerError) as exc:
         if not marker_written:
             for tomb, _ in tombs:
-                _unlink(tomb)
+                segs.unlink_quietly(tomb)
             raise CommitFailed(
                 f"workspace {history.workspace!r}: {op} failed ({exc}); nothing was changed"
             ) from exc

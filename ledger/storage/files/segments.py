@@ -252,12 +252,12 @@ def commit_file(
                 step = "fsync temp file"
                 os.fsync(fd)
         except OSError as exc:
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp, OSError)
             raise CommitStepError(step, False, exc) from exc
         try:
             os.rename(tmp, os.path.join(wsdir, target))
         except OSError as exc:
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp, OSError)
             raise CommitStepError("rename", True, exc) from exc
         try:
             committed = fmt.Stamp.of(os.fstat(fd))
@@ -303,10 +303,12 @@ def _writev_all(fd: int, bufs: list[bytes | memoryview]) -> None:
             bufs = [memoryview(bufs[0])[written:], *bufs[1:]]
 
 
-def _unlink_quietly(path: str) -> None:
+def unlink_quietly(path: str, ignore: type[OSError] = FileNotFoundError) -> None:
+    """Remove ``path``; a file already gone is no error (with ``ignore=OSError``
+    no failure is: best-effort cleanup)."""
     try:
         os.unlink(path)
-    except OSError:
+    except ignore:
         pass
 
 

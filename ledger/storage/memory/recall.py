@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 
 from ledger.core import format as fmt
 from ledger.core import ranking
-from ledger.core.bounds import SCAN_ROWS
-from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
+from ledger.core.searchable import indexed_terms
 
 if TYPE_CHECKING:
     from ledger.storage.memory.workspace import Stored
@@ -61,12 +60,10 @@ class Recall:
             self.window = seq
             self.wins.append(seq)
             return
-        self.calls.update(echo_calls(row))
-        if hidden(row) or is_echo(row, self.calls):
+        indexed = indexed_terms(row, self.calls)
+        if indexed is None:
             return
-        tfs, length = ranking.term_counts(row_text(row))
-        if not length:
-            return
+        tfs, length = indexed
         self.docs[seq] = (self.window, length, tfs)
         self.total += length
         for t, n in tfs.items():
@@ -82,8 +79,7 @@ class Recall:
         dfs = {t: self.df[t] for t in query.terms if self.df.get(t)}
         if not dfs:
             return []
-        kept = sorted(dfs, key=lambda t: dfs[t])[: ranking.MAX_TERMS]
-        per_term = max(SCAN_ROWS // len(kept), 1)
+        kept, per_term = ranking.postings_plan(dfs)
         if window is not None:  # a window is the seq range up to the next boundary
             after = max(after, window)
             i = bisect.bisect_right(self.wins, window)

@@ -46,9 +46,8 @@ import xxhash
 
 from ledger.core import format as fmt
 from ledger.core import ranking
-from ledger.core.bounds import SCAN_ROWS
 from ledger.core.errors import CommitFailed, CommitUncertain, Unavailable
-from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
+from ledger.core.searchable import indexed_terms
 
 VERSION = 1  # of what the tables hold; another value is rebuilt
 CHUNK_ROWS = 2_000  # rows per committed chunk of a catch-up, at most
@@ -267,7 +266,6 @@ class PgRecall:
                 "SELECT call FROM tl_recall_echo WHERE workspace = %s AND call = ANY(%s)",
                 (ws, sorted(set(results)))).fetchall()}
         upto, win, last_hash = mark.upto, mark.win, mark.last_hash
-        docs, total = mark.docs, mark.total
         new_calls: list[str] = []
         doc_rows: list[tuple[int, int, int, bytes]] = []
         counts: list[tuple[int, dict[str, int], int]] = []  # (seq, tfs, length)
@@ -281,17 +279,10 @@ class PgRecall:
             if row.get("kind") == "reset" or fmt.readable_row_is_reset(raw, row):
                 win = seq
                 continue
-            for c in echo_calls(row):
-                if c not in calls:
-                    calls.add(c)
-                    new_calls.append(c)
-            if hidden(row) or is_echo(row, calls):
+            indexed = indexed_terms(row, calls, new_calls)
+            if indexed is None:
                 continue
-            tfs, length = ranking.term_counts(row_text(row))
-            if not length:
-                continue
-            docs += 1
-            total += length
+            tfs, length = indexed
             counts.append((seq, dict(tfs), length))
             doc_rows.append((seq, win, length, b""))
             postings += len(tfs)
@@ -332,6 +323,8 @@ class PgRecall:
             conn.execute("INSERT INTO tl_recall_echo (workspace, call) VALUES "
                          + ", ".join(["(%s, %s)"] * len(part))
                          + " ON CONFLICT DO NOTHING", [v for c in part for v in (ws, c)])
+        docs = mark.docs + len(counts)
+        total = mark.total + sum(length for _, _, length in counts)
         return Mark(VERSION, mark.epoch, mark.seen, upto, win, last_hash, docs, total,
                     next_tid), stopped
 
@@ -380,8 +373,7 @@ class PgRecall:
         dfs = {t: found_terms[t][1] for t in query.terms if t in found_terms}
         if not dfs:
             return []
-        kept = sorted(dfs, key=lambda t: dfs[t])[: ranking.MAX_TERMS]
-        per_term = max(SCAN_ROWS // len(kept), 1)
+        kept, per_term = ranking.postings_plan(dfs)
         if window is not None:  # a window is the seq range up to the next boundary
             after = max(after, window)
             nxt = conn.execute(
