@@ -275,10 +275,10 @@ def test_flipped_kind_blocks_reads_until_repair_restores_the_floor(
         h.provider_view()
     res = json.loads(h.session_history().call({"action": "search", "query": "public"}))
     assert res["error"]["code"] == "history_unavailable"
-    assert h.stat()["floor"]["damaged"] is True
+    assert h.stat().floor.damaged is True
     rep = repair(h)
     assert rep.consistent and rep.changed
-    assert h.stat()["floor"]["damaged"] is False
+    assert h.stat().floor.damaged is False
     reset = [r.to_dict() for r in h.rows() if r.kind == "reset"]
     recovered = [r for r in reset if "recovered" in r["meta"]]
     assert len(recovered) == 1 and recovered[0]["reset"] == {"reason": "manual"}

@@ -119,7 +119,7 @@ def test_backup_is_consistent_and_restorable(tmp_path: Path,
     dest = tmp_path / "backups" / "ws-copy"
     dest.parent.mkdir()
     out = b.history.backup(str(dest))
-    assert out["files"] >= 3
+    assert out.files >= 3
     copy = Store(dest.parent).history(dest.name)
     assert check(copy).findings == []
     assert _rows(copy) == _rows(b.history)

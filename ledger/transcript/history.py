@@ -16,8 +16,16 @@ from ledger.core.batches import AppendResult, PendingBatch
 from ledger.core.errors import InvalidRow, WorkspaceNotFound
 from ledger.core.husks import QUARANTINE_VERSION
 from ledger.core.rows import Row, new_id, prepare_bodies
+from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.windows import provider_rows, window_marker
-from ledger.storage.engine import Snapshot, StoreOptions, WorkspaceEngine
+from ledger.storage.engine import (
+    BackupResult,
+    Snapshot,
+    StatReport,
+    StoreOptions,
+    WorkspaceEngine,
+    WorkspaceHandle,
+)
 
 if TYPE_CHECKING:
     from ledger.transcript.retrieval import SessionHistory
@@ -70,16 +78,14 @@ def _tool_ids(rows: Iterable[dict[str, Any]]) -> tuple[dict[str, None], set[str]
 
 
 
-class History:
-    """The history of one workspace. Get it from ``Store.history(ws)``."""
+class History(WorkspaceHandle):
+    """The history of one workspace. Get it from ``Store.history(ws)``;
+    ``engine`` is its storage engine's workspace (engine-specific operations
+    such as the file engine's ``path`` or ``merge_segments`` are there)."""
 
     def __init__(self, store: StoreOptions, workspace: str, engine: WorkspaceEngine) -> None:
-        self.store = store
-        self.workspace = workspace
+        super().__init__(store, workspace)
         self.engine = engine
-
-    def __repr__(self) -> str:
-        return f"History({self.workspace!r})"
 
     # --- reads ------------------------------------------------------------------
 
@@ -280,16 +286,16 @@ class History:
 
     # --- rewrites (each bumps the epoch) ------------------------------------------
 
-    def reject(self, seq_or_seqs: int | Sequence[int]) -> Any:
+    def reject(self, seq_or_seqs: int | Iterable[int]) -> RejectResult:
         """Quarantine a persisted request (and the synthetic rows it owns) as an
         empty assistant record holding the original in ``meta.quarantine``."""
         return self.engine.reject(seq_or_seqs)
 
-    def truncate_after(self, seq: int) -> Any:
+    def truncate_after(self, seq: int) -> TruncateResult:
         """Drop every row after ``seq`` (to quarantine), as a marked rewrite."""
         return self.engine.truncate_after(seq)
 
-    def purge_before_floor(self) -> Any:
+    def purge_before_floor(self) -> PurgeResult:
         """Really delete the rows at or before the newest manual reset."""
         return self.engine.purge_before_floor()
 
@@ -298,11 +304,11 @@ class History:
         edit or a rewrite). Returns the epoch."""
         return self.engine.rebaseline()
 
-    def backup(self, dest: str) -> Any:
+    def backup(self, dest: str) -> BackupResult:
         """A consistent copy of this history, taken under the lock."""
         return self.engine.backup(dest)
 
-    def stat(self) -> dict[str, Any]:
+    def stat(self) -> StatReport:
         """The engine's account of this history (``tledger stat``)."""
         return self.engine.stat()
 
