@@ -60,7 +60,7 @@ def test_rewrites_keep_undecodable_lines_byte_for_byte(tmp_path: Path) -> None:
     h = Store(tmp_path, durability="off").history("ws")
     h.append(msg("a"))
     h.append(msg("b"))
-    seg = _last_seg(Path(h.path))
+    seg = _last_seg(Path(h.engine.path))
     junk = b'{"seq":3,"kind":"re\\u0073et" torn \xff\n'
     seg.write_bytes(seg.read_bytes() + junk)
     rewrite.reject(h, 2)
@@ -109,7 +109,7 @@ def test_purge_deletes_at_or_before_the_floor_without_quarantine(tmp_path: Path)
     out = rewrite.purge_before_floor(h)
     assert out.purged_rows == c.seqs[0] and out.floor is not None and out.floor.seq == c.seqs[0]
     assert _rows(h) == after
-    assert not (Path(h.path) / fmt.QUARANTINE_DIR).exists()
+    assert not (Path(h.engine.path) / fmt.QUARANTINE_DIR).exists()
     assert check(h).findings == []
     assert h.append(msg("x")).seqs == [high]
     assert rewrite.purge_before_floor(h).purged_rows == 0
@@ -118,7 +118,7 @@ def test_purge_deletes_at_or_before_the_floor_without_quarantine(tmp_path: Path)
 def test_purge_keeps_reset_candidates_and_a_floor_inside_a_batch(tmp_path: Path) -> None:
     h = Store(tmp_path, durability="off").history("ws")
     h.append(msg("old"))
-    seg = _last_seg(Path(h.path))
+    seg = _last_seg(Path(h.engine.path))
     junk = b'{"kind":"reset", torn\n'
     seg.write_bytes(seg.read_bytes() + junk)
     h.append(msg("older but after junk"))
@@ -128,9 +128,9 @@ def test_purge_keeps_reset_candidates_and_a_floor_inside_a_batch(tmp_path: Path)
     h.append(msg("after"))
     out = rewrite.purge_before_floor(h)
     assert out.kept_reset_candidates == 1 and out.purged_rows == 2
-    data = b"".join(seg_files(Path(h.path)).values())
+    data = b"".join(seg_files(Path(h.engine.path)).values())
     assert data.startswith(junk)
-    seqs = [x["seq"] for x in _rows_tolerant(Path(h.path))]
+    seqs = [x["seq"] for x in _rows_tolerant(Path(h.engine.path))]
     assert seqs == [*r.seqs, r.seqs[-1] + 1]
 
 
