@@ -38,8 +38,9 @@ _decode = msgspec.json.Decoder(CheckRow).decode
 def decode_floor(history: History) -> int:
     """Decode every line of every segment into CheckRow; returns the row count."""
     rows = 0
-    for number in segs.list_segments(history.path):
-        fd = os.open(segs.segment_path(history.path, number), os.O_RDONLY | os.O_CLOEXEC)
+    path = history.engine.path  # type: ignore[attr-defined]  # a file root
+    for number in segs.list_segments(path):
+        fd = os.open(segs.segment_path(path, number), os.O_RDONLY | os.O_CLOEXEC)
         try:
             for line in segs.iter_lines_fd(fd):
                 _decode(line.data)
@@ -74,7 +75,8 @@ def run(root_or_history: str | os.PathLike[str] | History, *, workspace: str = "
     peak traced memory."""
     h = root_or_history if isinstance(root_or_history, History) else (
         Store(root_or_history).history(workspace))
-    size = sum(os.path.getsize(segs.segment_path(h.path, n)) for n in segs.list_segments(h.path))
+    path = h.engine.path  # type: ignore[attr-defined]  # a file root
+    size = sum(os.path.getsize(segs.segment_path(path, n)) for n in segs.list_segments(path))
     report = check(h)
     rows = decode_floor(h)
     t_check = t_floor = float("inf")

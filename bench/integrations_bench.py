@@ -211,9 +211,10 @@ def run(quick: bool, log: Callable[[str], None] = lambda m: None) -> dict[str, A
             built[mib] = build_ours(os.path.join(tmp, f"ours-{mib}"), turns)
             log(f"built ours {mib} MiB ({turns} turns) in {time.perf_counter() - t0:.1f}s")
             session, history = built[mib]
-            out["disk_bytes"].setdefault("ledger agents", {})[str(mib)] = _du(session.history.path)
+            out["disk_bytes"].setdefault("ledger agents", {})[str(mib)] = _du(
+                session.history.engine.path)
             out["disk_bytes"].setdefault("ledger langchain", {})[str(mib)] = _du(
-                history.history.path) if history.history.exists() else 0
+                history.history.engine.path) if history.history.exists() else 0
         samples: dict[str, dict[int, list[float]]] = {"ledger agents": {}, "ledger langchain": {}}
         k = 10_000_000
         gc.collect()

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             json.loads(tool.call({"action": "search", "query": qs[0], "mode": "ranked"}))
             first = time.monotonic() - t0
-            rec = {"log_bytes": log_bytes(h.path), "index_bytes": index_bytes(h.path),
+            rec = {"log_bytes": log_bytes(h.engine.path), "index_bytes": index_bytes(h.engine.path),
                    "build_log_s": round(built, 1), "first_search_s": round(first, 2)}
             rec["index/log"] = round(rec["index_bytes"] / max(rec["log_bytes"], 1), 3)
             out["sizes"][size] = rec

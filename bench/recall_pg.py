@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             if ftool is not None:
                 ranked(ftool, qs[0])
             first_files = time.monotonic() - t0 if ftool is not None else None
-            rec: dict[str, Any] = {"log_bytes": log_bytes(files.path), **pg_sizes(root),
+            rec: dict[str, Any] = {"log_bytes": log_bytes(files.engine.path), **pg_sizes(root),
                                    "load_s": round(loaded, 1),
                                    "first_search_s": round(first, 2),
                                    "files_first_search_s": first_files and round(first_files, 2)}

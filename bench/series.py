@@ -198,17 +198,18 @@ class World:
         self.seed = 0
 
     def segments(self) -> int:
-        return len(segs.list_segments(self.h.path))
+        return len(segs.list_segments(self.h.engine.path))
 
     def ledger_bytes(self) -> int:
         total = 0
-        for n in segs.list_segments(self.h.path):
-            s = segs.stamp(segs.segment_path(self.h.path, n))
+        for n in segs.list_segments(self.h.engine.path):
+            s = segs.stamp(segs.segment_path(self.h.engine.path, n))
             total += s.size if s is not None else 0
         return total
 
     def spans(self) -> list[tuple[str, int]]:
-        return [(segs.segment_path(self.h.path, n), 0) for n in segs.list_segments(self.h.path)]
+        path = self.h.engine.path
+        return [(segs.segment_path(path, n), 0) for n in segs.list_segments(path)]
 
     def grow_to(self, size: int) -> dict[str, float]:
         """Bulk-write realistic rows until the ledger holds about ``size`` bytes."""
@@ -265,7 +266,7 @@ class World:
         os.sync()
         st = self.h.snapshot()
         assert st.window is not None and st.window.seq == res.first_seq
-        return segs.segment_path(self.h.path, st.window.segment), st.window.offset
+        return segs.segment_path(self.h.engine.path, st.window.segment), st.window.offset
 
     def close(self) -> None:
         if self.sqlite is not None:
@@ -340,7 +341,7 @@ def grown_append_series(root: str, corpus: Corpus, cfg: Config, size_mib: int,
         build = time.monotonic() - t0
         built = w.segments()
         t0 = time.monotonic()
-        merge = getattr(w.h, "merge_segments", None)
+        merge = getattr(w.h.engine, "merge_segments", None)
         merges = merge() if merge is not None else None
         merge_s = time.monotonic() - t0
         os.sync()

@@ -90,8 +90,8 @@ def test_scan_segment_64k(benchmark: Any, tmp_path: Path) -> None:
     """Index entry of one sealed 64 KiB segment (what sealing costs)."""
     h = Store(tmp_path, durability="off").history("ws")
     bulk_load(h, CORPUS.batches(64 << 10, seed=1), segment_target_bytes=64 << 10)
-    number = list_segments(h.path)[0]
-    st = stamp(segment_path(h.path, number))
+    number = list_segments(h.engine.path)[0]
+    st = stamp(segment_path(h.engine.path, number))
     assert st is not None
-    info = benchmark(scan_segment, h.path, number, st)
+    info = benchmark(scan_segment, h.engine.path, number, st)
     assert info.rows > 0

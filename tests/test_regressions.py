@@ -56,7 +56,7 @@ def test_merge_never_glues_a_torn_tail(tmp_path: Path) -> None:
         f.write(b'{"seq":99,"torn')  # an untracked, torn tail
     for i in range(40):
         h.append(text(f"row {i}"))
-    h.merge_segments()
+    h.engine.merge_segments()
     readable = []
     for n in segs.list_segments(str(tmp_path / "ws")):
         for line in segs.iter_lines(segs.segment_path(str(tmp_path / "ws"), n)):

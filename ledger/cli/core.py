@@ -135,7 +135,7 @@ def stat_report(h: Any, model: str | None = "gpt-4o") -> dict[str, Any]:
     from ledger.tokens.counting import TokenCounter
     from ledger.tokens.shapes import shape_for
 
-    report: dict[str, Any] = h.stat()
+    report = h.stat().to_dict()
     if model is None:
         report["window_tokens"] = None
         return report

@@ -163,8 +163,10 @@ def cmd_purge(args: argparse.Namespace, ctx: Any) -> int:
 
     h = ctx.store().history(args.workspace)
     out: dict[str, Any] = {"workspace": args.workspace}
+    purged = None
     if not args.quarantine_only:
-        out["rows"] = h.purge_before_floor()
+        purged = h.purge_before_floor()
+        out["rows"] = purged.to_dict()
     if args.quarantine_older_than is not None:
         engine_clean = getattr(h.engine, "clean_quarantine", None)  # a database engine's own
         seconds = args.quarantine_older_than * 86400.0
@@ -172,13 +174,12 @@ def cmd_purge(args: argparse.Namespace, ctx: Any) -> int:
     if args.json:
         ctx.emit_json(out)
     else:
-        rows = out.get("rows")
-        if rows is not None:
-            floor = rows["floor"]
-            where = (f"at or before the privacy floor (seq {floor['seq']})" if floor
+        if purged is not None:
+            floor = purged.floor
+            where = (f"at or before the privacy floor (seq {floor.seq})" if floor is not None
                      else "(no privacy floor: nothing to purge)")
-            ctx.emit_line(f"{args.workspace}: purged {rows['purged_rows']} rows, "
-                          f"{rows['purged_bytes']} bytes {where}")
+            ctx.emit_line(f"{args.workspace}: purged {purged.purged_rows} rows, "
+                          f"{purged.purged_bytes} bytes {where}")
         q = out.get("quarantine")
         if q is not None:
             ctx.emit_line(f"{args.workspace}: removed {q['removed']} quarantine entries, "
@@ -198,8 +199,8 @@ def cmd_purge(args: argparse.Namespace, ctx: Any) -> int:
 def cmd_truncate(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
     out = h.truncate_after(args.after)
-    ctx.emit_result(args.json, out, f"{args.workspace}: removed {out['removed_rows']} rows "
-                    f"after seq {args.after} ({out['removed_bytes']} bytes to quarantine)")
+    ctx.emit_result(args.json, out.to_dict(), f"{args.workspace}: removed {out.removed_rows} "
+                    f"rows after seq {args.after} ({out.removed_bytes} bytes to quarantine)")
     return 0
 
 
@@ -216,8 +217,9 @@ def cmd_truncate(args: argparse.Namespace, ctx: Any) -> int:
 def cmd_reject(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
     out = h.reject(args.seqs)
-    already = f" (already rejected: {out['already']})" if out["already"] else ""
-    ctx.emit_result(args.json, out, f"{args.workspace}: rejected seqs {out['rejected']}{already}")
+    already = f" (already rejected: {out.already})" if out.already else ""
+    ctx.emit_result(args.json, out.to_dict(),
+                    f"{args.workspace}: rejected seqs {out.rejected}{already}")
     return 0
 
 
@@ -254,6 +256,6 @@ def cmd_delete(args: argparse.Namespace, ctx: Any) -> int:
 def cmd_backup(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
     out = h.backup(args.dest)
-    ctx.emit_result(args.json, out, f"{args.workspace}: copied {out['files']} files, "
-                    f"{out['bytes']} bytes to {out['dest']}")
+    ctx.emit_result(args.json, out.to_dict(), f"{args.workspace}: copied {out.files} files, "
+                    f"{out.bytes} bytes to {out.dest}")
     return 0

@@ -9,6 +9,11 @@ in-memory reference engine (``ledger.storage.memory``) call these.
 A position is ``(part, offset)`` in log order, as each engine defines it
 (``ledger.storage.engine``): the file engine's segment and byte offset, the
 row engines' ``(seq, 0)``.
+
+What a rewrite reports is typed here too (``RejectResult``,
+``TruncateResult``, ``PurgeResult``): every engine returns these, callers
+read attributes, and ``to_dict()`` gives the JSON document of ``tledger
+reject / truncate / purge --json``.
 """
 
 from __future__ import annotations
@@ -17,10 +22,72 @@ import secrets
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import msgspec
+
 from ledger.core import format as fmt
 from ledger.core.errors import RewriteRefused
 from ledger.core.husks import is_husk, owns
 from ledger.core.windows import Boundary, batch_boundaries
+
+# --- results ---------------------------------------------------------------------
+
+
+class Result(msgspec.Struct, frozen=True):
+    """A typed result of an engine operation; ``to_dict()`` is its JSON
+    document (the CLI's ``--json``), keys in field order."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
+
+
+class FloorAt(Result, frozen=True, omit_defaults=True):
+    """Where a privacy floor is: its seq (None when unreadable), and on the
+    file engine its segment and byte offset (None on the row engines);
+    ``damaged`` only in ``stat`` on files (left out of ``to_dict()`` when None)."""
+
+    seq: int | None
+    segment: str | None
+    offset: int | None
+    damaged: bool | None = None
+
+
+class RejectResult(Result, frozen=True, tag_field="op", tag="reject"):
+    """What ``reject`` did: the seqs it turned into rejected records, those
+    that already were, the epoch after it, and (file engine) the interrupted
+    rewrite it settled first."""
+
+    rejected: list[int]
+    already: list[int]
+    epoch: int
+    recovered: dict[str, Any] | None = None
+
+
+class TruncateResult(Result, frozen=True, tag_field="op", tag="truncate_after"):
+    """What ``truncate_after`` did: rows and bytes removed (to quarantine),
+    lines kept because they may be resets, the quarantine entries, the epoch."""
+
+    seq: int
+    removed_rows: int
+    removed_bytes: int
+    kept_reset_candidates: int
+    quarantine: list[str]
+    epoch: int
+    recovered: dict[str, Any] | None = None
+
+
+class PurgeResult(Result, frozen=True, tag_field="op", tag="purge_before_floor"):
+    """What ``purge_before_floor`` did: rows and bytes deleted, lines kept
+    because they may be resets, the floor (None: none, nothing purged), the
+    epoch."""
+
+    purged_rows: int
+    purged_bytes: int
+    kept_reset_candidates: int
+    floor: FloorAt | None
+    epoch: int
+    recovered: dict[str, Any] | None = None
+
 
 # --- epochs ---------------------------------------------------------------------
 
@@ -133,10 +200,11 @@ def no_row(workspace: str, seqs: int | Sequence[int], verb: str) -> RewriteRefus
 
 
 def reject_result(
-    rejected: Iterable[int], already: Iterable[int], epoch: int, recovered: Any = None
-) -> dict[str, Any]:
-    return {"op": "reject", "rejected": sorted(rejected), "already": sorted(set(already)),
-            "epoch": epoch, "recovered": recovered}
+    rejected: Iterable[int], already: Iterable[int], epoch: int,
+    recovered: dict[str, Any] | None = None,
+) -> RejectResult:
+    """The result of a reject, its seqs in order (``already`` once each)."""
+    return RejectResult(sorted(rejected), sorted(set(already)), epoch, recovered)
 
 
 # --- truncate -------------------------------------------------------------------
@@ -171,15 +239,6 @@ def check_truncate(
         )
 
 
-def truncate_result(
-    seq: int, removed_rows: int, removed_bytes: int, quarantine: list[str], epoch: int, *,
-    kept_reset_candidates: int = 0, recovered: Any = None,
-) -> dict[str, Any]:
-    return {"op": "truncate_after", "seq": seq, "removed_rows": removed_rows,
-            "removed_bytes": removed_bytes, "kept_reset_candidates": kept_reset_candidates,
-            "quarantine": quarantine, "epoch": epoch, "recovered": recovered}
-
-
 # --- purge ----------------------------------------------------------------------
 
 
@@ -202,9 +261,3 @@ def purge_cut(rows: Sequence[dict[str, Any] | None], floor_index: int) -> int:
             break
         j -= 1
     return j
-
-
-def purge_result(epoch: int, recovered: Any = None) -> dict[str, Any]:
-    """A purge's result before it ran (nothing purged yet; no floor)."""
-    return {"op": "purge_before_floor", "purged_rows": 0, "purged_bytes": 0,
-            "kept_reset_candidates": 0, "floor": None, "epoch": epoch, "recovered": recovered}

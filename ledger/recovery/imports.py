@@ -294,8 +294,9 @@ def write_quarantine(history: Any, source: str, entries: Iterable[Quarantined]) 
     from ledger.storage.files.lock import locked
     from ledger.storage.files.retention import Quarantine
 
-    quarantine = Quarantine(history.path, durability=history.store.durability)
-    with locked(history.path, history.workspace, history.store.lock_timeout, shared=False):
+    ws = history.engine  # the file engine's workspace
+    quarantine = Quarantine(ws.path, durability=ws.store.durability)
+    with locked(ws.path, ws.workspace, ws.store.lock_timeout, shared=False):
         return [quarantine.put(e.data, source=source, offset=e.offset, reason=e.reason)
                 for e in entries]
 

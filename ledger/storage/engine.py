@@ -28,6 +28,11 @@ interface and never see a path; the rules an engine applies to rows (what a
 rewrite touches and refuses, the boundary fold, epochs) are
 ``ledger.core.rules``.
 
+Results are typed, defined once: the rewrites return
+``ledger.core.rules.RejectResult`` / ``TruncateResult`` / ``PurgeResult``,
+``backup`` a ``BackupResult`` and ``stat`` a ``StatReport`` (below); each has
+``to_dict()``, the JSON document the CLI prints.
+
 Each engine registers an ``EngineSpec`` (below) with
 ``ledger.storage.registry``, which ``Store`` asks for the engine a root names.
 """
@@ -35,7 +40,7 @@ Each engine registers an ``EngineSpec`` (below) with
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -45,6 +50,7 @@ from ledger.core.bounds import Event, SkipSink
 from ledger.core.cursors import CursorData, Position
 from ledger.core.errors import LedgerError
 from ledger.core.rows import Row
+from ledger.core.rules import FloorAt, PurgeResult, RejectResult, Result, TruncateResult
 from ledger.core.windows import Boundary
 
 if TYPE_CHECKING:
@@ -53,6 +59,56 @@ if TYPE_CHECKING:
 DURABILITY_LEVELS = ("full", "normal", "off")
 
 S = TypeVar("S")  # an engine's page reader state (``PageReader``)
+
+
+class BackupResult(Result, frozen=True, omit_defaults=True):
+    """What ``backup`` wrote: the directory, how many files and bytes, and
+    (file engine) the copy's epoch; ``to_dict()`` leaves ``epoch`` out when None."""
+
+    workspace: str
+    dest: str
+    files: int
+    bytes: int
+    epoch: int | None = None
+
+
+class StatReceipt(Result, frozen=True):
+    """The receipt as ``stat`` reads it (the row engines: always stable)."""
+
+    status: str
+    epoch: int | None
+    next_seq: int | None
+    stamps_match: bool
+
+
+class SegmentStat(Result, frozen=True):
+    """One segment file in ``stat`` (file engine)."""
+
+    name: str
+    bytes: int
+    lines: int
+
+
+class StatReport(Result, frozen=True, kw_only=True, omit_defaults=True):
+    """The ``tledger stat`` document of a workspace. ``engine`` with
+    ``database`` (PostgreSQL) or ``root`` (memory), and ``stray_temp_files``
+    (files), are left out of ``to_dict()`` where they are None."""
+
+    workspace: str
+    engine: str | None = None
+    database: str | None = None
+    root: str | None = None
+    receipt: StatReceipt
+    epoch: int
+    window: int
+    windows: int  # window 0, then one per boundary
+    next_seq: int
+    floor: FloorAt | None
+    segments: list[SegmentStat]
+    rows: int
+    bytes: int
+    quarantine_bytes: int
+    stray_temp_files: list[str] | None = None
 
 
 class StoreOptions(Protocol):
@@ -217,6 +273,19 @@ class PageReader(Protocol[S]):
         ...
 
 
+class WorkspaceHandle:
+    """One workspace of a store: the store's options and the workspace id.
+    The base of ``History`` and of the row engines' workspaces; the repr
+    names the class and the workspace."""
+
+    def __init__(self, store: StoreOptions, workspace: str) -> None:
+        self.store = store
+        self.workspace = workspace
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.workspace!r})"
+
+
 class WorkspaceEngine(Protocol):
     """One workspace's storage (module doc)."""
 
@@ -238,17 +307,17 @@ class WorkspaceEngine(Protocol):
 
     def reader(self) -> PageReader[Any]: ...  # each engine's reader has its own state type
 
-    def reject(self, seq_or_seqs: Any) -> Any: ...
+    def reject(self, seq_or_seqs: int | Iterable[int]) -> RejectResult: ...
 
-    def truncate_after(self, seq: int) -> Any: ...
+    def truncate_after(self, seq: int) -> TruncateResult: ...
 
-    def purge_before_floor(self) -> Any: ...
+    def purge_before_floor(self) -> PurgeResult: ...
 
     def rebaseline(self) -> int: ...
 
-    def backup(self, dest: str) -> Any: ...
+    def backup(self, dest: str) -> BackupResult: ...
 
-    def stat(self) -> dict[str, Any]: ...
+    def stat(self) -> StatReport: ...
 
 
 class Engine(Protocol):

@@ -30,8 +30,9 @@ from ledger.core.bounds import LINE_CAP, SCAN_BYTES, SCAN_ROWS, Budget, Event, S
 from ledger.core.cursors import CursorData, Position
 from ledger.core.errors import CursorExpired, NotFound
 from ledger.core.ranking import Query
+from ledger.core.rules import FloorAt
 from ledger.core.windows import Boundary, window_marker
-from ledger.storage.engine import Candidate, Located
+from ledger.storage.engine import Candidate, Located, StatReceipt, StatReport
 
 PAGE = 128  # rows listed per step of a scan
 
@@ -48,6 +49,26 @@ class RowState:
     @property
     def window_seq(self) -> int:
         return self.window.seq if self.window is not None else 0
+
+    def stat(
+        self, workspace: str, *, engine: str, boundaries: int, rows: int, nbytes: int,
+        quarantine_bytes: int, database: str | None = None, root: str | None = None,
+    ) -> StatReport:
+        """The ``stat`` document of a row engine's workspace with this head
+        (the receipt is the head row: always stable; no segments)."""
+        return StatReport(
+            workspace=workspace, engine=engine, database=database, root=root,
+            receipt=StatReceipt("stable", self.epoch, self.next_seq, True),
+            epoch=self.epoch,
+            window=self.window_seq,
+            windows=1 + boundaries,  # window 0, then one per boundary
+            next_seq=self.next_seq,
+            floor=None if self.floor is None else FloorAt(self.floor.seq, None, None),
+            segments=[],
+            rows=rows,
+            bytes=nbytes,
+            quarantine_bytes=quarantine_bytes,
+        )
 
 
 def boundary(seq: int | None, reason: str | None) -> Boundary | None:

@@ -10,14 +10,23 @@ and rewrites. Get one from ``Store.history(ws)``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from ledger.core.batches import AppendResult, PendingBatch
 from ledger.core.errors import InvalidRow, WorkspaceNotFound
 from ledger.core.husks import QUARANTINE_VERSION
 from ledger.core.rows import Row, new_id, prepare_bodies
+from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.windows import provider_rows, window_marker
-from ledger.storage.engine import Snapshot, StoreOptions, WorkspaceEngine
+from ledger.storage.engine import (
+    BackupResult,
+    Snapshot,
+    StatReport,
+    StoreOptions,
+    WorkspaceEngine,
+    WorkspaceHandle,
+)
 
 if TYPE_CHECKING:
     from ledger.transcript.retrieval import SessionHistory
@@ -70,16 +79,27 @@ def _tool_ids(rows: Iterable[dict[str, Any]]) -> tuple[dict[str, None], set[str]
 
 
 
-class History:
-    """The history of one workspace. Get it from ``Store.history(ws)``."""
+@dataclass(frozen=True)
+class WriteOptions:
+    """The options every write takes (``append_many``'s keywords; the other
+    writes take them as keywords too)."""
+
+    batch_id: str | None = None
+    expect_next_seq: int | None = None
+    expect_window: int | None = None
+
+
+NO_OPTIONS = WriteOptions()
+
+
+class History(WorkspaceHandle):
+    """The history of one workspace. Get it from ``Store.history(ws)``;
+    ``engine`` is its storage engine's workspace (engine-specific operations
+    such as the file engine's ``path`` or ``merge_segments`` are there)."""
 
     def __init__(self, store: StoreOptions, workspace: str, engine: WorkspaceEngine) -> None:
-        self.store = store
-        self.workspace = workspace
+        super().__init__(store, workspace)
         self.engine = engine
-
-    def __repr__(self) -> str:
-        return f"History({self.workspace!r})"
 
     # --- reads ------------------------------------------------------------------
 
@@ -168,12 +188,13 @@ class History:
         already committed (found within the newest IDEMPOTENCY_SCAN_BYTES of
         the log), its original seqs are returned and nothing is written.
         """
-        return self._append(rows, batch_id, expect_next_seq, expect_window, internal=False)
+        opts = WriteOptions(batch_id, expect_next_seq, expect_window)
+        return self._append(rows, opts, internal=False)
 
     def clear_soft(self, **kwargs: Any) -> AppendResult:
         """Append one manual reset row: the new privacy floor, no lead-in."""
         row = {"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "manual"}}
-        return self._append([row], internal=True, **_write_opts(kwargs))
+        return self._append([row], _write_opts(kwargs), internal=True)
 
     def rollover(
         self,
@@ -210,7 +231,7 @@ class History:
             marker["meta"] = {"window": next_seq, "session_history": tool_available}
 
         return self._append(
-            [reset, marker, *trigger_rows], internal=True, before_encode=fill, **_write_opts(kwargs)
+            [reset, marker, *trigger_rows], _write_opts(kwargs), internal=True, before_encode=fill
         )
 
     def _check_pairs(self, trigger_rows: Sequence[dict[str, Any]]) -> None:
@@ -246,7 +267,7 @@ class History:
                 husk["id"] = row["id"]
             husk["meta"] = {"quarantine": {"v": QUARANTINE_VERSION, "row": row}}
             husks.append(husk)
-        return self._append(husks, internal=False, **_write_opts(kwargs))
+        return self._append(husks, _write_opts(kwargs), internal=False)
 
     def compact(self, summary_rows: Sequence[dict[str, Any]], **kwargs: Any) -> AppendResult:
         """Append ``[reset(compaction), *summary_rows]`` as one batch."""
@@ -254,18 +275,17 @@ class History:
             if isinstance(row, dict) and row.get("kind") in ("reset", "lead_in"):
                 raise InvalidRow(f"summary row {i}: kind {row['kind']!r} is not allowed here", i)
         reset = {"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "compaction"}}
-        return self._append([reset, *summary_rows], internal=True, **_write_opts(kwargs))
+        return self._append([reset, *summary_rows], _write_opts(kwargs), internal=True)
 
     def _append(
         self,
         rows: Sequence[dict[str, Any]],
-        batch_id: str | None = None,
-        expect_next_seq: int | None = None,
-        expect_window: int | None = None,
+        opts: WriteOptions = NO_OPTIONS,
         *,
         internal: bool,
         before_encode: Any = None,
     ) -> AppendResult:
+        batch_id = opts.batch_id
         if batch_id is not None and (not isinstance(batch_id, str) or not 0 < len(batch_id) <= 200):
             raise InvalidRow("batch_id must be a string of 1 to 200 characters")
         bid = batch_id or new_id("b_")
@@ -275,21 +295,21 @@ class History:
         prepared = prepare_bodies(rows, 0, bid, self.store.max_row_bytes, internal=internal)
         return self.engine.append_batch(PendingBatch(
             rows, bid, batch_id is not None, internal, prepared,
-            expect_next_seq, expect_window, before_encode,
+            opts.expect_next_seq, opts.expect_window, before_encode,
         ))
 
     # --- rewrites (each bumps the epoch) ------------------------------------------
 
-    def reject(self, seq_or_seqs: int | Sequence[int]) -> Any:
+    def reject(self, seq_or_seqs: int | Iterable[int]) -> RejectResult:
         """Quarantine a persisted request (and the synthetic rows it owns) as an
         empty assistant record holding the original in ``meta.quarantine``."""
         return self.engine.reject(seq_or_seqs)
 
-    def truncate_after(self, seq: int) -> Any:
+    def truncate_after(self, seq: int) -> TruncateResult:
         """Drop every row after ``seq`` (to quarantine), as a marked rewrite."""
         return self.engine.truncate_after(seq)
 
-    def purge_before_floor(self) -> Any:
+    def purge_before_floor(self) -> PurgeResult:
         """Really delete the rows at or before the newest manual reset."""
         return self.engine.purge_before_floor()
 
@@ -298,39 +318,17 @@ class History:
         edit or a rewrite). Returns the epoch."""
         return self.engine.rebaseline()
 
-    def backup(self, dest: str) -> Any:
+    def backup(self, dest: str) -> BackupResult:
         """A consistent copy of this history, taken under the lock."""
         return self.engine.backup(dest)
 
-    def stat(self) -> dict[str, Any]:
+    def stat(self) -> StatReport:
         """The engine's account of this history (``tledger stat``)."""
         return self.engine.stat()
 
-    # --- the file engine's own operations ----------------------------------------
 
-    @property
-    def path(self) -> str:
-        """The workspace directory (file engine only)."""
-        return self.engine.path  # type: ignore[attr-defined,no-any-return]
-
-    @property
-    def index(self) -> Any:
-        """The INDEX projection (file engine only)."""
-        return self.engine.index  # type: ignore[attr-defined]
-
-    def state(self) -> Any:
-        """Validate now, under a lock the caller holds (file engine only)."""
-        return self.engine.state()  # type: ignore[attr-defined]
-
-    def merge_segments(self) -> int:
-        """Merge sealed segments by size class (file engine only; see
-        ``ledger.storage.files.merge``). Returns how many merges ran."""
-        return self.engine.merge_segments()  # type: ignore[attr-defined,no-any-return]
-
-
-def _write_opts(kwargs: dict[str, Any]) -> dict[str, Any]:
-    allowed = {"batch_id", "expect_next_seq", "expect_window"}
-    unknown = set(kwargs) - allowed
+def _write_opts(kwargs: dict[str, Any]) -> WriteOptions:
+    unknown = set(kwargs) - {f.name for f in fields(WriteOptions)}
     if unknown:
         raise TypeError(f"unexpected arguments: {sorted(unknown)}")
-    return kwargs
+    return WriteOptions(**kwargs)

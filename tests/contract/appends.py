@@ -309,12 +309,12 @@ class AppendContract(ContractBase):
         floor = h.clear_soft().seqs[0]
         r = h.rollover([msg("go on")])
         s = h.stat()
-        assert s["workspace"] == ws
-        assert (s["epoch"], s["window"], s["next_seq"]) == (h.epoch, r.window, 7)
-        assert s["windows"] == 3 and s["rows"] == 6 and s["bytes"] > 0
-        assert s["floor"]["seq"] == floor
+        assert s.workspace == ws
+        assert (s.epoch, s.window, s.next_seq) == (h.epoch, r.window, 7)
+        assert s.windows == 3 and s.rows == 6 and s.bytes > 0
+        assert s.floor is not None and s.floor.seq == floor
         h.reject(1)
-        assert h.stat()["epoch"] == h.epoch != s["epoch"]
+        assert h.stat().epoch == h.epoch != s.epoch
         with pytest.raises(WorkspaceNotFound):
             make_store().history(ws + "-none").stat()
 

@@ -234,10 +234,10 @@ def test_killed_writer_pending_receipt_expires_cursors(tmp_path: Path) -> None:
     args = {"action": "search", "query": "tok", "limit": 4}
     held = call(tool, args)["cursor"]
     assert held
-    receipt = read_receipt(h.path)
+    receipt = read_receipt(h.engine.path)
     assert receipt is not None and receipt.stable
     old_epoch = receipt.epoch
-    write_receipt(h.path, dataclasses.replace(receipt, state=fmt.PENDING))
+    write_receipt(h.engine.path, dataclasses.replace(receipt, state=fmt.PENDING))
 
     assert code(call(tool, {**args, "cursor": held})) == "stale_cursor"
     fresh = call(tool, args)
@@ -247,7 +247,7 @@ def test_killed_writer_pending_receipt_expires_cursors(tmp_path: Path) -> None:
 
     r = h.append(msg("tok next writer"))
     assert r.epoch != old_epoch
-    new = read_receipt(h.path)
+    new = read_receipt(h.engine.path)
     assert new is not None and new.stable and new.epoch == r.epoch
     # The stamps-bound cursor died with the re-baseline; a new query works.
     assert code(call(tool, {**args, "cursor": nxt["cursor"]})) == "stale_cursor"
@@ -268,7 +268,7 @@ def test_untracked_edit_expires_cursors(tmp_path: Path) -> None:
     body = (b'{"seq":31,"id":"r_u","kind":"message","role":"user","parts":[{"type":"text",'
             b'"text":"tok untracked"}],"partial":false,"meta":{},"ts":1,'
             b'"batch":{"id":"b_u","n":1,"i":0}}')
-    with open(segs.segment_path(h.path, 1), "ab") as f:
+    with open(segs.segment_path(h.engine.path, 1), "ab") as f:
         f.write(fmt.frame(body))
     assert code(call(tool, {**args, "cursor": held})) == "stale_cursor"
     fresh = call(tool, {**args, "limit": 25})

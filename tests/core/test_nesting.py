@@ -68,11 +68,11 @@ def test_the_depth_of_a_row(tmp_path: Path) -> None:
 def test_append_refuses_a_row_nested_too_deep(tmp_path: Path, depth: int) -> None:
     h = _history(tmp_path)
     h.append(msg("first"))
-    before = sorted(os.listdir(h.path))
+    before = sorted(os.listdir(h.engine.path))
     with pytest.raises(InvalidRow, match=rf"row 1: nested deeper than {MAX_DEPTH}") as info:
         h.append_many([msg("ok"), _row(depth)])
     assert info.value.index == 1
-    assert sorted(os.listdir(h.path)) == before
+    assert sorted(os.listdir(h.engine.path)) == before
     assert [r.seq for r in h.rows()] == [1]
 
 
@@ -116,7 +116,7 @@ def _store_deep_line(h: History, depth: int) -> int:
         line = fmt.frame(fmt.encode_json(row))
     finally:
         sys.setrecursionlimit(old)
-    path = segs.segment_path(h.path, segs.list_segments(h.path)[-1])
+    path = segs.segment_path(h.engine.path, segs.list_segments(h.engine.path)[-1])
     with open(path, "ab") as f:
         f.write(line)
     return seq

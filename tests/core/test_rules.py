@@ -162,10 +162,15 @@ def test_purge_keeps_the_floors_batch_unless_the_floor_is_alone(
 
 
 def test_results_have_one_shape_on_every_engine() -> None:
-    assert rules.reject_result([3, 1], [2, 2], 9) == {
+    assert rules.reject_result([3, 1], [2, 2], 9).to_dict() == {
         "op": "reject", "rejected": [1, 3], "already": [2], "epoch": 9, "recovered": None}
-    assert set(rules.truncate_result(4, 1, 10, [], 9)) == {
+    assert list(rules.TruncateResult(4, 1, 10, 0, [], 9).to_dict()) == [
         "op", "seq", "removed_rows", "removed_bytes", "kept_reset_candidates", "quarantine",
-        "epoch", "recovered"}
-    assert rules.purge_result(9)["purged_rows"] == 0
+        "epoch", "recovered"]
+    assert rules.PurgeResult(0, 0, 0, None, 9).to_dict() == {
+        "op": "purge_before_floor", "purged_rows": 0, "purged_bytes": 0,
+        "kept_reset_candidates": 0, "floor": None, "epoch": 9, "recovered": None}
+    where = rules.FloorAt(3, "seg-00000001.jsonl", 0)
+    assert where.to_dict() == {"seq": 3, "segment": "seg-00000001.jsonl", "offset": 0}
+    assert rules.FloorAt(3, None, None, False).to_dict()["damaged"] is False
     assert "nothing was rejected" in str(rules.no_row("ws", [4], "rejected"))

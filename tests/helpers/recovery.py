@@ -32,7 +32,7 @@ class Built:
 
     @property
     def path(self) -> Path:
-        return Path(self.history.path)
+        return Path(self.history.engine.path)
 
 
 def build(root: Path, ws: str = "ws", *, segment_bytes: int = 1 << 20, small: bool = False,
@@ -55,7 +55,7 @@ def build(root: Path, ws: str = "ws", *, segment_bytes: int = 1 << 20, small: bo
             if i == 4:
                 h.compact([msg("summary", "assistant")])
         h.append(msg("tail"))
-    return Built(store, h, committed_batches(Path(h.path)))
+    return Built(store, h, committed_batches(Path(h.engine.path)))
 
 
 def committed_batches(wsdir: Path) -> list[tuple[bytes, ...]]:

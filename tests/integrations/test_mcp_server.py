@@ -149,7 +149,7 @@ def test_lock_timeout_and_disabled_retrieval_come_back_as_their_codes(tmp_path: 
     async def scenario() -> None:
         async with serve(tmp_path, "ws", "--lock-timeout", "0.1") as client:
             assert (await call(client, action="search", query="hello"))["items"]
-            with locked(h.path, "ws", 5.0, shared=False):
+            with locked(h.engine.path, "ws", 5.0, shared=False):
                 assert code(await call(client, action="search", query="hello")) == \
                     "history_unavailable"
         async with serve(tmp_path, "ws", "--no-retrieval") as client:
@@ -287,7 +287,7 @@ def test_refusals_reach_the_client_with_code_and_reason_and_no_traceback(
             assert "64-bit" in error_of(huge)["message"]
             extra = await client.call_tool("append", {"rows": [msg("x")], "batch": "b"})
             assert error_of(extra)["code"] == "bad_request"
-            with locked(h.path, "ws", 5.0, shared=False):
+            with locked(h.engine.path, "ws", 5.0, shared=False):
                 busy = await client.call_tool("append", {"rows": [msg("late")]})
                 assert error_of(busy)["code"] == "lock_timeout"
                 busy = await client.call_tool("clear", {})
@@ -338,7 +338,7 @@ def test_an_unreadable_window_is_an_error_with_its_reason_and_no_traceback(
     errfile = tmp_path / "server.err"
     h = Store(tmp_path, durability="off").history("ws")
     h.append_many([msg("first"), msg("second", role="assistant")])
-    (Path(h.path) / "FORMAT").write_text("transcript-ledger 99\n")  # a newer version's
+    (Path(h.engine.path) / "FORMAT").write_text("transcript-ledger 99\n")  # a newer version's
 
     async def scenario() -> None:
         async with serve_logging(tmp_path, "ws", errfile) as client:

@@ -177,9 +177,9 @@ def test_notices_do_not_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 def test_receipt_that_disagrees_with_matching_stamps(tmp_path: Path) -> None:
     b = build(tmp_path / "s")
-    receipt = read_receipt(b.history.path)
+    receipt = read_receipt(b.history.engine.path)
     assert receipt is not None and receipt.has_floor
-    write_receipt(b.history.path, replace(receipt, floor_segment=0, floor_offset=0,
+    write_receipt(b.history.engine.path, replace(receipt, floor_segment=0, floor_offset=0,
                                           floor_seq=fmt.NO_FLOOR))
     r = check(b.history)
     assert _codes(r)["receipt_disagrees"] == DAMAGE

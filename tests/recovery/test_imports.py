@@ -297,10 +297,10 @@ def test_damaged_import_writes_quarantine_once(
     report = import_file(store, "ws", src, "codex")
     assert report.quarantined >= 1
     h = store.history("ws")
-    manifest = read_manifest(h.path)
+    manifest = read_manifest(h.engine.path)
     assert len(manifest) == report.quarantined
     for entry, listed in zip(manifest, report.quarantine, strict=True):
-        blob = Path(quarantine_dir(h.path)) / f"{entry.entry}{ENTRY_SUFFIX}"
+        blob = Path(quarantine_dir(h.engine.path)) / f"{entry.entry}{ENTRY_SUFFIX}"
         assert blob.read_bytes() == damaged[entry.offset : entry.offset + entry.length]
         assert (entry.source, entry.reason, entry.digest) == (
             str(src), listed["reason"], listed["digest"])
@@ -309,7 +309,7 @@ def test_damaged_import_writes_quarantine_once(
     again = import_file(store, "ws", src, "codex")
     assert again.written == 0
     assert len(list(h.rows())) == rows
-    assert read_manifest(h.path) == manifest
+    assert read_manifest(h.engine.path) == manifest
 
 
 # --- salvage on small, exact inputs ------------------------------------------------
@@ -490,9 +490,9 @@ def test_write_quarantine_is_idempotent(tmp_path: Path) -> None:
     entry = Quarantined(5, 3, "nul-run", b"\x00\x00\x00")
     names = write_quarantine(h, "src.jsonl", [entry])
     assert write_quarantine(h, "src.jsonl", [entry]) == names
-    (listed,) = read_manifest(h.path)
+    (listed,) = read_manifest(h.engine.path)
     assert (listed.offset, listed.length, listed.reason) == (5, 3, "nul-run")
-    blob = Path(quarantine_dir(h.path)) / f"{names[0]}{ENTRY_SUFFIX}"
+    blob = Path(quarantine_dir(h.engine.path)) / f"{names[0]}{ENTRY_SUFFIX}"
     assert blob.read_bytes() == b"\x00" * 3
     assert write_quarantine(h, "src.jsonl", []) == []
 

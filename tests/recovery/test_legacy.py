@@ -93,17 +93,17 @@ def test_fixture(case: str, tmp_path: Path) -> None:
         assert floor is not None and floor.seq == exp["floor_after_seq"]
     if "window_reason" in exp:
         st = h.snapshot()
-        bounds = h.index.all_bounds(st.sealed, (st.active, st.active_stamp), None)
+        bounds = h.engine.index.all_bounds(st.sealed, (st.active, st.active_stamp), None)
         assert bounds[-1].reason == exp["window_reason"]
     report_after = check(h)
     assert report_after.ok, report_after.text()
     assert [f for f in report_after.findings if f.code != "reused_seq"] == []
     if exp["kind"] == "legacy":
-        snapshot = all_files(Path(h.path))
+        snapshot = all_files(Path(h.engine.path))
         again = import_legacy(h, str(src))
         assert again.imported_rows == 0
         assert again.skipped + len(again.quarantined) == again.records
-        assert all_files(Path(h.path)) == snapshot, "importing twice must add nothing"
+        assert all_files(Path(h.engine.path)) == snapshot, "importing twice must add nothing"
 
 
 def test_import_appends_after_existing_rows_and_cli(tmp_path: Path,

@@ -133,7 +133,7 @@ def test_half_written_rollover_is_removed_whole_and_sealed(tmp_path: Path) -> No
     h = store.history("ws")
     h.append_many([msg("before"), msg("answer", "assistant")])
     r = h.rollover([msg("queued trigger")], lead_in="new window")
-    seg = _segs(Path(h.path))[-1]
+    seg = _segs(Path(h.engine.path))[-1]
     data = seg.read_bytes()
     seg.write_bytes(data[: data.rindex(b"queued")])  # the trigger row is torn
     rep = repair(h)
@@ -143,9 +143,10 @@ def test_half_written_rollover_is_removed_whole_and_sealed(tmp_path: Path) -> No
     reset = rows[-1]
     assert reset["reset"] == {"reason": "manual"} and reset["seq"] == r.seqs[0]
     entry = reset["meta"]["recovered"]
-    (q,) = read_manifest(h.path)
+    (q,) = read_manifest(h.engine.path)
     assert q.entry == entry and "incomplete batch" in q.reason
-    assert b'"kind":"lead_in"' in (Path(h.path) / fmt.QUARANTINE_DIR / f"{entry}.bin").read_bytes()
+    entry_path = Path(h.engine.path) / fmt.QUARANTINE_DIR / f"{entry}.bin"
+    assert b'"kind":"lead_in"' in entry_path.read_bytes()
     assert h.provider_view() == []  # the trigger is not resurrected, no lead-in
     assert h.snapshot().floor is not None and h.snapshot().floor.seq == r.seqs[0]
     nxt = h.append(msg("next"))
@@ -158,7 +159,7 @@ def test_unreadable_reset_candidate_is_replaced_by_a_manual_reset(tmp_path: Path
     h.append(msg("secret"))
     c = h.clear_soft()
     h.append(msg("after"))
-    seg = _segs(Path(h.path))[-1]
+    seg = _segs(Path(h.engine.path))[-1]
     data = seg.read_bytes()
     at = data.index(b'"kind":"reset"')
     broken = data[:at] + b'"kind" : "\\u0072eset",' + data[at + len(b'"kind":"reset",'):]
@@ -177,14 +178,14 @@ def test_unreadable_reset_candidate_is_replaced_by_a_manual_reset(tmp_path: Path
 
 def test_pending_receipt_is_rebaselined_without_touching_segments(tmp_path: Path) -> None:
     b = build(tmp_path / "s", segment_bytes=700)
-    receipt = read_receipt(b.history.path)
+    receipt = read_receipt(b.history.engine.path)
     assert receipt is not None
-    write_receipt(b.history.path, replace(receipt, state=fmt.PENDING))
+    write_receipt(b.history.engine.path, replace(receipt, state=fmt.PENDING))
     before = seg_files(b.path)
     rep = repair(b.history)
     assert rep.changed and rep.exit_code() == 0 and rep.receipt == "re-baselined"
     assert seg_files(b.path) == before
-    after = read_receipt(b.history.path)
+    after = read_receipt(b.history.engine.path)
     assert after is not None and after.stable and after.epoch != receipt.epoch
     assert check(b.history).findings == []
 

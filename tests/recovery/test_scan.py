@@ -121,7 +121,7 @@ def test_a_reset_hidden_behind_a_duplicate_key_is_a_floor(tmp_path: Path) -> Non
     store = Store(tmp_path, durability="off")
     h = store.history("ws")
     h.append({"kind": "message", "role": "user", "parts": [{"type": "text", "text": "a"}]})
-    seg = Path(segs.segment_path(h.path, segs.list_segments(h.path)[-1]))
+    seg = Path(segs.segment_path(h.engine.path, segs.list_segments(h.engine.path)[-1]))
     hidden = json.dumps(_row(2)).replace('"kind": "message"',
                                          '"kind": "reset", "kind": "message"')
     seg.write_bytes(seg.read_bytes() + fmt.frame(hidden.encode()))

@@ -208,7 +208,7 @@ def test_every_change_of_a_reset_line_survives_repair(
     h = Store(src, durability="off").history(WS)
     floor = h.snapshot().floor
     assert floor is not None and floor.readable
-    seg = Path(segs.segment_path(h.path, floor.segment))
+    seg = Path(segs.segment_path(h.engine.path, floor.segment))
     data = seg.read_bytes()
     end = data.index(b"\n", floor.offset) + 1
     cases: list[tuple[str, bytes]] = []
@@ -257,7 +257,7 @@ def _flip_floor_kind(root: Path) -> None:
     h = Store(root, durability="off").history(WS)
     floor = h.snapshot().floor
     assert floor is not None
-    seg = Path(segs.segment_path(h.path, floor.segment))
+    seg = Path(segs.segment_path(h.engine.path, floor.segment))
     data = seg.read_bytes()
     i = data.index(b'"kind":"reset"', floor.offset) + 9
     _replace(seg, data[:i] + bytes([data[i] ^ 0x01]) + data[i + 1 :])
@@ -275,10 +275,10 @@ def test_flipped_kind_blocks_reads_until_repair_restores_the_floor(
         h.provider_view()
     res = json.loads(h.session_history().call({"action": "search", "query": "public"}))
     assert res["error"]["code"] == "history_unavailable"
-    assert h.stat()["floor"]["damaged"] is True
+    assert h.stat().floor.damaged is True
     rep = repair(h)
     assert rep.consistent and rep.changed
-    assert h.stat()["floor"]["damaged"] is False
+    assert h.stat().floor.damaged is False
     reset = [r.to_dict() for r in h.rows() if r.kind == "reset"]
     recovered = [r for r in reset if "recovered" in r["meta"]]
     assert len(recovered) == 1 and recovered[0]["reset"] == {"reason": "manual"}
@@ -301,11 +301,11 @@ def test_cut_at_the_floor_line_start_is_refused_by_strict(
     h = Store(root, durability="off").history(WS)
     floor = h.snapshot().floor
     assert floor is not None
-    seg = Path(segs.segment_path(h.path, floor.segment))
+    seg = Path(segs.segment_path(h.engine.path, floor.segment))
     _replace(seg, seg.read_bytes()[: floor.offset])
-    for n in segs.list_segments(h.path):
+    for n in segs.list_segments(h.engine.path):
         if n > floor.segment:
-            os.unlink(segs.segment_path(h.path, n))
+            os.unlink(segs.segment_path(h.engine.path, n))
     assert [r.seq for r in h.rows()] == list(range(1, floor.seq))  # every line reads
     with pytest.raises(LedgerError, match="privacy floor"):
         h.provider_view()
@@ -377,9 +377,9 @@ def test_index_remembers_a_floor_when_the_receipt_is_gone(
     shutil.copytree(src, root)
     h = Store(root, durability="off").history(WS)
     floor = h.snapshot().floor
-    assert floor is not None and floor.segment != segs.list_segments(h.path)[-1]
+    assert floor is not None and floor.segment != segs.list_segments(h.engine.path)[-1]
     (root / WS / "RECEIPT").unlink()
-    seg = Path(segs.segment_path(h.path, floor.segment))
+    seg = Path(segs.segment_path(h.engine.path, floor.segment))
     _replace(seg, seg.read_bytes()[: floor.offset])
     assert _leaks(root, seqs) == []
     with pytest.raises(LedgerError, match="privacy floor"):
@@ -403,7 +403,7 @@ def test_every_byte_value_at_every_byte_of_a_reset_line_leaves_a_floor(
     h = Store(src, durability="off").history(WS)
     floor = h.snapshot().floor
     assert floor is not None
-    data = Path(segs.segment_path(h.path, floor.segment)).read_bytes()
+    data = Path(segs.segment_path(h.engine.path, floor.segment)).read_bytes()
     line = data[floor.offset : data.index(b"\n", floor.offset)]
     assert fmt.decode_line(line) is not None
     missed = []

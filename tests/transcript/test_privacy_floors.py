@@ -55,9 +55,9 @@ def seqs(tool: Any, query: str = "tok", **extra: Any) -> list[int]:
 
 def raw_append(h: History, data: bytes, *, new_segment: bool = False) -> None:
     """An untracked edit: bytes appended to the active segment (or a new one)."""
-    numbers = segs.list_segments(h.path)
+    numbers = segs.list_segments(h.engine.path)
     number = numbers[-1] + 1 if new_segment or not numbers else numbers[-1]
-    with open(segs.segment_path(h.path, number), "ab") as f:
+    with open(segs.segment_path(h.engine.path, number), "ab") as f:
         f.write(data)
 
 
@@ -228,7 +228,7 @@ def test_a_row_that_mentions_a_reset_is_not_a_floor_derived_from_the_bytes(
     last = h.append_many([msg("tok last")]).seqs
     tool = h.session_history()
     raw_append(h, b"")
-    os.utime(segs.segment_path(h.path, segs.list_segments(h.path)[-1]), ns=(1, 1))
+    os.utime(segs.segment_path(h.engine.path, segs.list_segments(h.engine.path)[-1]), ns=(1, 1))
     assert not h.snapshot().verified
     assert seqs(tool) == first + ids + nested[:1] + last
     assert seqs(tool, '"kind":"reset"') == [ids[0], nested[1]]

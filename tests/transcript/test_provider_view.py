@@ -44,7 +44,7 @@ def test_view_reads_only_the_window(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         h.append_many([msg(f"old {i} {j}") for j in range(4)])
     r = h.rollover([msg("trigger")])
     after = [h.append(msg(f"new {i}")).seqs[0] for i in range(12)]
-    numbers = segs.list_segments(h.path)
+    numbers = segs.list_segments(h.engine.path)
     assert len(numbers) > 20
     window_seg = h.get(r.seqs[0]).segment  # type: ignore[union-attr]
     assert window_seg > numbers[0] + 15
@@ -70,7 +70,7 @@ def test_view_reads_only_the_window(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_view_after_an_untracked_reset_candidate(tmp_path: Path) -> None:
     h = Store(tmp_path, durability="off", segment_bytes=1 << 20).history("ws")
     h.append_many([msg(f"old {i}") for i in range(5)])
-    path = segs.segment_path(h.path, segs.list_segments(h.path)[-1])
+    path = segs.segment_path(h.engine.path, segs.list_segments(h.engine.path)[-1])
     with open(path, "ab") as f:
         f.write(b'{"seq":6,"\\u006bind":"reset"}\n')
     assert view(h) == []

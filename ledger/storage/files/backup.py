@@ -9,6 +9,7 @@ from typing import Any
 
 from ledger.core import format as fmt
 from ledger.core.errors import LedgerError
+from ledger.storage.engine import BackupResult
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
 from ledger.storage.files.retention import quarantine_dir
@@ -17,7 +18,7 @@ from ledger.storage.files.state import unwrap
 _COPY_CHUNK = 1 << 20
 
 
-def backup(history: Any, dest: str) -> dict[str, Any]:
+def backup(history: Any, dest: str) -> BackupResult:
     """Copy a consistent snapshot of the history into the new directory ``dest``.
 
     Taken under the shared lock (writers wait; readers go on). Copies FORMAT,
@@ -39,7 +40,7 @@ def backup(history: Any, dest: str) -> dict[str, Any]:
         ) from exc
 
 
-def _backup(history: Any, dest: str) -> dict[str, Any]:
+def _backup(history: Any, dest: str) -> BackupResult:
     if os.path.lexists(dest):
         raise LedgerError(f"backup destination {dest} already exists; choose a new path")
     parent = os.path.dirname(dest)
@@ -91,13 +92,7 @@ def _backup(history: Any, dest: str) -> dict[str, Any]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return {
-        "workspace": history.workspace,
-        "dest": dest,
-        "files": files,
-        "bytes": copied,
-        "epoch": epoch,
-    }
+    return BackupResult(history.workspace, dest, files, copied, epoch)
 
 
 def _copy_file(src: str, dst: str) -> int:

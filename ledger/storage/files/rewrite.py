@@ -265,7 +265,7 @@ def _settle(history: History) -> Resolution | None:
 # --- reject -------------------------------------------------------------------------
 
 
-def reject(history: History, seq_or_seqs: int | Iterable[int]) -> dict[str, Any]:
+def reject(history: History, seq_or_seqs: int | Iterable[int]) -> rules.RejectResult:
     """Quarantine persisted requests (and the synthetic prelude rows they own)
     as empty assistant records (DESIGN.md 3). Rejecting a record that is
     already rejected keeps its inner original. Refuses, writing nothing, when
@@ -314,7 +314,7 @@ def reject(history: History, seq_or_seqs: int | Iterable[int]) -> dict[str, Any]
 # --- truncate ------------------------------------------------------------------------
 
 
-def truncate_after(history: History, seq: int) -> dict[str, Any]:
+def truncate_after(history: History, seq: int) -> rules.TruncateResult:
     """Drop every row after the row ``seq`` (its last occurrence in log order).
 
     ``seq`` must end its batch (a batch is never split). The dropped bytes go
@@ -414,9 +414,9 @@ def truncate_after(history: History, seq: int) -> dict[str, Any]:
             if changes
             else None
         )
-    return rules.truncate_result(
-        seq, removed_rows, removed_bytes, entries_out, out.epoch if out else st.epoch,
-        kept_reset_candidates=kept_candidates, recovered=settled.to_dict() if settled else None,
+    return rules.TruncateResult(
+        seq, removed_rows, removed_bytes, kept_candidates, entries_out,
+        out.epoch if out else st.epoch, settled.to_dict() if settled else None,
     )
 
 
@@ -427,7 +427,7 @@ def _put(q: Quarantine, data: bytes, source: str, offset: int, reason: str) -> C
 # --- purge ------------------------------------------------------------------------------
 
 
-def purge_before_floor(history: History) -> dict[str, Any]:
+def purge_before_floor(history: History) -> rules.PurgeResult:
     """Really delete every row at or before the newest manual reset (the
     privacy floor): no quarantine. The floor row goes too when it is a batch of
     its own; a floor inside a larger batch keeps that whole batch. Unreadable
@@ -439,16 +439,14 @@ def purge_before_floor(history: History) -> dict[str, Any]:
         st = history.state()
         active = (st.active, st.active_stamp) if st.active_stamp is not None else None
         floors = [b for b in history.index.all_bounds(st.sealed, active, None) if b.is_floor]
-        result = rules.purge_result(st.epoch, settled.to_dict() if settled else None)
+        recovered = settled.to_dict() if settled else None
         if not floors:
-            return result
+            return rules.PurgeResult(0, 0, 0, None, st.epoch, recovered)
         floor = floors[-1]
-        result["floor"] = {
-            "seq": floor.seq if floor.readable else None,
-            "segment": fmt.segment_name(floor.segment),
-            "offset": floor.offset,
-        }
+        where = rules.FloorAt(floor.seq if floor.readable else None,
+                              fmt.segment_name(floor.segment), floor.offset)
         changes: dict[int, list[bytes] | None] = {}
+        purged_rows = purged_bytes = kept_candidates = 0
         for n in [m for m in st.segments if m <= floor.segment]:
             ents = segment_entries(history.path, n)
             cut = len(ents)
@@ -464,17 +462,18 @@ def purge_before_floor(history: History) -> dict[str, Any]:
                 if i >= cut or e.candidate:
                     kept.append(raw)
                     if i < cut:
-                        result["kept_reset_candidates"] += 1
+                        kept_candidates += 1
                     continue
                 dropped += 1
-                result["purged_bytes"] += len(raw)
-                result["purged_rows"] += e.row is not None
+                purged_bytes += len(raw)
+                purged_rows += e.row is not None
             if dropped:
                 changes[n] = kept if kept else None
+        epoch = st.epoch
         if changes:
-            out = commit_rewrite(history, st, changes, op="purge_before_floor")
-            result["epoch"] = out.epoch
-        return result
+            epoch = commit_rewrite(history, st, changes, op="purge_before_floor").epoch
+        return rules.PurgeResult(purged_rows, purged_bytes, kept_candidates, where, epoch,
+                                 recovered)
 
 
 def _purge_cut(ents: list[Entry], floor_offset: int) -> int:

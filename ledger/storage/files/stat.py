@@ -7,11 +7,13 @@ import os
 from typing import Any
 
 from ledger.core import format as fmt
+from ledger.core.rules import FloorAt
+from ledger.storage.engine import SegmentStat, StatReceipt, StatReport
 from ledger.storage.files import segments as segs
 from ledger.storage.files.receipt import read_receipt, receipt_status
 
 
-def stat_report(h: Any) -> dict[str, Any]:
+def stat_report(h: Any) -> StatReport:
     """The stat document of a file-engine workspace (read-only): receipt,
     epoch, window, number of windows, floor, segments with their line counts,
     quarantine bytes. Windows are counted from the boundary index (INDEX; a
@@ -19,14 +21,14 @@ def stat_report(h: Any) -> dict[str, Any]:
     h._require()
     st = h.snapshot()
     receipt = read_receipt(h.path)
-    seg_list = []
+    seg_list: list[SegmentStat] = []
     total_bytes = 0
     total_rows = 0
     for number, stamp in [*st.sealed, *([(st.active, st.active_stamp)] if st.active else [])]:
         path = segs.segment_path(h.path, number)
         with open(path, "rb") as f:
             lines = sum(chunk.count(b"\n") for chunk in iter(lambda f=f: f.read(1 << 20), b""))
-        seg_list.append({"name": fmt.segment_name(number), "bytes": stamp.size, "lines": lines})
+        seg_list.append(SegmentStat(fmt.segment_name(number), stamp.size, lines))
         total_bytes += stamp.size
         total_rows += lines
     active = (st.active, st.active_stamp) if st.active_stamp is not None else None
@@ -41,30 +43,26 @@ def stat_report(h: Any) -> dict[str, Any]:
                 pass
     floor = None
     if st.floor is not None:
-        floor = {
-            "seq": st.floor.seq if st.floor.seq >= 0 else None,
-            "segment": fmt.segment_name(st.floor.segment),
-            "offset": st.floor.offset,
-            # damage that may have been a reset, or a recorded floor the log lost:
-            # window reads and session_history are refused until repair
-            "damaged": st.floor.damaged,
-        }
-    return {
-        "workspace": h.workspace,
-        "receipt": {
-            "status": receipt_status(h.path),
-            "epoch": receipt.epoch if receipt else None,
-            "next_seq": receipt.next_seq if receipt else None,
-            "stamps_match": st.verified,
-        },
-        "epoch": st.epoch,
-        "window": st.window_seq,
-        "windows": 1 + len(bounds),  # window 0, then one per boundary
-        "next_seq": st.next_seq,
-        "floor": floor,
-        "segments": seg_list,
-        "rows": total_rows,
-        "bytes": total_bytes,
-        "quarantine_bytes": q_bytes,
-        "stray_temp_files": segs.stray_temps(h.path),
-    }
+        # damaged: damage that may have been a reset, or a recorded floor the
+        # log lost; window reads and session_history are refused until repair
+        floor = FloorAt(st.floor.seq if st.floor.seq >= 0 else None,
+                        fmt.segment_name(st.floor.segment), st.floor.offset, st.floor.damaged)
+    return StatReport(
+        workspace=h.workspace,
+        receipt=StatReceipt(
+            receipt_status(h.path),
+            receipt.epoch if receipt else None,
+            receipt.next_seq if receipt else None,
+            st.verified,
+        ),
+        epoch=st.epoch,
+        window=st.window_seq,
+        windows=1 + len(bounds),  # window 0, then one per boundary
+        next_seq=st.next_seq,
+        floor=floor,
+        segments=seg_list,
+        rows=total_rows,
+        bytes=total_bytes,
+        quarantine_bytes=q_bytes,
+        stray_temp_files=segs.stray_temps(h.path),
+    )

@@ -23,7 +23,7 @@ validation and reads they start from.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from ledger.core import format as fmt
@@ -31,7 +31,9 @@ from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.errors import CommitFailed, CommitUncertain, DeletePending
 from ledger.core.rows import prepare_batch, renumber
+from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.windows import window_marker
+from ledger.storage.engine import BackupResult, StatReport
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.backup import backup as backup_history
@@ -307,20 +309,20 @@ class FileWorkspace(WorkspaceBase):
                 break
         return None
 
-    def reject(self, seq_or_seqs: int | Sequence[int]) -> Any:
+    def reject(self, seq_or_seqs: int | Iterable[int]) -> RejectResult:
         """Quarantine a persisted request (and the synthetic rows it owns) as an
         empty assistant record holding the original in ``meta.quarantine``."""
         return rewrite.reject(self, seq_or_seqs)
 
-    def truncate_after(self, seq: int) -> Any:
+    def truncate_after(self, seq: int) -> TruncateResult:
         """Drop every row after ``seq`` (to quarantine), as a marked rewrite."""
         return rewrite.truncate_after(self, seq)
 
-    def purge_before_floor(self) -> Any:
+    def purge_before_floor(self) -> PurgeResult:
         """Really delete the rows at or before the newest manual reset."""
         return rewrite.purge_before_floor(self)
 
-    def backup(self, dest: str) -> Any:
+    def backup(self, dest: str) -> BackupResult:
         """A consistent copy of this history, taken under the lock."""
         return backup_history(self, dest)
 
@@ -360,7 +362,7 @@ class FileWorkspace(WorkspaceBase):
         """The bounded page reader ``session_history`` uses (``reader.py``)."""
         return FileReader(self)
 
-    def stat(self) -> dict[str, Any]:
+    def stat(self) -> StatReport:
         """The ``tledger stat`` document (``stat.py``)."""
         return stat_report(self)
 

@@ -12,7 +12,7 @@ engines do). What a rewrite touches and refuses is ``ledger.core.rules``.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ from ledger.core.husks import husk_line
 from ledger.core.rows import Row, now_ms, prepare_batch, renumber
 from ledger.core.windows import Boundary
 from ledger.storage.copydir import write_workspace_dir
-from ledger.storage.engine import StoreOptions
+from ledger.storage.engine import BackupResult, StatReport, StoreOptions, WorkspaceHandle
 from ledger.storage.memory.engine import MemoryRoot, Quarantined
 from ledger.storage.seqpages import RowState, boundary
 
@@ -110,16 +110,12 @@ def _row(s: Stored) -> Row:
     return Row(s.line, s.seq, 0, data)
 
 
-class MemWorkspace:
+class MemWorkspace(WorkspaceHandle):
     """One workspace of a memory root (module doc)."""
 
     def __init__(self, root: MemoryRoot, store: StoreOptions, workspace: str) -> None:
+        super().__init__(store, workspace)
         self.root = root
-        self.store = store
-        self.workspace = workspace
-
-    def __repr__(self) -> str:
-        return f"MemWorkspace({self.workspace!r})"
 
     def locked(self) -> Any:
         return self.root.locked(self.store.lock_timeout, self.workspace)
@@ -253,7 +249,7 @@ class MemWorkspace:
 
     # --- rewrites (each bumps the epoch) --------------------------------------------
 
-    def reject(self, seq_or_seqs: int | Sequence[int]) -> dict[str, Any]:
+    def reject(self, seq_or_seqs: int | Iterable[int]) -> rules.RejectResult:
         seqs = rules.reject_seqs(seq_or_seqs)
         with self.locked():
             sp = self.space()
@@ -287,7 +283,7 @@ class MemWorkspace:
                 sp.recompute(sp.next_seq)
             return rules.reject_result(rejected, already, sp.epoch)
 
-    def truncate_after(self, seq: int) -> dict[str, Any]:
+    def truncate_after(self, seq: int) -> rules.TruncateResult:
         seq = rules.truncate_seq(seq)
         with self.locked():
             sp = self.space()
@@ -303,34 +299,31 @@ class MemWorkspace:
                 self.quarantine().extend((ts, r.seq, reason, r.line) for r in gone)
                 sp.replace(sp.rows[: i + 1])
                 sp.recompute(sp.next_seq)
-            return rules.truncate_result(
-                seq, len(gone), removed_bytes,
+            return rules.TruncateResult(
+                seq, len(gone), removed_bytes, 0,
                 [f"memory quarantine ({len(gone)} rows)"] if gone else [], sp.epoch)
 
-    def purge_before_floor(self) -> dict[str, Any]:
+    def purge_before_floor(self) -> rules.PurgeResult:
         with self.locked():
             sp = self.space()
-            result = rules.purge_result(sp.epoch)
             if sp.floor is None:
-                return result
+                return rules.PurgeResult(0, 0, 0, None, sp.epoch)
             floor = sp.floor.seq
-            result["floor"] = {"seq": floor, "segment": None, "offset": None}
             fi = sp.index_of(floor)
             if fi is not None:
                 cut = rules.purge_cut([r.data for r in sp.rows[: fi + 1]], fi)
             else:  # the floor row went in an earlier purge: its place still counts
                 cut = bisect.bisect_right(sp.seqs, floor)
+            purged_bytes = sum(len(r.line) + 1 for r in sp.rows[:cut])
             if cut:
-                result["purged_rows"] = cut
-                result["purged_bytes"] = sum(len(r.line) + 1 for r in sp.rows[:cut])
                 window, floor_b, next_seq = sp.window, sp.floor, sp.next_seq
                 sp.replace(sp.rows[cut:])
                 # The floor stays where it was even when its row is gone:
                 # nothing at or before it may come back (fail closed).
                 sp.window, sp.floor, sp.next_seq = window, floor_b, next_seq
                 sp.epoch = rules.new_epoch(sp.epoch)
-                result["epoch"] = sp.epoch
-            return result
+            return rules.PurgeResult(cut, purged_bytes, 0, rules.FloorAt(floor, None, None),
+                                     sp.epoch)
 
     def rebaseline(self) -> int:
         with self.locked():
@@ -367,32 +360,19 @@ class MemWorkspace:
             q.append((now_ms(), None, why, data))
             return f"memory-quarantine:{len(q)}"
 
-    def backup(self, dest: str) -> dict[str, Any]:
+    def backup(self, dest: str) -> BackupResult:
         """This workspace as a file-engine directory ``dest`` (new), from one
         consistent copy of its rows (``ledger.storage.copydir``)."""
         with self.locked():
             rows = list(self.space().rows)
         total = write_workspace_dir(dest, (r.line for r in rows))
-        return {"workspace": self.workspace, "dest": dest, "files": 2, "bytes": total}
+        return BackupResult(self.workspace, dest, 2, total)
 
-    def stat(self) -> dict[str, Any]:
+    def stat(self) -> StatReport:
         with self.locked():
             sp = self.space()
-            st = sp.state()
-            return {
-                "workspace": self.workspace,
-                "engine": "memory",
-                "root": self.root.label,
-                "receipt": {"status": "stable", "epoch": st.epoch, "next_seq": st.next_seq,
-                            "stamps_match": True},
-                "epoch": st.epoch,
-                "window": st.window_seq,
-                "windows": 1 + len(sp.bounds),  # window 0, then one per boundary
-                "next_seq": st.next_seq,
-                "floor": None if st.floor is None else {"seq": st.floor.seq, "segment": None,
-                                                         "offset": None},
-                "segments": [],
-                "rows": len(sp.rows),
-                "bytes": sum(len(r.line) + 1 for r in sp.rows),
-                "quarantine_bytes": sum(len(e[3]) for e in self.quarantine()),
-            }
+            return sp.state().stat(
+                self.workspace, engine="memory", root=self.root.label,
+                boundaries=len(sp.bounds), rows=len(sp.rows),
+                nbytes=sum(len(r.line) + 1 for r in sp.rows),
+                quarantine_bytes=sum(len(e[3]) for e in self.quarantine()))

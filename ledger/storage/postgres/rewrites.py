@@ -27,6 +27,7 @@ from ledger.core import rules
 from ledger.core.husks import husk_line
 from ledger.core.rows import now_ms
 from ledger.storage.copydir import refuse_existing, write_workspace_dir
+from ledger.storage.engine import BackupResult, StatReport
 from ledger.storage.postgres.workspace import PgState, decode
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ def _batch_rows(ws: PgWorkspace, conn: Any, batch_id: str) -> list[tuple[int, by
     return [(seq, bytes(raw)) for seq, raw in got]
 
 
-def reject(ws: PgWorkspace, seq_or_seqs: int | Iterable[int]) -> dict[str, Any]:
+def reject(ws: PgWorkspace, seq_or_seqs: int | Iterable[int]) -> rules.RejectResult:
     seqs = rules.reject_seqs(seq_or_seqs)
     with ws.db.write(f"reject in workspace {ws.workspace!r}") as conn:
         st = _begin(ws, conn)
@@ -128,7 +129,7 @@ def reject(ws: PgWorkspace, seq_or_seqs: int | Iterable[int]) -> dict[str, Any]:
     return rules.reject_result(rejected, already, epoch)
 
 
-def truncate_after(ws: PgWorkspace, seq: int) -> dict[str, Any]:
+def truncate_after(ws: PgWorkspace, seq: int) -> rules.TruncateResult:
     seq = rules.truncate_seq(seq)
     with ws.db.write(f"truncate workspace {ws.workspace!r}") as conn:
         st = _begin(ws, conn)
@@ -145,19 +146,17 @@ def truncate_after(ws: PgWorkspace, seq: int) -> dict[str, Any]:
             conn.execute("DELETE FROM tl_batches WHERE workspace = %s AND batch_id = ANY(%s)",
                          (ws.workspace, [b for b in batches if b is not None]))
         epoch = recompute_head(ws, conn, st, st.next_seq) if removed_rows else st.epoch
-    return rules.truncate_result(
-        seq, removed_rows, int(removed_bytes),
+    return rules.TruncateResult(
+        seq, removed_rows, int(removed_bytes), 0,
         [f"tl_quarantine ({removed_rows} rows)"] if removed_rows else [], epoch)
 
 
-def purge_before_floor(ws: PgWorkspace) -> dict[str, Any]:
+def purge_before_floor(ws: PgWorkspace) -> rules.PurgeResult:
     with ws.db.write(f"purge workspace {ws.workspace!r}") as conn:
         st = _begin(ws, conn)
-        result = rules.purge_result(st.epoch)
         if st.floor is None:
-            return result
+            return rules.PurgeResult(0, 0, 0, None, st.epoch)
         floor = st.floor.seq
-        result["floor"] = {"seq": floor, "segment": None, "offset": None}
         cut = floor  # rows at or before `cut` go
         got = conn.execute("SELECT batch_id FROM tl_rows WHERE workspace = %s AND seq = %s",
                            (ws.workspace, floor)).fetchone()
@@ -170,21 +169,21 @@ def purge_before_floor(ws: PgWorkspace) -> dict[str, Any]:
             "WITH gone AS (DELETE FROM tl_rows WHERE workspace = %s AND seq <= %s "
             "RETURNING batch_id, raw) SELECT count(*), coalesce(sum(octet_length(raw) + 1), 0), "
             "array_agg(DISTINCT batch_id) FROM gone", (ws.workspace, cut)).fetchone()
-        result["purged_rows"], result["purged_bytes"] = gone[0], int(gone[1])
         if gone[2]:
             conn.execute("DELETE FROM tl_batches WHERE workspace = %s AND batch_id = ANY(%s)",
                          (ws.workspace, [b for b in gone[2] if b is not None]))
+        epoch = st.epoch
         if gone[0]:
             # The floor stays where it was even when its row is gone: nothing
             # at or before it may come back (fail closed).
             epoch = rules.new_epoch(st.epoch)
             conn.execute("UPDATE tl_head SET epoch = %s, updated_ms = %s WHERE workspace = %s",
                          (epoch, now_ms(), ws.workspace))
-            result["epoch"] = epoch
-        return result
+        return rules.PurgeResult(gone[0], int(gone[1]), 0, rules.FloorAt(floor, None, None),
+                                 epoch)
 
 
-def backup(ws: PgWorkspace, dest: str) -> dict[str, Any]:
+def backup(ws: PgWorkspace, dest: str) -> BackupResult:
     """A copy of this workspace as a file-engine workspace directory ``dest``
     (new): FORMAT and one segment holding every row's bytes, read from one
     snapshot (REPEATABLE READ). Copy it under a file root as ROOT/WS, or
@@ -197,10 +196,10 @@ def backup(ws: PgWorkspace, dest: str) -> dict[str, Any]:
         cur.execute("SELECT raw FROM tl_rows WHERE workspace = %s ORDER BY seq",
                     (ws.workspace,))
         total = write_workspace_dir(dest, (bytes(raw) for (raw,) in cur))
-    return {"workspace": ws.workspace, "dest": dest, "files": 2, "bytes": total}
+    return BackupResult(ws.workspace, dest, 2, total)
 
 
-def stat(ws: PgWorkspace) -> dict[str, Any]:
+def stat(ws: PgWorkspace) -> StatReport:
     ws.require()
     with ws.db.read("stat") as conn:
         st = ws._head(conn)
@@ -213,20 +212,6 @@ def stat(ws: PgWorkspace) -> dict[str, Any]:
             "SELECT count(*) FROM tl_rows WHERE workspace = %s AND boundary IS NOT NULL",
             (ws.workspace,)).fetchone()
     assert st is not None
-    return {
-        "workspace": ws.workspace,
-        "engine": "postgresql",
-        "database": ws.db.where,
-        "receipt": {"status": "stable", "epoch": st.epoch, "next_seq": st.next_seq,
-                    "stamps_match": True},
-        "epoch": st.epoch,
-        "window": st.window_seq,
-        "windows": 1 + int(bounds[0]),  # window 0, then one per boundary
-        "next_seq": st.next_seq,
-        "floor": None if st.floor is None else {"seq": st.floor.seq, "segment": None,
-                                                 "offset": None},
-        "segments": [],
-        "rows": counts[0],
-        "bytes": int(counts[1]),
-        "quarantine_bytes": int(q[0]),
-    }
+    return st.stat(ws.workspace, engine="postgresql", database=ws.db.where,
+                   boundaries=int(bounds[0]), rows=counts[0], nbytes=int(counts[1]),
+                   quarantine_bytes=int(q[0]))

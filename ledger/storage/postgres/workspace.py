@@ -33,8 +33,9 @@ from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.errors import HistoryDamaged, LedgerError, WorkspaceNotFound
 from ledger.core.rows import Row, now_ms, prepare_batch, renumber
+from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.windows import Boundary
-from ledger.storage.engine import StoreOptions
+from ledger.storage.engine import BackupResult, StatReport, StoreOptions, WorkspaceHandle
 from ledger.storage.postgres.connect import Database
 from ledger.storage.seqpages import RowState as PgState
 from ledger.storage.seqpages import boundary
@@ -82,16 +83,12 @@ def decode(workspace: str, seq: int, raw: bytes) -> Row:
     return Row(raw, seq, 0, data)
 
 
-class PgWorkspace:
+class PgWorkspace(WorkspaceHandle):
     """One workspace of the PostgreSQL engine (module doc)."""
 
     def __init__(self, db: Database, store: StoreOptions, workspace: str) -> None:
+        super().__init__(store, workspace)
         self.db = db
-        self.store = store
-        self.workspace = workspace
-
-    def __repr__(self) -> str:
-        return f"PgWorkspace({self.workspace!r})"
 
     # --- state ------------------------------------------------------------------
 
@@ -314,17 +311,17 @@ class PgWorkspace:
 
     # --- rewrites, backup, stat (rewrites.py) ---------------------------------------
 
-    def reject(self, seq_or_seqs: Any) -> Any:
+    def reject(self, seq_or_seqs: int | Iterable[int]) -> RejectResult:
         from ledger.storage.postgres.rewrites import reject
 
         return reject(self, seq_or_seqs)
 
-    def truncate_after(self, seq: int) -> Any:
+    def truncate_after(self, seq: int) -> TruncateResult:
         from ledger.storage.postgres.rewrites import truncate_after
 
         return truncate_after(self, seq)
 
-    def purge_before_floor(self) -> Any:
+    def purge_before_floor(self) -> PurgeResult:
         from ledger.storage.postgres.rewrites import purge_before_floor
 
         return purge_before_floor(self)
@@ -334,12 +331,12 @@ class PgWorkspace:
 
         return rebaseline(self)
 
-    def backup(self, dest: str) -> Any:
+    def backup(self, dest: str) -> BackupResult:
         from ledger.storage.postgres.rewrites import backup
 
         return backup(self, dest)
 
-    def stat(self) -> dict[str, Any]:
+    def stat(self) -> StatReport:
         from ledger.storage.postgres.rewrites import stat
 
         return stat(self)

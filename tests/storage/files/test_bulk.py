@@ -45,16 +45,17 @@ def manual_reset() -> list[dict[str, Any]]:
 
 
 def all_bytes(h: History) -> bytes:
+    path = h.engine.path
     return b"".join(
-        Path(segs.segment_path(h.path, n)).read_bytes() for n in segs.list_segments(h.path)
+        Path(segs.segment_path(path, n)).read_bytes() for n in segs.list_segments(path)
     )
 
 
 def derived_state(h: History) -> Any:
     """The state rebuilt from the segments alone (receipt ignored)."""
-    os.unlink(os.path.join(h.path, fmt.RECEIPT_NAME))
+    os.unlink(os.path.join(h.engine.path, fmt.RECEIPT_NAME))
     h._derived = {}
-    return h.state()
+    return h.engine.state()
 
 
 def snapshot_files(path: str) -> dict[str, bytes]:
@@ -102,12 +103,12 @@ def test_batches_never_span_segments(store: Store) -> None:
     batches.append([bulk_row(99, size=5000)])  # bigger than the target: a segment of its own
     res = bulk_load(h, batches, segment_target_bytes=1500)
     for number in res.segments:
-        lines = list(segs.iter_lines(segs.segment_path(h.path, number)))
+        lines = list(segs.iter_lines(segs.segment_path(h.engine.path, number)))
         rows = [fmt.decode_line(line.data) for line in lines]
         assert all(r is not None for r in rows)
         assert rows[0]["batch"]["i"] == 0
         assert rows[-1]["batch"]["i"] == rows[-1]["batch"]["n"] - 1
-        size = os.path.getsize(segs.segment_path(h.path, number))
+        size = os.path.getsize(segs.segment_path(h.engine.path, number))
         assert size <= 1500 or len({r["batch"]["id"] for r in rows}) == 1
 
 
@@ -126,7 +127,7 @@ def test_append_after_bulk_keeps_epoch(store: Store) -> None:
 def test_bulk_after_appends_continues_and_seals(store: Store) -> None:
     h = store.history("ws")
     first = h.append_many([bulk_row(0), bulk_row(1)])
-    before = segs.list_segments(h.path)
+    before = segs.list_segments(h.engine.path)
     res = bulk_load(h, [[bulk_row(2)], [bulk_row(3)]])
     assert res.first_seq == 3 and res.next_seq == 5
     assert res.epoch != first.epoch
@@ -179,17 +180,17 @@ def test_manual_reset_only_as_first_row_or_floor(store: Store) -> None:
 def test_resets_refused_without_internal(store: Store) -> None:
     h = store.history("ws")
     h.append(bulk_row(0))
-    before = snapshot_files(h.path)
+    before = snapshot_files(h.engine.path)
     with pytest.raises(InvalidRow, match="bulk batch 1"):
         bulk_load(h, [[bulk_row(1)], manual_reset()])
-    assert snapshot_files(h.path) == before
+    assert snapshot_files(h.engine.path) == before
     assert h.snapshot().verified
 
 
 def test_bad_row_midway_leaves_history_unchanged(store: Store) -> None:
     h = store.history("ws")
     r = h.append(bulk_row(0))
-    before = snapshot_files(h.path)
+    before = snapshot_files(h.engine.path)
 
     def gen() -> Iterator[list[dict[str, Any]]]:
         for i in range(200):
@@ -198,7 +199,7 @@ def test_bad_row_midway_leaves_history_unchanged(store: Store) -> None:
 
     with pytest.raises(InvalidRow, match="bulk batch 200"):
         bulk_load(h, gen(), segment_target_bytes=1000)
-    assert snapshot_files(h.path) == before
+    assert snapshot_files(h.engine.path) == before
     st = h.snapshot()
     assert st.verified and st.epoch == r.epoch
     assert h.append(bulk_row(1)).seqs == [2]
@@ -207,7 +208,7 @@ def test_bad_row_midway_leaves_history_unchanged(store: Store) -> None:
 def test_iterator_error_rolls_back(store: Store) -> None:
     h = store.history("ws")
     h.append(bulk_row(0))
-    before = snapshot_files(h.path)
+    before = snapshot_files(h.engine.path)
 
     class Boom(Exception):
         pass
@@ -219,13 +220,13 @@ def test_iterator_error_rolls_back(store: Store) -> None:
 
     with pytest.raises(Boom):
         bulk_load(h, gen(), segment_target_bytes=1000)
-    assert snapshot_files(h.path) == before
+    assert snapshot_files(h.engine.path) == before
 
 
 def test_commit_failure_is_commit_failed(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     h = store.history("ws")
     h.append(bulk_row(0))
-    before = snapshot_files(h.path)
+    before = snapshot_files(h.engine.path)
     real = segs.commit_file
     calls = {"n": 0}
 
@@ -239,7 +240,7 @@ def test_commit_failure_is_commit_failed(store: Store, monkeypatch: pytest.Monke
     with pytest.raises(CommitFailed, match="fsync temp file"):
         bulk_load(h, [[bulk_row(i, size=300)] for i in range(20)], segment_target_bytes=800)
     monkeypatch.setattr(segs, "commit_file", real)
-    assert snapshot_files(h.path) == before
+    assert snapshot_files(h.engine.path) == before
     assert h.snapshot().verified
 
 
@@ -288,19 +289,19 @@ def test_index_entries_match_a_scan(store: Store) -> None:
     batches: list[list[dict[str, Any]]] = [[bulk_row(i)] for i in range(2, 12)]
     batches += [manual_reset(), rollover(20), [bulk_row(30)], rollover(31)]
     bulk_load(h, batches, segment_target_bytes=500, internal=True)
-    entries = read_entries(h.path).sealed
-    numbers = segs.list_segments(h.path)
+    entries = read_entries(h.engine.path).sealed
+    numbers = segs.list_segments(h.engine.path)
     assert sorted(entries) == numbers
     for number in numbers:
-        stamp = segs.stamp(segs.segment_path(h.path, number))
+        stamp = segs.stamp(segs.segment_path(h.engine.path, number))
         assert stamp is not None
-        assert entries[number] == scan_segment(h.path, number, stamp)
+        assert entries[number] == scan_segment(h.engine.path, number, stamp)
 
 
 def test_fresh_workspace_gets_format(store: Store) -> None:
     h = store.history("ws")
     bulk_load(h, [[bulk_row(0)]])
-    assert Path(h.path, fmt.FORMAT_NAME).read_bytes() == fmt.FORMAT_TEXT
+    assert Path(h.engine.path, fmt.FORMAT_NAME).read_bytes() == fmt.FORMAT_TEXT
 
 
 def test_many_small_segments_merge_after_bulk(store_root: Path) -> None:
@@ -311,8 +312,8 @@ def test_many_small_segments_merge_after_bulk(store_root: Path) -> None:
     assert len(res.segments) == 300
     before = [r.to_dict() for r in h.rows()]
     h.append(bulk_row(300))
-    h.merge_segments()
-    assert len(segs.list_segments(h.path)) < 300
+    h.engine.merge_segments()
+    assert len(segs.list_segments(h.engine.path)) < 300
     after = [r.to_dict() for r in h.rows()]
     assert after[:-1] == before and after[-1]["seq"] == 301
     assert h.snapshot().verified

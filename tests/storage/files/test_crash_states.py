@@ -89,8 +89,8 @@ def _legacy(store: Store) -> Any:
 def _damaged(store: Store) -> None:
     grow(store, 6, clear_at=2)
     h = store.history(WS)
-    seg = sorted(p for p in os.listdir(h.path) if p.startswith("seg-"))[-1]
-    with open(os.path.join(h.path, seg), "ab") as f:
+    seg = sorted(p for p in os.listdir(h.engine.path) if p.startswith("seg-"))[-1]
+    with open(os.path.join(h.engine.path, seg), "ab") as f:
         f.write(b'{"seq":99,"torn')  # a torn tail
 
 

@@ -38,12 +38,12 @@ def test_sealed_entries_equal_a_scan_of_the_bytes(
         monkeypatch.setattr("ledger.storage.files.workspace.AUTO_MIN_SEALED", 1 << 30)
     h = Store(tmp_path, segment_bytes=900, durability="off").history("ws")
     _grow(h, 120)
-    sealed = read_entries(h.path).sealed
+    sealed = read_entries(h.engine.path).sealed
     st = h.snapshot()
     assert len(st.sealed) >= (4 if merging else 20)
     for number, stamp in st.sealed:
         assert number in sealed, f"segment {number} was sealed without an INDEX entry"
-        assert sealed[number] == scan_segment(h.path, number, stamp), number
+        assert sealed[number] == scan_segment(h.engine.path, number, stamp), number
 
 
 def test_a_writer_that_did_not_see_the_appends_still_records_a_true_entry(
@@ -57,31 +57,31 @@ def test_a_writer_that_did_not_see_the_appends_still_records_a_true_entry(
         (a if i % 3 else b).append_many([text(f"turn {i} " + "y" * (i % 50))])
         if i % 9 == 4:
             (b if i % 2 else a).clear_soft()
-    sealed = read_entries(a.path).sealed
+    sealed = read_entries(a.engine.path).sealed
     for number, stamp in a.snapshot().sealed:
-        assert sealed[number] == scan_segment(a.path, number, stamp)
+        assert sealed[number] == scan_segment(a.engine.path, number, stamp)
 
 
 def test_incremental_index_reads_pick_up_later_entries(tmp_path: Path) -> None:
     h = Store(tmp_path, segment_bytes=600, durability="off").history("ws")
     _grow(h, 30)
-    reader = BoundaryIndex(h.path)
+    reader = BoundaryIndex(h.engine.path)
     first = {n: reader.info(n, s) for n, s in h.snapshot().sealed}
     read_so_far = reader._index_read
     _grow(h, 40)
     st = h.snapshot()
     for n, s in st.sealed:
-        assert reader.info(n, s) == scan_segment(h.path, n, s)
+        assert reader.info(n, s) == scan_segment(h.engine.path, n, s)
     assert reader._index_read > read_so_far
     kept = [(n, s) for n, s in st.sealed if n in first and first[n].stamp == s]
     assert all(first[n] == reader.info(n, s) for n, s in kept)
     # A replaced INDEX (not just grown) is read again from the start.
-    index = Path(h.path) / "INDEX"
+    index = Path(h.engine.path) / "INDEX"
     data = index.read_bytes()
     index.unlink()
     index.write_bytes(data[: len(data) // 2])
-    fresh = BoundaryIndex(h.path)
+    fresh = BoundaryIndex(h.engine.path)
     reader._load()
     for n, s in st.sealed:
-        assert reader.info(n, s) == fresh.info(n, s) == scan_segment(h.path, n, s)
-    assert segs.list_segments(h.path)
+        assert reader.info(n, s) == fresh.info(n, s) == scan_segment(h.engine.path, n, s)
+    assert segs.list_segments(h.engine.path)

@@ -91,7 +91,7 @@ OPERATIONS: dict[str, Callable[[Store], Any]] = {
     "append": lambda s: s.history(WS).append_many([msg("big " + "z" * 8000)]),
     "clear": lambda s: s.history(WS).clear_soft(),
     "rollover": lambda s: s.history(WS).rollover([msg("go on " + "r" * 8000)]),
-    "merge": lambda s: s.history(WS).merge_segments(),
+    "merge": lambda s: s.history(WS).engine.merge_segments(),
     "reject": lambda s: s.history(WS).reject(s.history(WS).snapshot().next_seq - 1),
     "truncate": lambda s: s.history(WS).truncate_after(41),
     "repair": lambda s: repair(s.history(WS)),

@@ -47,7 +47,7 @@ def test_merge_keeps_rows_epoch_floor_and_window(tmp_path: Path, no_auto_merge: 
     before = [r.to_dict() for r in h.rows()]
     st0 = h.snapshot()
     files0 = seg_files(tmp_path)
-    assert h.merge_segments() >= 1
+    assert h.engine.merge_segments() >= 1
     st1 = h.snapshot()
     assert len(seg_files(tmp_path)) < len(files0) // 4
     assert [r.to_dict() for r in h.rows()] == before
@@ -106,7 +106,7 @@ def test_a_cursor_is_carried_over_merges(
     def merge_and_grow(k: int) -> None:
         if k % 2:
             h.append(text(f"tok late {k}"))  # after the query's end: never served
-        assert h.merge_segments() >= 0
+        assert h.engine.merge_segments() >= 0
         layouts.append(h.snapshot().receipt.layout)
 
     got = _follow(h.session_history(), args, merge_and_grow)
@@ -120,7 +120,7 @@ def test_a_cursor_expires_when_a_merge_record_is_missing(tmp_path: Path, no_auto
     tool = h.session_history()
     first = json.loads(tool.call({"action": "search", "query": "tok", "limit": 5}))
     assert first["cursor"]
-    h.merge_segments()
+    h.engine.merge_segments()
     (tmp_path / "ws" / fmt.INDEX_NAME).unlink()  # the projection, records included
     fresh_tool = Store(tmp_path).history("ws").session_history()
     again = json.loads(fresh_tool.call({"action": "search", "query": "tok", "limit": 5,
@@ -136,7 +136,7 @@ def test_a_cursor_of_another_epoch_is_not_carried_over(tmp_path: Path, no_auto_m
     h = build(tmp_path).history("ws")
     tool = h.session_history()
     first = json.loads(tool.call({"action": "search", "query": "tok", "limit": 5}))
-    h.merge_segments()
+    h.engine.merge_segments()
     h.rebaseline()  # a new epoch: the merge records of the old one do not apply
     again = json.loads(tool.call({"action": "search", "query": "tok", "limit": 5,
                                   "cursor": first["cursor"]}))
@@ -226,7 +226,7 @@ def test_a_streaming_read_survives_a_merge_under_it(tmp_path: Path, no_auto_merg
     for taken in (1, 40, 150):  # before, inside and after the first merged run
         stream = h.rows()
         seen = [next(stream).seq for _ in range(taken)]
-        assert h.merge_segments() >= 1
+        assert h.engine.merge_segments() >= 1
         seen += [r.seq for r in stream]
         assert seen == expected, taken
         store = build(tmp_path / f"again-{taken}")
@@ -239,7 +239,7 @@ def test_a_streaming_read_refuses_to_cross_a_rewrite(tmp_path: Path, no_auto_mer
     h = build(tmp_path).history("ws")
     stream = h.rows()
     next(stream)
-    h.merge_segments()  # rows move: the stream must list again...
+    h.engine.merge_segments()  # rows move: the stream must list again...
     h.truncate_after(250)  # ...and finds a new epoch: its rows changed
     with pytest.raises(HistoryDamaged, match="read again"):
         list(stream)

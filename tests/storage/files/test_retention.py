@@ -115,11 +115,11 @@ def test_delete_sigkill_at_every_step(tmp_path: Path, step: str) -> None:
 def test_backup_is_consistent_and_restorable(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     b = build(tmp_path / "s", segment_bytes=700)
-    rq.quarantine_bytes(b.history.path, b"aside", source="x", offset=0, reason="test")
+    rq.quarantine_bytes(b.history.engine.path, b"aside", source="x", offset=0, reason="test")
     dest = tmp_path / "backups" / "ws-copy"
     dest.parent.mkdir()
     out = b.history.backup(str(dest))
-    assert out["files"] >= 3
+    assert out.files >= 3
     copy = Store(dest.parent).history(dest.name)
     assert check(copy).findings == []
     assert _rows(copy) == _rows(b.history)
@@ -140,7 +140,7 @@ def test_backup_is_consistent_and_restorable(tmp_path: Path,
 def test_quarantine_manifest_dedupe_verify_and_clean(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     b = build(tmp_path / "s")
-    path = b.history.path
+    path = b.history.engine.path
     e1 = rq.quarantine_bytes(path, b"one", source="seg-00000001.jsonl", offset=10, reason="r1")
     assert rq.quarantine_bytes(path, b"one", source="seg-00000001.jsonl", offset=10,
                                reason="again") == e1

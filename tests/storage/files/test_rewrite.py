@@ -43,7 +43,7 @@ def test_reject_keeps_the_original_bytes_and_checks_clean(tmp_path: Path) -> Non
     body = fmt.body_of(original.line)
     epoch = h.epoch
     out = rewrite.reject(h, seq)
-    assert out["rejected"] == [seq]
+    assert out.rejected == [seq]
     husk = h.get(seq)
     assert husk is not None
     d = husk.to_dict()
@@ -52,7 +52,7 @@ def test_reject_keeps_the_original_bytes_and_checks_clean(tmp_path: Path) -> Non
     assert h.epoch != epoch
     assert check(h).findings == []
     again = rewrite.reject(h, seq)
-    assert again["rejected"] == [] and again["already"] == [seq]
+    assert again.rejected == [] and again.already == [seq]
     assert h.get(seq).to_dict() == d  # type: ignore[union-attr]
 
 
@@ -60,13 +60,13 @@ def test_rewrites_keep_undecodable_lines_byte_for_byte(tmp_path: Path) -> None:
     h = Store(tmp_path, durability="off").history("ws")
     h.append(msg("a"))
     h.append(msg("b"))
-    seg = _last_seg(Path(h.path))
+    seg = _last_seg(Path(h.engine.path))
     junk = b'{"seq":3,"kind":"re\\u0073et" torn \xff\n'
     seg.write_bytes(seg.read_bytes() + junk)
     rewrite.reject(h, 2)
     assert seg.read_bytes().endswith(junk)
     out = rewrite.truncate_after(h, 1)
-    assert out["kept_reset_candidates"] == 1
+    assert out.kept_reset_candidates == 1
     data = seg.read_bytes()
     assert data.endswith(junk) and data.count(b"\n") == 2
 
@@ -84,7 +84,7 @@ def test_truncate_after_moves_the_tail_to_quarantine(tmp_path: Path) -> None:
     assert cut["kind"] == "reset" and cut["batch"]["i"] == cut["batch"]["n"] - 1
     out = rewrite.truncate_after(h, cut["seq"])
     assert [x["seq"] for x in _rows(h)] == [x["seq"] for x in rows[:7]]
-    assert out["removed_rows"] == len(rows) - 7
+    assert out.removed_rows == len(rows) - 7
     removed = b"".join(d for _, _, d in sorted(quarantined(b.path)))
     original_tail = b"".join(before.values())[len(b"".join(seg_files(b.path).values())):]
     assert sorted(removed) == sorted(original_tail)
@@ -107,18 +107,18 @@ def test_purge_deletes_at_or_before_the_floor_without_quarantine(tmp_path: Path)
     after = [x for x in _rows(h) if x["seq"] > c.seqs[0]]
     high = h.snapshot().next_seq
     out = rewrite.purge_before_floor(h)
-    assert out["purged_rows"] == c.seqs[0] and out["floor"]["seq"] == c.seqs[0]
+    assert out.purged_rows == c.seqs[0] and out.floor is not None and out.floor.seq == c.seqs[0]
     assert _rows(h) == after
-    assert not (Path(h.path) / fmt.QUARANTINE_DIR).exists()
+    assert not (Path(h.engine.path) / fmt.QUARANTINE_DIR).exists()
     assert check(h).findings == []
     assert h.append(msg("x")).seqs == [high]
-    assert rewrite.purge_before_floor(h)["purged_rows"] == 0
+    assert rewrite.purge_before_floor(h).purged_rows == 0
 
 
 def test_purge_keeps_reset_candidates_and_a_floor_inside_a_batch(tmp_path: Path) -> None:
     h = Store(tmp_path, durability="off").history("ws")
     h.append(msg("old"))
-    seg = _last_seg(Path(h.path))
+    seg = _last_seg(Path(h.engine.path))
     junk = b'{"kind":"reset", torn\n'
     seg.write_bytes(seg.read_bytes() + junk)
     h.append(msg("older but after junk"))
@@ -127,10 +127,10 @@ def test_purge_keeps_reset_candidates_and_a_floor_inside_a_batch(tmp_path: Path)
                     "reset": {"reason": "rollover"}}, msg("same batch")], internal=True)
     h.append(msg("after"))
     out = rewrite.purge_before_floor(h)
-    assert out["kept_reset_candidates"] == 1 and out["purged_rows"] == 2
-    data = b"".join(seg_files(Path(h.path)).values())
+    assert out.kept_reset_candidates == 1 and out.purged_rows == 2
+    data = b"".join(seg_files(Path(h.engine.path)).values())
     assert data.startswith(junk)
-    seqs = [x["seq"] for x in _rows_tolerant(Path(h.path))]
+    seqs = [x["seq"] for x in _rows_tolerant(Path(h.engine.path))]
     assert seqs == [*r.seqs, r.seqs[-1] + 1]
 
 

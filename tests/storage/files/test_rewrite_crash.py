@@ -61,14 +61,14 @@ def _fresh(base: Path, dest: Path) -> History:
 
 def _steps(base: Path, tmp: Path, op: Op) -> tuple[list[str], dict[str, bytes], dict[str, bytes]]:
     h = _fresh(base, tmp / "probe")
-    old = seg_files(Path(h.path))
+    old = seg_files(Path(h.engine.path))
     steps: list[str] = []
     rewrite.FAULT_HOOK = steps.append
     try:
         op(h)
     finally:
         rewrite.FAULT_HOOK = None
-    return steps, old, seg_files(Path(h.path))
+    return steps, old, seg_files(Path(h.engine.path))
 
 
 def _expect_new(step: str, steps: list[str]) -> bool:
@@ -80,9 +80,9 @@ def _settled_state(h: History) -> dict[str, bytes]:
     rep = repair(h)
     assert rep.exit_code() == 0, rep.text()
     assert rep.after is not None and rep.after.ok
-    assert not list(Path(h.path).glob("*.truncate"))
-    assert not (Path(h.path) / rewrite.MARKER_NAME).exists()
-    return seg_files(Path(h.path))
+    assert not list(Path(h.engine.path).glob("*.truncate"))
+    assert not (Path(h.engine.path) / rewrite.MARKER_NAME).exists()
+    return seg_files(Path(h.engine.path))
 
 
 @pytest.mark.parametrize("name", sorted(OPS))
@@ -110,8 +110,8 @@ def test_injected_error_at_every_step(base: Path, tmp_path: Path, name: str) -> 
         finally:
             rewrite.FAULT_HOOK = None
         # The failing writer settled its own marker already.
-        assert not (Path(h.path) / rewrite.MARKER_NAME).exists()
-        after = seg_files(Path(h.path))
+        assert not (Path(h.engine.path) / rewrite.MARKER_NAME).exists()
+        after = seg_files(Path(h.engine.path))
         assert after == (new if state_new else old), step
         assert _settled_state(h) == after
 
@@ -136,10 +136,10 @@ def test_sigkill_at_every_step(base: Path, tmp_path: Path, name: str) -> None:
         _, status = os.waitpid(pid, 0)
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, step
         if step in ("tombstones", "marker") or step.startswith("segment-"):
-            res = rewrite.plan_recovery(h.path)
+            res = rewrite.plan_recovery(h.engine.path)
             assert res is not None
         # What the next append does first (ledger.transcript.history calls it under the lock):
-        rewrite.recover_if_marked(h.path, "off")
+        rewrite.recover_if_marked(h.engine.path, "off")
         if step in ("pending", "quarantined", "tombstones", "marker"):
             expect = old
         elif step.startswith("segment-"):

@@ -137,14 +137,14 @@ def test_truncated_rows_go_to_the_quarantine_and_stat_counts_them() -> None:
     h.append_many([msg("a"), msg("b")])
     h.append(msg("dropped"))
     out = h.truncate_after(2)
-    assert out["removed_rows"] == 1 and out["quarantine"] == ["memory quarantine (1 rows)"]
+    assert out.removed_rows == 1 and out.quarantine == ["memory quarantine (1 rows)"]
     st = h.stat()
-    assert st["engine"] == "memory" and st["rows"] == 2 and st["quarantine_bytes"] > 0
+    assert st.engine == "memory" and st.rows == 2 and st.quarantine_bytes > 0
     assert h.append(msg("next")).seqs == [4]  # seq 3 stays the dropped row's, in quarantine
     engine = h.engine
     assert engine.clean_quarantine(3600) == {"removed": 0, "bytes": 0}  # type: ignore[attr-defined]
     assert engine.clean_quarantine(-1)["removed"] == 1  # type: ignore[attr-defined]
-    assert h.stat()["quarantine_bytes"] == 0
+    assert h.stat().quarantine_bytes == 0
 
 
 def test_backup_is_a_file_engine_directory_and_load_takes_it_back(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def hot_paths(store: Store) -> None:
     assert [r.to_dict()["kind"] for r in h.provider_view()][:1] == ["lead_in"]
     assert h.get(3) is not None and h.get(999) is None
     assert len(list(h.rows())) == len(list(h.rows(after_seq=0)))
-    assert h.exists() and h.stat()["rows"] > 0
+    assert h.exists() and h.stat().rows > 0
 
     tool = h.session_history()
     listed = json.loads(tool.call({"action": "list"}))

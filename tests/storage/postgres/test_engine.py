@@ -193,7 +193,7 @@ def test_backup_is_a_file_workspace_with_the_same_bytes(pg_root: str, tmp_path: 
     h.clear_soft()
     h.append(msg("c"))
     out = h.backup(str(tmp_path / "root" / "ws"))
-    assert out["bytes"] > 0
+    assert out.bytes > 0
     copy = Store(tmp_path / "root")
     assert raw_lines(copy, "ws") == raw_lines(store, "ws")
     assert copy.history("ws").snapshot().floor.seq == 3  # type: ignore[union-attr]

@@ -136,7 +136,7 @@ def _raw_row(h: Any, seq_json: bytes, text: str) -> None:
         b'"text":%s}],"partial":false,"meta":{},"ts":1,"batch":{"id":"b_raw","n":1,"i":0}}'
         % (seq_json, fmt.encode_json(text))
     )
-    with open(segs.segment_path(h.path, segs.list_segments(h.path)[-1]), "ab") as f:
+    with open(segs.segment_path(h.engine.path, segs.list_segments(h.engine.path)[-1]), "ab") as f:
         f.write(fmt.frame(body))
     h.rebaseline()
 
@@ -176,7 +176,7 @@ def test_lock_timeout_is_history_unavailable(tmp_path: Path) -> None:
     h.append_many([msg(f"tok {i}") for i in range(12)])
     tool = h.session_history()
     first = call(tool, {"action": "search", "query": "tok"})
-    with locked(h.path, "ws", 5.0, shared=False):
+    with locked(h.engine.path, "ws", 5.0, shared=False):
         for args in ({"action": "search", "query": "tok"}, {"action": "list"},
                      {"action": "read", "seq": 1},
                      {"action": "search", "query": "tok", "cursor": first["cursor"]}):

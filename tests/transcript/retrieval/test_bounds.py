@@ -99,7 +99,7 @@ def test_skipped_entries_count_towards_16_kib(tmp_path: Path) -> None:
         b'"_c":"0000000000000000"}\n' % (100_000 + i)
         for i in range(300)
     )
-    with open(segs.segment_path(h.path, segs.list_segments(h.path)[-1]), "ab") as f:
+    with open(segs.segment_path(h.engine.path, segs.list_segments(h.engine.path)[-1]), "ab") as f:
         f.write(damaged)
     last = h.append_many([msg("needle") for _ in range(3)]).seqs
     tool = h.session_history()
@@ -180,7 +180,7 @@ def _append_escaped(h: History, text_json: bytes) -> int:
         b'"text":"%s"}],"partial":false,"meta":{},"ts":1,"batch":{"id":"b_esc%d","n":1,"i":0}}'
         % (seq, seq, text_json, seq)
     )
-    with open(segs.segment_path(h.path, segs.list_segments(h.path)[-1]), "ab") as f:
+    with open(segs.segment_path(h.engine.path, segs.list_segments(h.engine.path)[-1]), "ab") as f:
         f.write(fmt.frame(body))
     h.rebaseline()
     return seq
