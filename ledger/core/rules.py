@@ -40,6 +40,12 @@ class Result(msgspec.Struct, frozen=True):
         out: dict[str, Any] = msgspec.to_builtins(self)
         return out
 
+    def __getitem__(self, key: str) -> Any:
+        """``result["key"]``: the value of ``to_dict()[key]``, read-only, so
+        code written against 0.1 (which returned these documents as dicts)
+        keeps working. New code reads attributes."""
+        return self.to_dict()[key]
+
 
 class FloorAt(Result, frozen=True, omit_defaults=True):
     """Where a privacy floor is: its seq (None when unreadable), and on the

@@ -174,3 +174,12 @@ def test_results_have_one_shape_on_every_engine() -> None:
     assert where.to_dict() == {"seq": 3, "segment": "seg-00000001.jsonl", "offset": 0}
     assert rules.FloorAt(3, None, None, False).to_dict()["damaged"] is False
     assert "nothing was rejected" in str(rules.no_row("ws", [4], "rejected"))
+
+
+def test_results_still_read_by_key_as_0_1_returned_them() -> None:
+    r = rules.reject_result([3, 1], [2, 2], 9)
+    assert r.rejected == [1, 3] and r["rejected"] == [1, 3] and r["op"] == "reject"
+    with pytest.raises(KeyError):
+        r["no such key"]
+    with pytest.raises(AttributeError):  # still frozen: reading by key is no way to write
+        r.rejected = [5]  # type: ignore[misc]
