@@ -18,8 +18,9 @@ from test_recovery_support import all_files, build
 
 from ledger.cli import main
 from ledger.core import format as fmt
+from ledger.core.checks import DAMAGE, NOTICE
 from ledger.core.errors import WorkspaceNotFound
-from ledger.recovery.check import DAMAGE, NOTICE, check
+from ledger.recovery.check import check
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.receipt import read_receipt, write_receipt

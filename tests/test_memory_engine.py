@@ -142,8 +142,8 @@ def test_truncated_rows_go_to_the_quarantine_and_stat_counts_them() -> None:
     assert st["engine"] == "memory" and st["rows"] == 2 and st["quarantine_bytes"] > 0
     assert h.append(msg("next")).seqs == [4]  # seq 3 stays the dropped row's, in quarantine
     engine = h.engine
-    assert engine.clean_quarantine(3600) == {"removed": 0, "bytes": 0}  # type: ignore[attr-defined]
-    assert engine.clean_quarantine(-1)["removed"] == 1  # type: ignore[attr-defined]
+    assert engine.clean_quarantine(3600).to_dict() == {"removed": 0, "bytes": 0}
+    assert engine.clean_quarantine(-1).removed == 1
     assert h.stat()["quarantine_bytes"] == 0
 
 
@@ -157,8 +157,8 @@ def test_backup_is_a_file_engine_directory_and_load_takes_it_back(tmp_path: Path
     assert [r.line for r in files.rows()] == [r.line for r in h.rows()]
     assert files.window == h.window and files.snapshot().floor.seq == 3  # type: ignore[union-attr]
     loaded = Store("memory://").history("ws")
-    out = loaded.engine.load_rows(files.rows())  # type: ignore[attr-defined]
-    assert out["rows"] == 6
+    out = loaded.engine.load_rows(files.rows())
+    assert out.rows == 6
     assert [r.line for r in loaded.rows()] == [r.line for r in h.rows()]
     assert (loaded.window, loaded.next_seq) == (h.window, h.next_seq)
     assert loaded.snapshot().floor == h.snapshot().floor
