@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ledger.core.errors import RecoveryError
@@ -150,22 +150,24 @@ class RepairReport(ABC):
 
 
 @dataclass(frozen=True)
-class Loaded:
+class Counts:
+    """Counts an engine operation reports (its JSON: ``to_dict``)."""
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Loaded(Counts):
     """What ``load_rows`` wrote: rows and bytes (each line with its newline)."""
 
     rows: int
     bytes: int
 
-    def to_dict(self) -> dict[str, int]:
-        return {"rows": self.rows, "bytes": self.bytes}
-
 
 @dataclass(frozen=True)
-class QuarantineCleaned:
+class QuarantineCleaned(Counts):
     """What ``clean_quarantine`` removed: entries and their bytes."""
 
     removed: int
     bytes: int
-
-    def to_dict(self) -> dict[str, int]:
-        return {"removed": self.removed, "bytes": self.bytes}

@@ -25,12 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ledger.core import format as fmt
 from ledger.core import rules
 from ledger.core.checks import CheckReport, check_policy
 from ledger.core.errors import RecoveryError
 from ledger.core.rows import now_ms
 from ledger.core.windows import Boundary
+from ledger.storage import rowcheck
 from ledger.storage.memory.engine import Quarantined
 from ledger.storage.rowcheck import Problem, RowRepair, report
 from ledger.storage.seqpages import boundary
@@ -50,12 +50,7 @@ ACTIONS = {
 
 
 @dataclass
-class Verified:
-    rows: int = 0
-    bytes: int = 0
-    problems: list[Problem] = field(default_factory=list)
-    bad_batches: set[str] = field(default_factory=set)
-    may_be_reset: list[int] = field(default_factory=list)
+class Verified(rowcheck.Verified):
     bad_entries: list[int] = field(default_factory=list)  # indexes into the quarantine
 
 
@@ -88,9 +83,6 @@ def verify_space(sp: Space, quarantine: list[Quarantined]) -> Verified:
         bid = run[0].batch_id
         dicts = []
         for s in run:
-            out.rows += 1
-            out.bytes += len(s.line) + 1
-            data = fmt.decode_line(s.line)
             if prev is not None and s.seq <= prev:
                 out.problems.append(Problem("bad-row", s.seq, f"seq {s.seq} follows seq {prev}",
                                             len(s.line)))
@@ -102,23 +94,9 @@ def verify_space(sp: Space, quarantine: list[Quarantined]) -> Verified:
                     f"{s.seq - 1} are not all in {QUARANTINE} (a source with a gap was "
                     "loaded); nothing to repair", notice=True))
             prev = max(s.seq, prev or 0)
-            if data is None or data.get("seq") != s.seq:
-                out.problems.append(Problem("bad-row", s.seq, "row fails verification "
-                                            "(checksum or framing)", len(s.line)))
-                out.bad_batches.add(bid)
-                if fmt.raw_may_be_reset(s.line):
-                    out.may_be_reset.append(s.seq)
-            dicts.append(data)
-        ok = [d for d in dicts if d is not None]
-        batch = [d.get("batch") if isinstance(d.get("batch"), dict) else {} for d in ok]
-        if len(ok) == len(dicts) and not all(
-            b.get("id") == bid and b.get("n") == len(run) and b.get("i") == i
-            for i, b in enumerate(batch)
-        ):
-            out.problems.append(Problem("torn-batch", run[0].seq, f"batch {bid!r} is not whole "
-                                        f"({len(run)} rows side by side)"))
-            out.bad_batches.add(bid)
-        if bid in out.bad_batches:
+            dicts.append(out.row(s.seq, bid, s.line))
+        ok = out.batch(bid, run[0].seq, dicts)
+        if ok is None or bid in out.bad_batches:
             continue
         if last_run[bid] is run and sp.batches.get(bid) != (run[0].seq, len(run)):
             out.problems.append(Problem("projection", run[0].seq, f"the batch index holds "

@@ -35,12 +35,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import format as fmt
 from ledger.core.checks import Progress, check_policy
 from ledger.core.errors import RecoveryError, WorkspaceNotFound
 from ledger.core.rows import now_ms
 from ledger.core.rules import fold, new_epoch
 from ledger.core.windows import Boundary, batch_boundaries
+from ledger.storage import rowcheck
 from ledger.storage.postgres import recall_check
 from ledger.storage.postgres.rewrites import quarantine
 from ledger.storage.rowcheck import Problem, RowRepair, report
@@ -57,14 +57,10 @@ ACTIONS = {
     "head": "tledger repair {ws} (recomputes the head row)",
 }
 
+
 @dataclass
-class Verified:
-    rows: int = 0
-    bytes: int = 0
-    problems: list[Problem] = field(default_factory=list)
-    bad_batches: set[str] = field(default_factory=set)
+class Verified(rowcheck.Verified):
     projection: dict[int, str | None] = field(default_factory=dict)  # seq -> right value
-    may_be_reset: list[int] = field(default_factory=list)
     window: tuple[int, str] | None = None  # the newest boundary the rows show
     floor: int | None = None  # the newest manual reset the rows show
     last: int | None = None  # the last seq
@@ -97,30 +93,13 @@ def verify_rows(conn: Any, workspace: str) -> Verified:
         dicts: list[dict[str, Any] | None] = []
         bid = run[0][1]
         for seq, _, _, raw in run:
-            out.rows += 1
-            out.bytes += len(raw) + 1
             if prev is not None and seq != prev + 1:
                 out.gaps.append((prev, seq))
             prev = seq
-            data = fmt.decode_line(raw)
-            if data is None or data.get("seq") != seq:
-                out.problems.append(Problem("bad-row", seq, "row fails verification (checksum "
-                                            "or framing)", len(raw)))
-                out.bad_batches.add(bid)
-                if fmt.raw_may_be_reset(raw):
-                    out.may_be_reset.append(seq)
-            dicts.append(data)
-        ok = [d for d in dicts if d is not None]
-        batch = [d.get("batch") if isinstance(d.get("batch"), dict) else {} for d in ok]
-        if len(ok) == len(dicts) and not all(
-            b.get("id") == bid and b.get("n") == len(run) and b.get("i") == i
-            for i, b in enumerate(batch)
-        ):
-            out.problems.append(Problem("torn-batch", run[0][0], f"batch {bid!r} is not whole "
-                                        f"({len(run)} rows side by side)"))
-            out.bad_batches.add(bid)
+            dicts.append(out.row(seq, bid, raw))
+        ok = out.batch(bid, run[0][0], dicts)
         right: dict[int, str] = {}
-        if len(ok) == len(dicts):
+        if ok is not None:
             right = {run[i][0]: reason for i, reason in batch_boundaries(ok)}
         for seq, _, stored, _ in run:
             want = right.get(seq)
