@@ -178,7 +178,7 @@ def test_payload_with_a_changed_field_fails_the_mac(
     elif isinstance(value, int):
         new = value + n
     else:
-        new = cur.Position(value.segment, value.offset + n, value.skip, value.char)
+        new = cur.Position(value.part, value.offset + n, value.skip, value.char)
     forged = msgspec.structs.replace(data, **{field: new})
     bad = f"{b64(msgspec.json.encode(forged))}.{tail}"
     assert code(call(tool, {**args, "cursor": bad})) == "invalid_cursor"
@@ -275,3 +275,60 @@ def test_untracked_edit_expires_cursors(tmp_path: Path) -> None:
     got = [i["seq"] for i in fresh["items"]]
     got += [i["seq"] for i in call(tool, {**args, "limit": 25, "cursor": fresh["cursor"]})["items"]]
     assert got == list(range(1, 32))
+
+
+# --- the wire form holds across releases --------------------------------------------
+
+# The payloads of first-page cursors as the code before Position's first field
+# was renamed (``segment`` -> ``part``) issued them, taken from its output for
+# the history ``_wire_history`` writes; ``{kid}`` (the process) and ``{epoch}``
+# (the store) differ per run. A Position is a JSON array, so names never reach it.
+OLD_PAYLOADS = [
+    ("memory", {"action": "search", "query": "tok", "limit": 3},
+     '[1,"{kid}","ws","search","fa041473c82ddeb48548d181bd150eb3","m{epoch}","none",13,'
+     '[14,0,false,0,-1,null],[3,291,false,0,-1,null],0,null]', [4, 5, 6]),
+    ("memory", {"action": "list", "window": 0, "limit": 4},
+     '[1,"{kid}","ws","list","f9902e023c37428567346f19fb1944b1","m{epoch}","none",13,'
+     '[14,0,false,0,-1,null],[4,291,false,0,-1,null],0,null]', [5, 6, 7, 8]),
+    ("memory", {"action": "read", "seq": 13, "limit": 1000},
+     '[1,"{kid}","ws","read","0bc379e5fb2a8d4a05f8aa3e9894f090","m{epoch}","none",13,'
+     '[14,0,false,0,-1,null],[13,0,false,1000,-1,null],0,null]', [13]),
+    ("files", {"action": "search", "query": "tok", "limit": 3},
+     '[1,"{kid}","ws","search","fa041473c82ddeb48548d181bd150eb3","e{epoch}.0","none",13,'
+     '[2,3250,false,0,-1,null],[1,873,false,0,-1,null],0,null]', [4, 5, 6]),
+    ("files", {"action": "list", "window": 0, "limit": 4},
+     '[1,"{kid}","ws","list","f9902e023c37428567346f19fb1944b1","e{epoch}.0","none",13,'
+     '[2,3250,false,0,-1,null],[1,1164,false,0,-1,null],0,null]', [5, 6, 7, 8]),
+    ("files", {"action": "read", "seq": 13, "limit": 1000},
+     '[1,"{kid}","ws","read","0bc379e5fb2a8d4a05f8aa3e9894f090","e{epoch}.0","none",13,'
+     '[2,3250,false,0,-1,null],[2,0,false,1000,-1,null],0,null]', [13]),
+]
+
+
+def _wire_history(engine: str, tmp_path: Path) -> Any:
+    store = (Store("memory://") if engine == "memory"
+             else Store(tmp_path, durability="off", segment_bytes=512))
+    h = store.history("ws")
+    h.append_many([msg(f"tok {i} " + "x" * 40) for i in range(12)])
+    h.append(msg("long " + "y" * 3000))
+    return h
+
+
+@pytest.mark.parametrize("engine,args,old,seqs", OLD_PAYLOADS)
+def test_cursor_of_the_old_wire_form_decodes_and_pages_on(
+    tmp_path: Path, engine: str, args: dict[str, Any], old: str, seqs: list[int]
+) -> None:
+    h = _wire_history(engine, tmp_path)
+    tool = h.session_history()
+    payload = old.replace("{kid}", cur.KEY_ID).replace("{epoch}", str(h.snapshot().epoch))
+    data = msgspec.json.decode(payload.encode(), type=cur.CursorData)
+    assert data.pos.part == json.loads(payload)[9][0]
+    token = cur.issue(data)
+    assert unb64(token.partition(".")[0]) == payload.encode()  # encoded back byte for byte
+    first = call(tool, args)
+    assert first["cursor"] == token  # the first page still issues exactly that cursor
+    res = call(tool, {**args, "cursor": token})
+    assert [i["seq"] for i in res["items"]] == seqs
+    assert res["cursor"] is not None
+    following = call(tool, {**args, "cursor": res["cursor"]})
+    assert "error" not in following and following["items"]

@@ -24,10 +24,11 @@ class Budget:
 
 @dataclass
 class Event:
-    """One line a page reader met: where it is, its decoded row (None when it
-    fails verification) and its bytes; ``oversized`` lines are not decoded."""
+    """One line a page reader met: where it is (``part``, ``offset``: the
+    engine's position, ``ledger.storage.engine``), its decoded row (None when
+    it fails verification) and its bytes; ``oversized`` lines are not decoded."""
 
-    segment: int
+    part: int
     offset: int
     end: int  # offset just past the line's newline
     row: dict[str, Any] | None  # None: unverifiable

@@ -33,13 +33,19 @@ KEY_ID = secrets.token_hex(8)
 
 
 class Position(msgspec.Struct, array_like=True, frozen=True):
-    """Where the next page starts: a segment and byte offset; ``skip`` means
-    the offset is inside (or at the start of) a line to skip to its end;
+    """Where the next page starts: a ``part`` and byte ``offset``, whose
+    meaning each engine gives (``ledger.storage.engine``: a segment number, or
+    a seq); ``skip`` means the offset is inside (or at the start of) a line
+    to skip to its end;
     ``char`` is the code point offset inside a row being read; ``skip_from``
     and ``skip_seq`` describe an oversized line to list under ``skipped`` once
-    its end is found, which may be pages later."""
+    its end is found, which may be pages later.
 
-    segment: int
+    Encoded as an array (``array_like``): the wire form is the values in
+    this order, never the field names, so renaming a field keeps every
+    cursor issued valid; the order and meaning may not change."""
+
+    part: int
     offset: int
     skip: bool = False
     char: int = 0

@@ -46,17 +46,22 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ledger.core.batches import AppendResult, PendingBatch
-from ledger.core.bounds import SkipSink
+from ledger.core.bounds import Event, SkipSink
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.cursors import CursorData, Position
 from ledger.core.errors import LedgerError
 from ledger.core.rows import Row
 from ledger.core.windows import Boundary
 
+if TYPE_CHECKING:
+    from ledger.core.ranking import Query
+
 DURABILITY_LEVELS = ("full", "normal", "off")
+
+S = TypeVar("S")  # an engine's page reader state (``PageReader``)
 
 
 class StoreOptions(Protocol):
@@ -89,52 +94,136 @@ class Snapshot(Protocol):
     def window_seq(self) -> int: ...
 
 
+# A ranked candidate: (seq, window, score, hint), the hint being the
+# ``(part, offset)`` where the index saw the row's line.
+Candidate = tuple[int, int, float, tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Located:
+    """What ``locate``, ``locate_at`` and ``seek`` report of row ``seq``; one of:
+
+    - found: ``row``, the decoded row, whose line starts at ``(part, offset)``;
+    - ``resume``: not reached within this call's bounds (a long line on the
+      way); a read cursor goes on from there (``resume.char == SEEKING``);
+    - neither: the row is an oversized or unreadable line, which the reader
+      listed under ``skipped`` and retrieval never serves.
+
+    A row that is not there raises ``NotFound``."""
+
+    row: dict[str, Any] | None = None
+    part: int = 0
+    offset: int = 0
+    resume: Position | None = None
+
+
 class PageScan(Protocol):
-    """One call's bounded scan: ``events()`` yields lines from the start
-    position; afterwards ``paused`` is where the next page starts (None at
-    the end). ``prefilter``, when set, rules out line runs that cannot match."""
+    """One call's bounded scan from a start position up to an end position.
+
+    ``events()`` yields the lines met, in log order; the engine stops at the
+    per-call bounds (``ledger.core.bounds``): it examines at most SCAN_ROWS
+    lines and reads at most SCAN_BYTES, never decodes a line over LINE_CAP
+    (it yields it as ``oversized``), and does not serve past the end position.
+    Afterwards ``paused`` is where the next page starts (None: the end was
+    reached); the caller may set it with ``pause_at`` (a full page) or to None
+    (nothing further is wanted). ``prefilter``, when set, is a sound test on
+    raw bytes: lines (or runs of lines) it says False for cannot match and are
+    counted as examined without being decoded or yielded."""
 
     paused: Position | None
-    prefilter: Any
+    prefilter: Callable[[bytes], bool] | None
 
-    def events(self) -> Iterator[Any]: ...
+    def events(self) -> Iterator[Event]: ...
 
-    def pause_at(self, pos: Position) -> None: ...
+    def pause_at(self, pos: Position) -> None:
+        """Stop the scan; the next page starts at ``pos``."""
+        ...
 
 
-class PageReader(Protocol):
-    """Page access for ``session_history`` (DESIGN.md 8): call ``state`` and
-    everything after it inside ``locked()``."""
+class PageReader(Protocol[S]):
+    """Page access to one workspace for ``session_history`` (DESIGN.md 8).
+
+    ``S`` is the engine's own state: what ``state()`` reads, under
+    ``locked()`` (a shared lock, or one read-only snapshot), and what every
+    later call of the page is given; call ``state`` and everything after it
+    inside ``locked()``. Positions are the module doc's ``(part, offset)``:
+    a ``Position`` (``ledger.core.cursors``), or the ``part`` and ``offset``
+    of a line the reader reports (``Event``, ``Located``)."""
 
     def exists(self) -> bool: ...
 
-    def locked(self) -> AbstractContextManager[Any]: ...
+    def locked(self) -> AbstractContextManager[None]: ...
 
-    def state(self) -> Any: ...
+    def state(self) -> S:
+        """The workspace's state at the start (and again at the end) of a page;
+        raises when it cannot be served (gone: CursorExpired; a damaged floor:
+        Unavailable)."""
+        ...
 
-    def binding(self, st: Any) -> str: ...
+    def binding(self, st: S) -> str:
+        """What a cursor binds to: a page is served from a cursor only while
+        this is unchanged (else ``carry_over``)."""
+        ...
 
-    def floor_key(self, st: Any) -> str: ...
+    def floor_key(self, st: S) -> str:
+        """The privacy floor as a cursor records it ("none" for none)."""
+        ...
 
-    def floor(self, st: Any) -> Boundary | None: ...
+    def floor(self, st: S) -> Boundary | None: ...
 
-    def fresh_pos(self, st: Any) -> Position: ...
+    def fresh_pos(self, st: S) -> Position:
+        """Where a new query starts: just past the floor, else the log's start."""
+        ...
 
-    def fresh(self, st: Any, action: str, digest: str) -> CursorData: ...
+    def fresh(self, st: S, action: str, digest: str) -> CursorData:
+        """A new query's cursor data: from ``fresh_pos`` to the current end of
+        the log, its high-water mark the newest seq."""
+        ...
 
-    def carry_over(self, data: CursorData, st: Any) -> CursorData: ...
+    def carry_over(self, data: CursorData, st: S) -> CursorData:
+        """A cursor of another binding or floor moved to the current state when
+        no stored byte changed (a merge of segments), else CursorExpired."""
+        ...
 
-    def after_floor(self, st: Any, part: int, offset: int) -> bool: ...
+    def after_floor(self, st: S, part: int, offset: int) -> bool:
+        """Whether the line at ``(part, offset)`` lies after the privacy floor."""
+        ...
 
-    def scan(self, st: Any, start: Position, end: Position) -> PageScan: ...
+    def scan(self, st: S, start: Position, end: Position) -> PageScan: ...
 
-    def window_start(self, st: Any, window: int) -> Position: ...
+    def window_start(self, st: S, window: int) -> Position:
+        """Where window ``window`` (a retrievable one) starts, else NotFound."""
+        ...
 
-    def window_of(self, st: Any, part: int, offset: int) -> int: ...
+    def window_of(self, st: S, part: int, offset: int) -> int:
+        """The name of the window holding the line at ``(part, offset)``."""
+        ...
 
-    def locate(self, st: Any, seq: int, result: SkipSink) -> Any: ...
+    def locate(self, st: S, seq: int, result: SkipSink) -> Located:
+        """Row ``seq`` (``Located``), looked up in at most a bounded read."""
+        ...
 
-    def seek(self, st: Any, pos: Position, seq: int, result: SkipSink) -> Any: ...
+    def seek(self, st: S, pos: Position, seq: int, result: SkipSink) -> Located:
+        """Row ``seq`` again, for a read cursor still seeking it from ``pos``."""
+        ...
+
+    def prepare_ranked(self) -> None:
+        """Bring the recall index up to the log before ``locked()``, for an
+        engine that writes it outside the page's snapshot (else nothing)."""
+        ...
+
+    def ranked(
+        self, st: S, query: Query, after: int, high: int, window: int | None
+    ) -> list[Candidate]:
+        """Ranked candidates for rows in ``(after, high]`` (of ``window`` when
+        given), best first, from the engine's recall index, brought up to
+        date with the log first."""
+        ...
+
+    def locate_at(self, st: S, seq: int, hint: tuple[int, int], result: SkipSink) -> Located:
+        """``locate`` for a ranked candidate: row ``seq`` read where the index
+        saw it (``hint``) when it is still there, else as ``locate``."""
+        ...
 
 
 class WorkspaceEngine(Protocol):
@@ -156,7 +245,7 @@ class WorkspaceEngine(Protocol):
 
     def window_rows(self) -> list[Row]: ...
 
-    def reader(self) -> PageReader: ...
+    def reader(self) -> PageReader[Any]: ...  # each engine's reader has its own state type
 
     def reject(self, seq_or_seqs: Any) -> Any: ...
 

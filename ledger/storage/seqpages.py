@@ -1,7 +1,8 @@
 """``session_history`` pages for engines that keep rows by seq (PostgreSQL and
-the in-memory engine), written once: the state they report, the bounded
-scan, and the page reader's rules. Each engine supplies a ``RowSource``
-(how to list and fetch rows) and a few lookups (``SeqReader``'s hooks).
+the in-memory engine), written once: the state they report (``RowState``),
+the bounded scan, and the page reader's rules (``ledger.storage.engine``'s
+``PageReader[RowState]``). Each engine supplies a ``RowSource`` (how to list
+and fetch rows) and a few lookups (``SeqReader``'s hooks).
 
 Positions are ``(seq, byte offset in the row)``: a row starts at ``(seq, 0)``
 and ends at ``(seq, len + 1)`` (as a line with its newline would), so the
@@ -17,16 +18,20 @@ longer than LINE_CAP is never fetched (only its length is, to list it under
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from ledger.core import cursors
 from ledger.core import format as fmt
 from ledger.core.bounds import LINE_CAP, SCAN_BYTES, SCAN_ROWS, Budget, Event, SkipSink
 from ledger.core.cursors import CursorData, Position
 from ledger.core.errors import CursorExpired, NotFound
+from ledger.core.ranking import Query
 from ledger.core.windows import Boundary, window_marker
+from ledger.storage.engine import Candidate, Located
 
 PAGE = 128  # rows listed per step of a scan
 
@@ -65,17 +70,17 @@ class RowSource(Protocol):
 
 def start_seq(p: Position) -> int:
     """The first seq a scan from ``p`` serves."""
-    return p.segment + 1 if (p.skip or p.offset > 0) else p.segment
+    return p.part + 1 if (p.skip or p.offset > 0) else p.part
 
 
 def end_seq(p: Position) -> int:
     """One past the last seq a scan up to ``p`` serves."""
-    return p.segment + 1 if p.offset > 0 else p.segment
+    return p.part + 1 if p.offset > 0 else p.part
 
 
 @dataclass
 class SeqScan:
-    """One call's bounded scan from ``start`` to ``end`` (``PageScan``)."""
+    """The row engines' ``PageScan``, over ``source``."""
 
     source: RowSource
     start: Position
@@ -126,35 +131,53 @@ class SeqScan:
         self.paused = None
 
 
-class SeqReader:
-    """The page reader of a row engine (``ledger.storage.engine.PageReader``).
+class SeqReader(ABC):
+    """The page reader of a row engine: ``PageReader[RowState]``.
 
-    A subclass provides ``workspace``, ``exists``, ``locked``, ``state`` and
-    ``binding`` and the hooks ``source``, ``is_boundary``, ``boundary_before``
-    and ``row_at``; call everything after ``locked`` inside it."""
+    A subclass provides ``workspace`` and the abstract methods below (the
+    hooks ``source``, ``is_boundary``, ``boundary_before`` and ``row_at``,
+    and from the protocol ``exists``, ``locked``, ``state``, ``binding``,
+    ``prepare_ranked`` and ``ranked``)."""
 
     workspace: str
 
     # --- hooks -------------------------------------------------------------------
 
-    def source(self) -> RowSource:
-        raise NotImplementedError
+    @abstractmethod
+    def source(self) -> RowSource: ...
 
+    @abstractmethod
     def is_boundary(self, seq: int) -> bool:
         """Whether row ``seq`` is a boundary (a reset)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def boundary_before(self, seq: int) -> int:
         """The seq of the newest boundary before row ``seq`` (0: none)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def row_at(self, seq: int) -> tuple[int, bytes | None] | None:
         """Row ``seq``'s byte length and bytes (None when over LINE_CAP), or
         None when there is no such row."""
-        raise NotImplementedError
 
-    def binding(self, st: RowState) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def exists(self) -> bool: ...
+
+    @abstractmethod
+    def locked(self) -> AbstractContextManager[None]: ...
+
+    @abstractmethod
+    def state(self) -> RowState: ...
+
+    @abstractmethod
+    def binding(self, st: RowState) -> str: ...
+
+    @abstractmethod
+    def prepare_ranked(self) -> None: ...
+
+    @abstractmethod
+    def ranked(
+        self, st: RowState, query: Query, after: int, high: int, window: int | None
+    ) -> list[Candidate]: ...
 
     # --- the rules -----------------------------------------------------------------
 
@@ -178,6 +201,7 @@ class SeqReader:
         )
 
     def carry_over(self, data: CursorData, st: RowState) -> CursorData:
+        """Never: rows never move without changing the binding."""
         raise CursorExpired(
             "the history changed since this cursor was issued (a rewrite or a new privacy "
             "floor); start a new query"
@@ -204,16 +228,28 @@ class SeqReader:
     def window_of(self, st: RowState, part: int, offset: int) -> int:
         return self.boundary_before(part)
 
-    def locate(self, st: RowState, seq: int, result: SkipSink) -> Any:
+    def locate(self, st: RowState, seq: int, result: SkipSink) -> Located:
         got = self.row_at(seq)
         if got is None:
             raise NotFound(f"no retrievable row {seq}")
-        n, raw = got
-        row = fmt.decode_line(raw) if raw is not None else None
-        if row is None:
-            result.add_skipped(seq, n)
-            return None
-        return seq, 0, row
+        return found(seq, *got, result)
 
-    def seek(self, st: RowState, pos: Position, seq: int, result: SkipSink) -> Any:
+    def seek(self, st: RowState, pos: Position, seq: int, result: SkipSink) -> Located:
+        """Never needed (``locate`` is one read), but answered as ``locate``."""
         return self.locate(st, seq, result)
+
+    def locate_at(
+        self, st: RowState, seq: int, hint: tuple[int, int], result: SkipSink
+    ) -> Located:
+        return self.locate(st, seq, result)
+
+
+def found(seq: int, n: int, raw: bytes | None, result: SkipSink) -> Located:
+    """Row ``seq`` of ``n`` stored bytes ``raw`` (None: over LINE_CAP) as
+    ``locate`` reports it: an unreadable or oversized one is listed under
+    skipped."""
+    row = fmt.decode_line(raw) if raw is not None else None
+    if row is None:
+        result.add_skipped(seq, n)
+        return Located()
+    return Located(row, seq, 0)

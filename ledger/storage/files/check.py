@@ -303,7 +303,7 @@ def _recall_findings(history: FileWorkspace) -> Iterator[Finding]:
                 got = reader.locate(st, seq, _NoSkips())
             except LedgerError:
                 return None
-            return got[2] if isinstance(got, tuple) else None
+            return got.row
 
         found = recall.inspect(history.path, st, read_row)
     for code, message in found:

@@ -1,10 +1,10 @@
-"""The file engine's page reader for ``session_history``: bounded scans over
-the segments, lookups through the INDEX projection, and what a cursor binds
-to (the receipt's epoch and layout, else a digest of every stamp).
+"""The file engine's page reader (``ledger.storage.engine.PageReader``, its
+state a ``State``): bounded scans over the segments, lookups through the
+INDEX projection, and what a cursor binds to (the receipt's epoch and layout,
+else a digest of every stamp).
 
-Positions are ``(segment, byte offset)``. A scan reads at most SCAN_BYTES and
-examines at most SCAN_ROWS per call, never decodes a line over LINE_CAP (it
-resumes past it, mid-line if need be), and pauses where the next page starts.
+Positions are ``(segment number, byte offset)``. A line over LINE_CAP is
+resumed past, mid-line if need be: the position then has ``skip`` set.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -25,21 +25,22 @@ from ledger.core.cursors import SEEKING, CursorData, Position
 from ledger.core.errors import CursorExpired, HistoryDamaged, NotFound, Unavailable
 from ledger.core.ranking import Query
 from ledger.core.windows import Boundary, window_marker
+from ledger.storage.engine import Candidate, Located
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
-from ledger.storage.files.recall import RecallIndex, layout_of
+from ledger.storage.files.recall import Mark, RecallIndex, layout_of
 from ledger.storage.files.state import State
+
+if TYPE_CHECKING:
+    from ledger.storage.files.workspace import FileWorkspace
 
 _CHUNK = 256 * 1024
 
 
 @dataclass
 class Scan:
-    """Reads lines from ``start`` up to ``end`` within one call's budget.
-
-    Iterate ``events()``; afterwards ``paused`` holds where the next page
-    starts (None when the end was reached).
-    """
+    """The file engine's ``PageScan``: lines of ``segments`` from ``start``
+    up to ``end`` within one call's budget."""
 
     wsdir: str
     segments: list[int]
@@ -59,9 +60,9 @@ class Scan:
     def events(self) -> Iterator[Event]:
         pos = self.start
         for number in self.segments:
-            if number < pos.segment or number > self.end.segment:
+            if number < pos.part or number > self.end.part:
                 continue
-            first = number == pos.segment
+            first = number == pos.part
             offset = pos.offset if first else 0
             skip = pos.skip if first else False
             path = segs.segment_path(self.wsdir, number)
@@ -70,7 +71,7 @@ class Scan:
             except FileNotFoundError:
                 raise CursorExpired("a segment vanished; start a new query") from None
             try:
-                limit = self.end.offset if number == self.end.segment else os.fstat(fd).st_size
+                limit = self.end.offset if number == self.end.part else os.fstat(fd).st_size
                 yield from self._segment(fd, number, offset, limit, skip)
             finally:
                 os.close(fd)
@@ -181,30 +182,27 @@ class Scan:
             i = 0
 
     def pause_at(self, pos: Position) -> None:
-        """Stop the scan; the next page starts at ``pos``."""
         self.paused = pos
 
 
-
 class FileReader:
-    """Page access to one workspace for ``session_history`` (DESIGN.md 8).
+    """The file engine's ``PageReader[State]`` for one workspace (module doc)."""
 
-    Call everything but ``exists`` and ``locked`` under ``locked()``, with the
-    state ``state()`` returned there."""
-
-    def __init__(self, ws: Any) -> None:
+    def __init__(self, ws: FileWorkspace) -> None:
         self.ws = ws
         self._recall: RecallIndex | None = None
 
+    def prepare_ranked(self) -> None:
+        """Nothing: ``ranked`` brings the recall index up to date under the lock."""
+
     def ranked(
         self, st: State, query: Query, after: int, high: int, window: int | None
-    ) -> list[tuple[int, int, float, tuple[int, int]]]:
-        """Ranked candidates (seq, window, score, position hint) from the recall index,
-        brought up to date with the log first (``ledger.storage.files.recall``)."""
+    ) -> list[Candidate]:
+        """From the recall index (``ledger.storage.files.recall``)."""
         recall, mark = self.refresh_recall(st)
         return recall.candidates(mark, query, after, high, window)
 
-    def refresh_recall(self, st: State) -> tuple[RecallIndex, Any]:
+    def refresh_recall(self, st: State) -> tuple[RecallIndex, Mark]:
         """Bring the recall index up to the log (under ``locked()``)."""
         if self._recall is None:
             # A projection: at durability "off" it is not synced either (a
@@ -217,7 +215,7 @@ class FileReader:
     def exists(self) -> bool:
         return bool(self.ws.exists())
 
-    def locked(self) -> AbstractContextManager[Any]:
+    def locked(self) -> AbstractContextManager[None]:
         self.ws.settle_interrupted()  # before the shared lock: settling takes it exclusively
         return locked(self.ws.path, self.ws.workspace, self.ws.store.lock_timeout, shared=True)
 
@@ -230,30 +228,27 @@ class FileReader:
         return st
 
     def binding(self, st: State) -> str:
-        """What a cursor binds to: the verified receipt's epoch and layout,
-        else a digest of every segment's stamp."""
+        """The verified receipt's epoch and layout, else a digest of every
+        segment's stamp."""
         return _binding(st)
 
     def floor_key(self, st: State) -> str:
         return _floor_key(st)
 
     def fresh_pos(self, st: State) -> Position:
-        """Where a new query starts: just past the floor, else the log's start."""
         return _fresh_pos(st)
 
     def floor(self, st: State) -> Boundary | None:
         return st.floor
 
-    def after_floor(self, st: State, number: int, offset: int) -> bool:
-        return st.floor is None or _after(number, offset, st.floor)
+    def after_floor(self, st: State, part: int, offset: int) -> bool:
+        return st.floor is None or _after(part, offset, st.floor)
 
     def scan(self, st: State, start: Position, end: Position) -> Scan:
         return Scan(self.ws.path, st.segments, start, end)
 
-    def seek(self, st: State, pos: Position, seq: int, result: SkipSink) -> Any:
-        """Continue a read cursor still looking for row ``seq``."""
-        return self._scan_for(pos.segment, _segment_size(st, pos.segment), pos, seq, result,
-                              Budget())
+    def seek(self, st: State, pos: Position, seq: int, result: SkipSink) -> Located:
+        return self._scan_for(pos.part, _segment_size(st, pos.part), pos, seq, result, Budget())
 
     def carry_over(self, data: CursorData, st: State) -> CursorData:
         return self._carry_over(data, st, _binding(st), _floor_key(st))
@@ -264,13 +259,14 @@ class FileReader:
     def _carry_over(
         self, data: CursorData, st: State, binding: str, floor_key: str
     ) -> CursorData:
-        """A cursor of an older layout of the same epoch, moved to the current
-        positions through the INDEX records of the merges in between (a merge
-        moves rows without changing a byte). Anything else -- another epoch, a
-        missing record, a floor that is not the moved old one -- expires it."""
+        """Only a cursor of an older layout of the same epoch is carried over:
+        moved to the current positions through the INDEX records of the merges
+        in between (a merge moves rows without changing a byte). Anything else
+        -- another epoch, a missing record, a floor that is not the moved old
+        one -- expires it."""
         old = _layout_of(data.binding)
         new = _layout_of(binding)
-        records = []
+        records: list[fmt.MergeRecord] = []
         if old is not None and new is not None and old[0] == new[0] and old[1] < new[1]:
             for layout in range(old[1] + 1, new[1] + 1):
                 rec = self.ws.index.merge_record(new[0], layout)
@@ -320,7 +316,6 @@ class FileReader:
         )
 
     def window_start(self, st: State, window: int) -> Position:
-        """Where window ``window`` starts (a retrievable one), else NotFound."""
         if st.floor is not None:
             floor_name = window_marker(st.floor)
             if window == floor_name:
@@ -336,23 +331,23 @@ class FileReader:
                 return Position(b.segment, b.offset, True)
         raise NotFound(f"no retrievable window {window}")
 
-    def _bounds(self, st: State) -> list[Any]:
+    def _bounds(self, st: State) -> list[Boundary]:
         active = (st.active, st.active_stamp) if st.active_stamp is not None else None
         epoch = st.epoch if st.verified else None
         return self.ws.index.all_bounds(st.sealed, active, epoch)
 
-    def window_of(self, st: State, number: int, offset: int) -> int:
-        """The name of the window holding the line at (number, offset)."""
+    def window_of(self, st: State, part: int, offset: int) -> int:
         window = 0
         for b in self._bounds(st):
-            if (b.segment, b.offset) < (number, offset):
+            if (b.segment, b.offset) < (part, offset):
                 window = window_marker(b)
         return window
 
-    def locate_at(self, st: State, seq: int, hint: tuple[int, int], result: SkipSink) -> Any:
-        """Row ``seq`` read where the recall index saw its line (one short
-        read); anything else (a merge moved it, the log lost it) is looked
-        up by ``locate``."""
+    def locate_at(
+        self, st: State, seq: int, hint: tuple[int, int], result: SkipSink
+    ) -> Located:
+        """One short read at the hint; a line moved by a merge, or lost, is
+        looked up by ``locate``."""
         number, offset = hint
         if number in st.segments:
             try:
@@ -364,14 +359,14 @@ class FileReader:
                     got = self._scan_for(number, size, Position(number, offset), seq, result,
                                          Budget(rows=1))
                 except NotFound:  # another row there now
-                    got = False
-                if isinstance(got, tuple) or got is None:
+                    got = None
+                if got is not None and got.resume is None:
                     return got
         return self.locate(st, seq, result)
 
-    def locate(self, st: State, seq: int, result: SkipSink) -> Any:
-        """Find row ``seq``: the segment from the index (sealed entries, else
-        the active segment), then a bounded search inside it."""
+    def locate(self, st: State, seq: int, result: SkipSink) -> Located:
+        """The segment from the index (sealed entries, else the active
+        segment), then a bounded search inside it."""
         target: tuple[int, fmt.Stamp] | None = None
         for number, stamp in st.sealed:
             info = self.ws.index.info(number, stamp)
@@ -414,33 +409,30 @@ class FileReader:
 
     def _scan_for(
         self, number: int, size: int, start: Position, seq: int, result: SkipSink, budget: Budget
-    ) -> Any:
-        """Scan forward for row ``seq``: ``(number, offset, row)``, None when it
-        is an oversized or unreadable line (listed under skipped), or the
-        Position to continue from when the budget ran out first."""
-        begin = Position(start.segment, start.offset, start.skip, 0, start.skip_from,
+    ) -> Located:
+        """Scan forward from ``start`` for row ``seq`` (``Located``)."""
+        begin = Position(start.part, start.offset, start.skip, 0, start.skip_from,
                          start.skip_seq)
         scan = Scan(self.ws.path, [number], begin, Position(number, size), budget)
         for ev in scan.events():
             if ev.oversized:
                 if ev.seq == seq:
                     result.add_skipped(seq, ev.end - ev.offset - 1)
-                    return None
+                    return Located()
                 continue
             got = ev.row.get("seq") if ev.row is not None else fmt.seq_prefix(ev.line[:32])
             if got == seq:
                 if ev.row is None:
                     result.add_skipped(seq, len(ev.line))
-                    return None
-                return number, ev.offset, ev.row
+                    return Located()
+                return Located(ev.row, number, ev.offset)
             if isinstance(got, int) and got > seq:
                 break
         if scan.paused is not None:
             p = scan.paused
-            return Position(p.segment, p.offset, p.skip, SEEKING, p.skip_from, p.skip_seq)
+            return Located(resume=Position(p.part, p.offset, p.skip, SEEKING, p.skip_from,
+                                           p.skip_seq))
         raise NotFound(f"no retrievable row {seq}")
-
-
 
 
 def _segment_size(st: State, number: int) -> int:
@@ -471,11 +463,11 @@ def _moved(p: Position, into: int, base: dict[int, int]) -> Position:
     """Where a position is after a merge that moved each segment ``s`` in
     ``base`` to ``into`` at byte ``base[s]`` (lines never span segments, so
     ``skip_from`` moves with the position)."""
-    b = base.get(p.segment)
+    b = base.get(p.part)
     if b is None:
         return p
     skip_from = p.skip_from + b if p.skip_from >= 0 else p.skip_from
-    return msgspec.structs.replace(p, segment=into, offset=p.offset + b, skip_from=skip_from)
+    return msgspec.structs.replace(p, part=into, offset=p.offset + b, skip_from=skip_from)
 
 
 def _moved_floor(key: str, into: int, base: dict[int, int]) -> str:
@@ -491,7 +483,7 @@ def _floor_key(st: State) -> str:
     return "none" if f is None else f"{f.segment}:{f.offset}:{f.seq}"
 
 
-def _after(segment: int, offset: int, floor: Any) -> bool:
+def _after(segment: int, offset: int, floor: Boundary) -> bool:
     return (segment, offset) > (floor.segment, floor.offset)
 
 

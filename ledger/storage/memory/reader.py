@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from ledger.core.bounds import LINE_CAP
 from ledger.core.errors import CursorExpired
 from ledger.core.ranking import Query
+from ledger.storage.engine import Candidate
 from ledger.storage.memory.recall import Recall
 from ledger.storage.seqpages import RowState, SeqReader
 
@@ -28,7 +29,7 @@ class MemRows:
     def lengths(self, first: int, stop: int, limit: int) -> list[tuple[int, int]]:
         sp = self.sp
         i = bisect.bisect_left(sp.seqs, first)
-        out = []
+        out: list[tuple[int, int]] = []
         while i < len(sp.rows) and len(out) < limit and sp.seqs[i] < stop:
             out.append((sp.seqs[i], len(sp.rows[i].line)))
             i += 1
@@ -44,7 +45,7 @@ class MemRows:
 
 
 class MemReader(SeqReader):
-    """Page access to one workspace (``ledger.storage.engine.PageReader``)."""
+    """The memory engine's ``PageReader[RowState]`` for one workspace."""
 
     def __init__(self, ws: MemWorkspace) -> None:
         self.ws = ws
@@ -97,11 +98,13 @@ class MemReader(SeqReader):
         line = sp.rows[i].line
         return len(line), line if len(line) <= LINE_CAP else None
 
+    def prepare_ranked(self) -> None:
+        """Nothing: ``ranked`` brings the recall index up to date under the lock."""
+
     def ranked(
         self, st: RowState, query: Query, after: int, high: int, window: int | None
-    ) -> list[tuple[int, int, float, tuple[int, int]]]:
-        """Ranked candidates (seq, window, score, position) from the
-        workspace's recall index, brought up to date with its rows first."""
+    ) -> list[Candidate]:
+        """From the workspace's recall index (``recall.py``)."""
         sp = self._space()
         if sp.recall is None:
             sp.recall = Recall()

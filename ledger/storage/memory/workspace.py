@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.core import format as fmt
 from ledger.core import rules
@@ -28,6 +28,9 @@ from ledger.storage.copydir import write_workspace_dir
 from ledger.storage.engine import StoreOptions
 from ledger.storage.memory.engine import MemoryRoot, Quarantined
 from ledger.storage.seqpages import RowState, boundary
+
+if TYPE_CHECKING:
+    from ledger.storage.memory.reader import MemReader
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,7 @@ class MemWorkspace:
             start = bisect.bisect_right(sp.seqs, sp.window.seq) if sp.window is not None else 0
             return [_row(s) for s in sp.rows[start:]]
 
-    def reader(self) -> Any:
+    def reader(self) -> MemReader:
         from ledger.storage.memory.reader import MemReader
 
         return MemReader(self)

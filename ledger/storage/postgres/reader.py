@@ -21,12 +21,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import format as fmt
 from ledger.core.bounds import LINE_CAP, SCAN_BYTES, SkipSink
 from ledger.core.errors import CursorExpired, NotFound, Unavailable
 from ledger.core.ranking import Query
+from ledger.storage.engine import Candidate, Located
 from ledger.storage.postgres.recall import PgRecall
-from ledger.storage.seqpages import RowState, SeqReader
+from ledger.storage.seqpages import RowState, SeqReader, found
 
 if TYPE_CHECKING:
     from ledger.storage.postgres.workspace import PgWorkspace
@@ -56,7 +56,7 @@ class PgRows:
 
 
 class PgReader(SeqReader):
-    """Page access to one workspace (``ledger.storage.engine.PageReader``)."""
+    """PostgreSQL's ``PageReader[RowState]`` for one workspace (module doc)."""
 
     def __init__(self, ws: PgWorkspace) -> None:
         self.ws = ws
@@ -69,19 +69,17 @@ class PgReader(SeqReader):
     # -- ranked search (module doc) ---------------------------------------------------
 
     def prepare_ranked(self) -> None:
-        """Bring the recall index up to the log, before ``locked()``."""
         self.recall.catch_up()
 
     def ranked(
         self, st: RowState, query: Query, after: int, high: int, window: int | None
-    ) -> list[tuple[int, int, float, tuple[int, int]]]:
-        """Ranked candidates (seq, window, score, hint) of rows in (after, high]."""
+    ) -> list[Candidate]:
         self._order, self._fetched = [], {}
         mark, terms = self.recall.lookup(self.conn, query)
+        got: list[Candidate] | None = None
         if mark is not None and mark.covers(st.epoch, st.next_seq):
             got = self.recall.candidates(self.conn, mark, query, after, high, window, terms)
         else:  # appends (or a rewrite) since prepare_ranked: catch up again
-            got = None
             for _ in range(4):
                 self.recall.catch_up()
                 with self.ws.db.read("ranked search") as conn, conn.transaction():
@@ -92,14 +90,15 @@ class PgReader(SeqReader):
                         got = self.recall.candidates(conn, mark, query, after, high, window,
                                                      terms)
                         break
-            if got is None:
-                raise Unavailable("the history kept changing during the ranked search; retry")
+        if got is None:
+            raise Unavailable("the history kept changing during the ranked search; retry")
         self._order = [c[0] for c in got]
         return got
 
-    def locate_at(self, st: RowState, seq: int, hint: tuple[int, int], result: SkipSink) -> Any:
-        """Row ``seq`` of the ranking, read back in this call's snapshot with
-        the next candidates after it (module doc)."""
+    def locate_at(
+        self, st: RowState, seq: int, hint: tuple[int, int], result: SkipSink
+    ) -> Located:
+        """Read back with the next candidates after it (module doc)."""
         if seq not in self._fetched:
             self._prefetch(seq)
         got = self._fetched.get(seq)
@@ -109,11 +108,7 @@ class PgReader(SeqReader):
         if raw is None and n <= LINE_CAP:
             self._prefetch(seq, fresh=True)  # past the byte budget of its batch
             n, raw, _ = self._fetched[seq]
-        row = fmt.decode_line(raw) if raw is not None else None
-        if row is None:
-            result.add_skipped(seq, n)
-            return None
-        return seq, 0, row
+        return found(seq, n, raw, result)
 
     def _prefetch(self, seq: int, fresh: bool = False) -> None:
         try:

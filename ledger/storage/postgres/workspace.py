@@ -26,7 +26,7 @@ rules written for segment offsets hold unchanged (``reader.py``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.core import format as fmt
 from ledger.core import rules
@@ -39,6 +39,9 @@ from ledger.storage.engine import StoreOptions
 from ledger.storage.postgres.connect import Database
 from ledger.storage.seqpages import RowState as PgState
 from ledger.storage.seqpages import boundary
+
+if TYPE_CHECKING:
+    from ledger.storage.postgres.reader import PgReader
 
 PAGE_ROWS = 1000  # rows per round trip when streaming
 
@@ -171,7 +174,7 @@ class PgWorkspace:
             return self.window_rows()
         return [decode(self.workspace, seq, bytes(raw)) for seq, raw in got if seq is not None]
 
-    def reader(self) -> Any:
+    def reader(self) -> PgReader:
         from ledger.storage.postgres.reader import PgReader
 
         return PgReader(self)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol
 
 import msgspec
 
@@ -31,7 +31,14 @@ from ledger.core.errors import (
     Unavailable,
 )
 from ledger.core.windows import window_marker
-from ledger.storage.engine import StoreOptions, WorkspaceEngine
+from ledger.storage.engine import (
+    Located,
+    PageReader,
+    PageScan,
+    S,
+    StoreOptions,
+    WorkspaceEngine,
+)
 from ledger.transcript.retrieval.args import DESCRIPTION, PARAMETERS, Call, parse_call
 from ledger.transcript.retrieval.results import (
     CURSOR_CODES,
@@ -63,24 +70,29 @@ class Bound(Protocol):
 
 # One page of a call: (the reader's state, the result to fill, the cursor's
 # data) -> the next page's cursor data, or None at the end.
-Page = Callable[[Any, Result, CursorData], CursorData | None]
+Page = Callable[[S, Result, CursorData], CursorData | None]
+# A row as a page of rows shows it, given its window (None: not shown).
+ItemOf = Callable[[dict[str, Any], int], dict[str, Any] | None]
+# The window a scan is in, moved by the resets it passes (one item).
+WindowBox = list[int]
 
 PREVIEW = 500  # code points of a row's text in a window's listing
 
 RANKED_READS = 100  # rows read back from the log per ranked call, at most
-_RANKED = -2  # Position.segment of a ranked cursor: offset is the rank reached
+_RANKED = -2  # Position.part of a ranked cursor: offset is the rank reached
 
 _enc = msgspec.json.Encoder()
 
 
-class SessionHistory:
-    """The retrieval tool bound to one workspace (DESIGN.md 8 and 12)."""
+class SessionHistory(Generic[S]):
+    """The retrieval tool bound to one workspace (DESIGN.md 8 and 12); ``S``
+    is the state type of its engine's page reader, which it only passes on."""
 
     name = "session_history"
 
     def __init__(self, history: Bound) -> None:
         self.history = history
-        self.reader = history.engine.reader()
+        self.reader: PageReader[S] = history.engine.reader()
 
     def definition(self, api: str = "openai") -> dict[str, Any]:
         """The tool's schema for function calling, from one source."""
@@ -156,7 +168,7 @@ class SessionHistory:
         c = parse_call(args)
         return self._run(c.action, c.key, c.cursor, self._page(c), ranked=c.ranked)
 
-    def _page(self, c: Call) -> Page:
+    def _page(self, c: Call) -> Page[S]:
         """The function that fills one page of ``c``'s result."""
         query, window, limit = c.query, c.window, c.limit
         if c.action == "search":
@@ -171,7 +183,7 @@ class SessionHistory:
         return lambda s, r, d: self._read(s, r, d, seq, offset, limit)
 
     def _run(
-        self, action: str, key: dict[str, Any], token: str | None, page: Page,
+        self, action: str, key: dict[str, Any], token: str | None, page: Page[S],
         ranked: bool = False,
     ) -> dict[str, Any]:
         h = self.history
@@ -186,9 +198,8 @@ class SessionHistory:
             if action == "read":
                 raise NotFound("no such row")
             return {"notice": NOTICE, "items": [], "skipped": [], "cursor": None}
-        prepare = getattr(reader, "prepare_ranked", None) if ranked else None
-        if prepare is not None:
-            prepare()  # an engine that writes its index outside the call's snapshot
+        if ranked:
+            reader.prepare_ranked()  # an engine that writes its index outside the call's snapshot
         with reader.locked():
             st = reader.state()
             binding, floor_key = reader.binding(st), reader.floor_key(st)
@@ -211,11 +222,11 @@ class SessionHistory:
         }
         return out
 
-    def _scan(self, st: Any, data: CursorData, start: Position | None = None) -> Any:
+    def _scan(self, st: S, data: CursorData, start: Position | None = None) -> PageScan:
         return self.reader.scan(st, start or data.pos, data.end)
 
     def _events(
-        self, scan: Any, data: CursorData, result: Result, window_box: list[int]
+        self, scan: PageScan, data: CursorData, result: Result, window_box: WindowBox
     ) -> Iterator[tuple[Event, dict[str, Any]]]:
         """Eligible readable rows with their window; resets move the window.
         Unreadable lines and lines without an integer seq are listed under
@@ -233,7 +244,7 @@ class SessionHistory:
                     )
                 entry = {"seq": fmt.seq_prefix(ev.line[:32]), "bytes": len(ev.line)}
                 if not result.fits(entry):
-                    scan.pause_at(Position(ev.segment, ev.offset))
+                    scan.pause_at(Position(ev.part, ev.offset))
                     return
                 result.add_skipped(entry["seq"], len(ev.line))
                 continue
@@ -245,7 +256,7 @@ class SessionHistory:
             yield ev, row
 
     def _next(
-        self, data: CursorData, scan: Any, window: int, listing: ListState | None = None
+        self, data: CursorData, scan: PageScan, window: int, listing: ListState | None = None
     ) -> CursorData | None:
         if scan.paused is None:
             return None
@@ -253,7 +264,7 @@ class SessionHistory:
 
     def _search(
         self,
-        st: Any,
+        st: S,
         result: Result,
         data: CursorData,
         query: str,
@@ -261,44 +272,24 @@ class SessionHistory:
         limit: int,
     ) -> CursorData | None:
         folded = query.casefold()
-        start = None
-        if window is not None and data.pos == self.reader.fresh_pos(st):
-            start = self.reader.window_start(st, window)
-        scan = self._scan(st, data, start)
-        scan.prefilter = ascii_prefilter(query)
-        box = [data.window if start is None else window if window is not None else 0]
         calls: set[str] = set()
-        for ev, row in self._events(scan, data, result, box):
-            if window is not None and box[0] != window:
-                if box[0] > window:
-                    scan.paused = None
-                    break
-                continue
+
+        def item_of(row: dict[str, Any], in_window: int) -> dict[str, Any] | None:
             calls.update(echo_calls(row))
             if hidden(row) or is_echo(row, calls):
-                continue
+                return None
             found = snippet(row_text(row), folded)
             if found is None:
-                continue
+                return None
             text, cut = found
-            item = {
-                "seq": row["seq"],
-                "window": box[0],
-                "role": row.get("role"),
-                "text": text,
-                "truncated": cut,
-            }
-            if not result.add_item(item):
-                scan.pause_at(Position(ev.segment, ev.offset))
-                break
-            if len(result.items) >= limit:
-                scan.pause_at(Position(ev.segment, ev.end))
-                break
-        return self._next(data, scan, box[0])
+            return {"seq": row["seq"], "window": in_window, "role": row.get("role"),
+                    "text": text, "truncated": cut}
+
+        return self._rows(st, result, data, window, limit, item_of, ascii_prefilter(query))
 
     def _ranked(
         self,
-        st: Any,
+        st: S,
         result: Result,
         data: CursorData,
         query: str,
@@ -310,10 +301,6 @@ class SessionHistory:
         mark, best first from the rank the cursor reached; each row is read
         again from the log (RANKED_READS at most) and must still be there,
         after the floor, shown content and not the tool's own echo."""
-        ranker = getattr(self.reader, "ranked", None)
-        if ranker is None:
-            raise BadRequest("mode=ranked is not available on this engine yet (the file engine "
-                             "has it); use mode=literal")
         q = ranking.parse_query(query)
         if q.empty:
             raise BadRequest("'query' has no words to rank by")
@@ -323,24 +310,22 @@ class SessionHistory:
         after = floor.seq if floor is not None else 0
         if window is not None:
             self.reader.window_start(st, window)  # NotFound for no such window
-        start = data.pos.offset if data.pos.segment == _RANKED else 0
-        ranked = ranker(st, q, after, data.high, window)
+        start = data.pos.offset if data.pos.part == _RANKED else 0
+        ranked = self.reader.ranked(st, q, after, data.high, window)
         at = start
         reads = 0
         while at < len(ranked) and reads < RANKED_READS:
             seq, _win, score, hint = ranked[at]
             reads += 1
             try:
-                at_hint = getattr(self.reader, "locate_at", None)
-                outcome = (at_hint(st, seq, hint, result) if at_hint is not None
-                           else self.reader.locate(st, seq, result))
+                got = self.reader.locate_at(st, seq, hint, result)
             except NotFound:
-                outcome = None
-            if not isinstance(outcome, tuple):
-                at += 1  # gone, oversized or unreadable: never served from the index
+                got = Located()
+            row = got.row
+            if row is None:
+                at += 1  # gone, oversized, unreadable or out of reach: never served from the index
                 continue
-            number, line_offset, row = outcome
-            if (not self.reader.after_floor(st, number, line_offset) or hidden(row)
+            if (not self.reader.after_floor(st, got.part, got.offset) or hidden(row)
                     or is_echo(row, frozenset()) or row.get("seq") != seq):
                 at += 1
                 continue
@@ -353,7 +338,7 @@ class SessionHistory:
             piece = text[begin : begin + SNIPPET]
             item = {
                 "seq": seq,
-                "window": self.reader.window_of(st, number, line_offset),
+                "window": self.reader.window_of(st, got.part, got.offset),
                 "role": row.get("role"),
                 "text": piece,
                 "truncated": begin > 0 or begin + len(piece) < len(text),
@@ -369,40 +354,57 @@ class SessionHistory:
         return msgspec.structs.replace(data, pos=Position(_RANKED, at))
 
     def _list_rows(
-        self, st: Any, result: Result, data: CursorData, window: int, limit: int
+        self, st: S, result: Result, data: CursorData, window: int, limit: int
     ) -> CursorData | None:
+        def item_of(row: dict[str, Any], in_window: int) -> dict[str, Any] | None:
+            if hidden(row):
+                return None
+            text = row_text(row)
+            preview = fit_text(text, 4096, PREVIEW)
+            return {"seq": row["seq"], "window": in_window, "role": row.get("role"),
+                    "text": preview, "truncated": len(preview) < len(text)}
+
+        return self._rows(st, result, data, window, limit, item_of)
+
+    def _rows(
+        self,
+        st: S,
+        result: Result,
+        data: CursorData,
+        window: int | None,
+        limit: int,
+        item_of: ItemOf,
+        prefilter: Callable[[bytes], bool] | None = None,
+    ) -> CursorData | None:
+        """One page of rows, oldest first (of ``window`` only, when given; a
+        new query of a window starts where it does), each shown as
+        ``item_of`` says, at most ``limit`` of them."""
+        box = [data.window]
         start = None
-        if data.pos == self.reader.fresh_pos(st):
+        if window is not None and data.pos == self.reader.fresh_pos(st):
             start = self.reader.window_start(st, window)
+            box = [window]
         scan = self._scan(st, data, start)
-        box = [window if start is not None else data.window]
+        scan.prefilter = prefilter
         for ev, row in self._events(scan, data, result, box):
-            if box[0] != window:
+            if window is not None and box[0] != window:
                 if box[0] > window:
                     scan.paused = None
                     break
                 continue
-            if hidden(row):
+            item = item_of(row, box[0])
+            if item is None:
                 continue
-            text = row_text(row)
-            preview = fit_text(text, 4096, PREVIEW)
-            item = {
-                "seq": row["seq"],
-                "window": window,
-                "role": row.get("role"),
-                "text": preview,
-                "truncated": len(preview) < len(text),
-            }
             if not result.add_item(item):
-                scan.pause_at(Position(ev.segment, ev.offset))
+                scan.pause_at(Position(ev.part, ev.offset))
                 break
             if len(result.items) >= limit:
-                scan.pause_at(Position(ev.segment, ev.end))
+                scan.pause_at(Position(ev.part, ev.end))
                 break
         return self._next(data, scan, box[0])
 
     def _list_windows(
-        self, st: Any, result: Result, data: CursorData, limit: int
+        self, st: S, result: Result, data: CursorData, limit: int
     ) -> CursorData | None:
         cur = _unpack_listing(data)
         if cur is None:
@@ -422,7 +424,7 @@ class SessionHistory:
                 if cur.reason == "start" and not cur.rows:
                     pass  # a history that starts with a boundary has no window 0
                 elif not result.add_item(item):
-                    scan.pause_at(Position(ev.segment, ev.offset))
+                    scan.pause_at(Position(ev.part, ev.offset))
                     full = True
                     box[0] = cur.window
                     break
@@ -430,7 +432,7 @@ class SessionHistory:
                 reason = info.get("reason") if isinstance(info, dict) else "manual"
                 cur = ListState(seq, str(reason), seq, seq, 0)
                 if len(result.items) >= limit:
-                    scan.pause_at(Position(ev.segment, ev.end))
+                    scan.pause_at(Position(ev.part, ev.end))
                     full = True
                     break
                 continue
@@ -443,21 +445,22 @@ class SessionHistory:
         return self._next(data, scan, box[0], cur)
 
     def _read(
-        self, st: Any, result: Result, data: CursorData, seq: int, offset: int, chars: int
+        self, st: S, result: Result, data: CursorData, seq: int, offset: int, chars: int
     ) -> CursorData | None:
         if seq > data.high or seq < 1:
             raise NotFound(f"no retrievable row {seq}")
         if data.pos.char > 0:
             offset = data.pos.char
         if data.pos.char == SEEKING:
-            outcome = self.reader.seek(st, data.pos, seq, result)
+            got = self.reader.seek(st, data.pos, seq, result)
         else:
-            outcome = self.reader.locate(st, seq, result)
-        if isinstance(outcome, Position):  # still seeking (a long line on the way)
-            return msgspec.structs.replace(data, pos=outcome)
-        if outcome is None:  # the row is an oversized line: listed under skipped
+            got = self.reader.locate(st, seq, result)
+        if got.resume is not None:  # still seeking (a long line on the way)
+            return msgspec.structs.replace(data, pos=got.resume)
+        row = got.row
+        if row is None:  # the row is an oversized line: listed under skipped
             return None
-        number, line_offset, row = outcome
+        number, line_offset = got.part, got.offset
         if not self.reader.after_floor(st, number, line_offset):
             raise NotFound(f"no retrievable row {seq}")
         if hidden(row):
