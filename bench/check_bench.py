@@ -4,7 +4,7 @@
 
 The floor reads the same segment files with the same chunked line reader and
 decodes every line into the same struct ``check`` uses
-(``ledger.recovery.check.CheckRow``) -- the least any verifier that looks at every
+(``ledger.storage.files.scan.CheckRow``) -- the least any verifier that looks at every
 row must do. ``check`` adds the checksum of every line, UTF-8 validation,
 batch and sequence bookkeeping, reset detection, and the receipt. The goal is
 ``check`` at most 1.5x the floor. Memory: ``check`` streams, so its peak
@@ -27,8 +27,9 @@ from typing import Any
 
 import msgspec
 
-from ledger.recovery.check import CheckRow, check
+from ledger.recovery.check import check
 from ledger.storage.files import segments as segs
+from ledger.storage.files.scan import CheckRow
 from ledger.transcript.history import History
 from ledger.transcript.store import Store
 

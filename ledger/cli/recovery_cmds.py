@@ -1,8 +1,9 @@
 """Recovery and retention commands: check, repair, import-legacy, purge,
 truncate, reject, delete, backup.
 
-Each opens the store, calls one function of ``recovery`` or ``ledger.storage.files.rewrite``
-/ ``ledger.storage.files.retention`` and prints its report (text, or JSON with ``--json``).
+Each opens the store, calls one function of ``ledger.recovery`` or one
+operation of the workspace (``History`` or its engine: ``clean_quarantine``)
+and prints its report (text, or JSON with ``--json``).
 """
 
 from __future__ import annotations
@@ -159,8 +160,6 @@ def cmd_import_legacy(args: argparse.Namespace, ctx: Any) -> int:
     json_help="print the result as JSON",
 )
 def cmd_purge(args: argparse.Namespace, ctx: Any) -> int:
-    from ledger.storage.files.retention import clean_quarantine
-
     h = ctx.store().history(args.workspace)
     out: dict[str, Any] = {"workspace": args.workspace}
     purged = None
@@ -168,9 +167,8 @@ def cmd_purge(args: argparse.Namespace, ctx: Any) -> int:
         purged = h.purge_before_floor()
         out["rows"] = purged.to_dict()
     if args.quarantine_older_than is not None:
-        engine_clean = getattr(h.engine, "clean_quarantine", None)  # a database engine's own
         seconds = args.quarantine_older_than * 86400.0
-        out["quarantine"] = engine_clean(seconds) if engine_clean else clean_quarantine(h, seconds)
+        out["quarantine"] = h.engine.clean_quarantine(seconds).to_dict()
     if args.json:
         ctx.emit_json(out)
     else:
@@ -197,10 +195,18 @@ def cmd_purge(args: argparse.Namespace, ctx: Any) -> int:
     json_help="print the result as JSON",
 )
 def cmd_truncate(args: argparse.Namespace, ctx: Any) -> int:
-    h = ctx.store().history(args.workspace)
-    out = h.truncate_after(args.after)
-    ctx.emit_result(args.json, out.to_dict(), f"{args.workspace}: removed {out.removed_rows} "
-                    f"rows after seq {args.after} ({out.removed_bytes} bytes to quarantine)")
+    return _run_on_history(
+        ctx, args, lambda h: h.truncate_after(args.after),
+        lambda out: f"removed {out.removed_rows} rows after seq {args.after} "
+                    f"({out.removed_bytes} bytes to quarantine)")
+
+
+def _run_on_history(ctx: Any, args: argparse.Namespace, op: Callable[[Any], Any],
+                    line: Callable[[Any], str]) -> int:
+    """Run ``op`` on the workspace's history and print its typed result:
+    ``to_dict()`` as JSON with ``--json``, else ``WS: line(result)``."""
+    out = op(ctx.store().history(args.workspace))
+    ctx.emit_result(args.json, out.to_dict(), f"{args.workspace}: {line(out)}")
     return 0
 
 
@@ -215,12 +221,10 @@ def cmd_truncate(args: argparse.Namespace, ctx: Any) -> int:
     json_help="print the result as JSON",
 )
 def cmd_reject(args: argparse.Namespace, ctx: Any) -> int:
-    h = ctx.store().history(args.workspace)
-    out = h.reject(args.seqs)
-    already = f" (already rejected: {out.already})" if out.already else ""
-    ctx.emit_result(args.json, out.to_dict(),
-                    f"{args.workspace}: rejected seqs {out.rejected}{already}")
-    return 0
+    return _run_on_history(
+        ctx, args, lambda h: h.reject(args.seqs),
+        lambda out: f"rejected seqs {out.rejected}"
+                    + (f" (already rejected: {out.already})" if out.already else ""))
 
 
 @command(
@@ -254,8 +258,6 @@ def cmd_delete(args: argparse.Namespace, ctx: Any) -> int:
     json_help="print the result as JSON",
 )
 def cmd_backup(args: argparse.Namespace, ctx: Any) -> int:
-    h = ctx.store().history(args.workspace)
-    out = h.backup(args.dest)
-    ctx.emit_result(args.json, out.to_dict(), f"{args.workspace}: copied {out.files} files, "
-                    f"{out.bytes} bytes to {out.dest}")
-    return 0
+    return _run_on_history(
+        ctx, args, lambda h: h.backup(args.dest),
+        lambda out: f"copied {out.files} files, {out.bytes} bytes to {out.dest}")

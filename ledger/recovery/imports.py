@@ -281,24 +281,12 @@ def plan_file(
 
 def write_quarantine(history: Any, source: str, entries: Iterable[Quarantined]) -> list[str]:
     """Put quarantined import bytes aside in the workspace's quarantine
-    (:class:`ledger.storage.files.retention.Quarantine`, under the workspace lock; a database
-    engine's own table); returns the entry names. Idempotent: the same bytes
-    from the same source and offset are stored once. The workspace must exist
-    (its first commit creates it)."""
-    entries = list(entries)
-    if not entries:
-        return []
-    put = getattr(history.engine, "put_quarantine", None)  # a database engine
-    if put is not None:
-        return [put(e.data, source=source, offset=e.offset, reason=e.reason) for e in entries]
-    from ledger.storage.files.lock import locked
-    from ledger.storage.files.retention import Quarantine
-
-    ws = history.engine  # the file engine's workspace
-    quarantine = Quarantine(ws.path, durability=ws.store.durability)
-    with locked(ws.path, ws.workspace, ws.store.lock_timeout, shared=False):
-        return [quarantine.put(e.data, source=source, offset=e.offset, reason=e.reason)
-                for e in entries]
+    (``WorkspaceEngine.put_quarantine``); returns the entry names. Idempotent:
+    the same bytes from the same source and offset are stored once. The
+    workspace must exist (its first commit creates it)."""
+    engine = history.engine
+    return [engine.put_quarantine(e.data, source=source, offset=e.offset, reason=e.reason)
+            for e in entries]
 
 
 @dataclass

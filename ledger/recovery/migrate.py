@@ -36,10 +36,10 @@ def migrate(src: Store, dst: Store, workspaces: Sequence[str] | None = None) -> 
     copied = []
     for ws in names:
         target = dst.history(ws)
-        out = target.engine.load_rows(src.history(ws).rows())  # type: ignore[attr-defined]
+        out = target.engine.load_rows(src.history(ws).rows())
         after = check(target)
         if not after.ok:
             raise RecoveryError(f"workspace {ws!r}: the copy in {dst!r} fails check "
                                 f"({after.damage} findings)")
-        copied.append({"workspace": ws, **out})
+        copied.append({"workspace": ws, **out.to_dict()})
     return {"source": repr(src), "destination": repr(dst), "copied": copied}

@@ -1,8 +1,9 @@
-"""The quarantine, as recovery and the importers use it.
+"""A file workspace's quarantine directory, read and written by path.
 
 The writer itself lives in ``ledger.storage.files.retention`` (truncation, a ledger
 rewrite, also puts bytes aside, and ``ledger`` never imports ``recovery``);
-this module is the stable entry point for ``ledger/recovery/`` code:
+recovery code that has a workspace uses its engine's ``put_quarantine`` and
+``clean_quarantine`` (any engine). This module works on a directory:
 
 - :func:`quarantine_bytes` puts bytes aside and returns the entry name:
   ``quarantine/<entry>.bin`` plus one line in ``quarantine/MANIFEST.jsonl``

@@ -17,7 +17,15 @@ An engine stores the workspaces of one root. For each workspace it provides:
 - rewrites that change stored rows -- ``reject``, ``truncate_after``,
   ``purge_before_floor``, ``rebaseline`` -- each a transaction that bumps the
   epoch (and only those: a plain append never does);
-- ``backup``; and per root: ``workspaces``, ``delete``.
+- ``backup``;
+- the engine operations of recovery (results: ``ledger.core.checks``):
+  ``verify`` (read-only; findings with a severity, damage or notice),
+  ``repair`` by a policy (what fails verification goes to the workspace's
+  quarantine; a dry run writes nothing), ``load_rows`` (verified rows byte
+  for byte as a new workspace, all or nothing: ``tledger migrate``),
+  ``put_quarantine`` (bytes an import could not take) and
+  ``clean_quarantine``;
+- and per root: ``workspaces``, ``delete``.
 
 Positions are ``(part, offset)`` pairs ordered as the log; each engine says
 what a part and an offset are (the file engine: segment number and byte
@@ -47,6 +55,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ledger.core.batches import AppendResult, PendingBatch
 from ledger.core.bounds import Event, SkipSink
+from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.cursors import CursorData, Position
 from ledger.core.errors import LedgerError
 from ledger.core.rows import Row
@@ -318,6 +327,43 @@ class WorkspaceEngine(Protocol):
     def backup(self, dest: str) -> BackupResult: ...
 
     def stat(self) -> StatReport: ...
+
+    def verify(self, progress: Progress | None = None) -> CheckReport:
+        """Verify the workspace without writing anything: every row (or line)
+        and what the engine derives from them (the boundaries, the head or
+        receipt, the quarantine, the recall index). Damage fails ``check``;
+        notices do not. ``progress`` gets (bytes done, bytes in all) where
+        the engine can tell. WorkspaceNotFound when nothing was written."""
+        ...
+
+    def repair(self, policy: str = "salvage", dry_run: bool = False,
+               progress: Progress | None = None) -> RepairReport:
+        """Make the workspace consistent by ``policy`` (``ledger.core.checks.
+        POLICIES``; RecoveryError for another): what fails verification goes
+        to the quarantine, never lost; a floor that damage may hide stays
+        (fail closed); a new epoch when anything changed. A healthy workspace
+        is left as it is; a second repair changes nothing. With ``dry_run``
+        nothing is written and the report says what would change; otherwise
+        ``after`` is the check of the result."""
+        ...
+
+    def load_rows(self, rows: Iterable[Row]) -> Loaded:
+        """Write ``rows`` (log order, each batch whole, verified) byte for byte
+        as this workspace, which must not exist (LedgerError); all or
+        nothing."""
+        ...
+
+    def put_quarantine(self, data: bytes, *, source: str, offset: int, reason: str) -> str:
+        """Put bytes that never entered the log (an import's unreadable or
+        refused records) in the workspace's quarantine; returns the entry's
+        name. The same bytes from the same source and offset are kept once.
+        The workspace must exist."""
+        ...
+
+    def clean_quarantine(self, older_than_s: float) -> QuarantineCleaned:
+        """Remove quarantine entries put aside more than ``older_than_s``
+        seconds ago."""
+        ...
 
 
 class Engine(Protocol):

@@ -191,3 +191,38 @@ class RewriteContract(ContractBase):
         epoch = h.epoch
         h.purge_before_floor()  # nothing left before the floor
         assert next(x.seq for x in h.rows()) == c.seqs[0] + 1 and h.epoch == epoch
+
+    def test_verify_and_repair_are_engine_operations(self, make_store: MakeStore, ws: str) -> None:
+        """check and repair go through the engine (WorkspaceEngine.verify and
+        .repair): a history that went through every rewrite checks clean, and
+        repair leaves it as it is (no new epoch), dry run or not."""
+        from ledger.recovery.check import check
+        from ledger.recovery.repair import repair
+
+        h = make_store().history(ws)
+        with pytest.raises(LedgerError):
+            check(h)  # nothing written yet: WorkspaceNotFound
+        for i in range(3):
+            h.append_many([msg(f"q{i}"), msg(f"a{i}", "assistant")])
+        h.clear_soft()  # a manual reset: the floor purge cuts at
+        h.append_many([msg("after"), msg("reply", "assistant")])
+        h.append(msg("dropped"))
+        h.truncate_after(h.next_seq - 2)
+        h.purge_before_floor()
+        h.append(msg("last"))
+        report = check(h)
+        assert report.ok and report.damage == 0, report.text()
+        assert report.rows == len(list(h.rows()))
+        assert report.to_dict()["findings"] == [f.to_dict() for f in report.findings]
+        epoch, lines_before = h.epoch, [r.line for r in h.rows()]
+        dry = repair(h, dry_run=True)
+        assert (dry.changed, dry.exit_code(), dry.after) == (False, 0, None)
+        done = repair(h)
+        assert not done.changed and done.consistent and done.exit_code() == 0
+        assert done.after is not None and done.after.ok
+        assert (h.epoch, [r.line for r in h.rows()]) == (epoch, lines_before)
+        assert done.to_dict()["check"] == done.after.to_dict()
+        with pytest.raises(LedgerError, match="unknown repair policy"):
+            repair(h, policy="bogus")
+        assert h.engine.clean_quarantine(3600).to_dict() == {"removed": 0, "bytes": 0}
+        assert h.engine.clean_quarantine(-1).removed >= 1  # the truncated row

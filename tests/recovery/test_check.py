@@ -16,8 +16,9 @@ import pytest
 
 from ledger.cli import main
 from ledger.core import format as fmt
+from ledger.core.checks import DAMAGE, NOTICE
 from ledger.core.errors import WorkspaceNotFound
-from ledger.recovery.check import DAMAGE, NOTICE, check
+from ledger.recovery.check import check
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.receipt import read_receipt, write_receipt

@@ -14,7 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger.core import format as fmt
-from ledger.recovery import check as chk
+from ledger.core.checks import NOTICE
+from ledger.recovery.check import check
+from ledger.storage.files import scan as chk
 from ledger.storage.files import segments as segs
 from ledger.transcript.store import Store
 from tests.helpers.recovery import build, seg_files
@@ -129,8 +131,8 @@ def test_a_reset_hidden_behind_a_duplicate_key_is_a_floor(tmp_path: Path) -> Non
         h.append({"kind": "message", "role": "user", "parts": [{"type": "text", "text": "b"}]})
     floor = h.snapshot().floor
     assert floor is not None and floor.seq == 2
-    report = chk.check(h)
-    assert report.findings == [] or all(f.severity == chk.NOTICE for f in report.findings)
+    report = check(h)
+    assert report.findings == [] or all(f.severity == NOTICE for f in report.findings)
     assert report.scan is not None
     report.scan.resolve_hidden()
     assert report.scan.last_floor is not None and report.scan.last_floor[2] == 2

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ledger.core import format as fmt
+from ledger.core.checks import Loaded
 from ledger.core.errors import CommitFailed, LedgerError
 from ledger.core.rows import Row
 from ledger.storage.files import segments as segs
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from ledger.storage.files.workspace import FileWorkspace
 
 
-def load_rows(ws: FileWorkspace, rows: Iterable[Row]) -> dict[str, int]:
+def load_rows(ws: FileWorkspace, rows: Iterable[Row]) -> Loaded:
     """Write ``rows`` (in log order, each batch whole) as the new workspace
     ``ws``; refuses a workspace that exists. Returns rows and bytes written."""
     if ws.exists():
@@ -64,7 +65,7 @@ def load_rows(ws: FileWorkspace, rows: Iterable[Row]) -> dict[str, int]:
                                f"written: {exc}") from exc
         raise
     ws.rebaseline()
-    return {"rows": count, "bytes": total}
+    return Loaded(count, total)
 
 
 def _write(path: str, chunks: list[bytes], sync: bool) -> None:

@@ -29,8 +29,9 @@ from typing import Any
 from ledger.core import format as fmt
 from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
+from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.errors import CommitFailed, CommitUncertain, DeletePending
-from ledger.core.rows import prepare_batch, renumber
+from ledger.core.rows import Row, prepare_batch, renumber
 from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.windows import window_marker
 from ledger.storage.engine import BackupResult, StatReport
@@ -48,6 +49,7 @@ from ledger.storage.files.merge import settle as settle_merge
 from ledger.storage.files.reader import FileReader
 from ledger.storage.files.reads import WorkspaceBase
 from ledger.storage.files.receipt import WriterReceipt
+from ledger.storage.files.retention import Quarantine, clean_quarantine
 from ledger.storage.files.stat import stat_report
 from ledger.storage.files.state import (
     State,
@@ -326,12 +328,40 @@ class FileWorkspace(WorkspaceBase):
         """A consistent copy of this history, taken under the lock."""
         return backup_history(self, dest)
 
-    def load_rows(self, rows: Any) -> dict[str, int]:
+    def load_rows(self, rows: Iterable[Row]) -> Loaded:
         """Write verified rows byte for byte as this new workspace
         (``ledger.storage.files.load``; ``tledger migrate``)."""
         from ledger.storage.files.load import load_rows
 
         return load_rows(self, rows)
+
+    # --- verify, repair, quarantine (check.py, repair.py, retention.py) -------------
+
+    def verify(self, progress: Progress | None = None) -> CheckReport:
+        """Read-only verification of the directory (``check.py``)."""
+        from ledger.storage.files.check import check
+
+        return check(self, progress=progress)
+
+    def repair(self, policy: str = "salvage", dry_run: bool = False,
+               progress: Progress | None = None) -> RepairReport:
+        """Make the directory consistent by ``policy``, removed bytes to the
+        quarantine (``repair.py``)."""
+        from ledger.storage.files.repair import repair
+
+        return repair(self, policy=policy, dry_run=dry_run, progress=progress)
+
+    def clean_quarantine(self, older_than_s: float) -> QuarantineCleaned:
+        """Remove quarantine entries older than ``older_than_s`` seconds."""
+        return QuarantineCleaned(**clean_quarantine(self, older_than_s))
+
+    def put_quarantine(self, data: bytes, *, source: str, offset: int, reason: str) -> str:
+        """Put bytes that never entered the log aside (an import's unreadable
+        or refused records), under the workspace lock; returns the entry name.
+        The same bytes from the same source and offset are stored once."""
+        with locked(self.path, self.workspace, self.store.lock_timeout, shared=False):
+            return Quarantine(self.path, durability=self.store.durability).put(
+                data, source=source, offset=offset, reason=reason)
 
     def merge_segments(self) -> int:
         """Merge sealed segments by size class until no class is full (see

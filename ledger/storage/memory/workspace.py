@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ledger.core import format as fmt
 from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
+from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.errors import HistoryDamaged, LedgerError, WorkspaceNotFound
 from ledger.core.husks import husk_line
 from ledger.core.rows import Row, now_ms, prepare_batch, renumber
@@ -215,7 +216,7 @@ class MemWorkspace(WorkspaceHandle):
             return AppendResult([int(r["seq"]) for r in stored], sp.epoch,
                                 sp.state().window_seq, bid)
 
-    def load_rows(self, rows: Iterable[Row]) -> dict[str, int]:
+    def load_rows(self, rows: Iterable[Row]) -> Loaded:
         """Take verified rows byte for byte as this new workspace (``tledger
         migrate``'s destination side); all or nothing."""
         count = total = 0
@@ -245,7 +246,7 @@ class MemWorkspace(WorkspaceHandle):
                 raise LedgerError(f"workspace {self.workspace!r} already exists in "
                                   f"{self.root.label}; nothing was written")
             self.root.spaces[self.workspace] = sp
-        return {"rows": count, "bytes": total}
+        return Loaded(count, total)
 
     # --- rewrites (each bumps the epoch) --------------------------------------------
 
@@ -331,6 +332,19 @@ class MemWorkspace(WorkspaceHandle):
             sp.recompute(sp.next_seq)
             return sp.epoch
 
+    # --- verify and repair (verify.py) ----------------------------------------------
+
+    def verify(self, progress: Progress | None = None) -> CheckReport:
+        from ledger.storage.memory.verify import check
+
+        return check(self)
+
+    def repair(self, policy: str = "salvage", dry_run: bool = False,
+               progress: Progress | None = None) -> RepairReport:
+        from ledger.storage.memory.verify import repair
+
+        return repair(self, policy, dry_run)
+
     # --- quarantine, backup, stat -----------------------------------------------------
 
     def quarantine(self) -> list[Quarantined]:
@@ -338,7 +352,7 @@ class MemWorkspace(WorkspaceHandle):
         goes with the workspace's delete."""
         return self.root.quarantine.setdefault(self.workspace, [])
 
-    def clean_quarantine(self, older_than_s: float) -> dict[str, int]:
+    def clean_quarantine(self, older_than_s: float) -> QuarantineCleaned:
         """Remove quarantine entries older than ``older_than_s`` seconds."""
         cutoff = now_ms() - int(older_than_s * 1000)
         with self.locked():
@@ -346,7 +360,7 @@ class MemWorkspace(WorkspaceHandle):
             q = self.quarantine()
             gone = [e for e in q if e[0] < cutoff]
             q[:] = [e for e in q if e[0] >= cutoff]
-        return {"removed": len(gone), "bytes": sum(len(e[3]) for e in gone)}
+        return QuarantineCleaned(len(gone), sum(len(e[3]) for e in gone))
 
     def put_quarantine(self, data: bytes, *, source: str, offset: int, reason: str) -> str:
         """Put bytes that never entered the log aside (an import's refused

@@ -18,11 +18,15 @@ cursor: memory stays flat) and reports, without writing anything:
 - ``recall_index_*``: notices about the recall index of ranked search, read in
   the same snapshot (``recall_check.py``).
 
-``repair`` (one transaction, a new epoch) moves every batch holding a bad row
+``repair_rows`` (one transaction, a new epoch) moves every batch holding a bad row
 or torn apart to ``tl_quarantine``, rewrites the boundary projection from the
 rows, and recomputes the head row. A bad row that may be a reset keeps the
 floor where it was (fail closed). It rebuilds the recall index when check
 reported it, or when it repaired rows of a workspace that has one.
+
+``check`` and ``repair`` give both as the reports of every engine
+(``ledger.core.checks``, ``ledger.storage.rowcheck``): the PostgreSQL
+workspace's ``verify`` and ``repair``.
 """
 
 from __future__ import annotations
@@ -31,35 +35,32 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import format as fmt
+from ledger.core.checks import Progress, check_policy
+from ledger.core.errors import RecoveryError, WorkspaceNotFound
 from ledger.core.rows import now_ms
 from ledger.core.rules import fold, new_epoch
 from ledger.core.windows import Boundary, batch_boundaries
+from ledger.storage import rowcheck
 from ledger.storage.postgres import recall_check
 from ledger.storage.postgres.rewrites import quarantine
+from ledger.storage.rowcheck import Problem, RowRepair, report
 
 if TYPE_CHECKING:
+    from ledger.core.checks import CheckReport
     from ledger.storage.postgres.workspace import PgWorkspace
 
-
-@dataclass
-class Problem:
-    code: str
-    seq: int | None
-    message: str
-    length: int | None = None
-    notice: bool = False  # True: reported, but not damage (check exits 0)
-    action: str | None = None  # what to do, when not the usual one for the code
+ACTIONS = {
+    "bad-row": "tledger repair {ws} (its batch goes to tl_quarantine)",
+    "torn-batch": "tledger repair {ws} (the batch goes to tl_quarantine)",
+    "seq-gap": "none: tl_quarantine does not hold the missing rows",
+    "projection": "tledger repair {ws} (recomputes the boundary column)",
+    "head": "tledger repair {ws} (recomputes the head row)",
+}
 
 
 @dataclass
-class Verified:
-    rows: int = 0
-    bytes: int = 0
-    problems: list[Problem] = field(default_factory=list)
-    bad_batches: set[str] = field(default_factory=set)
+class Verified(rowcheck.Verified):
     projection: dict[int, str | None] = field(default_factory=dict)  # seq -> right value
-    may_be_reset: list[int] = field(default_factory=list)
     window: tuple[int, str] | None = None  # the newest boundary the rows show
     floor: int | None = None  # the newest manual reset the rows show
     last: int | None = None  # the last seq
@@ -92,30 +93,13 @@ def verify_rows(conn: Any, workspace: str) -> Verified:
         dicts: list[dict[str, Any] | None] = []
         bid = run[0][1]
         for seq, _, _, raw in run:
-            out.rows += 1
-            out.bytes += len(raw) + 1
             if prev is not None and seq != prev + 1:
                 out.gaps.append((prev, seq))
             prev = seq
-            data = fmt.decode_line(raw)
-            if data is None or data.get("seq") != seq:
-                out.problems.append(Problem("bad-row", seq, "row fails verification (checksum "
-                                            "or framing)", len(raw)))
-                out.bad_batches.add(bid)
-                if fmt.raw_may_be_reset(raw):
-                    out.may_be_reset.append(seq)
-            dicts.append(data)
-        ok = [d for d in dicts if d is not None]
-        batch = [d.get("batch") if isinstance(d.get("batch"), dict) else {} for d in ok]
-        if len(ok) == len(dicts) and not all(
-            b.get("id") == bid and b.get("n") == len(run) and b.get("i") == i
-            for i, b in enumerate(batch)
-        ):
-            out.problems.append(Problem("torn-batch", run[0][0], f"batch {bid!r} is not whole "
-                                        f"({len(run)} rows side by side)"))
-            out.bad_batches.add(bid)
+            dicts.append(out.row(seq, bid, raw))
+        ok = out.batch(bid, run[0][0], dicts)
         right: dict[int, str] = {}
-        if len(ok) == len(dicts):
+        if ok is not None:
             right = {run[i][0]: reason for i, reason in batch_boundaries(ok)}
         for seq, _, stored, _ in run:
             want = right.get(seq)
@@ -177,7 +161,7 @@ def verify(ws: PgWorkspace) -> Verified:
     return out
 
 
-def repair(ws: PgWorkspace, dry_run: bool) -> dict[str, Any]:
+def repair_rows(ws: PgWorkspace, dry_run: bool) -> dict[str, Any]:
     """Settle what ``verify`` finds (module doc); a dry run writes nothing."""
     found = verify(ws)
     damage = [p for p in found.problems if not p.notice]
@@ -228,4 +212,30 @@ def repair(ws: PgWorkspace, dry_run: bool) -> dict[str, Any]:
     if rebuild:  # a projection of the repaired rows
         recall_check.rebuild(ws.db, ws.workspace)
         result["recall_index"] = "rebuilt"
+    return result
+
+
+def check(ws: PgWorkspace, progress: Progress | None = None) -> CheckReport:
+    """``verify`` as the check report every engine gives (``progress`` is
+    not reported: the rows are read in one snapshot)."""
+    if not ws.exists():
+        raise WorkspaceNotFound(f"workspace {ws.workspace!r} has no history in {ws.db.where}")
+    found = verify(ws)
+    return report(ws.workspace, found.problems, ACTIONS, found.rows, found.bytes, "database")
+
+
+def repair(ws: PgWorkspace, policy: str = "salvage", dry_run: bool = False,
+           progress: Progress | None = None) -> RowRepair:
+    """``repair_rows`` as the repair report every engine gives; ``strict``
+    refuses any damage, the other policies all move what fails verification
+    to ``tl_quarantine`` (a row engine has no torn tail to cut)."""
+    check_policy(policy)
+    if policy == "strict" and not check(ws).ok:
+        raise RecoveryError(f"workspace {ws.workspace!r}: damage found and policy "
+                            "strict refuses to remove anything")
+    out = repair_rows(ws, dry_run)
+    result = RowRepair(ws.workspace, policy, dry_run, changed=out["changed"], epoch=out["epoch"],
+                       problems=out["problems"], quarantined_batches=out["quarantined_batches"])
+    if not dry_run:
+        result.after = check(ws)
     return result

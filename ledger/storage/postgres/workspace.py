@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ledger.core import format as fmt
 from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
+from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.errors import HistoryDamaged, LedgerError, WorkspaceNotFound
 from ledger.core.rows import Row, now_ms, prepare_batch, renumber
 from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
@@ -240,7 +241,7 @@ class PgWorkspace(WorkspaceHandle):
         conn.execute("INSERT INTO tl_rows (workspace, seq, batch_id, boundary, raw) VALUES "
                      + ", ".join(values), params)
 
-    def load_rows(self, rows: Iterable[Row]) -> dict[str, int]:
+    def load_rows(self, rows: Iterable[Row]) -> Loaded:
         """Write verified rows byte for byte as this new workspace, in one
         transaction (COPY): a failure leaves no partial workspace. The
         boundary projection, batches and head row come from the rows."""
@@ -281,9 +282,9 @@ class PgWorkspace(WorkspaceHandle):
                 "floor_seq = %s WHERE workspace = %s",
                 (last + 1, window.seq if window else 0, window.reason if window else None,
                  floor.seq if floor else None, self.workspace))
-        return {"rows": count, "bytes": total}
+        return Loaded(count, total)
 
-    def clean_quarantine(self, older_than_s: float) -> dict[str, int]:
+    def clean_quarantine(self, older_than_s: float) -> QuarantineCleaned:
         """Remove quarantine entries older than ``older_than_s`` seconds."""
         cutoff = now_ms() - int(older_than_s * 1000)
         with self.db.write(f"clean the quarantine of {self.workspace!r}") as conn:
@@ -291,7 +292,7 @@ class PgWorkspace(WorkspaceHandle):
                 "WITH gone AS (DELETE FROM tl_quarantine WHERE workspace = %s AND ts_ms < %s "
                 "RETURNING raw) SELECT count(*), coalesce(sum(octet_length(raw)), 0) FROM gone",
                 (self.workspace, cutoff)).fetchone()
-        return {"removed": int(got[0]), "bytes": int(got[1])}
+        return QuarantineCleaned(int(got[0]), int(got[1]))
 
     def put_quarantine(self, data: bytes, *, source: str, offset: int, reason: str) -> str:
         """Put bytes that never entered the log aside (an import's unreadable or
@@ -308,6 +309,19 @@ class PgWorkspace(WorkspaceHandle):
                     "(%s, %s, NULL, %s, %s) RETURNING id",
                     (self.workspace, now_ms(), why, data)).fetchone()
         return f"tl_quarantine:{got[0]}"
+
+    # --- verify and repair (verify.py) ----------------------------------------------
+
+    def verify(self, progress: Progress | None = None) -> CheckReport:
+        from ledger.storage.postgres.verify import check
+
+        return check(self, progress)
+
+    def repair(self, policy: str = "salvage", dry_run: bool = False,
+               progress: Progress | None = None) -> RepairReport:
+        from ledger.storage.postgres.verify import repair
+
+        return repair(self, policy, dry_run, progress)
 
     # --- rewrites, backup, stat (rewrites.py) ---------------------------------------
 

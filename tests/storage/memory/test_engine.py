@@ -5,15 +5,17 @@ that ranks as the file engine does."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ledger import HistoryDamaged, InvalidRow, LockTimeout, Store
-from ledger.core.errors import CursorExpired, InvalidRoot
+from ledger.core.errors import CursorExpired, InvalidRoot, RecoveryError, WorkspaceNotFound
 from ledger.storage.memory import MemoryEngine, discard
 from tests.helpers.engine_contract import msg
 
@@ -142,8 +144,8 @@ def test_truncated_rows_go_to_the_quarantine_and_stat_counts_them() -> None:
     assert st.engine == "memory" and st.rows == 2 and st.quarantine_bytes > 0
     assert h.append(msg("next")).seqs == [4]  # seq 3 stays the dropped row's, in quarantine
     engine = h.engine
-    assert engine.clean_quarantine(3600) == {"removed": 0, "bytes": 0}  # type: ignore[attr-defined]
-    assert engine.clean_quarantine(-1)["removed"] == 1  # type: ignore[attr-defined]
+    assert engine.clean_quarantine(3600).to_dict() == {"removed": 0, "bytes": 0}
+    assert engine.clean_quarantine(-1).removed == 1
     assert h.stat().quarantine_bytes == 0
 
 
@@ -157,8 +159,8 @@ def test_backup_is_a_file_engine_directory_and_load_takes_it_back(tmp_path: Path
     assert [r.line for r in files.rows()] == [r.line for r in h.rows()]
     assert files.window == h.window and files.snapshot().floor.seq == 3  # type: ignore[union-attr]
     loaded = Store("memory://").history("ws")
-    out = loaded.engine.load_rows(files.rows())  # type: ignore[attr-defined]
-    assert out["rows"] == 6
+    out = loaded.engine.load_rows(files.rows())
+    assert out.rows == 6
     assert [r.line for r in loaded.rows()] == [r.line for r in h.rows()]
     assert (loaded.window, loaded.next_seq) == (h.window, h.next_seq)
     assert loaded.snapshot().floor == h.snapshot().floor
@@ -203,3 +205,82 @@ def test_a_reader_changing_a_row_changes_nothing_stored() -> None:
         row.data["parts"][0]["text"] = "changed"
         row.to_dict()["parts"].append({"type": "text", "text": "more"})
     assert [r.to_dict()["parts"] for r in h.rows()] == [[{"type": "text", "text": "original"}]]
+
+
+# --- verify and repair (ledger/storage/memory/verify.py) -------------------------------
+
+
+def _space(h: Any) -> Any:
+    return h.engine.root.spaces[h.engine.workspace]
+
+
+def test_check_and_repair_run_on_a_memory_workspace() -> None:
+    from ledger.recovery.check import check
+    from ledger.recovery.repair import repair
+
+    h = Store("memory://").history("ws")
+    with pytest.raises(WorkspaceNotFound):
+        check(h)
+    h.append_many([msg("q"), msg("a", "assistant")])
+    h.clear_soft()
+    h.append(msg("after"))
+    report = check(h)
+    assert report.ok and report.findings == [] and (report.rows, report.receipt) == (4, "memory")
+    assert report.text().endswith("ws: ok: 0 damage, 0 notices (0 segments, 4 rows, "
+                                  f"{report.bytes} bytes; receipt memory)")
+    epoch = h.epoch
+    done = repair(h)
+    assert (done.changed, done.exit_code(), h.epoch) == (False, 0, epoch)
+    assert done.text() == "ws: consistent, nothing to repair"
+    assert done.to_dict()["problems"] == [] and done.to_dict()["check"]["ok"] is True
+
+
+def test_repair_moves_a_damaged_batch_to_the_quarantine_and_keeps_the_floor() -> None:
+    from ledger.recovery.check import check
+    from ledger.recovery.repair import repair
+
+    h = Store("memory://").history("ws")
+    h.append_many([msg("q"), msg("a", "assistant")])
+    reset = h.clear_soft().seqs[0]
+    h.append_many([msg("x"), msg("y", "assistant")])
+    sp = _space(h)
+    bad = sp.rows[reset - 1].line.replace(b'"role":"system"', b'"role":"systex"')
+    sp.rows[reset - 1] = dataclasses.replace(sp.rows[reset - 1], line=bad)
+    sp.next_seq = 2
+    report = check(h)
+    codes = sorted({f.code for f in report.findings})
+    assert not report.ok and codes == ["bad-row", "head"], report.text()
+    assert "the memory quarantine" in report.text()
+    with pytest.raises(RecoveryError, match="strict"):
+        repair(h, policy="strict")
+    dry = repair(h, dry_run=True)
+    assert dry.changed and dry.exit_code() == 1 and dry.after is None
+    assert check(h).damage == report.damage  # a dry run writes nothing
+    epoch = h.epoch
+    done = repair(h)
+    assert done.changed and done.consistent and done.epoch is not None and h.epoch != epoch
+    assert done.quarantined_batches and "move batch" in done.text()
+    assert check(h).ok and [r.seq for r in h.rows()] == [1, 2, 4, 5]
+    # The damaged row may have been a reset: the floor stays at its seq (fail closed).
+    assert h.snapshot().floor.seq == reset  # type: ignore[union-attr]
+    assert h.append(msg("next")).seqs == [6]
+    assert not repair(h).changed  # a second repair changes nothing
+
+
+def test_check_finds_a_wrong_boundary_and_a_gap_nothing_explains() -> None:
+    from ledger.recovery.check import check
+    from ledger.recovery.repair import repair
+
+    h = Store("memory://").history("ws")
+    h.append(msg("q"))
+    h.clear_soft()
+    h.append(msg("a"))
+    sp = _space(h)
+    sp.rows[1] = dataclasses.replace(sp.rows[1], boundary=None)
+    assert [f.code for f in check(h).findings] == ["projection", "projection"]
+    repair(h)
+    assert check(h).ok and h.snapshot().floor.seq == 2  # type: ignore[union-attr]
+    gap = Store("memory://").history("ws")
+    gap.engine.load_rows(r for r in h.rows() if r.seq != 2)
+    found = check(gap)
+    assert found.ok and [(f.severity, f.code) for f in found.findings] == [("notice", "seq-gap")]

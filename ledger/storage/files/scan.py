@@ -1,6 +1,7 @@
-"""The read-only scan of a workspace's segments behind check and repair: each
-line verified and classified (readable row, torn tail, unreadable line that
-may hide a reset, duplicate batch), with the damage it finds.
+"""The read-only scan of a workspace's segments behind the file engine's
+check and repair (``check.py``, ``repair.py``): each line verified and
+classified (readable row, torn tail, unreadable line that may hide a reset,
+duplicate batch), with the damage it finds.
 """
 
 from __future__ import annotations
@@ -14,15 +15,12 @@ from typing import Any
 import msgspec
 
 from ledger.core import format as fmt
+from ledger.core.checks import Progress
 from ledger.core.windows import classify_reset
 from ledger.storage.files import segments as segs
 
-DAMAGE = "damage"
-NOTICE = "notice"
 RECENT_BATCHES = 4096  # exact duplicate batches are detected among this many recent ones
 MAX_FINDINGS_PER_CODE = 1000
-
-Progress = Callable[[int, int], None]
 
 
 def byte_progress(progress: Progress | None, total: int) -> Callable[[int], None] | None:
@@ -60,23 +58,6 @@ _too_deep = fmt.too_deep
 with_headroom = fmt.with_headroom
 _LIMIT = fmt.MAX_DEPTH
 _NOT_OPENING = bytes(b for b in range(256) if b not in b"[{\n")  # bytes.translate deletes these
-
-
-@dataclass
-class Finding:
-    severity: str
-    code: str
-    message: str
-    action: str
-    segment: str | None = None
-    offset: int | None = None
-    length: int | None = None
-    seq: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"severity": self.severity, "code": self.code, "segment": self.segment,
-                "offset": self.offset, "length": self.length, "seq": self.seq,
-                "message": self.message, "action": self.action}
 
 
 @dataclass
