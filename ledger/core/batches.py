@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger.core.errors import Conflict, WindowChanged
+from ledger.core.rows import prepare_batch, renumber
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,19 @@ class PendingBatch:
     expect_next_seq: int | None = None
     expect_window: int | None = None
     before_encode: Callable[[int], None] | None = None
+
+    def encode(
+        self, first_seq: int, max_row_bytes: int
+    ) -> tuple[list[dict[str, Any]], list[bytes]]:
+        """The rows and their lines with seqs from ``first_seq`` (under the
+        writer lock, after the expectations held): encoded again after
+        ``before_encode`` when set, else the prepared bodies renumbered."""
+        if self.before_encode is not None:
+            self.before_encode(first_seq)
+            return prepare_batch(self.rows, first_seq, self.batch_id, max_row_bytes,
+                                 internal=self.internal)
+        stored, bodies = self.prepared
+        return stored, renumber(stored, bodies, first_seq, max_row_bytes)
 
 
 def check_expectations(workspace: str, batch: PendingBatch, next_seq: int, window: int) -> None:

@@ -31,7 +31,7 @@ from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.errors import CommitFailed, CommitUncertain, DeletePending
-from ledger.core.rows import Row, prepare_batch, renumber
+from ledger.core.rows import Row
 from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.windows import window_marker
 from ledger.storage.engine import BackupResult, StatReport
@@ -120,14 +120,7 @@ class FileWorkspace(WorkspaceBase):
                         pass
                 return AppendResult(found, epoch, st.window_seq, bid)
         check_expectations(self.workspace, batch, st.next_seq, st.window_seq)
-        if batch.before_encode is not None:
-            batch.before_encode(st.next_seq)
-            stored, lines = prepare_batch(
-                batch.rows, st.next_seq, bid, self.store.max_row_bytes, internal=batch.internal
-            )
-        else:
-            stored, lines = batch.prepared
-            lines = renumber(stored, lines, st.next_seq, self.store.max_row_bytes)
+        stored, lines = batch.encode(st.next_seq, self.store.max_row_bytes)
         result, sealed = self._commit(st, stored, lines, bid, rf)
         # A merge can only become due when this append sealed a segment.
         if sealed is not None and sealed is not st.sealed and len(sealed) >= AUTO_MIN_SEALED:

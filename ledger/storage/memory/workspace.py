@@ -22,7 +22,7 @@ from ledger.core.batches import AppendResult, PendingBatch, check_expectations, 
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.errors import HistoryDamaged, LedgerError, WorkspaceNotFound
 from ledger.core.husks import husk_line
-from ledger.core.rows import Row, now_ms, prepare_batch, renumber
+from ledger.core.rows import Row, now_ms
 from ledger.core.windows import Boundary
 from ledger.storage.copydir import write_workspace_dir
 from ledger.storage.engine import BackupResult, StatReport, StoreOptions, WorkspaceHandle
@@ -197,13 +197,7 @@ class MemWorkspace(WorkspaceHandle):
                 return AppendResult(list(range(first, first + n)), sp.epoch,
                                     sp.state().window_seq, bid)
             check_expectations(self.workspace, batch, sp.next_seq, sp.state().window_seq)
-            if batch.before_encode is not None:
-                batch.before_encode(sp.next_seq)
-                stored, lines = prepare_batch(batch.rows, sp.next_seq, bid,
-                                              self.store.max_row_bytes, internal=batch.internal)
-            else:
-                stored, bodies = batch.prepared
-                lines = renumber(stored, bodies, sp.next_seq, self.store.max_row_bytes)
+            stored, lines = batch.encode(sp.next_seq, self.store.max_row_bytes)
             bounds = rules.batch_bounds(stored, [(int(r["seq"]), 0) for r in stored])
             sp.window, sp.floor = rules.fold(sp.window, sp.floor, bounds)
             reasons = {b.seq: b.reason for b in bounds}

@@ -33,7 +33,7 @@ from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.errors import HistoryDamaged, LedgerError, WorkspaceNotFound
-from ledger.core.rows import Row, now_ms, prepare_batch, renumber
+from ledger.core.rows import Row, now_ms
 from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.windows import Boundary
 from ledger.storage.engine import BackupResult, StatReport, StoreOptions, WorkspaceHandle
@@ -204,13 +204,7 @@ class PgWorkspace(WorkspaceHandle):
                     return AppendResult(list(range(first, first + n)), st.epoch,
                                         st.window_seq, bid)
             check_expectations(self.workspace, batch, st.next_seq, st.window_seq)
-            if batch.before_encode is not None:
-                batch.before_encode(st.next_seq)
-                stored, lines = prepare_batch(batch.rows, st.next_seq, bid,
-                                              self.store.max_row_bytes, internal=batch.internal)
-            else:
-                stored, bodies = batch.prepared
-                lines = renumber(stored, bodies, st.next_seq, self.store.max_row_bytes)
+            stored, lines = batch.encode(st.next_seq, self.store.max_row_bytes)
             bounds = rules.batch_bounds(stored, [(int(r["seq"]), 0) for r in stored])
             window, floor = rules.fold(st.window, st.floor, bounds)
             reasons = {b.seq - st.next_seq: b.reason for b in bounds}
