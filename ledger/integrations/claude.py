@@ -49,6 +49,7 @@ from ledger.core.errors import (
     WorkspaceNotFound,
 )
 from ledger.core.ids import MAX_WORKSPACE_LEN, validate_workspace
+from ledger.core.redact import redact
 from ledger.core.rows import check_caller_row
 from ledger.integrations import caught_up, open_store, require
 from ledger.transcript.store import Store
@@ -165,7 +166,7 @@ class LedgerSessionStore(SessionStore):
         self._last_ms = 0
 
     def __repr__(self) -> str:
-        return f"LedgerSessionStore(root={self.store.root!r})"
+        return f"LedgerSessionStore(root={redact(self.store.root)!r})"
 
     # --- the projection ---------------------------------------------------------------
 

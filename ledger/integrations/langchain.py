@@ -26,6 +26,7 @@ import msgspec
 
 from ledger.adapters.common import raw_part
 from ledger.core.errors import WorkspaceNotFound
+from ledger.core.redact import redact
 from ledger.core.rows import Row, is_empty_assistant
 from ledger.integrations import open_store, require
 from ledger.transcript.history import History
@@ -130,7 +131,7 @@ class LedgerChatMessageHistory(BaseChatMessageHistory):
         self.session_id = self.history.workspace
 
     def __repr__(self) -> str:
-        return f"LedgerChatMessageHistory({self.session_id!r}, root={self.store.root!r})"
+        return f"LedgerChatMessageHistory({self.session_id!r}, root={redact(self.store.root)!r})"
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]

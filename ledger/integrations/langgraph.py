@@ -65,6 +65,7 @@ import xxhash
 
 from ledger.core.errors import InvalidWorkspace, LedgerError, WorkspaceNotFound
 from ledger.core.ids import validate_workspace
+from ledger.core.redact import redact
 from ledger.integrations import open_store, require
 from ledger.integrations.langgraph_index import (
     META_KEY,
@@ -144,7 +145,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         self._logs = ThreadLogs(self.store)
 
     def __repr__(self) -> str:
-        return f"LedgerSaver(root={self.store.root!r})"
+        return f"LedgerSaver(root={redact(self.store.root)!r})"
 
     # --- encoding -------------------------------------------------------------------
 

@@ -63,6 +63,7 @@ from ledger.adapters import openai_responses
 from ledger.adapters.common import raw_part
 from ledger.aio import AsyncStore
 from ledger.core.errors import LedgerError
+from ledger.core.redact import redact
 from ledger.core.rows import Row
 from ledger.integrations import open_store, require
 from ledger.rollover.conversation import Conversation, SendRefused
@@ -184,7 +185,7 @@ class LedgerSession(SessionABC):
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"LedgerSession({self.session_id!r}, root={self.store.root!r})"
+        return f"LedgerSession({self.session_id!r}, root={redact(self.store.root)!r})"
 
     @property
     def context_limit(self) -> int:
