@@ -32,11 +32,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
+from ledger.core.ids import validate_workspace
 from ledger.core.redact import redact
 from ledger.core.rows import Row
 from ledger.storage.engine import Snapshot
 from ledger.transcript.history import AppendResult, History
-from ledger.transcript.store import Store, validate_workspace
+from ledger.transcript.store import Store
 
 __all__ = ["AsyncHistory", "AsyncStore", "AsyncTool"]
 

@@ -15,15 +15,15 @@ pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is 
 pytest.importorskip("claude_agent_sdk", reason="the claude extra is not installed")
 pytest.importorskip("agents", reason="the agents extra is not installed")
 
-from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
+from langgraph.checkpoint.base import empty_checkpoint
 
-from ledger import Store  # noqa: E402
-from ledger.core.errors import InvalidWorkspace  # noqa: E402
-from ledger.core.ids import is_encoded  # noqa: E402
-from ledger.integrations.claude import LedgerSessionStore, session_workspace  # noqa: E402
-from ledger.integrations.langchain import LedgerChatMessageHistory  # noqa: E402
-from ledger.integrations.langgraph import LedgerSaver, thread_workspace  # noqa: E402
-from ledger.integrations.openai_agents import LedgerSession  # noqa: E402
+from ledger import Store
+from ledger.core.errors import InvalidWorkspace
+from ledger.core.ids import is_encoded
+from ledger.integrations.claude import LedgerSessionStore, session_workspace
+from ledger.integrations.langchain import LedgerChatMessageHistory
+from ledger.integrations.langgraph import LedgerSaver, thread_workspace
+from ledger.integrations.openai_agents import LedgerSession
 
 PRIVATE = "user:alice/private chat"
 
