@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from ledger.core.ids import validate_workspace
+from ledger.core.redact import redact
 from ledger.storage.engine import Engine, EngineSpec, check_options
 from ledger.storage.registry import engine_for
 from ledger.transcript.history import History
@@ -52,7 +53,7 @@ class Store:
         self.engine: Engine = self.spec.open(self)
 
     def __repr__(self) -> str:
-        return f"Store({self.spec.redact(self.root)!r})"
+        return f"Store({redact(self.root)!r})"
 
     def history(self, workspace: str) -> History:
         """The history of ``workspace`` (InvalidWorkspace for a bad id); nothing
