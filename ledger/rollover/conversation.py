@@ -634,14 +634,25 @@ class Conversation:
             seqs: list[int] = []
             if decision.quarantine and quarantine and stored:
                 seqs = [r.seq for r in stored]
+            else:
+                # A refused input does not stay in the window (each later
+                # request would meet it); completed tool results do (rule S2).
+                seqs = [r.seq for r in stored if not _results_only(r.data)]
+            if seqs:
                 self.history.reject(seqs)
             done = (f"; the stored input, rows {seqs}, is now rejected record(s)" if seqs
-                    else "; the stored rows stay as they are")
-            raise SendRefused(
+                    else "; the stored tool results stay as they are")
+            open_ = _open_calls(self.history.provider_view()) if decision.rule == "P2" else []
+            if open_:
+                done += (f"; open tool calls {[c.id for c in open_]} keep the step running: "
+                         "send their results, or settle them with cancel_open_calls(reason)")
+            refused = SendRefused(
                 f"workspace {self.history.workspace!r}: send refused (rule {decision.rule}): "
                 f"{decision.reason}{done}",
                 decision, trigger, seqs,
             )
+            refused.open_calls = tuple(open_)
+            raise refused
         if decision.action is Action.ROLLOVER:
             # The carried call rows go first, so the engine finds nothing
             # more to carry (the stored originals are in the window too).
