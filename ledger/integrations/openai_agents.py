@@ -63,6 +63,8 @@ from ledger.adapters import openai_responses
 from ledger.adapters.common import raw_part
 from ledger.aio import AsyncStore
 from ledger.core.errors import LedgerError
+from ledger.core.ids import validate_session
+from ledger.core.redact import redact
 from ledger.core.rows import Row
 from ledger.core.toolpairs import pair
 from ledger.integrations import open_store, require
@@ -146,7 +148,9 @@ class LedgerSession(SessionABC):
 
     ``store`` or ``root`` pick the store (default ``$TLEDGER_ROOT``, else
     ``./.tledger``). The id must be a valid workspace id (``InvalidWorkspace``
-    otherwise). Nothing is created on disk until the first write.
+    otherwise, and not of the form of an encoded LangGraph or Claude name:
+    ``ledger.core.ids.validate_session``). Nothing is created on disk until the
+    first write.
 
     ``context_limit`` (default: what ``model`` takes as input, its window
     minus its output reserve, from the model registry),
@@ -180,7 +184,7 @@ class LedgerSession(SessionABC):
                 "and run with run_config=session.run_config()"
             )
         self.store = open_store(store, root)
-        self.history: History = self.store.history(session_id)
+        self.history: History = self.store.history(validate_session(session_id))
         self.session_id = self.history.workspace
         self.session_settings = session_settings or SessionSettings()
         self.model = model
@@ -201,7 +205,7 @@ class LedgerSession(SessionABC):
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"LedgerSession({self.session_id!r}, root={self.store.root!r})"
+        return f"LedgerSession({self.session_id!r}, root={redact(self.store.root)!r})"
 
     @property
     def context_limit(self) -> int:

@@ -79,9 +79,11 @@ NO_OPTIONS = WriteOptions()
 
 
 class History(WorkspaceHandle):
-    """The history of one workspace. Get it from ``Store.history(ws)``;
-    ``engine`` is its storage engine's workspace (engine-specific operations
-    such as the file engine's ``path`` or ``merge_segments`` are there)."""
+    """The history of one workspace. Get it from ``Store.history(ws)``.
+    Everything here works the same on every engine; ``engine`` is the
+    workspace as its engine keeps it (``ledger.storage.engine.
+    WorkspaceEngine``), for the layers that drive an engine, not for
+    callers of ``History``."""
 
     def __init__(self, store: StoreOptions, workspace: str, engine: WorkspaceEngine) -> None:
         super().__init__(store, workspace)

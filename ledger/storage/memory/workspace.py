@@ -27,7 +27,7 @@ from ledger.core.windows import Boundary
 from ledger.storage.copydir import write_workspace_dir
 from ledger.storage.engine import BackupResult, StatReport, StoreOptions, WorkspaceHandle
 from ledger.storage.memory.engine import MemoryRoot, Quarantined
-from ledger.storage.seqpages import RowState, boundary
+from ledger.storage.seqpages import RowState, boundary, decode_row
 
 if TYPE_CHECKING:
     from ledger.storage.memory.reader import MemReader
@@ -103,12 +103,11 @@ def _stored(line: bytes, data: dict[str, Any], batch_id: str, reason: str | None
     return Stored(int(data["seq"]), raw, data, batch_id, reason)
 
 
-def _row(s: Stored) -> Row:
+def _row(s: Stored, workspace: str) -> Row:
     """A reader's row: decoded afresh, as the other engines do, so nothing a
-    caller does to it reaches the stored row."""
-    data = fmt.decode_line(s.line)
-    assert data is not None
-    return Row(s.line, s.seq, 0, data)
+    caller does to it reaches the stored row (HistoryDamaged when its bytes
+    fail verification)."""
+    return decode_row(workspace, s.seq, s.line)
 
 
 class MemWorkspace(WorkspaceHandle):
@@ -162,20 +161,20 @@ class MemWorkspace(WorkspaceHandle):
                     f"workspace {self.workspace!r}: a rewrite ran while reading (new epoch); "
                     "read again"
                 )
-            yield _row(rows[i])
+            yield _row(rows[i], self.workspace)
             i += 1
 
     def get(self, seq: int) -> Row | None:
         with self.locked():
             sp = self.space()
             i = sp.index_of(seq)
-            return _row(sp.rows[i]) if i is not None else None
+            return _row(sp.rows[i], self.workspace) if i is not None else None
 
     def window_rows(self) -> list[Row]:
         with self.locked():
             sp = self.space()
             start = bisect.bisect_right(sp.seqs, sp.window.seq) if sp.window is not None else 0
-            return [_row(s) for s in sp.rows[start:]]
+            return [_row(s, self.workspace) for s in sp.rows[start:]]
 
     def reader(self) -> MemReader:
         from ledger.storage.memory.reader import MemReader
@@ -361,6 +360,7 @@ class MemWorkspace(WorkspaceHandle):
         records); the same bytes from the same place are kept once."""
         why = f"{source} offset {offset}: {reason}"
         with self.locked():
+            self.space()
             q = self.quarantine()
             for i, e in enumerate(q):
                 if e[2] == why and e[3] == data:

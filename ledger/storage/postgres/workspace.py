@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import format as fmt
 from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
@@ -39,7 +38,7 @@ from ledger.core.windows import Boundary
 from ledger.storage.engine import BackupResult, StatReport, StoreOptions, WorkspaceHandle
 from ledger.storage.postgres.connect import Database
 from ledger.storage.seqpages import RowState as PgState
-from ledger.storage.seqpages import boundary
+from ledger.storage.seqpages import boundary, decode_row
 
 if TYPE_CHECKING:
     from ledger.storage.postgres.reader import PgReader
@@ -74,14 +73,7 @@ def state_of(row: Sequence[Any]) -> PgState:
 HEAD_COLUMNS = "next_seq, epoch, window_seq, window_reason, floor_seq"
 
 
-def decode(workspace: str, seq: int, raw: bytes) -> Row:
-    data = fmt.decode_line(raw)
-    if data is None or data.get("seq") != seq:
-        raise HistoryDamaged(
-            f"workspace {workspace!r}: row {seq} fails verification; run "
-            f"`tledger check {workspace}` and `tledger repair {workspace}`"
-        )
-    return Row(raw, seq, 0, data)
+decode = decode_row
 
 
 class PgWorkspace(WorkspaceHandle):
@@ -294,6 +286,9 @@ class PgWorkspace(WorkspaceHandle):
         source and offset are stored once (an import run again adds nothing)."""
         why = f"{source} offset {offset}: {reason}"
         with self.db.write(f"quarantine bytes of {self.workspace!r}") as conn:
+            if self._head(conn, lock=True) is None:
+                raise WorkspaceNotFound(
+                    f"workspace {self.workspace!r} has no history in {self.db.where}")
             got = conn.execute(
                 "SELECT id FROM tl_quarantine WHERE workspace = %s AND reason = %s AND raw = %s",
                 (self.workspace, why, data)).fetchone()
