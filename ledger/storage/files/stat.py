@@ -4,7 +4,7 @@ the quarantine of one workspace hold (read-only)."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ledger.core import format as fmt
 from ledger.core.rules import FloorAt
@@ -12,13 +12,16 @@ from ledger.storage.engine import FileStat, SegmentStat, StatReceipt, StatReport
 from ledger.storage.files import segments as segs
 from ledger.storage.files.receipt import read_receipt, receipt_status
 
+if TYPE_CHECKING:
+    from ledger.storage.files.ports import FileHistory
 
-def stat_report(h: Any) -> StatReport:
+
+def stat_report(h: FileHistory) -> StatReport:
     """The stat document of a file-engine workspace (read-only): receipt,
     epoch, window, number of windows, floor, segments with their line counts,
     quarantine bytes. Windows are counted from the boundary index (INDEX; a
     segment it does not cover is scanned)."""
-    h._require()
+    h.require()
     st = h.snapshot()
     receipt = read_receipt(h.path)
     seg_list: list[SegmentStat] = []
