@@ -6,7 +6,7 @@ Exit codes: 0 fine, 1 damage found or operation failed (every ``LedgerError``,
 argument syntax, invalid workspace id, malformed root URL). Errors are one line
 on stderr, with control characters written out (``ledger.core.terminal``).
 This is the only place that turns errors into exit codes, and the only ledger
-package that may import ``ledger.recovery``.
+package that may import ``recovery``.
 """
 
 from __future__ import annotations

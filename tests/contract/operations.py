@@ -5,7 +5,7 @@
 them: a segment line on files, a stored row in memory or in ``tl_rows``).
 
 Each case drives ``History.engine`` (``ledger.storage.engine.WorkspaceEngine``)
-as ``ledger.recovery`` and the CLI do."""
+as ``recovery`` and the CLI do."""
 
 from __future__ import annotations
 

@@ -15,10 +15,10 @@ import pytest
 
 from ledger import Store
 from ledger.core.husks import is_husk, rejected_original
-from ledger.recovery.check import check
 from ledger.rollover.conversation import Conversation, Request, SendRefused, tool_schema
 from ledger.rollover.engine import Action
 from ledger.rollover.guards import check_request, fits_fresh_window
+from recovery.check import check
 
 WS = "agent"
 BASH = tool_schema("bash", "Run a shell command and return its output.",
