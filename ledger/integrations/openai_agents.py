@@ -67,8 +67,8 @@ from ledger.core.ids import validate_session
 from ledger.core.redact import redact
 from ledger.core.rows import Row
 from ledger.integrations import open_store, require
+from ledger.policy import ToolPolicy, ToolRule
 from ledger.rollover.conversation import Conversation, SendRefused
-from ledger.rollover.policy import ToolPolicy, ToolRule
 from ledger.rollover.request import tool_schema
 from ledger.transcript.history import History
 from ledger.transcript.store import Store

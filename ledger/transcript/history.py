@@ -18,7 +18,7 @@ from ledger.core.errors import InvalidRow, WorkspaceNotFound
 from ledger.core.husks import QUARANTINE_VERSION
 from ledger.core.rows import Row, new_id, prepare_bodies
 from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
-from ledger.core.windows import provider_rows, window_marker
+from ledger.core.windows import provider_rows
 from ledger.storage.engine import (
     BackupResult,
     Snapshot,
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ledger.transcript.retrieval import SessionHistory
 
 __all__ = [
-    "LEAD_IN_TEXT", "AppendResult", "History", "OpenToolCalls", "lead_in_text", "window_marker",
+    "LEAD_IN_TEXT", "History", "OpenToolCalls", "lead_in_text",
 ]
 
 # The one lead-in text (the rollover engine uses it too). ``{window}`` is the
