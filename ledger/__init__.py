@@ -47,6 +47,7 @@ from ledger.transcript.store import Store
 _LAZY = {
     "Conversation": "ledger.rollover.conversation",
     "SendRefused": "ledger.rollover.conversation",
+    "SendConflict": "ledger.rollover.conversation",
     "RolloverError": "ledger.rollover.rules",
     "BudgetConfigError": "ledger.rollover.rules",
     "RolloverCancelled": "ledger.rollover.rules",
@@ -116,6 +117,7 @@ __all__ = [
     "RolloverError",
     "Row",
     "RowTooLarge",
+    "SendConflict",
     "SendRefused",
     "SnapshotRevoked",
     "StepBudgetExceeded",
