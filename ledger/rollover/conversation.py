@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ledger.core.errors import Conflict, InvalidRow, LedgerError
-from ledger.core.rows import check_caller_row
+from ledger.core.rows import check_caller_row, check_depth
 from ledger.core.toolpairs import pair
 from ledger.core.windows import provider_rows
 from ledger.rollover.admission import AdmissionRefused, MiddlewareRegistry, apply_live
@@ -248,6 +248,7 @@ def _stored_copy(row: Any) -> dict[str, Any]:
 
 def _input(rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> list[dict[str, Any]]:
     if isinstance(rows, Mapping):
+        check_depth(rows, 0)
         return [dict(rows)]
     if isinstance(rows, (str, bytes)):
         raise InvalidRow("rows must be a list of row objects")
@@ -255,6 +256,7 @@ def _input(rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> list[dict[s
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
             raise InvalidRow(f"row {i}: must be a JSON object, got {type(row).__name__}", i)
+        check_depth(row, i)  # before counting, adapting or copying recurses into it
         out.append(dict(row))
         # The store's row rules, before any count or write: a bad row is
         # refused as such (never quarantined, never half stored).
