@@ -68,6 +68,7 @@ from ledger.core.redact import redact
 from ledger.core.rows import Row, check_depth, too_deep_error
 from ledger.core.toolpairs import pair
 from ledger.integrations import open_store, require
+from ledger.policy import ToolPolicy, ToolRule
 from ledger.rollover.conversation import (
     MOVED_ON,
     Conversation,
@@ -75,7 +76,6 @@ from ledger.rollover.conversation import (
     SendRefused,
 )
 from ledger.rollover.engine import Action, Decision
-from ledger.rollover.policy import ToolPolicy, ToolRule
 from ledger.rollover.request import tool_schema
 from ledger.transcript.history import History
 from ledger.transcript.store import Store

@@ -19,7 +19,7 @@ from ledger.core.husks import QUARANTINE_VERSION
 from ledger.core.rows import Row, check_batch_id, new_id, prepare_bodies
 from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.toolpairs import split_check
-from ledger.core.windows import provider_rows, window_marker
+from ledger.core.windows import provider_rows
 from ledger.storage.engine import (
     BackupResult,
     Snapshot,
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ledger.transcript.retrieval import SessionHistory
 
 __all__ = [
-    "LEAD_IN_TEXT", "AppendResult", "History", "OpenToolCalls", "lead_in_text", "window_marker",
+    "LEAD_IN_TEXT", "History", "OpenToolCalls", "lead_in_text",
 ]
 
 # The one lead-in text (the rollover engine uses it too). ``{window}`` is the
