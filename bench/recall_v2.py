@@ -16,7 +16,8 @@ engines' index afterwards.
   ``tf_own / norm_own + w * tf_nb / norm_nb`` (each field length-normalised
   against its own average), saturated once with k1; idf stays the own
   field's (rows containing the term), so an engine needs no new statistics.
-  ``w`` is measured on a grid.
+  ``w`` is measured on a grid. ``+previous turn``: the same with the turn
+  before only, a field fixed when the row is appended (an append-only index).
 - ``+scope``: the question is also a row of the current provider view (the
   last window), as in a live session where the model's question was just
   appended. Without scope that row competes (and lifts its window); with
@@ -120,7 +121,9 @@ class Index:
         return len(self.turns)
 
 
-def build_index(turns: list[Turn]) -> Index:
+def build_index(turns: list[Turn], sides: tuple[int, ...] = (-1, 1)) -> Index:
+    """``sides``: which neighbours fill the neighbour field, (-1, 1) for the
+    turn before and after, (-1,) for the turn before only."""
     own_counts: list[Counter[str]] = []
     lengths: list[int] = []
     for t in turns:
@@ -132,7 +135,7 @@ def build_index(turns: list[Turn]) -> Index:
     for i, t in enumerate(turns):
         near: Counter[str] = Counter()
         n = 0
-        for j in (i - 1, i + 1):
+        for j in (i + d for d in sides):
             if 0 <= j < len(turns) and turns[j].window == t.window:
                 near.update(own_counts[j])
                 n += lengths[j]
@@ -479,6 +482,7 @@ def best_of(rows: Sequence[Row], prefix: str) -> Row:
 
 NB_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0)
 NB_GRID_QUICK = (0.3, 0.5)
+PREV_GRID = (0.3, 0.5, 0.75, 1.0)
 ALPHA_GRID = (0.5, 0.7, 0.8, 0.9, 0.95)
 ALPHA_GRID_QUICK = (0.8, 0.9)
 
@@ -505,6 +509,12 @@ def run_set(qs: QuestionSet, emb: Embedder | None, quick: bool = False,
     name, _ = best_of(rows, "+neighbours")
     w_nb, w_win = (float(x) for x in re.findall(r"[\d.]+", name)[:2])
     nb = Lexical(w_nb, w_win)
+    prev_ix = build_index(qs.turns, (-1,))
+    for w in NB_GRID_QUICK if quick else PREV_GRID:
+        rows.append((f"+previous turn field {w} window {ranking.WINDOW}",
+                     score(questions, lexical(prev_ix, Lexical(w, ranking.WINDOW)))))
+    prev_name, _ = best_of(rows, "+previous")
+    prev = Lexical(float(re.findall(r"[\d.]+", prev_name)[0]), ranking.WINDOW)
     rows += [
         ("lexical, question in view (no scope)", score(questions, in_view(ix, Lexical(), False))),
         ("lexical +scope", score(questions, in_view(ix, Lexical(), True))),
@@ -546,6 +556,7 @@ def run_set(qs: QuestionSet, emb: Embedder | None, quick: bool = False,
         picks: list[tuple[str, Ranker]] = [
             ("plain BM25", plain_bm25(ix)), ("lexical", lexical(ix)),
             (f"+neighbours {w_nb}/{w_win}", lexical(ix, nb)),
+            (f"+previous {prev.neighbour_field}", lexical(prev_ix, prev)),
             (f"+neighbours +semantic a={alpha}", semantic(ix, vec.own, emb, nb, alpha)),
             ("all (+scope +multi-query)", combined(ix, nb)),
         ]

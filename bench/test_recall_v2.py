@@ -86,6 +86,14 @@ def test_neighbour_field_finds_a_turn_by_its_context() -> None:
     assert not set(plain) & ev
     assert set(expanded[:3]) & ev
     assert expanded[0] == plain[0]  # the turn that has the words keeps the lead
+    # the previous-turn field: a window's first turn has none, the answer has the turn before
+    prev = recall_v2.build_index(qs.turns, (-1,))
+    firsts = [i for i, t in enumerate(qs.turns) if i == 0 or qs.turns[i - 1].window != t.window]
+    assert all(prev.nb_len[i] == 0 for i in firsts)
+    at = next(i for i, t in enumerate(qs.turns) if t.seq in ev)
+    assert prev.nb_len[at] == prev.own_len[at - 1] < ix.nb_len[at]
+    found = recall_v2.lexical(prev, recall_v2.Lexical(0.5, 0.0))(q)
+    assert set(found[:2]) & ev
     # the neighbour field only adds score: a row with no term anywhere stays out
     s = recall_v2.lexical_scores(ix, ["quokka"], recall_v2.Lexical(1.0, 0.3))
     assert not s.any()
