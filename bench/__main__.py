@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                    "(exit 1 when anything did)")
     p.add_argument("--tolerance", type=float, default=TOLERANCE, metavar="FRACTION",
                    help="with --compare: how much worse a number may get unflagged "
-                   f"(default {TOLERANCE:g}, i.e. {TOLERANCE:.0%%})")
+                   f"(default {TOLERANCE:g}, i.e. {TOLERANCE * 100:.0f}%%)")
     args = p.parse_args(argv)
     if args.compare:
         table, flagged = compare(*args.compare, tolerance=args.tolerance)
