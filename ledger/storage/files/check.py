@@ -199,7 +199,8 @@ def _check(history: FileWorkspace, progress: Progress | None) -> FileReport:
 
 def _split_pairs(pairs: SplitPairs) -> Iterator[Finding]:
     """Notices for tool results whose call is in an earlier window (a
-    boundary between a call and its result), found by the scan itself
+    boundary between a call and its result), and for calls of the active
+    window without a result, found by the scan itself
     (``ledger.storage.files.pairs``). Nothing is lost: the provider view
     serves such a result as user text."""
     for s in pairs.found:
@@ -214,6 +215,25 @@ def _split_pairs(pairs: SplitPairs) -> Iterator[Finding]:
     if pairs.more:
         yield Finding(NOTICE, "tool_pair_split",
                       f"{pairs.more} more split tool pairs not listed", "none needed")
+    yield from open_call_findings(pairs.waiting, pairs.boundary)
+
+
+def open_call_findings(waiting: dict[str, list[int]], boundary: int) -> Iterator[Finding]:
+    """Notices for tool calls of the active window without a result: a
+    process that died mid-tool, an approval never answered. Not damage; the
+    next user message settles them (``Conversation``), or
+    ``cancel_open_calls(reason)``."""
+    open_ = sorted((seq, cid) for cid, seqs in waiting.items() for seq in seqs)
+    for seq, cid in open_[:MAX_FINDINGS_PER_CODE]:
+        yield Finding(NOTICE, "open_tool_call",
+                      f"tool call {cid!r} (seq {seq}) in the active window (boundary "
+                      f"{boundary}) has no result",
+                      "the next user message settles it with an error result, or "
+                      "Conversation.cancel_open_calls(reason)", None, None, None, seq)
+    if len(open_) > MAX_FINDINGS_PER_CODE:
+        yield Finding(NOTICE, "open_tool_call",
+                      f"{len(open_) - MAX_FINDINGS_PER_CODE} more open tool calls not listed",
+                      "the next user message settles them")
 
 
 def odd_segments(path: str, numbers: list[int]) -> dict[int, str]:

@@ -1,6 +1,7 @@
-"""Tool results whose call is in an earlier window: the ``tool_pair_split``
-notice of the file engine's check (nothing is lost, the provider view serves
-such a result as user text).
+"""Tool results whose call is in an earlier window, and calls of the active
+window without a result: the ``tool_pair_split`` and ``open_tool_call``
+notices of the file engine's check (nothing is lost, the provider view
+serves such a result as user text).
 
 The check's scan feeds every verified row to :class:`SplitPairs` in log
 order, in the same pass that verifies it: on the fast path the rows come
@@ -61,6 +62,9 @@ class SplitPairs:
     more: int = 0  # found beyond MAX_LISTED
     calls: dict[str, int] = field(default_factory=dict)  # call id -> seq, current window
     earlier: dict[str, int] = field(default_factory=dict)  # call id -> seq, earlier windows
+    # call id -> seqs of its calls in the current window without a result yet
+    # (what is left at the end: check's open_tool_call notices)
+    waiting: dict[str, list[int]] = field(default_factory=dict)
     boundary: int = 0
 
     def rows(self, segment: int, base: int, lines: list[bytes], rows: list[Any]) -> None:
@@ -75,20 +79,26 @@ class SplitPairs:
             hits = [h for h in hits if h[0] not in resets]
             hits.extend((i, rows[i].seq, "reset", None) for i in resets)
             hits.sort(key=lambda h: h[0])
-        elif not self.earlier:
-            # No earlier window: no result can be split, only calls are recorded.
-            self.calls.update([(str(cid), seq) for _, seq, t, cid in hits if t == "tool_call"])
-            return
-        for i, seq, t, cid in hits:
+        calls, waiting, earlier = self.calls, self.waiting, self.earlier
+        for i, seq, t, cid in hits:  # _call and _answered, inlined
+            key = str(cid)
             if t == "tool_call":
-                self.calls[str(cid)] = seq
+                calls[key] = seq
+                open_ = waiting.get(key)
+                if open_ is None:
+                    waiting[key] = [seq]
+                else:
+                    open_.append(seq)
             elif t == "tool_result":
-                key = str(cid)
-                if key not in self.calls and key in self.earlier:
+                open_ = waiting.get(key)
+                if open_:
+                    open_.pop()
+                elif key not in calls and key in earlier:
                     off = base + sum(len(line) + 1 for line in lines[:i])
                     self._split(segment, off, seq, key)
             else:
                 self._reset(seq)
+                calls, waiting = self.calls, self.waiting
 
     def line(self, segment: int, offset: int, body: bytes, seq: int, kind: str) -> None:
         """One verified row of a chunk that went line by line (``body``: its
@@ -107,13 +117,30 @@ class SplitPairs:
                 continue
             t, cid = raw.get("type"), str(raw.get("id"))
             if t == "tool_call":
-                self.calls[cid] = seq
-            elif t == "tool_result" and cid not in self.calls and cid in self.earlier:
+                self._call(cid, seq)
+            elif t == "tool_result" and self._answered(cid) is False:
                 self._split(segment, offset, seq, cid)
+
+    def _call(self, cid: str, seq: int) -> None:
+        self.calls[cid] = seq
+        self.waiting.setdefault(cid, []).append(seq)
+
+    def _answered(self, cid: str) -> bool | None:
+        """A result for ``cid``: True when it answers an open call of this
+        window (the newest with that id), False when its call is in an
+        earlier window only (a split), None otherwise."""
+        open_ = self.waiting.get(cid)
+        if open_:
+            open_.pop()
+            return True
+        if cid not in self.calls and cid in self.earlier:
+            return False
+        return None
 
     def _reset(self, seq: int) -> None:
         self.earlier.update(self.calls)
         self.calls = {}
+        self.waiting = {}
         self.boundary = seq
 
     def _split(self, segment: int, offset: int, seq: int, cid: str) -> None:
