@@ -160,6 +160,7 @@ class Lexical:
 
     neighbour_field: float = 0.0
     window: float = ranking.WINDOW
+    nb_avg_factor: float | None = None  # mean neighbour length as this x avgdl (else measured)
 
 
 def lexical_scores(ix: Index, qterms: Sequence[str], cfg: Lexical,
@@ -173,7 +174,8 @@ def lexical_scores(ix: Index, qterms: Sequence[str], cfg: Lexical,
     if extra:
         nb_len = np.append(nb_len, ix.own_len[extra[2]])
     avg_own = float(own_len.mean()) or 1.0
-    avg_nb = float(nb_len.mean()) or 1.0
+    avg_nb = (cfg.nb_avg_factor * avg_own if cfg.nb_avg_factor
+              else float(nb_len.mean()) or 1.0)
     norm_own = 1 - ranking.B + ranking.B * own_len / avg_own
     norm_nb = 1 - ranking.B + ranking.B * nb_len / avg_nb
     docs = n
@@ -509,6 +511,8 @@ def run_set(qs: QuestionSet, emb: Embedder | None, quick: bool = False,
     name, _ = best_of(rows, "+neighbours")
     w_nb, w_win = (float(x) for x in re.findall(r"[\d.]+", name)[:2])
     nb = Lexical(w_nb, w_win)
+    rows.append((f"+neighbours field {w_nb} window {w_win}, mean field length 2 x avgdl",
+                 score(questions, lexical(ix, Lexical(w_nb, w_win, 2.0)))))
     prev_ix = build_index(qs.turns, (-1,))
     for w in NB_GRID_QUICK if quick else PREV_GRID:
         rows.append((f"+previous turn field {w} window {ranking.WINDOW}",

@@ -94,6 +94,12 @@ def test_neighbour_field_finds_a_turn_by_its_context() -> None:
     assert prev.nb_len[at] == prev.own_len[at - 1] < ix.nb_len[at]
     found = recall_v2.lexical(prev, recall_v2.Lexical(0.5, 0.0))(q)
     assert set(found[:2]) & ev
+    # the mean neighbour length may be given as a factor of avgdl: the exact factor changes nothing
+    factor = float(ix.nb_len.mean() / ix.own_len.mean())
+    exact = recall_v2.lexical_scores(ix, ["thumbnail", "kubectl"], recall_v2.Lexical(0.5, 0.3))
+    given = recall_v2.lexical_scores(ix, ["thumbnail", "kubectl"],
+                                     recall_v2.Lexical(0.5, 0.3, factor))
+    assert exact.any() and given == pytest.approx(exact)
     # the neighbour field only adds score: a row with no term anywhere stays out
     s = recall_v2.lexical_scores(ix, ["quokka"], recall_v2.Lexical(1.0, 0.3))
     assert not s.any()
