@@ -160,3 +160,30 @@ def test_a_history_with_every_storable_oddity_checks_clean_and_migrates(
         assert tl(pg_root, "check", "odd").returncode == 0
     finally:
         connect.close_pools(pg_root)
+
+
+def test_a_nul_batch_id_written_before_the_rule_is_refused_whole(pg_root: str) -> None:
+    """A file history written by 0.2 may hold a batch id with a NUL (appends
+    refuse it since): moving it to PostgreSQL (``load_rows``, what ``tledger
+    migrate`` runs) says which batch and writes nothing, never a half copy."""
+    from ledger.core import format as fmt
+    from ledger.core.errors import LedgerError
+    from ledger.core.rows import Row
+
+    def line(seq: int, bid: str) -> Row:
+        data = {"seq": seq, "id": f"r{seq}", "kind": "message", "role": "user",
+                "parts": [{"type": "text", "text": "x"}], "partial": False, "meta": {},
+                "ts": 1, "batch": {"id": bid, "n": 1, "i": 0}}
+        raw = fmt.frame(fmt.encode_json(data))
+        decoded = fmt.decode_line(raw.rstrip(b"\n"))
+        assert decoded is not None
+        return Row(raw.rstrip(b"\n"), 1, 0, decoded)
+
+    store = Store(pg_root)
+    try:
+        h = store.history("old")
+        with pytest.raises(LedgerError, match=r"seq 2 .*NUL.*nothing was written"):
+            h.engine.load_rows([line(1, "b-1"), line(2, "b\x00x"), line(3, "b-3")])
+        assert not h.exists() and store.workspaces() == []
+    finally:
+        connect.close_pools(pg_root)
