@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 from ledger.core import format as fmt
 from ledger.core.windows import Boundary, window_marker
@@ -162,9 +161,3 @@ def empty_receipt() -> fmt.Receipt:
         floor_seq=fmt.NO_FLOOR, floor_segment=0, floor_offset=0, active_segment=0,
         active=fmt.ZERO_STAMP, sealed_count=0, sealed_digest=b"\x00" * 16,
     )
-
-
-def unwrap(history: Any) -> Any:
-    """The file workspace behind ``history``: the transcript-level ``History``
-    facade holds its engine as ``.engine``; a file workspace is itself."""
-    return getattr(history, "engine", history)
