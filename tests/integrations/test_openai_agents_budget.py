@@ -257,7 +257,7 @@ def test_an_approved_tool_result_reaches_the_model_after_the_user_spoke_meanwhil
     # The user talks while the approval waits, and the window's budget now wants a
     # rollover (above 85% of the limit) while the deploy call is still open.
     release = " ".join(f"release note {i}: fixed issue {i * 7} in the scheduler;"
-                       for i in range(48))
+                       for i in range(75))
     asyncio.run(Runner.run(agent, release, session=session, run_config=config))
     assert _tokens(model, 2) > 0.85 * limit
     assert session.history.window == 0  # no rollover with the call open
@@ -414,7 +414,7 @@ def test_a_fresh_process_takes_the_budget_from_disk(tmp_path: Path) -> None:
     session = _session(tmp_path, "restart", 3000)
     model = ScriptedModel([[message("Noted.", "msg_1")]])
     notes = " ".join(f"ops note {i}: queue q{i} drained after {i % 9 + 2} minutes;"
-                     for i in range(150))
+                     for i in range(175))
     asyncio.run(Runner.run(_agent(model, session_history_tool(session)), notes,
                            session=session, run_config=session.run_config()))
     assert session.history.window == 0

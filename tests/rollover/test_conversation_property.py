@@ -157,7 +157,7 @@ def test_long_random_run_rolls_over_several_times(tmp_path: Path) -> None:
     import random
 
     rng = random.Random(7)
-    loop = Loop(tmp_path, limit=2500)
+    loop = Loop(tmp_path, limit=2000)
     for _ in range(160):
         mode = rng.choice(["send", "send", "record", "error"])
         loop.run(rng.choice([
