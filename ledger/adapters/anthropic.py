@@ -17,6 +17,9 @@ To the API (after :func:`ledger.adapters.common.conversation`):
   with a ``signature`` is a ``thinking`` block, one with ``redacted`` data a
   ``redacted_thinking`` block; unsigned reasoning is dropped, because the API
   rejects thinking it did not sign.
+- A conversation that would start with an assistant message (a clear mid-turn)
+  starts with a short user message, :data:`CONTINUED`: the API requires a user
+  message first.
 - Empty and whitespace-only text blocks are dropped (the API rejects them); media
   the API cannot take at that place becomes a short text placeholder.
 - Ids, meta, kinds, timestamps and media width/height are not carried.
@@ -56,6 +59,10 @@ DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_MAX_TOKENS = 4096
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _ID = re.compile(r"^[A-Za-z0-9_-]+$")
+CONTINUED = "[the conversation continues; earlier messages are not shown]"
+"""The first user message of a view that would start with the assistant (a
+window after a manual clear mid-turn, a carried tool step without a lead-in):
+the Messages API requires a user message first."""
 
 
 def tool_id(value: Any) -> str:
@@ -178,6 +185,8 @@ def to_system_and_messages(
             messages[-1]["content"].extend(blocks)
         else:
             messages.append({"role": role, "content": blocks})
+    if messages and messages[0]["role"] == "assistant":
+        messages.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUED}]})
     return system, messages
 
 
