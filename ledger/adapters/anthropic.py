@@ -27,7 +27,8 @@ To the API (after :func:`ledger.adapters.common.conversation`):
   back as the blocks they were; other unknown parts are dropped.
 
 From the API, a user message splits into a ``tool`` row (its ``tool_result``
-blocks) and a ``user`` row (the rest); ``system`` becomes a leading system row.
+blocks) and a ``user`` row (the rest); ``system`` becomes a leading system row;
+a first message that is exactly :data:`CONTINUED` is dropped (this module wrote it).
 """
 
 from __future__ import annotations
@@ -248,6 +249,10 @@ def from_messages(
     if system:
         rows.append({"kind": "message", "role": "system",
                      "parts": [_from_block(b) for b in _content_blocks(system)]})
+    messages = list(messages)
+    if messages and _content_blocks(messages[0].get("content")) == [
+            {"type": "text", "text": CONTINUED}] and messages[0].get("role") == "user":
+        messages = messages[1:]  # what to_system_and_messages put first: not the caller's
     for message in messages:
         blocks = _content_blocks(message.get("content"))
         if message.get("role") == "assistant":
