@@ -6,7 +6,8 @@ tests compare the ledger's counts against it, not against themselves.
 
 The cookbook's message loop encodes each message value; for the nested values
 a body also holds (content parts, ``tool_calls``, Responses items) every
-string is encoded, ``type`` values (structure) aside.
+string is encoded, ``type`` values (structure) aside. Media parts are left
+out: OpenAI bills them by their own rules (image tiles), not as text.
 """
 
 from __future__ import annotations
@@ -21,9 +22,14 @@ _CONSTANTS = {  # func_init, prop_init, prop_key, enum_init, enum_item, func_end
 }
 
 
+_MEDIA = frozenset({"image_url", "input_image", "input_audio", "file", "input_file"})
+
+
 def _strings(value: Any, n: Any) -> int:
     if isinstance(value, str):
         return n(value)
+    if isinstance(value, dict) and value.get("type") in _MEDIA:
+        return 0  # billed by its own rules (image tiles...), not as text
     if isinstance(value, dict):
         return sum(_strings(v, n) for k, v in value.items() if k != "type")
     if isinstance(value, list):
