@@ -18,8 +18,13 @@ conservative, never short. Anthropic publishes no tokenizer: an estimate.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+
+import msgspec
+import xxhash
 
 from ledger.adapters import ADAPTERS
 from ledger.tokens.bodies import REPLY_TOKENS, BodyCounter
@@ -53,6 +58,8 @@ __all__ = [
 FAMILY_API = {"openai": "openai-chat", "anthropic": "anthropic"}
 BODY_APIS = frozenset({"openai-chat", "openai-responses"})
 _PLACEHOLDER = "AAAA"
+_RECENT = 16
+_encoder = msgspec.json.Encoder()
 
 
 def neutral_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -98,6 +105,10 @@ class BodyShape:
         self.api = api
         self.key = f"body-{api}-1"
         self._items = "messages" if api == "openai-chat" else "input"
+        # One send counts the same request more than once (the decision, then
+        # the check of the request it returns): the last few are kept.
+        self._recent: OrderedDict[bytes, dict[str, Count]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def measure(self, row: Mapping[str, Any], acct: Accountant) -> Count:
         body = ADAPTERS[self.api].to_request([row])
@@ -118,6 +129,33 @@ class BodyShape:
         ``system`` (the first message, when there is system text), ``tools``
         (the function rules) and ``rows`` (every other message); ``memory`` is
         sent inside the system message and is counted there."""
+        rows = list(rows)
+        key: bytes | None = None
+        try:  # cache=None (the counter's) means no caching at all
+            key = None if counter.cache is None else xxhash.xxh3_128_digest(_encoder.encode(
+                (counter.profile_key, rows, system, memory, tools,
+                 None if advertised is None else list(advertised))))
+        except (TypeError, ValueError, OverflowError):
+            key = None
+        if key is not None and (found := self._recent.get(key)) is not None:
+            return dict(found)
+        parts = self._request_parts(counter, rows, system, memory, tools, advertised)
+        if key is not None:
+            with self._lock:
+                self._recent[key] = parts
+                while len(self._recent) > _RECENT:
+                    self._recent.popitem(last=False)
+        return dict(parts)
+
+    def _request_parts(
+        self,
+        counter: TokenCounter,
+        rows: list[Mapping[str, Any]],
+        system: str,
+        memory: str,
+        tools: Any,
+        advertised: Collection[str] | None,
+    ) -> dict[str, Count]:
         text = f"{system}\n\n{memory}" if system and memory else (system or memory)
         head = ([{"kind": "message", "role": "system", "parts": [{"type": "text", "text": text}]}]
                 if text else [])
@@ -183,7 +221,10 @@ def shape_for(api: str | None = None, family: str | None = None) -> RowShape:
         return CANONICAL
     if api is None:
         api = FAMILY_API.get(family or "", "openai-chat")
-    return BodyShape(api) if api in BODY_APIS else AdapterShape(api)
+    return _BODY_SHAPES[api] if api in BODY_APIS else AdapterShape(api)
+
+
+_BODY_SHAPES = {api: BodyShape(api) for api in sorted(BODY_APIS)}
 
 
 def count_view(counter: TokenCounter, rows: Iterable[Mapping[str, Any]],
