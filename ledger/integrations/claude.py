@@ -5,7 +5,8 @@
 ``list_session_summaries``, ``delete`` and ``list_subkeys``.
 
 - One workspace per transcript: a session is ``cc-<project hash>-<session
-  id>`` (``...-h<hash>`` when the id cannot name a workspace), and each
+  id>`` (``...-h<hash>`` when the id cannot name a workspace or is itself of
+  the form ``h<32 hex>``, so a raw id never aliases a hashed one), and each
   subagent transcript (a key with a ``subpath``) is its own workspace beside
   it, ``<session workspace>.sub-<hash of subpath>``, so subagents never mix
   into the main conversation.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +51,7 @@ from ledger.core.errors import (
     WorkspaceNotFound,
 )
 from ledger.core.ids import MAX_WORKSPACE_LEN, validate_workspace
+from ledger.core.redact import redact
 from ledger.core.rows import check_caller_row
 from ledger.integrations import caught_up, open_store, require
 from ledger.transcript.store import Store
@@ -62,6 +65,7 @@ META_KEY = "claude"
 _SUB = ".sub-"
 _MAX_ID = 80
 _MAX_RETRIES = 1000
+_HASHED = re.compile(r"h[0-9a-f]{32}")  # the form of a hashed session name
 
 
 def _h64(text: str) -> str:
@@ -83,8 +87,8 @@ def _valid(name: str) -> bool:
 def session_workspace(key: dict[str, Any]) -> str:
     """The workspace of a session key (module doc)."""
     sid = str(key["session_id"])
-    if len(sid) <= _MAX_ID and _SUB not in sid and _valid(sid):
-        name = sid
+    if len(sid) <= _MAX_ID and _SUB not in sid and _valid(sid) and not _HASHED.fullmatch(sid):
+        name = sid  # never of the hashed form below: a raw id cannot alias a hashed one
     else:
         name = "h" + xxhash.xxh3_128_hexdigest(sid.encode("utf-8", "surrogatepass"))
     ws = _project_prefix(str(key["project_key"])) + name
@@ -165,7 +169,7 @@ class LedgerSessionStore(SessionStore):
         self._last_ms = 0
 
     def __repr__(self) -> str:
-        return f"LedgerSessionStore(root={self.store.root!r})"
+        return f"LedgerSessionStore(root={redact(self.store.root)!r})"
 
     # --- the projection ---------------------------------------------------------------
 

@@ -26,6 +26,8 @@ import msgspec
 
 from ledger.adapters.common import raw_part
 from ledger.core.errors import WorkspaceNotFound
+from ledger.core.ids import validate_session
+from ledger.core.redact import redact
 from ledger.core.rows import Row, is_empty_assistant
 from ledger.integrations import open_store, require
 from ledger.transcript.history import History
@@ -115,8 +117,9 @@ class LedgerChatMessageHistory(BaseChatMessageHistory):
     """A LangChain chat history kept in the ledger workspace ``session_id``.
 
     ``store`` or ``root`` pick the store (default ``$TLEDGER_ROOT``, else
-    ``./.tledger``); the id must be a valid workspace id. Nothing is created
-    on disk until the first write.
+    ``./.tledger``); the id must be a valid workspace id, not of the form of
+    an encoded LangGraph or Claude name (``ledger.core.ids.validate_session``).
+    Nothing is created on disk until the first write.
     """
 
     def __init__(
@@ -126,11 +129,11 @@ class LedgerChatMessageHistory(BaseChatMessageHistory):
         root: str | os.PathLike[str] | None = None,
     ) -> None:
         self.store = open_store(store, root)
-        self.history: History = self.store.history(session_id)
+        self.history: History = self.store.history(validate_session(session_id))
         self.session_id = self.history.workspace
 
     def __repr__(self) -> str:
-        return f"LedgerChatMessageHistory({self.session_id!r}, root={self.store.root!r})"
+        return f"LedgerChatMessageHistory({self.session_id!r}, root={redact(self.store.root)!r})"
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]

@@ -5,7 +5,7 @@
 ``limit``), ``put``, ``put_writes``, ``delete_thread``, ``delete_for_runs``,
 ``copy_thread`` and ``prune``, and their ``a*`` twins. Each LangGraph thread
 is one workspace, named by the thread id (or ``lg-<hash>`` when the id cannot
-name a workspace).
+name a workspace or has an encoded name's form: ``thread_workspace``).
 
 How a thread is stored (README "LangGraph"):
 
@@ -64,7 +64,8 @@ from typing import Any
 import xxhash
 
 from ledger.core.errors import InvalidWorkspace, LedgerError, WorkspaceNotFound
-from ledger.core.ids import validate_workspace
+from ledger.core.ids import validate_session
+from ledger.core.redact import redact
 from ledger.integrations import open_store, require
 from ledger.integrations.langgraph_index import (
     META_KEY,
@@ -98,10 +99,13 @@ HEAD_KEY = "__ledger_head__"
 
 def thread_workspace(thread_id: str) -> str:
     """The workspace of a LangGraph thread: the id itself when it can name a
-    workspace, else ``lg-`` and a 128-bit hash of it."""
+    workspace and is not itself of an encoded form (``lg-<32 hex>``,
+    ``cc-<16 hex>-...``: ``ledger.core.ids.ENCODED_RE``), else ``lg-`` and a
+    128-bit hash of it. Kept ids and hashed ids never meet, so a thread id
+    that is another thread's hashed name reaches only its own hashed name."""
     tid = str(thread_id)
     try:
-        return validate_workspace(tid)
+        return validate_session(tid, "thread id")
     except InvalidWorkspace:
         return "lg-" + xxhash.xxh3_128_hexdigest(tid.encode("utf-8", "surrogatepass"))
 
@@ -144,7 +148,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         self._logs = ThreadLogs(self.store)
 
     def __repr__(self) -> str:
-        return f"LedgerSaver(root={self.store.root!r})"
+        return f"LedgerSaver(root={redact(self.store.root)!r})"
 
     # --- encoding -------------------------------------------------------------------
 

@@ -384,15 +384,15 @@ class EngineSpec:
     """An engine as the registry knows it: ``matches`` says whether a root
     names it, ``forms`` how such roots are written (for messages), ``check``
     refuses options it cannot honour (after the common ``check_options``),
-    ``open`` builds it for a store, ``redact`` hides secrets in a root, and
-    ``durable`` is False when the rows die with the process."""
+    ``open`` builds it for a store (``ledger.core.redact`` hides the secrets
+    of any root in messages), and ``durable`` is False when the rows die with
+    the process."""
 
     name: str
     forms: str
     matches: Callable[[str], bool]
     open: Callable[[StoreOptions], Engine]
     check: Callable[[StoreOptions], None] = lambda options: None
-    redact: Callable[[str], str] = lambda root: root
     durable: bool = True
 
 

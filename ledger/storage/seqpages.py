@@ -28,8 +28,9 @@ from ledger.core import cursors
 from ledger.core import format as fmt
 from ledger.core.bounds import LINE_CAP, SCAN_BYTES, SCAN_ROWS, Budget, Event, SkipSink
 from ledger.core.cursors import CursorData, Position
-from ledger.core.errors import CursorExpired, NotFound
+from ledger.core.errors import CursorExpired, HistoryDamaged, NotFound
 from ledger.core.ranking import Query
+from ledger.core.rows import Row
 from ledger.core.rules import FloorAt
 from ledger.core.windows import Boundary, window_marker
 from ledger.storage.engine import Candidate, Located, StatReceipt, StatReport
@@ -69,6 +70,18 @@ class RowState:
             bytes=nbytes,
             quarantine_bytes=quarantine_bytes,
         )
+
+
+def decode_row(workspace: str, seq: int, raw: bytes) -> Row:
+    """Row ``seq`` from its stored bytes (no newline); HistoryDamaged when they
+    fail verification or carry another seq."""
+    data = fmt.decode_line(raw)
+    if data is None or data.get("seq") != seq:
+        raise HistoryDamaged(
+            f"workspace {workspace!r}: row {seq} fails verification; run "
+            f"`tledger check {workspace}` and `tledger repair {workspace}`"
+        )
+    return Row(raw, seq, 0, data)
 
 
 def boundary(seq: int | None, reason: str | None) -> Boundary | None:

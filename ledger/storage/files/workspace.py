@@ -352,6 +352,7 @@ class FileWorkspace(WorkspaceBase):
         """Put bytes that never entered the log aside (an import's unreadable
         or refused records), under the workspace lock; returns the entry name.
         The same bytes from the same source and offset are stored once."""
+        self.require()
         with locked(self.path, self.workspace, self.store.lock_timeout, shared=False):
             return Quarantine(self.path, durability=self.store.durability).put(
                 data, source=source, offset=offset, reason=reason)

@@ -154,15 +154,14 @@ def distribute_tables(conn: Any, where: str, fresh: bool) -> list[str]:
 def _connect(url: str, where: str) -> Any:
     import psycopg
 
+    from ledger.storage.postgres.connect import check_url, reason
+
+    check_url(url)
     try:
         return psycopg.connect(url, autocommit=True, connect_timeout=30)
     except psycopg.Error as exc:
-        raise Unavailable(f"{where}: cannot connect: {_first_line(exc)}") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+        # from None: psycopg's own text may echo the connection string
+        raise Unavailable(f"{where}: cannot connect: {reason(exc, url)}") from None
 
 
 def distribute(url: str) -> dict[str, Any]:
@@ -171,7 +170,8 @@ def distribute(url: str) -> dict[str, Any]:
     returns what it did. Running it again changes nothing."""
     import psycopg
 
-    from ledger.storage.postgres.connect import redact
+    from ledger.core.redact import redact
+    from ledger.storage.postgres.connect import reason
     from ledger.storage.postgres.schema import DDL, SCHEMA_LOCK_KEY, SCHEMA_VERSION
 
     where = redact(url)
@@ -190,7 +190,7 @@ def distribute(url: str) -> dict[str, Any]:
                                  (SCHEMA_VERSION,))
         except psycopg.Error as exc:
             raise CommitFailed(f"{where}: distributing the tables failed, nothing was "
-                               f"changed: {_first_line(exc)}") from exc
+                               f"changed: {reason(exc, url)}") from exc
         report = status_of(conn, where)
     report["converted"] = converted
     return report
@@ -220,7 +220,7 @@ def status_of(conn: Any, where: str) -> dict[str, Any]:
 def status(url: str) -> dict[str, Any]:
     """The database's Citus layout: each table's, and the nodes with their
     share of ``tl_rows`` shards."""
-    from ledger.storage.postgres.connect import redact
+    from ledger.core.redact import redact
 
     where = redact(url)
     with _connect(url, where) as conn:

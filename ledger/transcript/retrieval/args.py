@@ -67,7 +67,7 @@ PARAMETERS: dict[str, Any] = {
         "action": {"type": "string", "enum": list(ACTIONS), "description": "what to do"},
         "query": {"type": "string", "description": "search: up to 1024 characters"},
         "mode": {"type": "string", "enum": list(MODES),
-                 "description": "search: how to match"},
+                 "description": "search: literal (default) or ranked"},
         "window": {"type": "integer", "description": "a window's boundary seq"},
         "seq": {"type": "integer", "description": "read: the row's seq"},
         "offset": {"type": "integer", "description": "read: first code point (default 0)"},

@@ -17,10 +17,10 @@ from ledger.cli import main
 from ledger.cli.core import stat_report
 from ledger.core import format as fmt
 from ledger.core.errors import CommitFailed, LedgerError
-from ledger.recovery import quarantine as rq
-from ledger.recovery.check import check
 from ledger.storage.files import retention
 from ledger.transcript.store import Store
+from recovery import quarantine as rq
+from recovery.check import check
 from tests.helpers import msg
 from tests.helpers.recovery import build
 
