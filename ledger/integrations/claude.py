@@ -99,6 +99,12 @@ def session_workspace(key: dict[str, Any]) -> str:
     return ws
 
 
+def _key_of(key: dict[str, Any]) -> tuple[str, str, str]:
+    """A session key as the workspace name sees it (ids as strings)."""
+    return (str(key.get("project_key")), str(key.get("session_id")),
+            str(key.get("subpath") or ""))
+
+
 def _bookkeeping(claude: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "message", "role": "assistant", "parts": [],
             "meta": {"bookkeeping": True, META_KEY: claude}}
@@ -182,6 +188,18 @@ class LedgerSessionStore(SessionStore):
             self._cache[ws] = t
         return t
 
+    def _owned(self, ws: str, key: dict[str, Any]) -> _Transcript | None:
+        """The workspace's transcript, refused (``LedgerError``) when its rows
+        say it is another key's: the workspace name holds hashes (of the
+        project key, of an id that cannot name a workspace, of a subpath), and
+        should two keys ever share one, neither reads, writes or deletes the
+        other's transcript (caller holds the lock)."""
+        t = self._refresh(ws)
+        if t is not None and t.key is not None and _key_of(t.key) != _key_of(key):
+            raise LedgerError(f"session {ws!r} holds the transcript of another session key "
+                              "(its workspace name collides); nothing was read or written")
+        return t
+
     def _now_ms(self) -> int:
         now = int(time.time() * 1000)
         self._last_ms = now = max(now, self._last_ms + 1)
@@ -198,7 +216,7 @@ class LedgerSessionStore(SessionStore):
         history = self.store.history(ws)
         with self._lock:
             for _ in range(_MAX_RETRIES):
-                t = self._refresh(ws) or _Transcript()
+                t = self._owned(ws, key) or _Transcript()
                 seen = set(t.uuids)
                 fresh: list[dict[str, Any]] = []
                 for entry in entries:
@@ -239,7 +257,10 @@ class LedgerSessionStore(SessionStore):
         raise LedgerError(f"session {ws!r}: gave up after {_MAX_RETRIES} conflicting appends")
 
     def load_sync(self, key: dict[str, Any]) -> list[dict[str, Any]] | None:
-        history = self.store.history(session_workspace(key))
+        ws = session_workspace(key)
+        history = self.store.history(ws)
+        with self._lock:
+            self._owned(ws, key)
         try:
             rows = history.rows()
             out = []
@@ -279,17 +300,19 @@ class LedgerSessionStore(SessionStore):
             for ws in self.store.workspaces():
                 if ws.startswith(prefix):
                     t = self._refresh(ws)
-                    if t is not None and t.key is not None and t.key.get("subpath"):
+                    if t is not None and t.key is not None and t.key.get("subpath") and \
+                            _key_of(t.key)[:2] == _key_of(key)[:2]:
                         out.append((ws, str(t.key["subpath"])))
         return out
 
     def delete_sync(self, key: dict[str, Any]) -> None:
         with self._lock:
-            if not key.get("subpath"):
-                for ws, _sub in self._subkeys(key):
-                    self.store.delete(ws)
-                    self._cache.pop(ws, None)
             ws = session_workspace(key)
+            self._owned(ws, key)
+            if not key.get("subpath"):
+                for sub_ws, _sub in self._subkeys(key):
+                    self.store.delete(sub_ws)
+                    self._cache.pop(sub_ws, None)
             self.store.delete(ws)
             self._cache.pop(ws, None)
 

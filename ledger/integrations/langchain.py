@@ -28,7 +28,7 @@ from ledger.adapters.common import raw_part
 from ledger.core.errors import WorkspaceNotFound
 from ledger.core.ids import validate_session
 from ledger.core.redact import redact
-from ledger.core.rows import Row, is_empty_assistant
+from ledger.core.rows import Row, check_depth, is_empty_assistant
 from ledger.integrations import open_store, require
 from ledger.transcript.history import History
 from ledger.transcript.store import Store
@@ -78,7 +78,11 @@ def _role(message: BaseMessage) -> str:
 
 
 def message_row(message: BaseMessage) -> dict[str, Any]:
-    """The canonical row of one message (the message itself kept in meta)."""
+    """The canonical row of one message (the message itself kept in meta).
+    A message nested deeper than a row may is refused (``InvalidRow``) before
+    anything recurses into it."""
+    check_depth([message.content, getattr(message, "tool_calls", None),
+                 message.additional_kwargs, message.response_metadata], what="message")
     role = _role(message)
     if role == "tool":
         output = message.content if isinstance(message.content, str) else msgspec.to_builtins(

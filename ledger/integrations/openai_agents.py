@@ -65,9 +65,10 @@ from ledger.aio import AsyncStore
 from ledger.core.errors import LedgerError
 from ledger.core.ids import validate_session
 from ledger.core.redact import redact
-from ledger.core.rows import Row
+from ledger.core.rows import Row, check_depth, too_deep_error
 from ledger.core.toolpairs import pair
 from ledger.integrations import open_store, require
+from ledger.policy import ToolPolicy, ToolRule
 from ledger.rollover.conversation import (
     MOVED_ON,
     Conversation,
@@ -75,7 +76,6 @@ from ledger.rollover.conversation import (
     SendRefused,
 )
 from ledger.rollover.engine import Action, Decision
-from ledger.rollover.policy import ToolPolicy, ToolRule
 from ledger.rollover.request import tool_schema
 from ledger.transcript.history import History
 from ledger.transcript.store import Store
@@ -99,13 +99,19 @@ def _plain(item: Any) -> dict[str, Any]:
         return dict(item)
     dump = getattr(item, "model_dump", None)
     if dump is not None:
-        return dict(dump(exclude_unset=True, mode="json"))
+        try:
+            return dict(dump(exclude_unset=True, mode="json"))
+        except RecursionError:
+            raise too_deep_error(what="item") from None
     raise LedgerError(f"not a Responses input item: {type(item).__name__}")
 
 
 def item_row(item: Any) -> dict[str, Any]:
-    """The canonical row of one SDK item (the item itself kept in meta)."""
+    """The canonical row of one SDK item (the item itself kept in meta). An
+    item nested deeper than a row may is refused (``InvalidRow``) before the
+    adapter recurses into it."""
     plain = _plain(item)
+    check_depth(plain, what="item")
     rows = openai_responses.from_input([plain])
     if len(rows) == 1 and rows[0].get("parts"):
         row = rows[0]
@@ -508,7 +514,10 @@ def _is_user_item(row: Mapping[str, Any]) -> bool:
 
 
 def _key(item: Any) -> str:
-    return json.dumps(_plain(item), sort_keys=True, default=str)
+    try:
+        return json.dumps(_plain(item), sort_keys=True, default=str)
+    except RecursionError:  # an item nested too deep to compare, or to store
+        raise too_deep_error(what="item") from None
 
 
 def _drop_open_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -2,8 +2,8 @@
 
 :class:`Conversation` composes the engine beneath it and repeats none of its
 rules: ``ledger.rollover.engine`` decides (``send_inputs`` + ``step``) and runs the
-transaction (``run_rollover``), ``ledger.rollover.admission`` filters ordinary requests
-(``apply_live``) and admits rollovers, ``ledger.rollover.policy`` picks the advertised
+transaction (``run_rollover``), ``ledger.admission`` filters ordinary requests
+(``apply_live``) and admits rollovers, ``ledger.policy`` picks the advertised
 tools, the hard guard counts (``ledger.rollover.guards.request_counter``) and
 ``check_step`` is the last check of every request. The loop gives it rows and
 gets back the next provider request, or a :class:`SendRefused` (a
@@ -46,11 +46,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ledger.admission import AdmissionRefused, MiddlewareRegistry, apply_live
 from ledger.core.errors import Conflict, InvalidRow, LedgerError
-from ledger.core.rows import check_caller_row
+from ledger.core.rows import check_caller_row, check_depth
 from ledger.core.toolpairs import pair
 from ledger.core.windows import provider_rows
-from ledger.rollover.admission import AdmissionRefused, MiddlewareRegistry, apply_live
+from ledger.policy import HISTORY_TOOL, ToolPolicy, advertised_schemas, preset_policy
 from ledger.rollover.engine import (
     Action,
     BudgetConfig,
@@ -71,7 +72,6 @@ from ledger.rollover.engine import (
     warning_row,
 )
 from ledger.rollover.guards import request_counter
-from ledger.rollover.policy import HISTORY_TOOL, ToolPolicy, advertised_schemas, preset_policy
 from ledger.rollover.request import Request, tool_schema
 from ledger.rollover.rules import Count, _count, lead_in_for, lead_in_message
 from ledger.tokens.models import ModelRegistry, resolve
@@ -248,6 +248,7 @@ def _stored_copy(row: Any) -> dict[str, Any]:
 
 def _input(rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> list[dict[str, Any]]:
     if isinstance(rows, Mapping):
+        check_depth(rows, 0)
         return [dict(rows)]
     if isinstance(rows, (str, bytes)):
         raise InvalidRow("rows must be a list of row objects")
@@ -255,6 +256,7 @@ def _input(rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> list[dict[s
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
             raise InvalidRow(f"row {i}: must be a JSON object, got {type(row).__name__}", i)
+        check_depth(row, i)  # before counting, adapting or copying recurses into it
         out.append(dict(row))
         # The store's row rules, before any count or write: a bad row is
         # refused as such (never quarantined, never half stored).

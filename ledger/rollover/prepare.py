@@ -8,15 +8,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from ledger.core.toolpairs import split_check
-from ledger.rollover.admission import (
+from ledger.admission import (
     AdmissionRefused,
     AdmissionSnapshot,
     MiddlewareRegistry,
     capture,
 )
+from ledger.core.toolpairs import split_check
+from ledger.policy import ToolPolicy, advertised_schemas
 from ledger.rollover.decide import FileSnapshot, FileTracker, ViewHistory
-from ledger.rollover.policy import ToolPolicy, advertised_schemas
 from ledger.rollover.rules import (
     LEAD_IN_TEXT,
     BudgetConfig,

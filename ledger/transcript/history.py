@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 from ledger.core.batches import AppendResult, PendingBatch
 from ledger.core.errors import InvalidRow, WorkspaceNotFound
 from ledger.core.husks import QUARANTINE_VERSION
-from ledger.core.rows import Row, new_id, prepare_bodies
+from ledger.core.rows import Row, check_batch_id, new_id, prepare_bodies
 from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.toolpairs import split_check
-from ledger.core.windows import provider_rows, window_marker
+from ledger.core.windows import provider_rows
 from ledger.storage.engine import (
     BackupResult,
     Snapshot,
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ledger.transcript.retrieval import SessionHistory
 
 __all__ = [
-    "LEAD_IN_TEXT", "AppendResult", "History", "OpenToolCalls", "lead_in_text", "window_marker",
+    "LEAD_IN_TEXT", "History", "OpenToolCalls", "lead_in_text",
 ]
 
 # The one lead-in text (the rollover engine uses it too). ``{window}`` is the
@@ -270,8 +270,8 @@ class History(WorkspaceHandle):
         before_encode: Any = None,
     ) -> AppendResult:
         batch_id = opts.batch_id
-        if batch_id is not None and (not isinstance(batch_id, str) or not 0 < len(batch_id) <= 200):
-            raise InvalidRow("batch_id must be a string of 1 to 200 characters")
+        if batch_id is not None:
+            check_batch_id(batch_id)
         bid = batch_id or new_id("b_")
         # Check and encode the rows before the engine takes its lock, so bad
         # input costs nothing and the lock is held only for I/O; the engine

@@ -110,3 +110,59 @@ def test_session_ids_of_the_encoded_forms_are_refused(tmp_path: Path) -> None:
     for sid in ("chat-42", "lg-notahash", "cc-short", "h" + "0" * 32):
         assert LedgerSession(sid, store=store).session_id == sid
         assert thread_workspace(sid) == sid
+
+
+# --- and should two ids ever share a hashed name ----------------------------------------
+# The names hold hashes (64 bits of the Claude project key, 128 of a LangGraph
+# thread id or Claude session id that cannot name a workspace); a collision is
+# simulated by patching the name function, as no test can afford to find one.
+
+
+def test_a_colliding_thread_name_reaches_nothing_of_the_owner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ledger.integrations.langgraph as lg
+    from ledger.core.errors import LedgerError
+
+    saver = LedgerSaver(store=Store(tmp_path, durability="off"))
+    _put(saver, PRIVATE, "alice's secret")
+    victim_ws = thread_workspace(PRIVATE)
+    monkeypatch.setattr(lg, "thread_workspace", lambda tid: victim_ws)
+    for attempt in (lambda: _note(saver, "mallory"),
+                    lambda: list(saver.list({"configurable": {"thread_id": "mallory"}})),
+                    lambda: _put(saver, "mallory", "overwrite"),
+                    lambda: saver.put_writes({"configurable": {
+                        "thread_id": "mallory", "checkpoint_ns": "", "checkpoint_id": "x"}},
+                        [("note", "w")], "task"),
+                    lambda: saver.delete_thread("mallory"),
+                    lambda: saver.prune(["mallory"])):
+        with pytest.raises(LedgerError, match="another thread's checkpoints"):
+            attempt()
+    monkeypatch.undo()
+    assert _note(saver, PRIVATE) == "alice's secret"
+
+
+def test_a_colliding_claude_project_reaches_nothing_of_the_owner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ledger.integrations.claude as cl
+    from ledger.core.errors import LedgerError
+
+    monkeypatch.setattr(cl, "_h64", lambda text: "0123456789abcdef")  # every key collides
+    cc = LedgerSessionStore(store=Store(tmp_path, durability="off"))
+    victim = {"project_key": "/home/alice/proj", "session_id": "s-1"}
+    attacker = {"project_key": "/home/mallory/x", "session_id": "s-1"}
+    assert session_workspace(victim) == session_workspace(attacker)
+    entry = {"type": "user", "uuid": "u1", "sessionId": "s-1",
+             "message": {"role": "user", "content": "alice's secret"}}
+    asyncio.run(cc.append(victim, [entry]))
+    asyncio.run(cc.append({**victim, "subpath": "agent-1"}, [{**entry, "uuid": "u2"}]))
+    for attempt in (lambda: asyncio.run(cc.load(attacker)),
+                    lambda: asyncio.run(cc.append(attacker, [{**entry, "uuid": "m1"}])),
+                    lambda: asyncio.run(cc.delete(attacker))):
+        with pytest.raises(LedgerError, match="another session key"):
+            attempt()
+    assert asyncio.run(cc.list_sessions("/home/mallory/x")) == []
+    assert asyncio.run(cc.list_subkeys(attacker)) == []
+    assert asyncio.run(cc.load(victim)) == [entry]
+    assert asyncio.run(cc.list_subkeys(victim)) == ["agent-1"]

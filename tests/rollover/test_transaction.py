@@ -12,8 +12,9 @@ from typing import Any
 import msgspec
 import pytest
 
+from ledger.admission import AdmissionRefused, Registration, SnapshotRevoked
 from ledger.core.errors import CommitFailed, CommitUncertain, WindowChanged
-from ledger.rollover.admission import AdmissionRefused, Registration, SnapshotRevoked
+from ledger.policy import ToolPolicy, ToolRule
 from ledger.rollover.engine import (
     LEAD_IN_TEXT,
     Action,
@@ -35,7 +36,6 @@ from ledger.rollover.engine import (
     send_inputs,
     step,
 )
-from ledger.rollover.policy import ToolPolicy, ToolRule
 from tests.helpers import msg
 from tests.helpers.rollover import (
     CONFIG,

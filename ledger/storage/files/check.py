@@ -213,6 +213,7 @@ def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
     view serves such a result as user text. Streams the segments again,
     decoding only lines that hold a tool part or a reset."""
     calls: dict[str, int] = {}  # call id -> seq, in the current window
+    waiting: dict[str, list[int]] = {}  # call id -> seqs of its calls without a result
     earlier: dict[str, int] = {}  # call id -> seq, in earlier windows
     boundary = 0
     found = 0
@@ -237,7 +238,7 @@ def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
                         continue
                     if row.kind == "reset":
                         earlier.update(calls)
-                        calls = {}
+                        calls, waiting = {}, {}
                         boundary = row.seq
                         continue
                     for raw in row.parts if isinstance(row.parts, list) else ():
@@ -246,6 +247,9 @@ def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
                         kind, cid = raw.get("type"), str(raw.get("id"))
                         if kind == "tool_call":
                             calls[cid] = row.seq
+                            waiting.setdefault(cid, []).append(row.seq)
+                        elif kind == "tool_result" and waiting.get(cid):
+                            waiting[cid].pop()  # answers the newest open call with its id
                         elif kind == "tool_result" and cid not in calls and cid in earlier:
                             found += 1
                             if found > MAX_FINDINGS_PER_CODE:
@@ -264,6 +268,25 @@ def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
     if extra:
         yield Finding(NOTICE, "tool_pair_split", f"{extra} more split tool pairs not listed",
                       "none needed")
+    yield from open_call_findings(waiting, boundary)
+
+
+def open_call_findings(waiting: dict[str, list[int]], boundary: int) -> Iterator[Finding]:
+    """Notices for tool calls of the active window without a result: a
+    process that died mid-tool, an approval never answered. Not damage; the
+    next user message settles them (``Conversation``), or
+    ``cancel_open_calls(reason)``."""
+    open_ = sorted((seq, cid) for cid, seqs in waiting.items() for seq in seqs)
+    for seq, cid in open_[:MAX_FINDINGS_PER_CODE]:
+        yield Finding(NOTICE, "open_tool_call",
+                      f"tool call {cid!r} (seq {seq}) in the active window (boundary "
+                      f"{boundary}) has no result",
+                      "the next user message settles it with an error result, or "
+                      "Conversation.cancel_open_calls(reason)", None, None, None, seq)
+    if len(open_) > MAX_FINDINGS_PER_CODE:
+        yield Finding(NOTICE, "open_tool_call",
+                      f"{len(open_) - MAX_FINDINGS_PER_CODE} more open tool calls not listed",
+                      "the next user message settles them")
 
 
 def odd_segments(path: str, numbers: list[int]) -> dict[int, str]:

@@ -135,6 +135,7 @@ def verify(ws: PgWorkspace) -> Verified:
     with ws.db.read("check") as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         out = verify_rows(conn, ws.workspace)
+        out.problems.extend(out.open_calls())
         _explain_gaps(conn, ws.workspace, out)
         head = ws._head(conn)
         if head is not None:

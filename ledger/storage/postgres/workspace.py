@@ -252,6 +252,12 @@ class PgWorkspace(RowRewrites, WorkspaceHandle):
                     window, floor = rules.fold(window, floor, bounds)
                     reasons = {b.seq: b.reason for b in bounds}
                     bid = str(run[0].batch.get("id", ""))
+                    if "\x00" in bid:  # appends refuse it now; a 0.2 file history may hold it
+                        raise LedgerError(
+                            f"workspace {self.workspace!r}: the batch at seq {run[0].seq} has "
+                            f"the id {bid!r}, with a NUL, which PostgreSQL text cannot hold "
+                            "(no engine accepts such an id since 0.3); it stays readable "
+                            "where it is; nothing was written")
                     batches.append((bid, run[0].seq, len(run)))
                     for row in run:
                         copy.write_row((self.workspace, row.seq, bid, reasons.get(row.seq),

@@ -31,6 +31,7 @@ from ledger.core.errors import (
     Unavailable,
 )
 from ledger.core.redact import redact
+from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
 from ledger.core.windows import window_marker
 from ledger.storage.engine import (
     Located,
@@ -51,12 +52,8 @@ from ledger.transcript.retrieval.results import (
 from ledger.transcript.retrieval.text import (
     SNIPPET,
     ascii_prefilter,
-    echo_calls,
     fit_text,
-    hidden,
-    is_echo,
     jlen,
-    row_text,
     snippet,
 )
 

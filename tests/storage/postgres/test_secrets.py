@@ -125,3 +125,65 @@ def test_a_malformed_root_never_shows_its_secret(url: str) -> None:
     done = tl(url, "ls")
     assert done.returncode == 2 and "malformed PostgreSQL URL" in done.stderr, done.stderr
     assert SECRET[4:] not in done.stderr + done.stdout
+
+
+# --- inputs (issue 30, case 9): a history that checks clean moves to PostgreSQL ---------
+
+
+def test_a_history_with_every_storable_oddity_checks_clean_and_migrates(
+    pg_root: str, tmp_path: Path,
+) -> None:
+    """NUL in every string of a row, control characters and non-ASCII in batch
+    ids (all accepted on every engine) migrate byte for byte; the NUL batch id
+    that used to check clean on files and fail on PostgreSQL is refused at
+    append on files too (tests/contract/inputs.py)."""
+    from ledger.core.errors import InvalidRow
+
+    files = tmp_path / "files"
+    h = Store(files, durability="off").history("odd")
+    h.append({"role": "user", "id": "r\x00", "parts": [{"type": "text", "text": "a\x00b"}],
+              "meta": {"k\x00": "\x00v"}, "extra\x00": ["\x00"]}, batch_id="b\x01\x1b[31m\u00e9")
+    h.append({"role": "assistant", "parts": [
+        {"type": "tool_call", "id": "c\x00", "name": "t\x00", "input": {"\x00": "\x00"}}]},
+        batch_id="b\u2028\U0001f600")
+    h.append({"role": "tool", "parts": [{"type": "tool_result", "id": "c\x00",
+                                         "output": "o\x00" * 100}]})
+    with pytest.raises(InvalidRow):
+        h.append({"role": "user", "parts": []}, batch_id="b\x00")
+    check = tl(str(files), "check", "odd")
+    assert check.returncode == 0, check.stdout + check.stderr
+    done = tl(str(files), "migrate", str(files), pg_root)
+    assert done.returncode == 0, done.stderr
+    try:
+        pg = Store(pg_root).history("odd")
+        assert [r.line for r in pg.rows()] == [r.line for r in h.rows()]
+        assert tl(pg_root, "check", "odd").returncode == 0
+    finally:
+        connect.close_pools(pg_root)
+
+
+def test_a_nul_batch_id_written_before_the_rule_is_refused_whole(pg_root: str) -> None:
+    """A file history written by 0.2 may hold a batch id with a NUL (appends
+    refuse it since): moving it to PostgreSQL (``load_rows``, what ``tledger
+    migrate`` runs) says which batch and writes nothing, never a half copy."""
+    from ledger.core import format as fmt
+    from ledger.core.errors import LedgerError
+    from ledger.core.rows import Row
+
+    def line(seq: int, bid: str) -> Row:
+        data = {"seq": seq, "id": f"r{seq}", "kind": "message", "role": "user",
+                "parts": [{"type": "text", "text": "x"}], "partial": False, "meta": {},
+                "ts": 1, "batch": {"id": bid, "n": 1, "i": 0}}
+        raw = fmt.frame(fmt.encode_json(data))
+        decoded = fmt.decode_line(raw.rstrip(b"\n"))
+        assert decoded is not None
+        return Row(raw.rstrip(b"\n"), 1, 0, decoded)
+
+    store = Store(pg_root)
+    try:
+        h = store.history("old")
+        with pytest.raises(LedgerError, match=r"seq 2 .*NUL.*nothing was written"):
+            h.engine.load_rows([line(1, "b-1"), line(2, "b\x00x"), line(3, "b-3")])
+        assert not h.exists() and store.workspaces() == []
+    finally:
+        connect.close_pools(pg_root)
