@@ -6,8 +6,8 @@ engine (``bench.postgres_bench``), the runtime object
 (``bench.conversation_bench``), the agent-framework sessions
 (``bench.integrations_bench``), the LangGraph checkpointers
 (``bench.langgraph_bench``) and recall (``bench.recall_latency``,
-``bench.recall_bench``). A suite whose extra or server is missing is named
-with what it lacks, and the run goes on. ``--quick`` runs a short version of
+``bench.recall_bench``, ``bench.recall_v2``). A suite whose extra or server
+is missing is named with what it lacks, and the run goes on. ``--quick`` runs a short version of
 each (a minute or two in all): for A/B comparisons of two commits, run it on
 each in one sitting and compare the summaries with
 ``python -m bench --compare BEFORE.json AFTER.json``.
@@ -112,6 +112,8 @@ SUITES = [
           headline=_recall),
     Suite("recall quality", "bench.recall_bench", [], needs={"rank_bm25": "the bench extra"},
           json_flag=False),
+    Suite("recall v2", "bench.recall_v2", ["--quick", "--sets", "longmemeval,transcripts"],
+          needs={"rank_bm25": "the bench extra"}, json_flag=False),
 ]
 
 

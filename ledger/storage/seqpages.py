@@ -33,7 +33,7 @@ from ledger.core.ranking import Query
 from ledger.core.rows import Row
 from ledger.core.rules import FloorAt
 from ledger.core.windows import Boundary, window_marker
-from ledger.storage.engine import Candidate, Located, StatReceipt, StatReport
+from ledger.storage.engine import Candidate, Located, RowStat, StatReport
 
 PAGE = 128  # rows listed per step of a scan
 
@@ -58,17 +58,16 @@ class RowState:
         """The ``stat`` document of a row engine's workspace with this head
         (the receipt is the head row: always stable; no segments)."""
         return StatReport(
-            workspace=workspace, engine=engine, database=database, root=root,
-            receipt=StatReceipt("stable", self.epoch, self.next_seq, True),
+            workspace=workspace, engine=engine,
             epoch=self.epoch,
             window=self.window_seq,
             windows=1 + boundaries,  # window 0, then one per boundary
             next_seq=self.next_seq,
             floor=None if self.floor is None else FloorAt(self.floor.seq, None, None),
-            segments=[],
             rows=rows,
             bytes=nbytes,
             quarantine_bytes=quarantine_bytes,
+            detail=RowStat(database=database, root=root),
         )
 
 

@@ -56,7 +56,7 @@ from ledger.storage.files.scan import (
 from ledger.storage.files.state import covers, recorded_floor
 
 if TYPE_CHECKING:
-    from ledger.storage.files.workspace import FileWorkspace
+    from ledger.storage.files.ports import FileHistory
 
 
 @dataclass
@@ -84,7 +84,7 @@ def damage_findings(workspace: str, scan: ScanResult) -> Iterator[Finding]:
                           "not listed", action)
 
 
-def check(history: FileWorkspace, *, progress: Progress | None = None) -> FileReport:
+def check(history: FileHistory, *, progress: Progress | None = None) -> FileReport:
     """Verify ``history`` without writing anything (module doc). An OS error
     (a file it may not read, an I/O error) is ``Unavailable`` naming the file."""
     try:
@@ -96,7 +96,7 @@ def check(history: FileWorkspace, *, progress: Progress | None = None) -> FileRe
         ) from exc
 
 
-def _check(history: FileWorkspace, progress: Progress | None) -> FileReport:
+def _check(history: FileHistory, progress: Progress | None) -> FileReport:
     if not history.exists():
         raise WorkspaceNotFound(
             f"workspace {history.workspace!r} has no history under {history.store.root}"
@@ -312,7 +312,7 @@ def odd_format(path: str) -> str | None:
     return None if stat_mod.S_ISREG(mode) else segs.describe_mode(mode)
 
 
-def _recall_findings(history: FileWorkspace) -> Iterator[Finding]:
+def _recall_findings(history: FileHistory) -> Iterator[Finding]:
     """The recall index (a projection for ranked search): notices only, as
     nothing stored is lost with it; repair rebuilds it."""
     if not os.path.exists(os.path.join(history.path, fmt.RECALL_NAME)):

@@ -53,7 +53,7 @@ from ledger.storage.files.state import unwrap
 
 if TYPE_CHECKING:
     from ledger.storage.engine import StoreOptions as Store
-    from ledger.storage.files.reads import WorkspaceBase as History
+    from ledger.storage.files.ports import FileHistory as History
 
 MANIFEST_NAME = "MANIFEST.jsonl"
 ENTRY_SUFFIX = ".bin"
@@ -344,7 +344,7 @@ def clean_quarantine(history: History, older_than_s: float) -> dict[str, int]:
     """Remove quarantine entries older than ``older_than_s`` seconds, under the
     exclusive workspace lock."""
     history = unwrap(history)
-    history._require()
+    history.require()
     with locked(history.path, history.workspace, history.store.lock_timeout, shared=False):
         return Quarantine(history.path, durability=history.store.durability).clean(older_than_s)
 

@@ -78,7 +78,7 @@ from ledger.storage.files.retention import Quarantine
 from ledger.storage.files.state import empty_receipt, unwrap
 
 if TYPE_CHECKING:
-    from ledger.storage.files.reads import WorkspaceBase as History
+    from ledger.storage.files.ports import FileHistory as History
     from ledger.storage.files.state import State
 
 
@@ -123,7 +123,7 @@ def commit_rewrite(
     changes = {n: c for n, c in changes.items() if n in st.segments}
     if not changes:
         return RewriteOutcome([], st.epoch)
-    history._publish_pending(st, None)
+    history.publish_pending(st, None)
     tombs: list[tuple[str, str]] = []
     marker_path = os.path.join(path, MARKER_NAME)
     marker_written = False
@@ -216,7 +216,7 @@ def commit_rewrite(
             raise CommitFailed(
                 f"workspace {history.workspace!r}: {op} failed ({exc}); {what}"
             ) from exc
-    history._derived = {}
+    history.forget_derived()
     epoch = history.rebaseline_locked(history.state(), force_new_epoch=True, rewritten=True)
     _step("receipt")
     return RewriteOutcome(order, epoch)
@@ -249,7 +249,7 @@ def _raw_line(e: Entry, data: bytes) -> bytes:
 
 
 def _locked_rewrite(history: History) -> Any:
-    history._require()
+    history.require()
     return locked(history.path, history.workspace, history.store.lock_timeout, shared=False)
 
 

@@ -35,7 +35,7 @@ from ledger.core.errors import (
 from ledger.core.redact import redact
 from ledger.storage.postgres.schema import ensure_schema
 
-__all__ = ["Database", "check_url", "close_pools", "is_postgres_root", "reason"]
+__all__ = ["Database", "check_url", "close_pools", "direct", "is_postgres_root", "reason"]
 
 _SCHEMES = ("postgresql://", "postgres://")
 _POOLS: dict[tuple[int, str], Any] = {}
@@ -191,6 +191,31 @@ class Database:
                                    batch_id) from exc
             raise
         conn_cm.__exit__(None, None, None)
+
+
+@contextmanager
+def direct(url: str, what: str, *, write: bool = False) -> Iterator[tuple[Any, str]]:
+    """One autocommit connection of its own, outside the pools, and the
+    database's redacted name (the schema commands, ``admin.py``). psycopg's
+    failures become the library's here, as in ``Database``: ``Unavailable``
+    when connecting (or reading), ``CommitFailed`` (nothing was changed) for
+    a ``write``."""
+    psycopg, _ = _psycopg()
+    check_url(url)
+    where = redact(url)
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=int(OPEN_TIMEOUT))
+    except psycopg.Error as exc:
+        # from None: psycopg's own text may echo the connection string
+        raise Unavailable(f"{where}: cannot connect: {reason(exc, url)}") from None
+    with conn:
+        try:
+            yield conn, where
+        except psycopg.Error as exc:
+            if write:
+                raise CommitFailed(f"{where}: {what} failed, nothing was changed: "
+                                   f"{reason(exc, url)}") from exc
+            raise Unavailable(f"{where}: {what} failed: {reason(exc, url)}") from exc
 
 
 def close_pools(url: str | None = None) -> None:

@@ -61,7 +61,7 @@ def test_a_working_root_never_shows_its_secret(
     try:
         h = store.history("w1")
         h.append(msg("hello"))
-        seen = [repr(store), repr(h.stat()), str(h.stat().database)]
+        seen = [repr(store), repr(h.stat()), str(h.stat().detail.database)]
         assert "***" in seen[0] or form == "passfile"
 
         # the model's view of a failing read: history_unavailable, secret hidden
