@@ -172,10 +172,10 @@ class BodyCounter:
     def _media(self, node: Mapping[str, Any]) -> Count:
         kind = node.get("type")
         mime, data = "application/octet-stream", None
-        inner = node.get(kind) if isinstance(node.get(kind), Mapping) else node
+        inner = inner_raw if isinstance(inner_raw := node.get(kind), Mapping) else node
         if kind == "input_audio" and isinstance(inner, Mapping):
             mime = _AUDIO.get(str(inner.get("format")), "audio/wav")
-            data = inner.get("data") if isinstance(inner.get("data"), str) else None
+            data = data_raw if isinstance(data_raw := inner.get("data"), str) else None
         else:
             url = next((inner.get(k) for k in ("url", "image_url", "file_data", "file_url")
                         if isinstance(inner, Mapping) and isinstance(inner.get(k), str)), None)
@@ -194,7 +194,7 @@ class BodyCounter:
         return self._cached("function", tool, self._function)
 
     def _function(self, tool: Mapping[str, Any]) -> Count:
-        fn = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+        fn = fn_raw if isinstance(fn_raw := tool.get("function"), Mapping) else tool
         if tool.get("type", "function") != "function" or not isinstance(fn.get("name"), str):
             # A built-in tool (web search, ...) has no published rule: its JSON.
             return Count(json_cost(tool, self.text).tokens, False)
