@@ -437,9 +437,9 @@ class RecallIndex:
             tfs = found[seq]
             if len(tfs) < len(kept):
                 for i in range(0, len(pairs), 2):
-                    t = term_of.get(pairs[i])
-                    if t is not None:
-                        tfs[t] = pairs[i + 1]
+                    term = term_of.get(pairs[i])
+                    if term is not None:
+                        tfs[term] = pairs[i + 1]
             docs.append(ranking.Doc(seq, win, length, tfs))
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
         win_of = {d.seq: d.window for d in docs}
