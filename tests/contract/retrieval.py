@@ -46,6 +46,15 @@ FILLER = [
 ]
 
 
+AFTER_FLOOR = [
+    "the bluebird deploy went out at noon",
+    "a rollback of the cache layer was planned",
+    "bluebird cache warmed; deploy verified",
+    "Garlic, olive oil, chili flakes and parsley: aglio e olio.",
+    "no rollback needed for the bluebird deploy",
+]
+
+
 def _limits_history(h: History) -> Any:
     """40 "tok" rows, a 20,000-character row, then 60 compactions."""
     h.append_many([msg(f"tok {i}") for i in range(40)])
@@ -379,6 +388,41 @@ class RetrievalContract(ContractBase):
             {"kind": "message", "role": "tool", "parts": [
                 {"type": "tool_result", "id": "c1", "output": result}]}]).seqs
         assert not set(before) & set(seqs(ranked(tool, "invoice total")))
+
+    def test_ranked_scores_know_nothing_before_the_floor(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        """Two histories identical after their floors, one full of the query's
+        words before it: byte-identical ranked results (the statistics, not
+        only the candidates, start after the floor)."""
+        store = make_store()
+
+        def fill(h: History, before: list[str]) -> Any:
+            h.append_many([msg(t, "user" if i % 2 else "assistant")
+                           for i, t in enumerate(before)])
+            h.rollover([msg(before[0])])
+            h.clear_soft()
+            h.append_many([msg(t, "user" if i % 2 else "assistant")
+                           for i, t in enumerate(AFTER_FLOOR)])
+            h.rollover([msg("window two: the rollback of the bluebird deploy")])
+            h.append(msg("bluebird deploy notes, rollback pending", "assistant"))
+            return h.session_history()
+
+        loud = [f"bluebird deploy rollback {'bluebird ' * i}cache {i}" for i in range(8)]
+        quiet = [FILLER[i % 4] for i in range(8)]
+        a, b = fill(store.history(ws), loud), fill(store.history(ws + "q"), quiet)
+        if not self._ranked_or_refused(a):
+            return
+        for query in ("bluebird deploy", "rollback cache", '"bluebird deploy" rollback',
+                      "bluebird"):
+            args = {"action": "search", "query": query, "mode": "ranked", "limit": 25}
+            mine, theirs = a.call(args), b.call(args)
+            assert mine == theirs, query
+            assert json.loads(mine)["items"] and json.loads(mine)["cursor"] is None
+        window = json.loads(a.call({"action": "list"}))["items"][-1]["window"]
+        args = {"action": "search", "query": "bluebird rollback", "mode": "ranked",
+                "window": window}
+        assert a.call(args) == b.call(args)
 
     # --- ranked search: every engine ranks as the file engine does -----------------
 
