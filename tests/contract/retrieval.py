@@ -424,6 +424,56 @@ class RetrievalContract(ContractBase):
                 "window": window}
         assert a.call(args) == b.call(args)
 
+    def test_one_ranked_call_reads_one_budget(self, make_store: MakeStore, ws: str) -> None:
+        """Read-back rows share the call's SCAN_BYTES (2 MiB): rows of 720 KB
+        that all match come two a page, and the pages together give them all
+        once. A row over LINE_CAP (1 MiB) is never served: listed under
+        skipped, and indexed by a prefix only (a word past it is not found)."""
+        h = make_store().history(ws)
+        big = [msg(f"bluebird {i} " + "x" * 720_000) for i in range(5)]
+        h.append_many(big[:3])
+        h.append_many(big[3:])
+        h.append(msg("bluebird heron " + "y " * 600_000 + "zebrafinch"))  # 1.2 MB
+        tool = h.session_history()
+        if not self._ranked_or_refused(tool):
+            return
+        args: dict[str, Any] = {"action": "search", "query": "bluebird", "mode": "ranked",
+                                "limit": 25}
+        served: list[int] = []
+        skipped: list[int] = []
+        for _ in range(10):
+            res = call(tool, args)
+            assert "error" not in res, res
+            assert len(res["items"]) <= 2  # a third would pass 2 MiB read in the call
+            served += seqs(res)
+            skipped += [s["seq"] for s in res["skipped"]]
+            if res["cursor"] is None:
+                break
+            args["cursor"] = res["cursor"]
+        assert sorted(served) == [1, 2, 3, 4, 5] and skipped == [6]
+        heron = ranked(tool, "heron")
+        assert heron["items"] == [] and [s["seq"] for s in heron["skipped"]] == [6]
+        assert heron["skipped"][0]["bytes"] > 1024 * 1024
+        past = ranked(tool, "zebrafinch")
+        assert past["items"] == [] and past["skipped"] == []
+
+    def test_ranked_queries_are_deduplicated_and_capped(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        h = make_store().history(ws)
+        h.append_many([msg("the cache was cold"), msg("a warm cache")])
+        tool = h.session_history()
+        if not self._ranked_or_refused(tool):
+            return
+        repeated = " ".join(['"cache was cold"'] * 60)  # 1,019 characters, one phrase
+        assert seqs(ranked(tool, repeated)) == [1]
+        many = " ".join(f'"w{i}"' for i in range(17))
+        res = ranked(tool, many)
+        assert code(res) == "bad_request" and "16" in res["error"]["message"]
+        words = " ".join(f"c{i}" for i in range(100)) + " warm"  # past 64 terms
+        assert ranked(tool, words)["items"] == []  # "warm" is the 101st distinct term
+        assert seqs(ranked(tool, "warm " + words)) == [2]
+
     # --- ranked search: every engine ranks as the file engine does -----------------
 
     def test_ranked_search_agrees_with_the_file_engine(self, make_store: MakeStore, ws: str,
