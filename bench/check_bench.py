@@ -27,11 +27,11 @@ from typing import Any
 
 import msgspec
 
-from ledger.recovery.check import check
 from ledger.storage.files import segments as segs
 from ledger.storage.files.scan import CheckRow
 from ledger.transcript.history import History
 from ledger.transcript.store import Store
+from recovery.check import check
 
 _decode = msgspec.json.Decoder(CheckRow).decode
 

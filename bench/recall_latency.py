@@ -42,9 +42,9 @@ from bench.measure import interleave
 from ledger import Store
 from ledger.core import format as fmt
 from ledger.core import ranking
+from ledger.core.searchable import row_text
 from ledger.storage.files import segments as segs
 from ledger.storage.files.bulk import bulk_load
-from ledger.transcript.retrieval.text import row_text
 
 MIB = 1 << 20
 

@@ -98,7 +98,7 @@ def compute_ratios(cfg: Config, res: Results) -> tuple[dict[str, Any], dict[str,
         "ledger.tokens.counting not importable when the run started")
     put("check_over_decode_floor",
         ratio(b(res, "check", big, "ledger"), b(res, "check", big, "decode_floor")),
-        "ledger.recovery.check not importable when the run started")
+        "recovery.check not importable when the run started")
     put("append_p50_over_sqlite_wal_full",
         ratio(p(res, "append", big, "ledger"), p(res, "append", big, "sqlite_wal_full")),
         "not measured")

@@ -30,7 +30,7 @@ Per point, in this order:
    through its cursors, for a query that matches nothing (so every row is
    examined); each call is also a **tool call** sample. Floors: decode +
    case-fold + ``str.find`` of the same segments, and raw ``bytes.find``.
-4. **check** (when ``ledger.recovery.check`` exists) against the read + decode floor
+4. **check** (when ``recovery.check`` exists) against the read + decode floor
    of the whole history.
 5. **turn**: before each turn (untimed) a rollover re-creates a 200-row
    window and appends the rollover's first 3 rows (that append seals the
@@ -149,16 +149,16 @@ def token_counter(res: Results) -> Any | None:
 
 
 def check_function(res: Results) -> Callable[[History], Any] | None:
-    """The read-only verification of ledger.recovery.check, called on a History."""
-    mod = optional_module("ledger.recovery.check")
+    """The read-only verification of recovery.check, called on a History."""
+    mod = optional_module("recovery.check")
     if mod is None:
-        res.note("ledger.recovery.check is not importable: the check series is skipped")
+        res.note("recovery.check is not importable: the check series is skipped")
         return None
     for name in ("check_history", "check", "run_check", "check_workspace"):
         fn = getattr(mod, name, None)
         if callable(fn):
             return fn  # type: ignore[no-any-return]
-    res.note("ledger.recovery.check has no check_history/check function: "
+    res.note("recovery.check has no check_history/check function: "
              "the check series is skipped")
     return None
 

@@ -1,48 +1,146 @@
-"""transcript-ledger: an event-sourced transcript store for AI agents."""
+"""transcript-ledger: an event-sourced transcript store for AI agents.
 
+The public face: the store, a history, a row, the runtime object and every
+error a caller may catch (each ``LedgerError`` subclass, wherever it is
+raised). Names whose modules cost an import (the rollover and its token
+budget, the engines' own errors, the integrations) load on first use.
+"""
+
+from importlib import import_module
+
+from ledger.core.batches import AppendResult
 from ledger.core.errors import (
+    BadRequest,
+    BudgetExceeded,
     CommitFailed,
     CommitUncertain,
     Conflict,
     CursorExpired,
+    DeletePending,
+    FormatError,
     HistoryDamaged,
     InvalidCursor,
+    InvalidRoot,
     InvalidRow,
     InvalidWorkspace,
     LedgerError,
     LockTimeout,
+    NotFound,
+    ReceiptError,
+    RecoveryError,
+    RetrievalDisabled,
+    RewriteRefused,
+    RowTooLarge,
+    TokenizerError,
+    Unavailable,
+    UnknownModel,
+    UnsafePath,
     WindowChanged,
     WorkspaceNotFound,
+    WorkspaceOutsideRoot,
 )
 from ledger.core.rows import Row
-from ledger.transcript.history import AppendResult, History
+from ledger.transcript.history import History, OpenToolCalls
 from ledger.transcript.store import Store
 
+# name -> the module that defines it, imported when the name is first used.
+_LAZY = {
+    "Conversation": "ledger.rollover.conversation",
+    "SendRefused": "ledger.rollover.conversation",
+    "SendConflict": "ledger.rollover.conversation",
+    "RolloverError": "ledger.rollover.rules",
+    "BudgetConfigError": "ledger.rollover.rules",
+    "RolloverCancelled": "ledger.rollover.rules",
+    "CleanupFailed": "ledger.rollover.rules",
+    "PostCommitError": "ledger.rollover.rules",
+    "DeliveryFailed": "ledger.rollover.rules",
+    "PreparedStateError": "ledger.rollover.rules",
+    "StepBudgetExceeded": "ledger.rollover.rules",
+    "RequestTooLarge": "ledger.rollover.guards",
+    "AdmissionRefused": "ledger.admission",
+    "SnapshotRevoked": "ledger.admission",
+    "NotSerializable": "ledger.admission",
+    "HookContractError": "ledger.admission",
+    "PolicyError": "ledger.policy",
+    "NotesError": "ledger.notes",
+    "InvalidTools": "ledger.tokens.units",
+    "ModelConfigError": "ledger.tokens.models",
+    "QuarantineError": "ledger.storage.files.retention",
+    "NotDistributed": "ledger.storage.postgres.citus",
+    "MissingExtra": "ledger.integrations",
+    "CheckpointConflict": "ledger.integrations.langgraph_log",
+}
+
 __all__ = [
+    "AdmissionRefused",
     "AppendResult",
+    "BadRequest",
+    "BudgetConfigError",
+    "BudgetExceeded",
+    "CheckpointConflict",
+    "CleanupFailed",
     "CommitFailed",
     "CommitUncertain",
     "Conflict",
+    "Conversation",
     "CursorExpired",
+    "DeletePending",
+    "DeliveryFailed",
+    "FormatError",
     "History",
     "HistoryDamaged",
+    "HookContractError",
     "InvalidCursor",
+    "InvalidRoot",
     "InvalidRow",
+    "InvalidTools",
     "InvalidWorkspace",
     "LedgerError",
     "LockTimeout",
+    "MissingExtra",
+    "ModelConfigError",
+    "NotDistributed",
+    "NotFound",
+    "NotSerializable",
+    "NotesError",
+    "OpenToolCalls",
+    "PolicyError",
+    "PostCommitError",
+    "PreparedStateError",
+    "QuarantineError",
+    "ReceiptError",
+    "RecoveryError",
+    "RequestTooLarge",
+    "RetrievalDisabled",
+    "RewriteRefused",
+    "RolloverCancelled",
+    "RolloverError",
     "Row",
+    "RowTooLarge",
+    "SendConflict",
+    "SendRefused",
+    "SnapshotRevoked",
+    "StepBudgetExceeded",
     "Store",
+    "TokenizerError",
+    "Unavailable",
+    "UnknownModel",
+    "UnsafePath",
     "WindowChanged",
     "WorkspaceNotFound",
+    "WorkspaceOutsideRoot",
 ]
 __version__ = "0.2.0"
 
 
 def __getattr__(name: str) -> object:
-    # The runtime object loads the token budget (tokenizers) only when used.
-    if name in ("Conversation", "SendRefused"):
-        from ledger.rollover import conversation
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ledger' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain one
+    return value
 
-        return getattr(conversation, name)
-    raise AttributeError(f"module 'ledger' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -32,10 +32,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
+from ledger.core.ids import validate_workspace
+from ledger.core.redact import redact
 from ledger.core.rows import Row
 from ledger.storage.engine import Snapshot
 from ledger.transcript.history import AppendResult, History
-from ledger.transcript.store import Store, validate_workspace
+from ledger.transcript.store import Store
 
 __all__ = ["AsyncHistory", "AsyncStore", "AsyncTool"]
 
@@ -67,7 +69,7 @@ class AsyncStore:
         self._write_locks: dict[str, asyncio.Lock] = {}
 
     def __repr__(self) -> str:
-        return f"AsyncStore({self.store.root!r})"
+        return f"AsyncStore({redact(self.store.root)!r})"
 
     def history(self, workspace: str) -> AsyncHistory:
         """The async handle of one workspace (the id is checked now; no I/O)."""
@@ -109,7 +111,7 @@ class AsyncHistory:
         self.workspace = workspace
 
     def __repr__(self) -> str:
-        return f"AsyncHistory({self._store.store.root!r}, {self.workspace!r})"
+        return f"AsyncHistory({redact(self._store.store.root)!r}, {self.workspace!r})"
 
     def _history(self) -> History:
         return self._store.store.history(self.workspace)

@@ -6,7 +6,7 @@ Exit codes: 0 fine, 1 damage found or operation failed (every ``LedgerError``,
 argument syntax, invalid workspace id, malformed root URL). Errors are one line
 on stderr, with control characters written out (``ledger.core.terminal``).
 This is the only place that turns errors into exit codes, and the only ledger
-package that may import ``ledger.recovery``.
+package that may import ``recovery``.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import msgspec
 
 from ledger.cli import registry
 from ledger.core.errors import InvalidRoot, InvalidWorkspace, LedgerError
+from ledger.core.redact import redact
 from ledger.core.terminal import visible, visible_line
 
 Handler = registry.Handler
@@ -45,6 +46,7 @@ class Context:
     stdout: Any
     stderr: Any
     explicit_root: str | None = None  # --root or $TLEDGER_ROOT, when given
+    secret_roots: list[str] = field(default_factory=list)  # hidden in error lines
 
     def store(self, **options: Any) -> Any:
         from ledger.transcript.store import Store
@@ -109,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _fail(ctx: Context, code: int, line: str) -> int:
     """One line on stderr (control characters written out), then exit ``code``."""
     try:
-        ctx.stderr.write(visible_line(line) + "\n")
+        ctx.stderr.write(visible_line(redact(line, *ctx.secret_roots)) + "\n")
         ctx.stderr.flush()
     except (OSError, ValueError):
         pass  # stderr is gone too: the exit code still says it
@@ -131,9 +133,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     ``RecursionError`` (input nested too deeply) and ``MemoryError`` 1 with one
     line on stderr and no traceback. A closed pipe on stdout is not an error.
     Any other exception is a bug: one "internal error" line, exit 1 (the
-    traceback when ``$TLEDGER_TRACEBACK`` is set).
+    traceback when ``$TLEDGER_TRACEBACK`` is set). Every error line has the
+    secrets of the connection strings among the arguments hidden.
     """
     handler: Handler = args.handler
+    ctx.secret_roots = [ctx.root, *(v for v in vars(args).values() if isinstance(v, str))]
     try:
         return handler(args, ctx)
     except (InvalidWorkspace, InvalidRoot, UsageError) as exc:

@@ -12,6 +12,7 @@ from ledger.cli.registry import WS, arg, command
 from ledger.cli.tables import is_terminal, print_table
 from ledger.core import format as fmt
 from ledger.core.errors import InvalidRow, LedgerError
+from ledger.core.redact import redact
 from ledger.storage.engine import DURABILITY_LEVELS
 
 
@@ -238,7 +239,7 @@ def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
         rows.append([ws, snap.next_seq - 1, snap.window_seq, floor, None])
     print_table(ctx.stdout, ["workspace", "last seq", "window", "floor", "problem"], rows,
                 caption=f"{len(names)} workspace{'' if len(names) == 1 else 's'} under "
-                f"{ctx.root}",
+                f"{redact(ctx.root)}",
                 numeric=["last seq", "window", "floor"])
     return 0
 

@@ -50,8 +50,8 @@ def cmd_db(args: argparse.Namespace, ctx: Any) -> int:
             f"a root of the {spec.name} engine"
         raise UsageError("db needs a postgresql:// root (--root or $TLEDGER_ROOT); "
                          f"{ctx.root!r} is {what}")
-    from ledger.storage.postgres import citus
+    from ledger.storage.postgres import admin
 
-    out = citus.distribute(ctx.root) if args.action == "distribute" else citus.status(ctx.root)
+    out = admin.distribute(ctx.root) if args.action == "distribute" else admin.status(ctx.root)
     ctx.emit_result(args.json, out, _describe(out))
     return 1 if out.get("problems") else 0

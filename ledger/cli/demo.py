@@ -19,6 +19,7 @@ import time
 from typing import Any, TextIO
 
 from ledger.core.errors import LedgerError
+from ledger.core.redact import redact
 from ledger.transcript.store import Store
 
 KILL_AFTER_ACKS = 25  # acknowledged batches before the demo's SIGKILL
@@ -53,10 +54,10 @@ def run_demo(directory: str | None, out: TextIO) -> int:
     h = store.history("demo")
     if h.exists():
         raise LedgerError(
-            f"{root} already holds a workspace 'demo'; run the demo on a new root "
+            f"{redact(root)} already holds a workspace 'demo'; run the demo on a new root "
             "(tledger --root NEW_DIR demo) or delete it (tledger delete demo)"
         )
-    say(f"store root: {root}\n\n")
+    say(f"store root: {redact(root)}\n\n")
 
     r = h.append_many([
         _text("user", "My API key is sk-PRIVATE. Please debug the parser."),
@@ -133,7 +134,7 @@ def run_demo(directory: str | None, out: TextIO) -> int:
     say(f"   search 'sk-PRIVATE' (before the floor) -> {len(hidden['items'])} results\n")
     ok = (bool(acked) and whole and gap_free and all_acked and not hidden["items"]
           and bool(found["items"]))
-    say(f"\n{'OK' if ok else 'FAILED'}: try `tledger --root {root} rows demo`\n")
+    say(f"\n{'OK' if ok else 'FAILED'}: try `tledger --root {redact(root)} rows demo`\n")
     return 0 if ok else 1
 
 

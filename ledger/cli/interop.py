@@ -1,7 +1,7 @@
 """Interop commands: export, show, import-claude-code, import-codex.
 
 Part of the CLI face (like ``ledger.cli``): the import commands call
-``ledger.recovery.imports``, imported inside the handlers.
+``recovery.imports``, imported inside the handlers.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def _is_tty(stream: Any) -> bool:
 
 def _import(fmt: str) -> Any:
     def handler(args: argparse.Namespace, ctx: Any) -> int:
-        from ledger.recovery.imports import import_file
+        from recovery.imports import import_file
 
         store = ctx.store(durability=args.durability)
         report = import_file(store, args.workspace, args.file, fmt, strict=args.strict)

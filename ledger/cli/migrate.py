@@ -27,8 +27,8 @@ from ledger.cli.registry import arg, command
 def cmd_migrate(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.cli import durable_root
     from ledger.core.ids import validate_workspace
-    from ledger.recovery.migrate import migrate
     from ledger.transcript.store import Store
+    from recovery.migrate import migrate
 
     names = [validate_workspace(w) for w in args.workspace] if args.workspace else None
     out = migrate(Store(durable_root(args.src)), Store(durable_root(args.dst)), names)

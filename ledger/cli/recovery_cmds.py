@@ -1,7 +1,7 @@
 """Recovery and retention commands: check, repair, import-legacy, purge,
 truncate, reject, delete, backup.
 
-Each opens the store, calls one function of ``ledger.recovery`` or one
+Each opens the store, calls one function of ``recovery`` or one
 operation of the workspace (``History`` or its engine: ``clean_quarantine``)
 and prints its report (text, or JSON with ``--json``).
 """
@@ -71,7 +71,7 @@ def _emit(ctx: Any, args: argparse.Namespace, report: Any) -> None:
     json_help="print the report as JSON",
 )
 def cmd_check(args: argparse.Namespace, ctx: Any) -> int:
-    from ledger.recovery.check import check
+    from recovery.check import check
 
     h = ctx.store().history(args.workspace)
     with _progress_bar(ctx, "check") as progress:
@@ -112,7 +112,7 @@ def _findings_table(ctx: Any, report: Any) -> None:
     json_help="print the report as JSON",
 )
 def cmd_repair(args: argparse.Namespace, ctx: Any) -> int:
-    from ledger.recovery.repair import repair
+    from recovery.repair import repair
 
     h = ctx.store().history(args.workspace)
     with _progress_bar(ctx, "repair") as progress:
@@ -133,8 +133,8 @@ def cmd_repair(args: argparse.Namespace, ctx: Any) -> int:
     json_help="print the report as JSON",
 )
 def cmd_import_legacy(args: argparse.Namespace, ctx: Any) -> int:
-    from ledger.recovery.check import check
-    from ledger.recovery.legacy import import_legacy
+    from recovery.check import check
+    from recovery.legacy import import_legacy
 
     h = ctx.store().history(args.workspace)
     report = import_legacy(h, args.dir)

@@ -136,3 +136,8 @@ class Unavailable(LedgerError):
 class RewriteRefused(LedgerError):
     """A rewrite that would break a rule (split a batch, erase a reset
     candidate, reject a reset); nothing was written."""
+
+
+class WorkspaceOutsideRoot(LedgerError):
+    """The workspace directory resolves outside the store root (a symlink):
+    the MCP server refuses to serve it (``ledger.integrations.mcp_server``)."""

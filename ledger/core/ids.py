@@ -27,3 +27,28 @@ def validate_workspace(ws: object) -> str:
             "not starting with a dot (no separators, NUL or control characters)"
         )
     return ws
+
+
+# The names the framework stores (ledger.integrations) give the ids they
+# encode: LangGraph's hashed thread names and every Claude session workspace.
+# No raw id of any framework store takes one (LangGraph hashes such a thread
+# id, the Agents SDK and LangChain histories refuse such a session id), so no
+# framework id reaches data another id was stored under.
+ENCODED_RE = re.compile(r"lg-[0-9a-f]{32}|cc-[0-9a-f]{16}-.+")
+
+
+def is_encoded(ws: str) -> bool:
+    """True when ``ws`` has the form of a framework store's encoded name."""
+    return ENCODED_RE.fullmatch(ws) is not None
+
+
+def validate_session(ws: object, what: str = "session id") -> str:
+    """A framework session id that names its workspace as it is: a valid
+    workspace id that is not in the encoded namespace (InvalidWorkspace)."""
+    name = validate_workspace(ws)
+    if is_encoded(name):
+        raise InvalidWorkspace(
+            f"invalid {what} {name!r}: names of the form lg-<32 hex> and "
+            "cc-<16 hex>-... are reserved for the LangGraph and Claude stores' encoded ids"
+        )
+    return name

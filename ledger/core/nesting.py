@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["MAX_DEPTH", "too_deep", "with_headroom"]
+__all__ = ["MAX_DEPTH", "nests_deeper", "too_deep", "with_headroom"]
 
 MAX_DEPTH = 256
 
@@ -46,6 +46,28 @@ def too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
                 return True
         elif c == 0x5D or c == 0x7D:  # ] }
             depth -= 1
+    return False
+
+
+def nests_deeper(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """True when the Python value ``value`` nests more than ``limit`` mappings,
+    lists and tuples deep (``value`` itself is level 1): ``too_deep`` for a
+    value not yet encoded, so the runtime can refuse input before anything
+    that recurses (an adapter, a copy, an encoder) sees it. Iterative, linear,
+    and stops at the first level past the limit."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, Mapping):
+            children: Any = v.values()
+        elif isinstance(v, (list, tuple)):
+            children = v
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children
+                     if isinstance(c, (Mapping, list, tuple)))
     return False
 
 

@@ -18,6 +18,7 @@ import msgspec
 
 from ledger.core import format as fmt
 from ledger.core.errors import InvalidRow, RowTooLarge
+from ledger.core.nesting import nests_deeper
 
 _STORE_ASSIGNED = ("seq", "batch", fmt.CHECKSUM_KEY)
 _CALLER_KINDS = frozenset({"message", "warning", "truncation"})
@@ -178,16 +179,14 @@ def _check_json_domain(row: dict[str, Any], index: int) -> bytes:
         raise InvalidRow(f"row {index}: {plain}", index)
     if plain is None and not _ints_in_range(row):
         raise InvalidRow(f"row {index}: an integer is outside the 64-bit range", index)
-    deep = (f"row {index}: nested deeper than {fmt.MAX_DEPTH} levels of arrays and objects "
-            "(the limit for a row)")
     try:
         body = fmt.encode_json(row)
     except RecursionError:
-        raise InvalidRow(deep, index) from None
+        raise too_deep_error(index) from None
     except (TypeError, ValueError, OverflowError, UnicodeEncodeError) as exc:
         raise InvalidRow(f"row {index}: not encodable as JSON: {exc}", index) from exc
     if fmt.too_deep(body):
-        raise InvalidRow(deep, index)
+        raise too_deep_error(index)
     if plain is True:
         # Plain types in the domain encode to JSON that decodes to an equal
         # value (msgspec writes floats in shortest round-trip form), and what
@@ -200,6 +199,39 @@ def _check_json_domain(row: dict[str, Any], index: int) -> bytes:
     if back != row:
         raise InvalidRow(f"row {index}: {_OUTSIDE}", index)
     return body
+
+
+def too_deep_error(index: int | None = None, what: str = "row") -> InvalidRow:
+    """The error for input nested deeper than a row may (``what`` ``index``)."""
+    where = f"{what} {index}" if index is not None else f"the {what}"
+    return InvalidRow(f"{where}: nested deeper than {fmt.MAX_DEPTH} levels of arrays and "
+                      "objects (the limit for a row)", index)
+
+
+def check_depth(value: Any, index: int | None = None, what: str = "row") -> None:
+    """Raise :class:`InvalidRow` when ``value`` (a row, or what becomes one: an
+    SDK item, a message's content) nests deeper than a row may. The runtime
+    calls it on its input before any adapter, copy or encoder recurses into
+    it, so hostile nesting is refused as such, never a ``RecursionError``."""
+    if nests_deeper(value):
+        raise too_deep_error(index, what)
+
+
+def check_batch_id(batch_id: Any) -> None:
+    """Raise :class:`InvalidRow` for a caller's batch id that some engine
+    could not store as given: not a string of 1 to 200 characters, a NUL
+    (PostgreSQL text cannot hold U+0000) or a lone surrogate (not UTF-8).
+    Every engine refuses the same ids, so a history moves between engines."""
+    if not isinstance(batch_id, str) or not 0 < len(batch_id) <= 200:
+        raise InvalidRow("batch_id must be a string of 1 to 200 characters")
+    if "\x00" in batch_id:
+        raise InvalidRow(f"batch_id {batch_id!r} holds NUL (U+0000), which no engine may "
+                         "store (PostgreSQL text cannot); use printable characters")
+    try:
+        batch_id.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRow(f"batch_id {batch_id!r} holds a lone surrogate "
+                         f"(U+{ord(batch_id[exc.start]):04X}), not encodable as UTF-8") from None
 
 
 def _check_parts(parts: Any, index: int) -> None:
@@ -312,6 +344,7 @@ def prepare_bodies(
         raise InvalidRow("rows must be a list of row objects")
     if not rows:
         raise InvalidRow("a batch needs at least one row")
+    check_batch_id(batch_id)
     ts = now_ms()
     n = len(rows)
     stored: list[dict[str, Any]] = []

@@ -125,14 +125,15 @@ def batch_boundaries(rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
     return out
 
 
-def orphan_result_text(part: dict[str, Any]) -> dict[str, Any]:
+def orphan_result_text(part: dict[str, Any], *, late: bool = False) -> dict[str, Any]:
     """A text part standing for a tool result whose call is not in the window
-    (it sits in an earlier window): what the model gets instead of a result no
-    provider would accept."""
-    label = (
-        f"[result of tool call {part.get('id')}{' (error)' if part.get('error') else ''}; "
-        "its call is in an earlier context window]"
-    )
+    (it sits in an earlier window), or, with ``late``, whose call already has a
+    result (it was settled, e.g. when the user went on, before this one came):
+    what the model gets instead of a result no provider would accept."""
+    where = ("it came after its call was settled" if late
+             else "its call is in an earlier context window")
+    error = " (error)" if part.get("error") else ""
+    label = f"[result of tool call {part.get('id')}{error}; {where}]"
     output = part.get("output")
     if isinstance(output, str):
         text = output
@@ -156,19 +157,26 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
     (:func:`orphan_result_text`) in a copy of its row -- never dropped.
     """
     out: list[Any] = []
-    calls: set[str] = set()
+    waiting: dict[str, int] = {}  # call id -> calls with that id that have no result yet
+    answered: set[str] = set()
     for item in rows:
         row = item if isinstance(item, dict) else item.data
         kind = row.get("kind", "message")
         if kind not in PROVIDER_KINDS or is_empty_assistant(row):
             continue
         parts = row.get("parts") if isinstance(row.get("parts"), list) else []
-        orphans = {
-            i for i, p in enumerate(parts)
-            if isinstance(p, dict) and p.get("type") == "tool_result" and p.get("id") not in calls
-        }
+        orphans: dict[int, bool] = {}  # part index -> its call was answered already
+        for i, p in enumerate(parts):
+            if isinstance(p, dict) and p.get("type") == "tool_result":
+                pid = str(p.get("id"))
+                if waiting.get(pid):
+                    waiting[pid] -= 1  # a result answers one call (ledger.core.toolpairs)
+                    answered.add(pid)
+                else:
+                    orphans[i] = pid in answered
         if orphans:
-            new_parts = [orphan_result_text(p) if i in orphans else p for i, p in enumerate(parts)]
+            new_parts = [orphan_result_text(p, late=orphans[i]) if i in orphans else p
+                         for i, p in enumerate(parts)]
             row = {**row, "parts": new_parts}
             if row.get("role") == "tool" and all(
                 not (isinstance(p, dict) and p.get("type") == "tool_result") for p in new_parts
@@ -178,7 +186,8 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
             item = row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
         for p in parts:
             if isinstance(p, dict) and p.get("type") == "tool_call":
-                calls.add(str(p.get("id")))
+                pid = str(p.get("id"))
+                waiting[pid] = waiting.get(pid, 0) + 1
         out.append(item)
     return out
 

@@ -5,7 +5,8 @@
 ``list_session_summaries``, ``delete`` and ``list_subkeys``.
 
 - One workspace per transcript: a session is ``cc-<project hash>-<session
-  id>`` (``...-h<hash>`` when the id cannot name a workspace), and each
+  id>`` (``...-h<hash>`` when the id cannot name a workspace or is itself of
+  the form ``h<32 hex>``, so a raw id never aliases a hashed one), and each
   subagent transcript (a key with a ``subpath``) is its own workspace beside
   it, ``<session workspace>.sub-<hash of subpath>``, so subagents never mix
   into the main conversation.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +51,7 @@ from ledger.core.errors import (
     WorkspaceNotFound,
 )
 from ledger.core.ids import MAX_WORKSPACE_LEN, validate_workspace
+from ledger.core.redact import redact
 from ledger.core.rows import check_caller_row
 from ledger.integrations import caught_up, open_store, require
 from ledger.transcript.store import Store
@@ -62,6 +65,7 @@ META_KEY = "claude"
 _SUB = ".sub-"
 _MAX_ID = 80
 _MAX_RETRIES = 1000
+_HASHED = re.compile(r"h[0-9a-f]{32}")  # the form of a hashed session name
 
 
 def _h64(text: str) -> str:
@@ -83,8 +87,8 @@ def _valid(name: str) -> bool:
 def session_workspace(key: dict[str, Any]) -> str:
     """The workspace of a session key (module doc)."""
     sid = str(key["session_id"])
-    if len(sid) <= _MAX_ID and _SUB not in sid and _valid(sid):
-        name = sid
+    if len(sid) <= _MAX_ID and _SUB not in sid and _valid(sid) and not _HASHED.fullmatch(sid):
+        name = sid  # never of the hashed form below: a raw id cannot alias a hashed one
     else:
         name = "h" + xxhash.xxh3_128_hexdigest(sid.encode("utf-8", "surrogatepass"))
     ws = _project_prefix(str(key["project_key"])) + name
@@ -93,6 +97,12 @@ def session_workspace(key: dict[str, Any]) -> str:
         ws += _SUB + _h64(str(subpath))
     assert len(ws) <= MAX_WORKSPACE_LEN
     return ws
+
+
+def _key_of(key: dict[str, Any]) -> tuple[str, str, str]:
+    """A session key as the workspace name sees it (ids as strings)."""
+    return (str(key.get("project_key")), str(key.get("session_id")),
+            str(key.get("subpath") or ""))
 
 
 def _bookkeeping(claude: dict[str, Any]) -> dict[str, Any]:
@@ -165,7 +175,7 @@ class LedgerSessionStore(SessionStore):
         self._last_ms = 0
 
     def __repr__(self) -> str:
-        return f"LedgerSessionStore(root={self.store.root!r})"
+        return f"LedgerSessionStore(root={redact(self.store.root)!r})"
 
     # --- the projection ---------------------------------------------------------------
 
@@ -176,6 +186,18 @@ class LedgerSessionStore(SessionStore):
             self._cache.pop(ws, None)
         else:
             self._cache[ws] = t
+        return t
+
+    def _owned(self, ws: str, key: dict[str, Any]) -> _Transcript | None:
+        """The workspace's transcript, refused (``LedgerError``) when its rows
+        say it is another key's: the workspace name holds hashes (of the
+        project key, of an id that cannot name a workspace, of a subpath), and
+        should two keys ever share one, neither reads, writes or deletes the
+        other's transcript (caller holds the lock)."""
+        t = self._refresh(ws)
+        if t is not None and t.key is not None and _key_of(t.key) != _key_of(key):
+            raise LedgerError(f"session {ws!r} holds the transcript of another session key "
+                              "(its workspace name collides); nothing was read or written")
         return t
 
     def _now_ms(self) -> int:
@@ -194,7 +216,7 @@ class LedgerSessionStore(SessionStore):
         history = self.store.history(ws)
         with self._lock:
             for _ in range(_MAX_RETRIES):
-                t = self._refresh(ws) or _Transcript()
+                t = self._owned(ws, key) or _Transcript()
                 seen = set(t.uuids)
                 fresh: list[dict[str, Any]] = []
                 for entry in entries:
@@ -235,7 +257,10 @@ class LedgerSessionStore(SessionStore):
         raise LedgerError(f"session {ws!r}: gave up after {_MAX_RETRIES} conflicting appends")
 
     def load_sync(self, key: dict[str, Any]) -> list[dict[str, Any]] | None:
-        history = self.store.history(session_workspace(key))
+        ws = session_workspace(key)
+        history = self.store.history(ws)
+        with self._lock:
+            self._owned(ws, key)
         try:
             rows = history.rows()
             out = []
@@ -275,17 +300,19 @@ class LedgerSessionStore(SessionStore):
             for ws in self.store.workspaces():
                 if ws.startswith(prefix):
                     t = self._refresh(ws)
-                    if t is not None and t.key is not None and t.key.get("subpath"):
+                    if t is not None and t.key is not None and t.key.get("subpath") and \
+                            _key_of(t.key)[:2] == _key_of(key)[:2]:
                         out.append((ws, str(t.key["subpath"])))
         return out
 
     def delete_sync(self, key: dict[str, Any]) -> None:
         with self._lock:
-            if not key.get("subpath"):
-                for ws, _sub in self._subkeys(key):
-                    self.store.delete(ws)
-                    self._cache.pop(ws, None)
             ws = session_workspace(key)
+            self._owned(ws, key)
+            if not key.get("subpath"):
+                for sub_ws, _sub in self._subkeys(key):
+                    self.store.delete(sub_ws)
+                    self._cache.pop(sub_ws, None)
             self.store.delete(ws)
             self._cache.pop(ws, None)
 

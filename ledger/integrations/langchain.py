@@ -26,7 +26,9 @@ import msgspec
 
 from ledger.adapters.common import raw_part
 from ledger.core.errors import WorkspaceNotFound
-from ledger.core.rows import Row, is_empty_assistant
+from ledger.core.ids import validate_session
+from ledger.core.redact import redact
+from ledger.core.rows import Row, check_depth, is_empty_assistant
 from ledger.integrations import open_store, require
 from ledger.transcript.history import History
 from ledger.transcript.store import Store
@@ -76,7 +78,11 @@ def _role(message: BaseMessage) -> str:
 
 
 def message_row(message: BaseMessage) -> dict[str, Any]:
-    """The canonical row of one message (the message itself kept in meta)."""
+    """The canonical row of one message (the message itself kept in meta).
+    A message nested deeper than a row may is refused (``InvalidRow``) before
+    anything recurses into it."""
+    check_depth([message.content, getattr(message, "tool_calls", None),
+                 message.additional_kwargs, message.response_metadata], what="message")
     role = _role(message)
     if role == "tool":
         output = message.content if isinstance(message.content, str) else msgspec.to_builtins(
@@ -115,8 +121,9 @@ class LedgerChatMessageHistory(BaseChatMessageHistory):
     """A LangChain chat history kept in the ledger workspace ``session_id``.
 
     ``store`` or ``root`` pick the store (default ``$TLEDGER_ROOT``, else
-    ``./.tledger``); the id must be a valid workspace id. Nothing is created
-    on disk until the first write.
+    ``./.tledger``); the id must be a valid workspace id, not of the form of
+    an encoded LangGraph or Claude name (``ledger.core.ids.validate_session``).
+    Nothing is created on disk until the first write.
     """
 
     def __init__(
@@ -126,11 +133,11 @@ class LedgerChatMessageHistory(BaseChatMessageHistory):
         root: str | os.PathLike[str] | None = None,
     ) -> None:
         self.store = open_store(store, root)
-        self.history: History = self.store.history(session_id)
+        self.history: History = self.store.history(validate_session(session_id))
         self.session_id = self.history.workspace
 
     def __repr__(self) -> str:
-        return f"LedgerChatMessageHistory({self.session_id!r}, root={self.store.root!r})"
+        return f"LedgerChatMessageHistory({self.session_id!r}, root={redact(self.store.root)!r})"
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]

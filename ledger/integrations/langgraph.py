@@ -5,7 +5,7 @@
 ``limit``), ``put``, ``put_writes``, ``delete_thread``, ``delete_for_runs``,
 ``copy_thread`` and ``prune``, and their ``a*`` twins. Each LangGraph thread
 is one workspace, named by the thread id (or ``lg-<hash>`` when the id cannot
-name a workspace).
+name a workspace or has an encoded name's form: ``thread_workspace``).
 
 How a thread is stored (README "LangGraph"):
 
@@ -64,7 +64,8 @@ from typing import Any
 import xxhash
 
 from ledger.core.errors import InvalidWorkspace, LedgerError, WorkspaceNotFound
-from ledger.core.ids import validate_workspace
+from ledger.core.ids import validate_session
+from ledger.core.redact import redact
 from ledger.integrations import open_store, require
 from ledger.integrations.langgraph_index import (
     META_KEY,
@@ -98,12 +99,32 @@ HEAD_KEY = "__ledger_head__"
 
 def thread_workspace(thread_id: str) -> str:
     """The workspace of a LangGraph thread: the id itself when it can name a
-    workspace, else ``lg-`` and a 128-bit hash of it."""
+    workspace and is not itself of an encoded form (``lg-<32 hex>``,
+    ``cc-<16 hex>-...``: ``ledger.core.ids.ENCODED_RE``), else ``lg-`` and a
+    128-bit hash of it. Kept ids and hashed ids never meet, so a thread id
+    that is another thread's hashed name reaches only its own hashed name."""
     tid = str(thread_id)
     try:
-        return validate_workspace(tid)
+        return validate_session(tid, "thread id")
     except InvalidWorkspace:
         return "lg-" + xxhash.xxh3_128_hexdigest(tid.encode("utf-8", "surrogatepass"))
+
+
+def _own(idx: ThreadIndex, tid: str, ws: str) -> ThreadIndex:
+    """``idx``, refused (``LedgerError``) when its rows are another thread's:
+    a hashed workspace name is not proof of identity, the records' thread id
+    is, so even colliding names never read, write or delete another thread."""
+    if idx.thread is not None and idx.thread != tid:
+        raise LedgerError(f"thread {tid!r}: workspace {ws!r} holds another thread's "
+                          "checkpoints (its name collides); nothing was read or written")
+    return idx
+
+
+def _owning(tid: str, ws: str, build: Any) -> Any:
+    """``build`` for ``ThreadLogs.append``, run only on the thread's own log."""
+    def checked(idx: ThreadIndex) -> Any:
+        return build(_own(idx, tid, ws))
+    return checked
 
 
 def _conf(config: RunnableConfig | None) -> dict[str, Any]:
@@ -144,7 +165,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         self._logs = ThreadLogs(self.store)
 
     def __repr__(self) -> str:
-        return f"LedgerSaver(root={self.store.root!r})"
+        return f"LedgerSaver(root={redact(self.store.root)!r})"
 
     # --- encoding -------------------------------------------------------------------
 
@@ -255,7 +276,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         cid = conf.get("checkpoint_id")
         ws = thread_workspace(tid)
         with self._logs.lock(ws):
-            idx = self._logs.refresh(ws)
+            idx = _own(self._logs.refresh(ws), tid, ws)
             cp = idx.get(ns, str(cid)) if cid else idx.head(ns)
             return None if cp is None else self._tuple(ws, tid, idx, cp)
 
@@ -289,6 +310,8 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         for tid, ws in self._threads(config):
             with self._logs.lock(ws):
                 idx = self._logs.refresh(ws)
+                if "thread_id" in conf:
+                    _own(idx, tid, ws)
                 nss = [str(want_ns)] if want_ns is not None else idx.namespaces()
                 cps = sorted((c for ns in nss for c in idx.visible(ns)),
                              key=lambda c: c.id, reverse=True)
@@ -384,7 +407,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             return rows
 
         with self._logs.lock(ws):
-            idx, seqs = self._logs.append(ws, build)
+            idx, seqs = self._logs.append(ws, _owning(tid, ws, build))
             for seq, message in fresh:  # the graph holds these objects: keep them
                 idx.objects[seq] = message
             for channel, (base, keep, value) in lists.items():
@@ -428,11 +451,12 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             return [_empty_record(rec)]
 
         with self._logs.lock(ws):
-            self._logs.append(ws, build)
+            self._logs.append(ws, _owning(tid, ws, build))
 
     def delete_thread(self, thread_id: str) -> None:
         ws = thread_workspace(str(thread_id))
         with self._logs.lock(ws):
+            _own(self._logs.refresh(ws), str(thread_id), ws)
             self.store.delete(ws)
             self._logs.forget(ws)
 
@@ -468,7 +492,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                 return [_empty_record({"t": "prune", "keep": keep})]
 
             with self._logs.lock(ws):
-                self._logs.append(ws, build)
+                self._logs.append(ws, _owning(str(thread_id), ws, build))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         src_tid, dst_tid = str(source_thread_id), str(target_thread_id)
@@ -481,6 +505,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
         except WorkspaceNotFound:
             return
         with self._logs.lock(src):
+            _own(self._logs.refresh(src), src_tid, src)
             snap = history.snapshot()
             source = [r.data for r in history.rows() if r.seq < snap.next_seq]
 
@@ -499,7 +524,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             return rows
 
         with self._logs.lock(dst):
-            self._logs.append(dst, build)
+            self._logs.append(dst, _owning(dst_tid, dst, build))
 
     # --- async twins ------------------------------------------------------------------
 

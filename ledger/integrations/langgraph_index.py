@@ -124,6 +124,8 @@ class ThreadIndex:
     # that only appends extends its parent's list in place, so remembering it
     # costs the new messages, not a copy of the thread
     object_lists: OrderedDict[tuple[int, str], ObjectList] = field(default_factory=OrderedDict)
+    thread: str | None = None  # the thread id the first record names: the owner
+
 
     LIST_CACHE = 16
 
@@ -137,6 +139,8 @@ class ThreadIndex:
             return
         rec = meta.get(META_KEY)
         if isinstance(rec, dict):
+            if self.thread is None and isinstance(rec.get("thread"), str):
+                self.thread = rec["thread"]
             kind = rec.get("t")
             if kind == "cp":
                 self._apply_checkpoint(seq, rec)

@@ -38,7 +38,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from ledger.core.errors import LedgerError, WorkspaceNotFound
+from ledger.core.errors import LedgerError, WorkspaceNotFound, WorkspaceOutsideRoot
 from ledger.core.ids import validate_workspace
 from ledger.integrations import require
 from ledger.transcript.store import Store
@@ -50,13 +50,9 @@ from mcp.server.mcpserver.exceptions import ResourceError  # noqa: E402
 from mcp_types import CallToolResult, TextContent  # noqa: E402
 from pydantic import Field  # noqa: E402
 
-__all__ = ["WINDOW_URI", "WorkspaceOutsideRoot", "build_server", "check_workspace"]
+__all__ = ["WINDOW_URI", "build_server", "check_workspace"]  # WorkspaceOutsideRoot: ledger
 
 WINDOW_URI = "ledger://window"
-
-
-class WorkspaceOutsideRoot(LedgerError):
-    """The workspace directory resolves outside the store root (a symlink)."""
 
 
 def check_workspace(root: str, workspace: str) -> str:

@@ -63,10 +63,19 @@ from ledger.adapters import openai_responses
 from ledger.adapters.common import raw_part
 from ledger.aio import AsyncStore
 from ledger.core.errors import LedgerError
-from ledger.core.rows import Row
+from ledger.core.ids import validate_session
+from ledger.core.redact import redact
+from ledger.core.rows import Row, check_depth, too_deep_error
+from ledger.core.toolpairs import pair
 from ledger.integrations import open_store, require
-from ledger.rollover.conversation import Conversation, SendRefused
-from ledger.rollover.policy import ToolPolicy, ToolRule
+from ledger.policy import ToolPolicy, ToolRule
+from ledger.rollover.conversation import (
+    MOVED_ON,
+    Conversation,
+    SendConflict,
+    SendRefused,
+)
+from ledger.rollover.engine import Action, Decision
 from ledger.rollover.request import tool_schema
 from ledger.transcript.history import History
 from ledger.transcript.store import Store
@@ -75,7 +84,12 @@ _agents = require("agents", "agents")
 from agents.memory import SessionABC, SessionSettings  # noqa: E402
 from agents.run_config import ModelInputData  # noqa: E402
 
-__all__ = ["META_KEY", "LedgerSession", "item_row", "rows_to_items", "session_history_tool"]
+__all__ = ["META_KEY", "POP_ATTEMPTS", "LedgerSession", "item_row", "rows_to_items",
+           "session_history_tool"]
+
+#: How often ``pop_item`` reads the window again when another process popped
+#: the item it read first.
+POP_ATTEMPTS = 20
 
 META_KEY = "openai_agents"
 
@@ -85,13 +99,19 @@ def _plain(item: Any) -> dict[str, Any]:
         return dict(item)
     dump = getattr(item, "model_dump", None)
     if dump is not None:
-        return dict(dump(exclude_unset=True, mode="json"))
+        try:
+            return dict(dump(exclude_unset=True, mode="json"))
+        except RecursionError:
+            raise too_deep_error(what="item") from None
     raise LedgerError(f"not a Responses input item: {type(item).__name__}")
 
 
 def item_row(item: Any) -> dict[str, Any]:
-    """The canonical row of one SDK item (the item itself kept in meta)."""
+    """The canonical row of one SDK item (the item itself kept in meta). An
+    item nested deeper than a row may is refused (``InvalidRow``) before the
+    adapter recurses into it."""
     plain = _plain(item)
+    check_depth(plain, what="item")
     rows = openai_responses.from_input([plain])
     if len(rows) == 1 and rows[0].get("parts"):
         row = rows[0]
@@ -113,6 +133,10 @@ def rows_to_items(rows: Sequence[Row | Mapping[str, Any]]) -> list[dict[str, Any
         data = row if isinstance(row, Mapping) else row.data
         meta = data.get("meta")
         kept = meta.get(META_KEY) if isinstance(meta, Mapping) else None
+        if isinstance(kept, dict) and str(kept.get("type", "")).endswith("_output") and not any(
+                isinstance(p, Mapping) and p.get("type") == "tool_result"
+                for p in data.get("parts") or ()):
+            kept = None  # a result the view serves as text (its call is settled or sealed)
         if isinstance(kept, dict):
             if foreign:
                 items.extend(openai_responses.to_input(foreign))
@@ -130,7 +154,9 @@ class LedgerSession(SessionABC):
 
     ``store`` or ``root`` pick the store (default ``$TLEDGER_ROOT``, else
     ``./.tledger``). The id must be a valid workspace id (``InvalidWorkspace``
-    otherwise). Nothing is created on disk until the first write.
+    otherwise, and not of the form of an encoded LangGraph or Claude name:
+    ``ledger.core.ids.validate_session``). Nothing is created on disk until the
+    first write.
 
     ``context_limit`` (default: what ``model`` takes as input, its window
     minus its output reserve, from the model registry),
@@ -164,7 +190,7 @@ class LedgerSession(SessionABC):
                 "and run with run_config=session.run_config()"
             )
         self.store = open_store(store, root)
-        self.history: History = self.store.history(session_id)
+        self.history: History = self.store.history(validate_session(session_id))
         self.session_id = self.history.workspace
         self.session_settings = session_settings or SessionSettings()
         self.model = model
@@ -179,12 +205,13 @@ class LedgerSession(SessionABC):
         self._sent_seq = -1  # the newest row the last model request held
         self._batch_from: int | None = None  # the first seq of the newest add_items batch
         self._prestored: list[str] = []  # input the filter stored before the SDK did
+        self._added: set[str] = set()  # keys of the items of the newest add_items
         self._async = AsyncStore(store=self.store).history(self.session_id)
         self._pop_lock = asyncio.Lock()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"LedgerSession({self.session_id!r}, root={self.store.root!r})"
+        return f"LedgerSession({self.session_id!r}, root={redact(self.store.root)!r})"
 
     @property
     def context_limit(self) -> int:
@@ -215,11 +242,42 @@ class LedgerSession(SessionABC):
         if not items:
             return
         rows = [item_row(item) for item in items]
-        result = await self._async.append_many(rows)
-        self._batch_from = result.seqs[0]
+        self._added = {_key(i) for i in items}
+        result, settled = await asyncio.to_thread(self._add_rows, rows)
+        self._batch_from = result.seqs[settled]
 
-    def pop(self) -> dict[str, Any] | None:
-        """``pop_item`` without the event loop."""
+    def _add_rows(self, rows: list[dict[str, Any]]) -> tuple[Any, int]:
+        """Append one batch. A user message that arrives while calls are open
+        settles them: an error result (``MOVED_ON``) for each, in the same
+        batch, just before the message (``Conversation``'s rule)."""
+        from ledger.core.errors import Conflict
+
+        for _ in range(5):
+            window = self.history.window
+            view = self.history.provider_view()
+            k = next((i for i, r in enumerate(rows) if _is_user_item(r)), None)
+            batch = rows
+            if k is not None:
+                open_ = pair([*(r.data for r in view), *rows[:k]]).open_calls()
+                settle = [item_row({"type": "function_call_output", "call_id": c.id,
+                                    "output": MOVED_ON}) for c in open_]
+                batch = [*rows[:k], *settle, *rows[k:]]
+            try:
+                result = self.history.append_many(batch, expect_window=window)
+            except Conflict:
+                continue
+            # The SDK's own items start after results that settle calls first.
+            return result, (len(batch) - len(rows) if k == 0 else 0)
+        raise SendConflict(
+            f"workspace {self.session_id!r}: other writers changed the window under each of "
+            "5 tries to store the run's items (several runs on one session at once); nothing "
+            "was stored", Decision(Action.REJECT, "conflict", "window changed", 0, False, 0,
+                                   continuation=False), rows)
+
+    def pop(self) -> Any:
+        """One try of ``pop_item`` without the event loop: the popped item,
+        None on an empty window, or ``_POPPED_ELSEWHERE`` when another process
+        rejected the row first (``pop_once`` retries)."""
         view = self.history.provider_view()
         if not view:
             return None
@@ -230,12 +288,52 @@ class LedgerSession(SessionABC):
                 f"{self.history.window}, which cannot be popped; clear the session instead"
             )
         items = rows_to_items([row])
-        self.history.reject(row.seq)
+        done = self.history.reject(row.seq)
+        if row.seq not in done.rejected:
+            return _POPPED_ELSEWHERE
         return items[-1] if items else None
+
+    def pop_once(self) -> dict[str, Any] | None:
+        """``pop`` that gives each item to at most one caller, across
+        processes: the reject runs under the engine's lock and says whether
+        this call rejected the row; when another process popped it first, the
+        window is read again (up to ``POP_ATTEMPTS`` times)."""
+        for _ in range(POP_ATTEMPTS):
+            got = self.pop()
+            if got is not _POPPED_ELSEWHERE:
+                return got
+        raise LedgerError(
+            f"workspace {self.session_id!r}: pop_item lost the race for the newest item "
+            f"{POP_ATTEMPTS} times in a row (other processes pop this session); nothing was "
+            "popped by this call")
 
     async def pop_item(self) -> Any:
         async with self._pop_lock:
-            return await asyncio.to_thread(self.pop)
+            return await asyncio.to_thread(self.pop_once)
+
+    def open_calls(self) -> list[str]:
+        """Ids of the window's function calls that have no output yet (an
+        approval that waits, a run that died mid-tool)."""
+        return [c.id for c in pair(r.data for r in self.history.provider_view()).open_calls()]
+
+    def cancel_calls(self, reason: str = "cancelled") -> list[str]:
+        """``cancel_open_calls`` without the event loop."""
+        if not isinstance(reason, str) or not reason:
+            raise LedgerError("cancel_open_calls needs a reason (a non-empty string)")
+        with self._lock:
+            ids = self.open_calls()
+            if ids:
+                self.history.append_many([item_row(
+                    {"type": "function_call_output", "call_id": cid, "output": f"error: {reason}"})
+                    for cid in ids])
+            return ids
+
+    async def cancel_open_calls(self, reason: str = "cancelled") -> list[str]:
+        """Settle every open function call with an error output saying
+        ``reason``, in one batch; returns their ids. A new user message does
+        the same by itself (``MOVED_ON``); an output that arrives later is
+        stored and shown to the model as text."""
+        return await asyncio.to_thread(self.cancel_calls, reason)
 
     async def clear_session(self) -> None:
         await self._async.clear_soft()
@@ -374,6 +472,8 @@ class LedgerSession(SessionABC):
             if key in keys:
                 last = len(keys) - 1 - keys[::-1].index(key)
                 return list(given[last + 1:])
+        if window and any(_key(i) in self._added for i in given):
+            return []  # stored by this session; other runs moved the window on since
         if window:
             raise LedgerError(
                 f"workspace {self.session_id!r}: the run's input holds nothing of the "
@@ -404,8 +504,20 @@ class LedgerSession(SessionABC):
         return first
 
 
+_POPPED_ELSEWHERE: Any = object()
+
+
+def _is_user_item(row: Mapping[str, Any]) -> bool:
+    parts = row.get("parts")
+    return row.get("role") == "user" and isinstance(parts, list) and any(
+        isinstance(p, Mapping) and p.get("type") != "tool_result" for p in parts)
+
+
 def _key(item: Any) -> str:
-    return json.dumps(_plain(item), sort_keys=True, default=str)
+    try:
+        return json.dumps(_plain(item), sort_keys=True, default=str)
+    except RecursionError:  # an item nested too deep to compare, or to store
+        raise too_deep_error(what="item") from None
 
 
 def _drop_open_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -7,9 +7,9 @@
 - ``conversation``: :class:`~ledger.rollover.conversation.Conversation`, the
   runtime object (``request``: what it returns);
 - ``guards``: the hard guards (a request, a fresh window, a tool output);
-- ``policy`` (tool access), ``admission`` (middleware registrations) and
-  ``notes`` (the rollover notes file), also public as ``ledger.policy``,
-  ``ledger.admission`` and ``ledger.notes``.
+- the engine's pure parts one floor down, each public at its own path:
+  ``ledger.policy`` (tool access), ``ledger.admission`` (middleware
+  registrations) and ``ledger.notes`` (the rollover notes file).
 
 Token counts come from ``ledger.tokens``, one floor down.
 """

@@ -2,8 +2,8 @@
 
 :class:`Conversation` composes the engine beneath it and repeats none of its
 rules: ``ledger.rollover.engine`` decides (``send_inputs`` + ``step``) and runs the
-transaction (``run_rollover``), ``ledger.rollover.admission`` filters ordinary requests
-(``apply_live``) and admits rollovers, ``ledger.rollover.policy`` picks the advertised
+transaction (``run_rollover``), ``ledger.admission`` filters ordinary requests
+(``apply_live``) and admits rollovers, ``ledger.policy`` picks the advertised
 tools, the hard guard counts (``ledger.rollover.guards.request_counter``) and
 ``check_step`` is the last check of every request. The loop gives it rows and
 gets back the next provider request, or a :class:`SendRefused` (a
@@ -43,12 +43,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ledger.core.errors import InvalidRow, LedgerError
-from ledger.core.rows import check_caller_row
+from ledger.admission import AdmissionRefused, MiddlewareRegistry, apply_live
+from ledger.core.errors import Conflict, InvalidRow, LedgerError
+from ledger.core.rows import check_caller_row, check_depth
+from ledger.core.toolpairs import pair
 from ledger.core.windows import provider_rows
-from ledger.rollover.admission import AdmissionRefused, MiddlewareRegistry, apply_live
+from ledger.policy import HISTORY_TOOL, ToolPolicy, advertised_schemas, preset_policy
 from ledger.rollover.engine import (
     Action,
     BudgetConfig,
@@ -60,6 +63,7 @@ from ledger.rollover.engine import (
     RolloverHooks,
     RolloverParts,
     RolloverState,
+    StepBudgetExceeded,
     carried_rows,
     check_step,
     run_rollover,
@@ -68,7 +72,6 @@ from ledger.rollover.engine import (
     warning_row,
 )
 from ledger.rollover.guards import request_counter
-from ledger.rollover.policy import HISTORY_TOOL, ToolPolicy, advertised_schemas, preset_policy
 from ledger.rollover.request import Request, tool_schema
 from ledger.rollover.rules import Count, _count, lead_in_for, lead_in_message
 from ledger.tokens.models import ModelRegistry, resolve
@@ -78,7 +81,25 @@ if TYPE_CHECKING:
     from ledger.transcript.retrieval import SessionHistory
     from ledger.transcript.store import Store
 
-__all__ = ["Conversation", "Request", "SendRefused", "tool_schema"]
+__all__ = [
+    "MOVED_ON",
+    "Conversation",
+    "OpenCall",
+    "Request",
+    "SendConflict",
+    "SendRefused",
+    "settle_rows",
+    "tool_schema",
+]
+
+#: The output of the error result that settles a call still open when a user
+#: message arrives (the call, an approval that waits, a run that died).
+MOVED_ON = "error: no result was recorded for this call before the user went on"
+
+#: How often a send is tried again when another writer changed the window
+#: between its read and its conditional append (nothing is stored by a try
+#: that meets ``WindowChanged`` or ``Conflict``).
+SEND_ATTEMPTS = 5
 
 
 class SendRefused(LedgerError):
@@ -101,6 +122,93 @@ class SendRefused(LedgerError):
         self.rows = tuple(rows)
         self.quarantined = tuple(quarantined)
         self.stored = tuple(stored)
+        #: The calls that keep the step open (rule P2): settle them with their
+        #: results or ``Conversation.cancel_open_calls(reason)``.
+        self.open_calls: tuple[OpenCall, ...] = ()
+
+
+class SendConflict(SendRefused):
+    """Other writers changed the window between this send's read and its
+    conditional append on every one of ``SEND_ATTEMPTS`` tries (two runs on
+    one workspace at once). Nothing of this send was stored; send again."""
+
+
+@dataclass(frozen=True)
+class OpenCall:
+    """A tool call of the active window without a result: its id, tool name
+    and the seq of the row holding it."""
+
+    id: str
+    name: str | None
+    seq: int | None
+
+
+def settle_rows(calls: Sequence[OpenCall | str], output: str,
+                reason: str) -> list[dict[str, Any]]:
+    """One error result row per call (``meta.settled`` says why): what
+    settles a call that will get no result of its own."""
+    return [
+        {"kind": "message", "role": "tool",
+         "parts": [{"type": "tool_result", "id": c.id if isinstance(c, OpenCall) else c,
+                    "output": output, "error": True}],
+         "meta": {"settled": reason}}
+        for c in calls
+    ]
+
+
+def _is_user_message(row: Mapping[str, Any]) -> bool:
+    """A user's message (not a row of tool results sent in a user role)."""
+    if row.get("kind", "message") != "message" or row.get("role") != "user":
+        return False
+    parts = row.get("parts")
+    return isinstance(parts, list) and any(
+        isinstance(p, Mapping) and p.get("type") != "tool_result" for p in parts)
+
+
+def _open_calls(rows: Sequence[Any]) -> list[OpenCall]:
+    found = pair(rows).open_calls()
+    out = []
+    for c in found:
+        row = rows[c.row]
+        seq = row.get("seq") if isinstance(row, Mapping) else getattr(row, "seq", None)
+        out.append(OpenCall(c.id, c.name, seq if isinstance(seq, int) else None))
+    return out
+
+
+def _without_open_calls(messages: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """The request's messages without the calls that have no result yet (an
+    approval that waits, a parallel call still running): no provider accepts
+    a call without its result, and the Agents SDK leaves them out the same
+    way. A row left with no parts goes."""
+    found = pair(messages).open_calls()
+    if not found:
+        return tuple(messages)
+    drop: dict[int, set[int]] = {}
+    for c in found:
+        drop.setdefault(c.row, set()).add(c.part)
+    out = []
+    for i, m in enumerate(messages):
+        if i in drop:
+            parts = [p for j, p in enumerate(m["parts"]) if j not in drop[i]]
+            if not parts:
+                continue
+            m = {**m, "parts": parts}
+        out.append(m)
+    return tuple(out)
+
+
+def settle_before_user(view: Sequence[Mapping[str, Any]],
+                       trigger: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``trigger`` with an error result (:data:`MOVED_ON`) for each call still
+    open when its first user message arrives, placed just before that
+    message: the user moved on, so the step is settled in the same batch."""
+    k = next((i for i, r in enumerate(trigger) if _is_user_message(r)), None)
+    if k is None:
+        return trigger
+    open_ = _open_calls([*view, *trigger[:k]])
+    if not open_:
+        return trigger
+    return [*trigger[:k], *settle_rows(open_, MOVED_ON, "user_moved_on"), *trigger[k:]]
 
 
 def _history_tool() -> dict[str, Any]:
@@ -140,6 +248,7 @@ def _stored_copy(row: Any) -> dict[str, Any]:
 
 def _input(rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> list[dict[str, Any]]:
     if isinstance(rows, Mapping):
+        check_depth(rows, 0)
         return [dict(rows)]
     if isinstance(rows, (str, bytes)):
         raise InvalidRow("rows must be a list of row objects")
@@ -147,6 +256,7 @@ def _input(rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> list[dict[s
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
             raise InvalidRow(f"row {i}: must be a JSON object, got {type(row).__name__}", i)
+        check_depth(row, i)  # before counting, adapting or copying recurses into it
         out.append(dict(row))
         # The store's row rules, before any count or write: a bad row is
         # refused as such (never quarantined, never half stored).
@@ -283,21 +393,58 @@ class Conversation:
         stored as rejected records in one batch (unless ``quarantine=False``);
         send an error result for the call instead.
         """
-        trigger = _input(rows)
-        self._follow()
-        with self._memory() as memory:  # one memory context per request
-            lead = lead_in_message(lead_in_for(self.history.next_seq, self.parts.lead_in_text))
-            fresh = _count(self._count, self._request_for([lead, *trigger], memory))
-        if fresh.tokens > self.config.ceiling:
-            est = "" if fresh.exact else " (estimate)"
-            self._refuse(Decision(
-                Action.REJECT, "B5",
-                f"the rows count {fresh.tokens} tokens{est} even in a fresh window, above the "
-                f"hard ceiling {self.config.ceiling}; no request could hold them",
-                fresh.tokens, fresh.exact, self.config.ceiling, quarantine=True,
-                continuation=False,
-            ), trigger, quarantine)
-        return self.history.append_many(trigger, expect_window=self.state.window)
+        given = _input(rows)
+        for _ in range(SEND_ATTEMPTS):
+            self._follow()
+            view = [_plain(r) for r in self.history.provider_view()]
+            trigger = settle_before_user(view, given)
+            with self._memory() as memory:  # one memory context per request
+                lead = lead_in_message(lead_in_for(self.history.next_seq,
+                                                   self.parts.lead_in_text))
+                fresh = _count(self._count, self._request_for([lead, *trigger], memory))
+            if fresh.tokens > self.config.ceiling:
+                est = "" if fresh.exact else " (estimate)"
+                self._refuse(Decision(
+                    Action.REJECT, "B5",
+                    f"the rows count {fresh.tokens} tokens{est} even in a fresh window, above "
+                    f"the hard ceiling {self.config.ceiling}; no request could hold them",
+                    fresh.tokens, fresh.exact, self.config.ceiling, quarantine=True,
+                    continuation=False,
+                ), given, quarantine)
+            try:
+                return self.history.append_many(trigger, expect_window=self.state.window)
+            except Conflict:
+                continue  # another writer changed the window: read it again
+        raise self._conflict(given)
+
+    # --- tool calls left open -------------------------------------------------------
+
+    def open_calls(self) -> list[OpenCall]:
+        """The tool calls of the active window that have no result yet, in
+        order (an approval that waits, a call whose process died). A user
+        message settles them (:data:`MOVED_ON`); so does
+        :meth:`cancel_open_calls`."""
+        return _open_calls(self.history.provider_view())
+
+    def cancel_open_calls(self, reason: str = "cancelled") -> AppendResult | None:
+        """Settle every open call with an error result saying ``reason``, in
+        one batch (None when no call is open). The step is then settled: the
+        next send may roll over, and no request holds a call without its
+        result. A result that arrives later is stored and shown to the model
+        as text, never as a second result of the call."""
+        if not isinstance(reason, str) or not reason:
+            raise InvalidRow("cancel_open_calls needs a reason (a non-empty string)")
+        for _ in range(SEND_ATTEMPTS):
+            self._follow()
+            open_ = self.open_calls()
+            if not open_:
+                return None
+            rows = settle_rows(open_, f"error: {reason}", "cancelled")
+            try:
+                return self.history.append_many(rows, expect_window=self.state.window)
+            except Conflict:
+                continue
+        raise self._conflict([])
 
     def clear(self) -> AppendResult:
         """A manual clear (``History.clear_soft``): the new window starts empty
@@ -326,9 +473,45 @@ class Conversation:
         trigger = _input(rows)
         if not trigger:
             raise InvalidRow("send needs at least one row; request() rebuilds the stored window")
-        self._follow()
-        with self._memory() as memory:  # one memory context per request
-            return self._send(trigger, quarantine, memory)
+        return self._attempts(trigger, lambda memory: self._send(trigger, quarantine, memory))
+
+    def _attempts(self, given: list[dict[str, Any]],
+                  once: Callable[[str], Request]) -> Request:
+        """Run one send, again (up to ``SEND_ATTEMPTS``) while another writer
+        changes the window under it; each failed try stored nothing. Every
+        refusal is a :class:`SendRefused`."""
+        for _ in range(SEND_ATTEMPTS):
+            self._follow()
+            try:
+                with self._memory() as memory:  # one memory context per request
+                    return once(memory)
+            except Conflict:
+                continue
+            except AdmissionRefused as exc:
+                if exc.reason == "window_changed":
+                    continue
+                raise SendRefused(
+                    f"workspace {self.history.workspace!r}: send refused: {exc}; nothing was "
+                    "stored", Decision(Action.REJECT, "P3", str(exc), 0, False,
+                                       self.config.ceiling, continuation=False), given,
+                ) from exc
+            except StepBudgetExceeded as exc:
+                raise SendRefused(
+                    f"workspace {self.history.workspace!r}: send refused (rule S1): {exc}; "
+                    "nothing was stored",
+                    Decision(Action.REJECT, "S1", str(exc), exc.tokens, exc.exact, exc.ceiling,
+                             continuation=False), given,
+                ) from exc
+        raise self._conflict(given)
+
+    def _conflict(self, given: list[dict[str, Any]]) -> SendConflict:
+        why = (f"other writers changed window {self.history.window} under each of "
+               f"{SEND_ATTEMPTS} tries (two runs on one workspace at once)")
+        return SendConflict(
+            f"workspace {self.history.workspace!r}: send refused: {why}; nothing of this send "
+            "was stored: send it again",
+            Decision(Action.REJECT, "conflict", why, 0, False, self.config.ceiling,
+                     continuation=False), given)
 
     @contextmanager
     def _memory(self) -> Iterator[str]:
@@ -379,28 +562,49 @@ class Conversation:
         try:
             return self._rollover(decision, trigger), decision, state
         except AdmissionRefused as exc:
+            if exc.reason == "window_changed":
+                raise  # another writer: the send is tried again
             if decision.tokens > self.config.ceiling:
-                raise
+                raise SendRefused(
+                    f"workspace {self.history.workspace!r}: send refused (rule "
+                    f"{decision.rule}): the request counts {decision.tokens} tokens, above the "
+                    f"hard ceiling {self.config.ceiling}, and the rollover was refused: {exc}; "
+                    "nothing was stored",
+                    Decision(Action.REJECT, decision.rule, str(exc), decision.tokens,
+                             decision.exact, decision.ceiling, continuation=False,
+                             blocked=exc.reason), trigger,
+                ) from exc
             return None, Decision(
                 Action.SEND, decision.rule, f"rollover refused: {exc}", decision.tokens,
                 decision.exact, decision.ceiling, pending=True, blocked=exc.reason,
             ), state.queue()
 
-    def _send(self, trigger: list[dict[str, Any]], quarantine: bool, memory: str) -> Request:
+    def _send(self, given: list[dict[str, Any]], quarantine: bool, memory: str) -> Request:
         view = [_plain(r) for r in self.history.provider_view()]
-        window, decision, state, request_for = self._decide(trigger, view, memory)
+        trigger = settle_before_user(view, given)
+        settle: list[dict[str, Any]] = []
+        if len(trigger) > len(given) and _is_user_message(given[0]):
+            # The calls the user left open close the window they are in: the
+            # settling results count as window rows, never as a step to carry.
+            settle, trigger = trigger[: len(trigger) - len(given)], given
+        window, decision, state, request_for = self._decide(trigger, [*view, *settle], memory)
         if decision.action is Action.REJECT:
-            self._refuse(decision, trigger, quarantine)
+            self._refuse(decision, given, quarantine)
         if decision.action is Action.ROLLOVER:
+            if settle:
+                # A rollover batch must start with its reset, so the settling
+                # results are committed just before it, in the old window.
+                self.history.append_many(settle, expect_window=window)
+                view, settle = [*view, *settle], []
             done, decision, state = self._rollover_or_wait(decision, state, trigger)
             if done is not None:
                 return done
         extra = [warning_row(decision)] if decision.action is Action.WARN else []
         # The request over the rows as the store will serve them, checked
         # against the hard ceiling before anything is appended.
-        provider = request_for(provider_rows([*view, *trigger, *extra]))
+        provider = request_for(provider_rows([*view, *settle, *trigger, *extra]))
         counted = check_step(provider, self.pinned, self._count)
-        self.history.append_many([*trigger, *extra], expect_window=window)
+        self.history.append_many([*settle, *trigger, *extra], expect_window=window)
         self.state = state
         return self._wrap(provider, counted, decision, warned=bool(extra),
                           blocked=decision.blocked)
@@ -418,9 +622,8 @@ class Conversation:
         records by one marked rewrite (``History.reject``), since they are
         stored already. Nothing else is appended except the warning of a WARN.
         """
-        self._follow()
-        with self._memory() as memory:  # one memory context per request
-            return self._send_stored(first_seq, quarantine, memory)
+        return self._attempts([], lambda memory: self._send_stored(first_seq, quarantine,
+                                                                    memory))
 
     def _send_stored(self, first_seq: int, quarantine: bool, memory: str) -> Request:
         rows = self.history.provider_view()
@@ -433,14 +636,25 @@ class Conversation:
             seqs: list[int] = []
             if decision.quarantine and quarantine and stored:
                 seqs = [r.seq for r in stored]
+            else:
+                # A refused input does not stay in the window (each later
+                # request would meet it); completed tool results do (rule S2).
+                seqs = [r.seq for r in stored if not _results_only(r.data)]
+            if seqs:
                 self.history.reject(seqs)
             done = (f"; the stored input, rows {seqs}, is now rejected record(s)" if seqs
-                    else "; the stored rows stay as they are")
-            raise SendRefused(
+                    else "; the stored tool results stay as they are")
+            open_ = _open_calls(self.history.provider_view()) if decision.rule == "P2" else []
+            if open_:
+                done += (f"; open tool calls {[c.id for c in open_]} keep the step running: "
+                         "send their results, or settle them with cancel_open_calls(reason)")
+            refused = SendRefused(
                 f"workspace {self.history.workspace!r}: send refused (rule {decision.rule}): "
                 f"{decision.reason}{done}",
                 decision, trigger, seqs,
             )
+            refused.open_calls = tuple(open_)
+            raise refused
         if decision.action is Action.ROLLOVER:
             # The carried call rows go first, so the engine finds nothing
             # more to carry (the stored originals are in the window too).
@@ -506,6 +720,9 @@ class Conversation:
     def _refuse(self, decision: Decision, rows: list[dict[str, Any]], quarantine: bool) -> None:
         seqs: list[int] = []
         kept: list[int] = []
+        open_: list[OpenCall] = []
+        if decision.rule == "P2":
+            open_ = _open_calls([*self.history.provider_view(), *rows])
         if decision.quarantine and quarantine and rows:
             seqs = list(self.history.quarantine(rows, expect_window=self.state.window).seqs)
             note = f"; the input is stored as rejected record(s) {seqs}"
@@ -517,11 +734,16 @@ class Conversation:
                     "open calls (or error results) to settle the step")
         else:
             note = "; nothing was stored"
-        raise SendRefused(
+        if open_:
+            note += (f"; open tool calls {[c.id for c in open_]} keep the step running: send "
+                     "their results, or settle them with Conversation.cancel_open_calls(reason)")
+        refused = SendRefused(
             f"workspace {self.history.workspace!r}: send refused (rule {decision.rule}): "
             f"{decision.reason}{note}",
             decision, rows, seqs, kept,
         )
+        refused.open_calls = tuple(open_)
+        raise refused
 
     def _wrap(
         self,
@@ -541,7 +763,7 @@ class Conversation:
             model=provider.model,
             system=system,
             tools=tuple(provider.tools),
-            messages=tuple(_canonical(m) for m in provider_rows(provider.messages)),
+            messages=_without_open_calls([_canonical(m) for m in provider_rows(provider.messages)]),
             tokens=counted.tokens,
             exact=counted.exact,
             ceiling=self.config.ceiling,

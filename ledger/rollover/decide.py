@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Protocol
 
-from ledger.rollover.notes import NOTES_MAX_BYTES, NOTES_PATH
-from ledger.rollover.policy import HISTORY_TOOL
+from ledger.notes import NOTES_MAX_BYTES, NOTES_PATH
+from ledger.policy import HISTORY_TOOL
 from ledger.rollover.rules import (
     LEAD_IN_TEXT,
     WARNING_META_KEY,

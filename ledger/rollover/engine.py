@@ -11,8 +11,8 @@ runtime part               input here
 =========================  ===================================================
 token counts               ``count(request) -> (tokens, exact)``
 request builder            ``build(RequestParts) -> ProviderRequest``
-middleware registrations   :class:`ledger.rollover.admission.MiddlewareRegistry`
-tool-access policy         :class:`ledger.rollover.policy.ToolPolicy` (or a callable)
+middleware registrations   :class:`ledger.admission.MiddlewareRegistry`
+tool-access policy         :class:`ledger.policy.ToolPolicy` (or a callable)
 compaction modes           ``precedence`` (a mode name, or a callable)
 memory context             ``memory() -> MemoryContext``
 cancellation               ``abort()`` (preparation only), ``cancelled()``
@@ -211,15 +211,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledger.admission import AdmissionRefused, AdmissionSnapshot
+from ledger.policy import HISTORY_TOOL
 from ledger.rollover import decide as _decide
 from ledger.rollover import prepare as _prepare
 from ledger.rollover import rules as _rules
-from ledger.rollover.admission import AdmissionRefused, AdmissionSnapshot
 from ledger.rollover.decide import *  # noqa: F403 (the engine's face: its parts' names)
 from ledger.rollover.decide import (
     FileSnapshot,
 )
-from ledger.rollover.policy import HISTORY_TOOL
 from ledger.rollover.prepare import *  # noqa: F403 (the engine's face: its parts' names)
 from ledger.rollover.prepare import (
     PreparedRollover,
@@ -273,7 +273,7 @@ def admit_rollover(
     """Decide whether the prepared rollover may proceed (rules T2, T6).
 
     On refusal the prepared resources are released and
-    :class:`~ledger.rollover.admission.AdmissionRefused` is raised; nothing is sealed.
+    :class:`~ledger.admission.AdmissionRefused` is raised; nothing is sealed.
     ``cleared`` records whether cleanup had already run (it is not undone).
     """
 

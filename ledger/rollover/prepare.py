@@ -8,14 +8,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from ledger.rollover.admission import (
+from ledger.admission import (
     AdmissionRefused,
     AdmissionSnapshot,
     MiddlewareRegistry,
     capture,
 )
+from ledger.core.toolpairs import split_check
+from ledger.policy import ToolPolicy, advertised_schemas
 from ledger.rollover.decide import FileSnapshot, FileTracker, ViewHistory
-from ledger.rollover.policy import ToolPolicy, advertised_schemas
 from ledger.rollover.rules import (
     LEAD_IN_TEXT,
     BudgetConfig,
@@ -34,8 +35,6 @@ from ledger.rollover.rules import (
     has_sealable_context,
     lead_in_for,
     lead_in_message,
-    open_tool_calls,
-    orphan_tool_results,
 )
 
 __all__ = [
@@ -204,31 +203,21 @@ class PreparedRollover:
 
 
 def _check_pairs(view: Sequence[Mapping[str, Any]], trigger: Sequence[Mapping[str, Any]]) -> None:
-    """Refuse a rollover that would split a pair: a call in the window that
-    neither the window nor the trigger answers, a call in the trigger without
-    its result there, or a result in the trigger whose call would stay sealed
-    in the old window (``carried_rows`` moves such calls into the trigger). A
-    result whose call is in no visible row (an earlier window) splits nothing."""
-    open_view = open_tool_calls([*view, *trigger]) - open_tool_calls(trigger)
-    open_trigger = open_tool_calls(trigger)
-    in_view = set(_call_ids(view))
-    orphans = {r for r in orphan_tool_results(trigger) if r in in_view}
-    if open_view or open_trigger or orphans:
+    """Refuse a rollover that would split a pair (``ledger.core.toolpairs.split_check``):
+    a call in the window that neither the window nor the trigger answers, a
+    call in the trigger without its result there, or a result in the trigger
+    whose call would stay sealed in the old window (``carried_rows`` moves
+    such steps into the trigger). A result that answers no call in the view
+    (its call is in an earlier window) splits nothing."""
+    found = split_check(view, trigger)
+    if found.open_view or found.open_trigger or found.split:
         raise AdmissionRefused(
             "unsettled",
             "rollover refused: it would split tool calls from their results "
-            f"(open in window: {sorted(open_view)}, open in trigger: {sorted(open_trigger)}, "
-            f"results without their call: {sorted(orphans)}); wait for a settled tool step",
+            f"(open in window: {sorted(set(found.open_view))}, open in trigger: "
+            f"{sorted(set(found.open_trigger))}, results without their call: "
+            f"{sorted(set(found.split))}); wait for a settled tool step",
         )
-
-
-def _call_ids(rows: Iterable[Mapping[str, Any]]) -> list[str]:
-    return [
-        str(part.get("id"))
-        for row in rows
-        for part in (row.get("parts") if isinstance(row.get("parts"), list) else ())
-        if isinstance(part, Mapping) and part.get("type") == "tool_call"
-    ]
 
 
 def prepare_rollover(

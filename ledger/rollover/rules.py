@@ -4,13 +4,14 @@ and the pure rules over rows (settled tool pairs, internal rows, warnings).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from ledger.core.errors import BudgetExceeded, LedgerError
+from ledger.core.toolpairs import pair
 from ledger.transcript.history import LEAD_IN_TEXT as _LEAD_IN_TEMPLATE
 from ledger.transcript.history import TOOL_OFFER
 
@@ -244,39 +245,16 @@ def _parts(row: Mapping[str, Any]) -> list[Any]:
     return parts if isinstance(parts, list) else []
 
 
-def _tool_parts(row: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
-    """(type, id) of each ``tool_call`` and ``tool_result`` part of ``row``, in order."""
-    for part in _parts(row):
-        if isinstance(part, Mapping):
-            kind = part.get("type")
-            if kind == "tool_call" or kind == "tool_result":
-                yield kind, str(part.get("id"))
-
-
 def open_tool_calls(rows: Iterable[Any]) -> set[str]:
-    """Ids of tool calls in ``rows`` that have no result in ``rows``."""
-    calls: dict[str, None] = {}
-    results: set[str] = set()
-    for row in rows:
-        for kind, pid in _tool_parts(_d(row)):
-            if kind == "tool_call":
-                calls[pid] = None
-            else:
-                results.add(pid)
-    return {c for c in calls if c not in results}
+    """Ids of tool calls in ``rows`` that have no result in ``rows`` (a call id
+    is scoped to its step: ``ledger.core.toolpairs``)."""
+    return {c.id for c in pair(rows).open_calls()}
 
 
 def orphan_tool_results(rows: Iterable[Any]) -> set[str]:
-    """Ids of tool results in ``rows`` whose call is not before them in ``rows``."""
-    seen: set[str] = set()
-    orphans: set[str] = set()
-    for row in rows:
-        for kind, pid in _tool_parts(_d(row)):
-            if kind == "tool_call":
-                seen.add(pid)
-            elif pid not in seen:
-                orphans.add(pid)
-    return orphans
+    """Ids of tool results in ``rows`` that answer no call before them in
+    ``rows`` (their call is elsewhere, or already has a result)."""
+    return {rid for _, rid in pair(rows).unmatched()}
 
 
 def is_settled(rows: Iterable[Any]) -> bool:
@@ -331,41 +309,44 @@ def carried_rows(view: Iterable[Any], trigger: Iterable[Any]) -> list[dict[str, 
 
     When ``trigger`` answers tool calls that sit in the window being sealed
     (a tool step settled by results whose call was stored earlier, parallel
-    calls answered one at a time, an approval granted later), the rows of that
-    tool step go into the new window ahead of the trigger: each row holding
-    such a call, and -- closed over call/result links -- the rows holding the
-    other results of those calls' rows and the calls of those results. So the
-    model's next request holds each call with its result. Rows in between
-    that belong to no link (user messages, assistant text) stay sealed in the
-    old window, retrievable with ``session_history``; the carried rows keep
-    their order. Non-message rows are not carried. Each carried row is a copy
-    without the store-assigned fields, marked ``meta.carried_from`` (the seq
-    it was copied from). Empty when nothing needs carrying.
+    calls answered one at a time, an approval granted later), the step goes
+    into the new window whole, ahead of the trigger: every row of the step
+    (``ledger.core.toolpairs``: the adjacent assistant rows of one model
+    output) and every window row holding one of its results -- closed over
+    those rows' other results, whose steps come too. So the model's next
+    request holds each call of the step with its result. Call ids are scoped
+    to their step: an id reused by an older step pulls nothing of it along.
+    Rows in between that belong to no carried step (user messages,
+    assistant text) stay sealed in the old window, retrievable with
+    ``session_history``; the carried rows keep their order. Each carried row
+    is a copy without the store-assigned fields, marked ``meta.carried_from``
+    (the seq it was copied from). Empty when nothing needs carrying.
     """
     rows = [dict(_d(r)) for r in view]
     trig = [_d(r) for r in trigger]
-    call_at: dict[str, int] = {}
-    results_at: dict[str, list[int]] = {}
-    for i, row in enumerate(rows):
-        if row.get("kind", "message") != "message":
-            continue
-        for kind, pid in _tool_parts(row):
-            if kind == "tool_call":
-                call_at.setdefault(pid, i)
-            else:
-                results_at.setdefault(pid, []).append(i)
-    todo = [call_at[c] for c in orphan_tool_results(trig) if c in call_at]
+    n = len(rows)
+    p = pair([*rows, *trig], step_break=n)
+    todo = [p.calls[k].step for row, _, k in p.results
+            if row >= n and k is not None and p.calls[k].row < n]
+    by_step: dict[int, list[int]] = {}
+    for c in p.calls:
+        by_step.setdefault(c.step, []).append(c.result if c.result is not None else -1)
+    results_in: dict[int, list[int]] = {}
+    for row, _, k in p.results:
+        if k is not None:
+            results_in.setdefault(row, []).append(p.calls[k].step)
     keep: set[int] = set()
+    done: set[int] = set()
     while todo:
-        i = todo.pop()
-        if i in keep:
+        s = todo.pop()
+        if s in done:
             continue
-        keep.add(i)
-        for kind, pid in _tool_parts(rows[i]):
-            if kind == "tool_call":
-                todo.extend(results_at.get(pid, ()))
-            elif pid in call_at:
-                todo.append(call_at[pid])
+        done.add(s)
+        keep.update(i for i in p.steps[s] if i < n)
+        for r in by_step.get(s, ()):
+            if 0 <= r < n and r not in keep:
+                keep.add(r)
+                todo.extend(results_in.get(r, ()))
     out = []
     for i in sorted(keep):
         row = rows[i]

@@ -98,26 +98,61 @@ class SegmentStat(Result, frozen=True):
     lines: int
 
 
-class StatReport(Result, frozen=True, kw_only=True, omit_defaults=True):
-    """The ``tledger stat`` document of a workspace. ``engine`` with
-    ``database`` (PostgreSQL) or ``root`` (memory), and ``stray_temp_files``
-    (files), are left out of ``to_dict()`` where they are None."""
+class FileStat(Result, frozen=True):
+    """What ``stat`` adds on the file engine: the receipt as read, the
+    segments, and temp files a crash left behind."""
 
-    workspace: str
-    engine: str | None = None
+    receipt: StatReceipt
+    segments: list[SegmentStat]
+    stray_temp_files: list[str]
+
+
+class RowStat(Result, frozen=True, omit_defaults=True):
+    """What ``stat`` adds on a row engine: where the rows are, the database
+    (PostgreSQL, its secrets redacted) or the root (memory)."""
+
     database: str | None = None
     root: str | None = None
-    receipt: StatReceipt
+
+
+class StatReport(Result, frozen=True, kw_only=True):
+    """The ``tledger stat`` document of a workspace: what every engine
+    reports, and ``detail``, what its engine adds (``FileStat``,
+    ``RowStat``). ``to_dict()`` is one flat document (the CLI's, unchanged
+    from 0.2): the engine's name (left out on files), the row engines' place,
+    and the receipt and segments on every engine (the row engines': their
+    head row as a stable receipt, no segments)."""
+
+    workspace: str
+    engine: str  # "files", "postgresql", "memory"
     epoch: int
     window: int
     windows: int  # window 0, then one per boundary
     next_seq: int
     floor: FloorAt | None
-    segments: list[SegmentStat]
     rows: int
     bytes: int
     quarantine_bytes: int
-    stray_temp_files: list[str] | None = None
+    detail: FileStat | RowStat
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.detail
+        out: dict[str, Any] = {"workspace": self.workspace}
+        if isinstance(d, FileStat):
+            receipt, segments = d.receipt, d.segments
+        else:
+            out["engine"] = self.engine
+            out.update(d.to_dict())
+            receipt = StatReceipt("stable", self.epoch, self.next_seq, True)
+            segments = []
+        out.update(receipt=receipt.to_dict(), epoch=self.epoch, window=self.window,
+                   windows=self.windows, next_seq=self.next_seq,
+                   floor=None if self.floor is None else self.floor.to_dict(),
+                   segments=[s.to_dict() for s in segments], rows=self.rows,
+                   bytes=self.bytes, quarantine_bytes=self.quarantine_bytes)
+        if isinstance(d, FileStat):
+            out["stray_temp_files"] = list(d.stray_temp_files)
+        return out
 
 
 class StoreOptions(Protocol):
@@ -389,15 +424,15 @@ class EngineSpec:
     """An engine as the registry knows it: ``matches`` says whether a root
     names it, ``forms`` how such roots are written (for messages), ``check``
     refuses options it cannot honour (after the common ``check_options``),
-    ``open`` builds it for a store, ``redact`` hides secrets in a root, and
-    ``durable`` is False when the rows die with the process."""
+    ``open`` builds it for a store (``ledger.core.redact`` hides the secrets
+    of any root in messages), and ``durable`` is False when the rows die with
+    the process."""
 
     name: str
     forms: str
     matches: Callable[[str], bool]
     open: Callable[[StoreOptions], Engine]
     check: Callable[[StoreOptions], None] = lambda options: None
-    redact: Callable[[str], str] = lambda root: root
     durable: bool = True
 
 

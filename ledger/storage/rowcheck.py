@@ -19,6 +19,7 @@ from typing import Any
 
 from ledger.core import format as fmt
 from ledger.core.checks import DAMAGE, NOTICE, CheckReport, Finding, RepairReport
+from ledger.core.toolpairs import pair
 
 
 @dataclass
@@ -41,6 +42,16 @@ class Verified:
     problems: list[Problem] = field(default_factory=list)
     bad_batches: set[str] = field(default_factory=set)
     may_be_reset: list[int] = field(default_factory=list)
+    window: list[dict[str, Any]] = field(default_factory=list)  # rows since the newest reset
+
+    def open_calls(self) -> list[Problem]:
+        """``open_tool_call`` notices: calls of the active window without a
+        result (``ledger.core.toolpairs``), the file engine's notice too."""
+        return [Problem("open_tool_call", self.window[c.row].get("seq"),
+                        f"tool call {c.id!r} in the active window has no result",
+                        notice=True, action="the next user message settles it with an error "
+                        "result, or Conversation.cancel_open_calls(reason)")
+                for c in pair(self.window).open_calls()]
 
     def row(self, seq: int, batch_id: str, raw: bytes) -> dict[str, Any] | None:
         """Count row ``seq`` (its bytes ``raw``, no newline) and decode it; a
@@ -55,6 +66,10 @@ class Verified:
             self.bad_batches.add(batch_id)
             if fmt.raw_may_be_reset(raw):
                 self.may_be_reset.append(seq)
+        elif data.get("kind") == "reset":
+            self.window = []
+        elif b'"tool_' in raw:
+            self.window.append(data)
         return data
 
     def batch(self, batch_id: str, first_seq: int,

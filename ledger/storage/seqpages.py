@@ -28,11 +28,12 @@ from ledger.core import cursors
 from ledger.core import format as fmt
 from ledger.core.bounds import LINE_CAP, SCAN_BYTES, SCAN_ROWS, Budget, Event, SkipSink
 from ledger.core.cursors import CursorData, Position
-from ledger.core.errors import CursorExpired, NotFound
+from ledger.core.errors import CursorExpired, HistoryDamaged, NotFound
 from ledger.core.ranking import Query
+from ledger.core.rows import Row
 from ledger.core.rules import FloorAt
 from ledger.core.windows import Boundary, window_marker
-from ledger.storage.engine import Candidate, Located, StatReceipt, StatReport
+from ledger.storage.engine import Candidate, Located, RowStat, StatReport
 
 PAGE = 128  # rows listed per step of a scan
 
@@ -57,18 +58,29 @@ class RowState:
         """The ``stat`` document of a row engine's workspace with this head
         (the receipt is the head row: always stable; no segments)."""
         return StatReport(
-            workspace=workspace, engine=engine, database=database, root=root,
-            receipt=StatReceipt("stable", self.epoch, self.next_seq, True),
+            workspace=workspace, engine=engine,
             epoch=self.epoch,
             window=self.window_seq,
             windows=1 + boundaries,  # window 0, then one per boundary
             next_seq=self.next_seq,
             floor=None if self.floor is None else FloorAt(self.floor.seq, None, None),
-            segments=[],
             rows=rows,
             bytes=nbytes,
             quarantine_bytes=quarantine_bytes,
+            detail=RowStat(database=database, root=root),
         )
+
+
+def decode_row(workspace: str, seq: int, raw: bytes) -> Row:
+    """Row ``seq`` from its stored bytes (no newline); HistoryDamaged when they
+    fail verification or carry another seq."""
+    data = fmt.decode_line(raw)
+    if data is None or data.get("seq") != seq:
+        raise HistoryDamaged(
+            f"workspace {workspace!r}: row {seq} fails verification; run "
+            f"`tledger check {workspace}` and `tledger repair {workspace}`"
+        )
+    return Row(raw, seq, 0, data)
 
 
 def boundary(seq: int | None, reason: str | None) -> Boundary | None:

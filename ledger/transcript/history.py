@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 from ledger.core.batches import AppendResult, PendingBatch
 from ledger.core.errors import InvalidRow, WorkspaceNotFound
 from ledger.core.husks import QUARANTINE_VERSION
-from ledger.core.rows import Row, new_id, prepare_bodies
+from ledger.core.rows import Row, check_batch_id, new_id, prepare_bodies
 from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
-from ledger.core.windows import provider_rows, window_marker
+from ledger.core.toolpairs import split_check
+from ledger.core.windows import provider_rows
 from ledger.storage.engine import (
     BackupResult,
     Snapshot,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from ledger.transcript.retrieval import SessionHistory
 
 __all__ = [
-    "LEAD_IN_TEXT", "AppendResult", "History", "OpenToolCalls", "lead_in_text", "window_marker",
+    "LEAD_IN_TEXT", "History", "OpenToolCalls", "lead_in_text",
 ]
 
 # The one lead-in text (the rollover engine uses it too). ``{window}`` is the
@@ -64,21 +65,6 @@ class OpenToolCalls(InvalidRow):
         self.call_ids = tuple(call_ids)
 
 
-def _tool_ids(rows: Iterable[dict[str, Any]]) -> tuple[dict[str, None], set[str]]:
-    """(call ids in order, result ids) of ``rows``."""
-    calls: dict[str, None] = {}
-    results: set[str] = set()
-    for row in rows:
-        parts = row.get("parts") if isinstance(row, dict) else None
-        for part in parts if isinstance(parts, list) else ():
-            if isinstance(part, dict) and part.get("type") == "tool_call":
-                calls[str(part.get("id"))] = None
-            elif isinstance(part, dict) and part.get("type") == "tool_result":
-                results.add(str(part.get("id")))
-    return calls, results
-
-
-
 @dataclass(frozen=True)
 class WriteOptions:
     """The options every write takes (``append_many``'s keywords; the other
@@ -93,9 +79,11 @@ NO_OPTIONS = WriteOptions()
 
 
 class History(WorkspaceHandle):
-    """The history of one workspace. Get it from ``Store.history(ws)``;
-    ``engine`` is its storage engine's workspace (engine-specific operations
-    such as the file engine's ``path`` or ``merge_segments`` are there)."""
+    """The history of one workspace. Get it from ``Store.history(ws)``.
+    Everything here works the same on every engine; ``engine`` is the
+    workspace as its engine keeps it (``ledger.storage.engine.
+    WorkspaceEngine``), for the layers that drive an engine, not for
+    callers of ``History``."""
 
     def __init__(self, store: StoreOptions, workspace: str, engine: WorkspaceEngine) -> None:
         super().__init__(store, workspace)
@@ -235,19 +223,15 @@ class History(WorkspaceHandle):
         )
 
     def _check_pairs(self, trigger_rows: Sequence[dict[str, Any]]) -> None:
-        window = [r.data for r in self.window_rows()]
-        w_calls, w_results = _tool_ids(window)
-        t_calls, t_results = _tool_ids(trigger_rows)
-        open_window = [c for c in w_calls if c not in w_results and c not in t_results]
-        split = sorted(r for r in t_results if r in w_calls and r not in t_calls)
-        if open_window or split:
-            ids = [*open_window, *split]
+        found = split_check([r.data for r in self.window_rows()], trigger_rows)
+        if found.open_view or found.split:
+            open_window, split = list(found.open_view), sorted(set(found.split))
             raise OpenToolCalls(
                 f"workspace {self.workspace!r}: rollover refused: it would split tool calls "
                 f"from their results (calls without a result: {open_window}; "
                 f"results whose call would be sealed in the old window: {split}); store the "
                 "results first, or carry the calls in the trigger rows",
-                ids,
+                [*open_window, *split],
             )
 
     def quarantine(self, rows: Sequence[dict[str, Any]], **kwargs: Any) -> AppendResult:
@@ -286,8 +270,8 @@ class History(WorkspaceHandle):
         before_encode: Any = None,
     ) -> AppendResult:
         batch_id = opts.batch_id
-        if batch_id is not None and (not isinstance(batch_id, str) or not 0 < len(batch_id) <= 200):
-            raise InvalidRow("batch_id must be a string of 1 to 200 characters")
+        if batch_id is not None:
+            check_batch_id(batch_id)
         bid = batch_id or new_id("b_")
         # Check and encode the rows before the engine takes its lock, so bad
         # input costs nothing and the lock is held only for I/O; the engine

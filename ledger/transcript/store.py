@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import os
 
-from ledger.core import format as fmt
-from ledger.core.ids import MAX_WORKSPACE_LEN, validate_workspace
+from ledger.core.ids import validate_workspace
+from ledger.core.redact import redact
 from ledger.storage.engine import Engine, EngineSpec, check_options
 from ledger.storage.registry import engine_for
 from ledger.transcript.history import History
 
-__all__ = ["MAX_WORKSPACE_LEN", "TOMBSTONE_SUFFIX", "Store", "validate_workspace"]
-
-TOMBSTONE_SUFFIX = fmt.WORKSPACE_TOMBSTONE_SUFFIX
+__all__ = ["Store"]
 
 
 class Store:
@@ -55,7 +53,7 @@ class Store:
         self.engine: Engine = self.spec.open(self)
 
     def __repr__(self) -> str:
-        return f"Store({self.spec.redact(self.root)!r})"
+        return f"Store({redact(self.root)!r})"
 
     def history(self, workspace: str) -> History:
         """The history of ``workspace`` (InvalidWorkspace for a bad id); nothing
@@ -71,6 +69,3 @@ class Store:
         """Delete a workspace's history (a tombstone first, so a concurrent
         writer fails instead of recreating it). False when there was none."""
         return self.engine.delete(workspace)
-
-    def format_version(self) -> int:
-        return fmt.FORMAT_VERSION

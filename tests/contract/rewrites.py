@@ -196,8 +196,8 @@ class RewriteContract(ContractBase):
         """check and repair go through the engine (WorkspaceEngine.verify and
         .repair): a history that went through every rewrite checks clean, and
         repair leaves it as it is (no new epoch), dry run or not."""
-        from ledger.recovery.check import check
-        from ledger.recovery.repair import repair
+        from recovery.check import check
+        from recovery.repair import repair
 
         h = make_store().history(ws)
         with pytest.raises(LedgerError):

@@ -22,9 +22,9 @@ import pytest
 from ledger import History, InvalidRow, LedgerError, Store
 from ledger.core import format as fmt
 from ledger.core.errors import HistoryDamaged
-from ledger.recovery.check import check
-from ledger.recovery.repair import repair
 from ledger.storage.files import segments as segs
+from recovery.check import check
+from recovery.repair import repair
 from tests.helpers import msg, subprocess_env
 
 WS = "ws"

@@ -12,6 +12,10 @@ fast. Options an engine has no use for (``segment_bytes``, ``durability``)
 are accepted and ignored there, so the same case drives the file engine
 across segment boundaries.
 
+A runner also provides ``corrupt`` (``tests.contract.operations.Corrupt``):
+damage a row's stored bytes as its engine holds them, for the cases of
+``verify`` and ``repair`` on damaged input.
+
 A runner declares what its engine can do beyond the common surface in
 ``capabilities`` (``tests.contract.support.CAPABILITIES``); a case that
 depends on one asserts the engine's documented refusal where it is missing,
@@ -24,6 +28,8 @@ from __future__ import annotations
 from tests.contract.appends import AppendContract
 from tests.contract.bounds import BoundsContract
 from tests.contract.cursors import CursorContract
+from tests.contract.inputs import InputContract
+from tests.contract.operations import OperationsContract
 from tests.contract.retrieval import RetrievalContract
 from tests.contract.rewrites import RewriteContract
 from tests.contract.support import CAPABILITIES, RANKED_SEARCH, MakeStore
@@ -35,6 +41,6 @@ __all__ = ["CAPABILITIES", "RANKED_SEARCH", "EngineContract", "MakeStore", "msg"
 
 class EngineContract(
     AppendContract, WindowContract, RewriteContract, CursorContract, RetrievalContract,
-    BoundsContract,
+    BoundsContract, OperationsContract, InputContract,
 ):
     """Subclass and provide ``make_store`` (module doc)."""

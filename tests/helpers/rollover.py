@@ -18,9 +18,10 @@ from typing import Any
 
 import msgspec
 
+from ledger.admission import MiddlewareRegistry, Registration
 from ledger.core.errors import CommitFailed, CommitUncertain, Conflict, WindowChanged
 from ledger.core.windows import provider_rows
-from ledger.rollover.admission import MiddlewareRegistry, Registration
+from ledger.policy import ToolPolicy, ToolRule
 from ledger.rollover.engine import (
     BudgetConfig,
     MemoryContext,
@@ -30,7 +31,6 @@ from ledger.rollover.engine import (
     RolloverParts,
     assemble,
 )
-from ledger.rollover.policy import ToolPolicy, ToolRule
 from tests.helpers import msg
 
 CONFIG = BudgetConfig(

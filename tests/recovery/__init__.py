@@ -1,1 +1,1 @@
-"""Tests of ledger.recovery: check, repair, salvage and imports."""
+"""Tests of recovery: check, repair, salvage and imports."""

@@ -18,11 +18,11 @@ from ledger.cli import main
 from ledger.core import format as fmt
 from ledger.core.checks import DAMAGE, NOTICE
 from ledger.core.errors import WorkspaceNotFound
-from ledger.recovery.check import check
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.receipt import read_receipt, write_receipt
 from ledger.transcript.store import Store
+from recovery.check import check
 from tests.helpers import msg
 from tests.helpers.recovery import all_files, build
 

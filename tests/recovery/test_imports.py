@@ -12,11 +12,11 @@ import msgspec
 import pytest
 
 from ledger.cli import main as cli_main
-from ledger.recovery import claude_code, codex
-from ledger.recovery.imports import import_file, plan_bytes, write_quarantine
-from ledger.recovery.salvage import Quarantined, Salvage, salvage_jsonl
 from ledger.storage.files.retention import ENTRY_SUFFIX, quarantine_dir, read_manifest
 from ledger.transcript.store import Store
+from recovery import claude_code, codex
+from recovery.imports import import_file, plan_bytes, write_quarantine
+from recovery.salvage import Quarantined, Salvage, salvage_jsonl
 
 CLAUDE_FILES = [
     "drmaciver-claude-reliability__coverage-test-fix.jsonl",
@@ -612,7 +612,7 @@ def test_a_record_the_converter_cannot_handle_is_quarantined_alone() -> None:
             raise KeyError("boom")
         return claude_code.convert(records)
 
-    from ledger.recovery.imports import plan_file
+    from recovery.imports import plan_file
 
     result = plan_file(data, "claude-code", convert, claude_code.looks_like_record)
     assert [q.line for q in result.salvage.quarantine] == [2]
@@ -626,7 +626,7 @@ def test_a_write_the_store_still_refuses_names_the_source_line(
 ) -> None:
     """Should a row pass the per-record check and still be refused at append (here: a
     store whose row limit is below the record), the error names the source line."""
-    import ledger.recovery.imports as imports
+    import recovery.imports as imports
     from ledger.core.errors import InvalidRow
 
     records = [_cc("user", f"u{i}", message={"role": "user", "content": f"m{i}"})

@@ -12,11 +12,11 @@ import pytest
 
 from ledger.cli import main
 from ledger.core import format as fmt
-from ledger.recovery.check import check
-from ledger.recovery.legacy import import_legacy
-from ledger.recovery.repair import repair
 from ledger.storage.files import rewrite
 from ledger.transcript.store import Store
+from recovery.check import check
+from recovery.legacy import import_legacy
+from recovery.repair import repair
 from tests.helpers.recovery import all_files
 
 REPO = Path(__file__).resolve().parents[2]

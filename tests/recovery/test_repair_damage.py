@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 
 from ledger.core import format as fmt
-from ledger.recovery.check import check
-from ledger.recovery.repair import repair
 from ledger.transcript.store import Store
+from recovery.check import check
+from recovery.repair import repair
 from tests.helpers.recovery import (
     build,
     fast_scratch,

@@ -12,12 +12,12 @@ import pytest
 
 from ledger.cli import main
 from ledger.core import format as fmt
-from ledger.recovery.check import check
-from ledger.recovery.repair import repair
 from ledger.storage.files import segments as segs
 from ledger.storage.files.receipt import read_receipt, write_receipt
 from ledger.storage.files.retention import read_manifest
 from ledger.transcript.store import Store
+from recovery.check import check
+from recovery.repair import repair
 from tests.helpers import msg
 from tests.helpers.recovery import all_files, build, live_lines, quarantined, seg_files
 

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from ledger.core import format as fmt
 from ledger.core.checks import NOTICE
-from ledger.recovery.check import check
 from ledger.storage.files import scan as chk
 from ledger.storage.files import segments as segs
 from ledger.transcript.store import Store
+from recovery.check import check
 from tests.helpers.recovery import build, seg_files
 
 

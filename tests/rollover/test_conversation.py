@@ -15,10 +15,10 @@ import pytest
 
 from ledger import Store
 from ledger.core.husks import is_husk, rejected_original
-from ledger.recovery.check import check
 from ledger.rollover.conversation import Conversation, Request, SendRefused, tool_schema
 from ledger.rollover.engine import Action
 from ledger.rollover.guards import check_request, fits_fresh_window
+from recovery.check import check
 
 WS = "agent"
 BASH = tool_schema("bash", "Run a shell command and return its output.",
@@ -194,29 +194,35 @@ def test_lead_in_names_the_window_session_history_lists(tmp_path: Path) -> None:
     assert found["items"] and found["items"][0]["window"] < req.window
 
 
-def test_approval_after_another_message_reaches_the_model(tmp_path: Path) -> None:
-    """A call waits for approval, the user sends more messages (the window grows
-    past the rollover threshold meanwhile), then the approval's result is sent:
-    the rollover carries the call, and the model sees the deploy's result."""
+def test_a_user_message_settles_a_waiting_approval_and_its_late_result_is_text(
+        tmp_path: Path) -> None:
+    """A call waits for approval and the user goes on: the user's message
+    settles the call with an error result in the same batch, so the window
+    can roll over (no wedge). The approval's result, when it comes after all,
+    is stored and reaches the model as text, never as a second result."""
     conv = conversation(tmp_path, limit=2000)
     conv.send(user("deploy please"))
     conv.record(calls("deploy-1"))
-    pending = []
-    for turn in range(6):
-        try:
-            req = conv.send(user(f"status {turn}? " + words(60, "s")))
-        except SendRefused as exc:  # P2: over the ceiling while the call is open
-            assert exc.decision.rule == "P2" and exc.quarantined == ()
-            break
-        pending.append(req.decision.pending)
-        conv.record(says("waiting for approval"))
-    assert any(pending)  # a rollover became due and waits for the step to settle
-    req = conv.send(result("deploy-1", "deployed v2 to production"))
-    assert req.rolled_over and req.carried >= 1
+    assert [c.id for c in conv.open_calls()] == ["deploy-1"]
+    req = conv.send(user("status? " + words(60, "s")))
+    assert conv.open_calls() == []
+    stored = [r.to_dict() for r in conv.history.rows()][-2:]
+    assert stored[0]["role"] == "tool" and stored[0]["parts"][0]["id"] == "deploy-1"
+    assert stored[0]["parts"][0]["error"] and "before the user went on" in (
+        stored[0]["parts"][0]["output"])
+    assert stored[0]["batch"]["id"] == stored[1]["batch"]["id"]  # one batch with the user row
     assert_paired(req.messages)
-    body = req.anthropic()
-    flat = str(body["messages"])
-    assert "deployed v2 to production" in flat and "deploy-1" in flat
+    rolled = []
+    for turn in range(8):
+        req = conv.send(user(f"status {turn}? " + words(60, "s")))
+        assert_paired(req.messages)
+        rolled.append(req.rolled_over)
+        conv.record(says("waiting for approval"))
+    assert any(rolled)  # nothing blocked the rollover
+    req = conv.send(result("deploy-1", "deployed v2 to production"))
+    assert_paired(req.messages)
+    flat = str(req.anthropic()["messages"])
+    assert "deployed v2 to production" in flat and "[result of tool call deploy-1" in flat
 
 
 def test_a_result_after_a_manual_clear_is_user_text_and_check_notices(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.rollover.policy import (
+from ledger.policy import (
     PRESETS,
     PolicyError,
     Preset,

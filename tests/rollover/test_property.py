@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from ledger.core import format as fmt
 from ledger.core.errors import CommitFailed, LedgerError, WindowChanged
 from ledger.core.rows import stored_row
+from ledger.policy import advertised_schemas
 from ledger.rollover.engine import (
     Action,
     BudgetConfig,
@@ -44,7 +45,6 @@ from ledger.rollover.engine import (
     step,
     warning_row,
 )
-from ledger.rollover.policy import advertised_schemas
 from ledger.transcript.store import Store
 from tests.helpers import msg
 from tests.helpers.rollover import (

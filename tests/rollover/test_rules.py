@@ -16,9 +16,7 @@ from typing import Any
 
 import pytest
 
-from ledger.core.errors import BudgetExceeded, LedgerError
-from ledger.rollover import engine as rollover
-from ledger.rollover.admission import (
+from ledger.admission import (
     AdmissionRefused,
     HookContractError,
     MiddlewareRegistry,
@@ -28,6 +26,18 @@ from ledger.rollover.admission import (
     apply_live,
     capture,
 )
+from ledger.core.errors import BudgetExceeded, LedgerError
+from ledger.notes import (
+    NOTES_MAX_BYTES,
+    NOTES_MAX_TOKENS,
+    NOTES_PATH,
+    MemoryEntry,
+    NotesError,
+    check_notes_write,
+    render_notes,
+    select_with_notes,
+)
+from ledger.rollover import engine as rollover
 from ledger.rollover.engine import (
     LEAD_IN_TEXT,
     Action,
@@ -48,16 +58,6 @@ from ledger.rollover.engine import (
     on_context_overflow,
     step,
     warning_row,
-)
-from ledger.rollover.notes import (
-    NOTES_MAX_BYTES,
-    NOTES_MAX_TOKENS,
-    NOTES_PATH,
-    MemoryEntry,
-    NotesError,
-    check_notes_write,
-    render_notes,
-    select_with_notes,
 )
 from tests.helpers import msg
 from tests.helpers.rollover import CONFIG, count, text_tokens, tool_call, tool_result

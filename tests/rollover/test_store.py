@@ -13,10 +13,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from ledger.admission import AdmissionRefused
 from ledger.core import format as fmt
 from ledger.core.errors import WindowChanged
 from ledger.core.rows import stored_row
-from ledger.rollover.admission import AdmissionRefused
+from ledger.policy import advertised_schemas
 from ledger.rollover.engine import (
     Action,
     PinnedModel,
@@ -28,7 +29,6 @@ from ledger.rollover.engine import (
     send_inputs,
     step,
 )
-from ledger.rollover.policy import advertised_schemas
 from ledger.transcript.history import History
 from ledger.transcript.store import Store
 from tests.helpers import msg

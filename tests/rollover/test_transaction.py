@@ -12,8 +12,9 @@ from typing import Any
 import msgspec
 import pytest
 
+from ledger.admission import AdmissionRefused, Registration, SnapshotRevoked
 from ledger.core.errors import CommitFailed, CommitUncertain, WindowChanged
-from ledger.rollover.admission import AdmissionRefused, Registration, SnapshotRevoked
+from ledger.policy import ToolPolicy, ToolRule
 from ledger.rollover.engine import (
     LEAD_IN_TEXT,
     Action,
@@ -35,7 +36,6 @@ from ledger.rollover.engine import (
     send_inputs,
     step,
 )
-from ledger.rollover.policy import ToolPolicy, ToolRule
 from tests.helpers import msg
 from tests.helpers.rollover import (
     CONFIG,
@@ -141,8 +141,8 @@ def parallel_calls(*ids: str) -> dict[str, Any]:
                       msg("status?", "user")], [tool_result("a")], ["a+b", "b"],
                      id="P3-parallel-calls-answered-out-of-order-carry-the-step"),
         pytest.param([msg(PAD, "user"), tool_call("c1"), tool_result("c1")],
-                     [tool_result("c1")], ["c1", "c1"],
-                     id="P3-second-result-of-an-answered-call-carries-the-pair"),
+                     [tool_result("c1")], [],
+                     id="P3-a-late-second-result-of-an-answered-call-carries-nothing"),
     ],
 )
 def test_P3_a_settling_trigger_carries_its_calls(
@@ -164,6 +164,23 @@ def test_P3_a_settling_trigger_carries_its_calls(
     assert "status?" not in str(batch)  # rows between stay in the old window
     assert out.prepared.trigger[len(carried):] == tuple(rows)
     assert rt.sent[0].messages[1:] == out.prepared.trigger  # the model gets the pair
+
+
+def test_P3_a_reused_call_id_carries_only_its_own_step() -> None:
+    """Providers that call every step's call ``call_0``: the result answers the
+    newest open ``call_0``, and only that step is carried (the carried rows do
+    not grow with every rollover)."""
+    rt = Runtime()
+    h = FakeHistory()
+    h.append_many([msg(PAD, "user"), tool_call("call_0"), tool_result("call_0"),
+                   msg("next", "user"), tool_call("call_0")])
+    run_rollover(h, [tool_result("call_0")], rt.parts, rt.hooks(), send=rt.send)
+    batch = rollover_batch(h)
+    assert [r["meta"].get("carried_from") for r in batch[2:]] == [h.stored[4]["seq"], None]
+    for _ in range(3):  # another step with the same id, settled by a rollover each time
+        h.append_many([msg(PAD, "user"), tool_call("call_0")])
+        run_rollover(h, [tool_result("call_0")], rt.parts, rt.hooks(), send=rt.send)
+        assert len(rollover_batch(h)) == 4  # reset, lead-in, the call, its result
 
 
 def test_P3_settled_pairs_stay_whole_in_old_window() -> None:

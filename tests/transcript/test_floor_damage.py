@@ -33,9 +33,9 @@ from hypothesis import strategies as st
 
 from ledger import History, LedgerError, Store
 from ledger.core import format as fmt
-from ledger.recovery.check import check
-from ledger.recovery.repair import repair
 from ledger.storage.files import segments as segs
+from recovery.check import check
+from recovery.repair import repair
 from tests.helpers import msg
 
 WS = "ws"

@@ -29,7 +29,7 @@ def backup(history: Any, dest: str) -> BackupResult:
     an interrupted rewrite waits for recovery.
     """
     history = unwrap(history)
-    history._require()
+    history.require()
     try:
         return _backup(history, os.path.abspath(dest))
     except OSError as exc:

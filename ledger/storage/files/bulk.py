@@ -60,8 +60,8 @@ from ledger.storage.files.state import stable_receipt, unwrap
 __all__ = ["DEFAULT_SEGMENT_TARGET", "Batch", "BulkResult", "bulk_load"]
 
 if TYPE_CHECKING:
+    from ledger.storage.files.ports import FileHistory as History
     from ledger.storage.files.state import State
-    from ledger.storage.files.workspace import FileWorkspace as History
 
 DEFAULT_SEGMENT_TARGET = 64 << 20
 
@@ -148,8 +148,8 @@ def _load_locked(
     internal: bool,
 ) -> BulkResult:
     ws = history.workspace
-    st = history._arrive_locked("bulk")
-    history._publish_pending(st, "bulk")
+    st = history.arrive_locked("bulk")
+    history.publish_pending(st, "bulk")
 
     loader = _Loader(history, st, target_bytes, durability)
     try:

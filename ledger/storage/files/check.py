@@ -56,7 +56,7 @@ from ledger.storage.files.scan import (
 from ledger.storage.files.state import covers, recorded_floor
 
 if TYPE_CHECKING:
-    from ledger.storage.files.workspace import FileWorkspace
+    from ledger.storage.files.ports import FileHistory
 
 
 @dataclass
@@ -84,7 +84,7 @@ def damage_findings(workspace: str, scan: ScanResult) -> Iterator[Finding]:
                           "not listed", action)
 
 
-def check(history: FileWorkspace, *, progress: Progress | None = None) -> FileReport:
+def check(history: FileHistory, *, progress: Progress | None = None) -> FileReport:
     """Verify ``history`` without writing anything (module doc). An OS error
     (a file it may not read, an I/O error) is ``Unavailable`` naming the file."""
     try:
@@ -96,7 +96,7 @@ def check(history: FileWorkspace, *, progress: Progress | None = None) -> FileRe
         ) from exc
 
 
-def _check(history: FileWorkspace, progress: Progress | None) -> FileReport:
+def _check(history: FileHistory, progress: Progress | None) -> FileReport:
     if not history.exists():
         raise WorkspaceNotFound(
             f"workspace {history.workspace!r} has no history under {history.store.root}"
@@ -213,6 +213,7 @@ def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
     view serves such a result as user text. Streams the segments again,
     decoding only lines that hold a tool part or a reset."""
     calls: dict[str, int] = {}  # call id -> seq, in the current window
+    waiting: dict[str, list[int]] = {}  # call id -> seqs of its calls without a result
     earlier: dict[str, int] = {}  # call id -> seq, in earlier windows
     boundary = 0
     found = 0
@@ -237,7 +238,7 @@ def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
                         continue
                     if row.kind == "reset":
                         earlier.update(calls)
-                        calls = {}
+                        calls, waiting = {}, {}
                         boundary = row.seq
                         continue
                     for raw in row.parts if isinstance(row.parts, list) else ():
@@ -246,6 +247,9 @@ def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
                         kind, cid = raw.get("type"), str(raw.get("id"))
                         if kind == "tool_call":
                             calls[cid] = row.seq
+                            waiting.setdefault(cid, []).append(row.seq)
+                        elif kind == "tool_result" and waiting.get(cid):
+                            waiting[cid].pop()  # answers the newest open call with its id
                         elif kind == "tool_result" and cid not in calls and cid in earlier:
                             found += 1
                             if found > MAX_FINDINGS_PER_CODE:
@@ -264,6 +268,25 @@ def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
     if extra:
         yield Finding(NOTICE, "tool_pair_split", f"{extra} more split tool pairs not listed",
                       "none needed")
+    yield from open_call_findings(waiting, boundary)
+
+
+def open_call_findings(waiting: dict[str, list[int]], boundary: int) -> Iterator[Finding]:
+    """Notices for tool calls of the active window without a result: a
+    process that died mid-tool, an approval never answered. Not damage; the
+    next user message settles them (``Conversation``), or
+    ``cancel_open_calls(reason)``."""
+    open_ = sorted((seq, cid) for cid, seqs in waiting.items() for seq in seqs)
+    for seq, cid in open_[:MAX_FINDINGS_PER_CODE]:
+        yield Finding(NOTICE, "open_tool_call",
+                      f"tool call {cid!r} (seq {seq}) in the active window (boundary "
+                      f"{boundary}) has no result",
+                      "the next user message settles it with an error result, or "
+                      "Conversation.cancel_open_calls(reason)", None, None, None, seq)
+    if len(open_) > MAX_FINDINGS_PER_CODE:
+        yield Finding(NOTICE, "open_tool_call",
+                      f"{len(open_) - MAX_FINDINGS_PER_CODE} more open tool calls not listed",
+                      "the next user message settles them")
 
 
 def odd_segments(path: str, numbers: list[int]) -> dict[int, str]:
@@ -289,7 +312,7 @@ def odd_format(path: str) -> str | None:
     return None if stat_mod.S_ISREG(mode) else segs.describe_mode(mode)
 
 
-def _recall_findings(history: FileWorkspace) -> Iterator[Finding]:
+def _recall_findings(history: FileHistory) -> Iterator[Finding]:
     """The recall index (a projection for ranked search): notices only, as
     nothing stored is lost with it; repair rebuilds it."""
     if not any(os.path.lexists(os.path.join(history.path, fmt.RECALL_NAME) + suffix)

@@ -23,10 +23,10 @@ from ledger.core.rows import Row
 from ledger.storage.files import segments as segs
 
 if TYPE_CHECKING:
-    from ledger.storage.files.workspace import FileWorkspace
+    from ledger.storage.files.ports import FileHistory
 
 
-def load_rows(ws: FileWorkspace, rows: Iterable[Row]) -> Loaded:
+def load_rows(ws: FileHistory, rows: Iterable[Row]) -> Loaded:
     """Write ``rows`` (in log order, each batch whole) as the new workspace
     ``ws``; refuses a workspace that exists. Returns rows and bytes written."""
     if ws.exists():

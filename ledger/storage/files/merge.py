@@ -46,7 +46,7 @@ from ledger.storage.files.index import SegmentInfo, append_entry
 from ledger.storage.files.receipt import write_receipt
 
 if TYPE_CHECKING:
-    from ledger.storage.files.reads import WorkspaceBase as History
+    from ledger.storage.files.ports import FileHistory as History
     from ledger.storage.files.state import State
 
 FANOUT = 16

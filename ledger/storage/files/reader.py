@@ -32,7 +32,7 @@ from ledger.storage.files.recall import Mark, RecallIndex, layout_of
 from ledger.storage.files.state import State
 
 if TYPE_CHECKING:
-    from ledger.storage.files.workspace import FileWorkspace
+    from ledger.storage.files.ports import FileHistory
 
 _CHUNK = 256 * 1024
 
@@ -188,7 +188,7 @@ class Scan:
 class FileReader:
     """The file engine's ``PageReader[State]`` for one workspace (module doc)."""
 
-    def __init__(self, ws: FileWorkspace) -> None:
+    def __init__(self, ws: FileHistory) -> None:
         self.ws = ws
         self._recall: RecallIndex | None = None
 

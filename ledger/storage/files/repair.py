@@ -60,7 +60,7 @@ from ledger.storage.files.retention import Quarantine
 from ledger.storage.files.scan import ScanResult, byte_progress, scan_paths
 
 if TYPE_CHECKING:
-    from ledger.storage.files.workspace import FileWorkspace
+    from ledger.storage.files.ports import FileHistory
 
 
 @dataclass
@@ -260,7 +260,7 @@ def _virtual_paths(path: str, numbers: list[int],
     return sorted(current.items())
 
 
-def repair(history: FileWorkspace, *, policy: str = "salvage", dry_run: bool = False,
+def repair(history: FileHistory, *, policy: str = "salvage", dry_run: bool = False,
            progress: Progress | None = None) -> FileRepair:
     """Repair ``history`` by ``policy`` (module doc); see RepairReport.exit_code."""
     check_policy(policy)
@@ -296,7 +296,7 @@ def repair(history: FileWorkspace, *, policy: str = "salvage", dry_run: bool = F
     return report
 
 
-def _repair_locked(history: FileWorkspace, report: FileRepair,
+def _repair_locked(history: FileHistory, report: FileRepair,
                    progress: Progress | None) -> None:
     path = history.path
     dry_run = report.dry_run
@@ -376,7 +376,7 @@ def _receipt_needs_rebaseline(path: str, numbers: list[int], scan: ScanResult) -
     return bool(found)
 
 
-def _apply(history: FileWorkspace, report: FileRepair, scan: ScanResult) -> None:
+def _apply(history: FileHistory, report: FileRepair, scan: ScanResult) -> None:
     path = history.path
     durability = history.store.durability
     q = Quarantine(path, durability=durability)
@@ -431,7 +431,7 @@ def _apply(history: FileWorkspace, report: FileRepair, scan: ScanResult) -> None
         outcome = rewrite.commit_rewrite(history, st, changes, op=f"repair ({report.policy})")
         report.epoch = outcome.epoch
     else:
-        history._derived = {}
+        history.forget_derived()
         report.epoch = history.rebaseline_locked(history.state(), force_new_epoch=True,
                                                   rewritten=True)
     _raise_next_seq(path, scan.max_seq)

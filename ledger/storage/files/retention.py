@@ -53,7 +53,7 @@ from ledger.storage.files.state import unwrap
 
 if TYPE_CHECKING:
     from ledger.storage.engine import StoreOptions as Store
-    from ledger.storage.files.reads import WorkspaceBase as History
+    from ledger.storage.files.ports import FileHistory as History
 
 MANIFEST_NAME = "MANIFEST.jsonl"
 ENTRY_SUFFIX = ".bin"
@@ -261,6 +261,20 @@ class Quarantine:
         with open(os.path.join(self.path, entry + ENTRY_SUFFIX), "rb") as f:
             return f.read()
 
+    def verify(self) -> list[dict[str, Any]]:
+        """Entries whose bytes are missing or do not match the manifest's
+        digest or length (``{"entry", "problem"}`` each); empty when all is well."""
+        problems: list[dict[str, Any]] = []
+        for e in self.entries():
+            try:
+                data = self.read(e.entry)
+            except OSError as exc:
+                problems.append({"entry": e.entry, "problem": f"unreadable: {exc.strerror}"})
+                continue
+            if len(data) != e.length or digest_hex(data) != e.digest:
+                problems.append({"entry": e.entry, "problem": "bytes do not match the manifest"})
+        return problems
+
     def clean(self, older_than_s: float, *, now: float | None = None) -> dict[str, int]:
         """Remove entries put aside more than ``older_than_s`` seconds ago (call
         under the exclusive workspace lock). The manifest is rewritten by rename
@@ -330,7 +344,7 @@ def clean_quarantine(history: History, older_than_s: float) -> dict[str, int]:
     """Remove quarantine entries older than ``older_than_s`` seconds, under the
     exclusive workspace lock."""
     history = unwrap(history)
-    history._require()
+    history.require()
     with locked(history.path, history.workspace, history.store.lock_timeout, shared=False):
         return Quarantine(history.path, durability=history.store.durability).clean(older_than_s)
 

@@ -78,7 +78,7 @@ from ledger.storage.files.retention import Quarantine
 from ledger.storage.files.state import empty_receipt, unwrap
 
 if TYPE_CHECKING:
-    from ledger.storage.files.reads import WorkspaceBase as History
+    from ledger.storage.files.ports import FileHistory as History
     from ledger.storage.files.state import State
 
 
@@ -117,13 +117,13 @@ def commit_rewrite(
             f"to damage ({fmt.segment_name(st.floor.segment)} offset {st.floor.offset}); run "
             f"`tledger repair {history.workspace}` first; nothing was changed"
         )
-    # Always durable: a rewrite replaces rows that were on disk before it; the
-    # durability levels only ever allow a power loss to take the newest batches.
-    durability = "full"
+    # Always durable, whatever the store's level: a rewrite replaces rows that
+    # were on disk before it, and the levels only ever allow a power loss to
+    # take the newest batches. So every step below fsyncs.
     changes = {n: c for n, c in changes.items() if n in st.segments}
     if not changes:
         return RewriteOutcome([], st.epoch)
-    history._publish_pending(st, None)
+    history.publish_pending(st, None)
     tombs: list[tuple[str, str]] = []
     marker_path = os.path.join(path, MARKER_NAME)
     marker_written = False
@@ -175,14 +175,13 @@ def commit_rewrite(
             segs.unlink_quietly(tomb)
             os.link(seg, tomb)
             tombs.append((tomb, seg))
-        if durability != "off":
-            segs.fsync_dir(path)
+        segs.fsync_dir(path)
         _step("tombstones")
         segs.commit_file(
             path,
             MARKER_NAME,
             [fmt.encode_json(marker) + b"\n"],
-            durability="full" if durability != "off" else "off",
+            durability="full",
             new_file=True,
         )
         marker_written = True
@@ -192,19 +191,15 @@ def commit_rewrite(
             if c is None:
                 os.unlink(segs.segment_path(path, n))
             else:
-                segs.commit_file(
-                    path, fmt.segment_name(n), c, durability=durability, new_file=False
-                )
+                segs.commit_file(path, fmt.segment_name(n), c, durability="full", new_file=False)
             _step(f"segment-{n}")
         segments_done = True
-        if durability != "off":
-            segs.fsync_dir(path)
+        segs.fsync_dir(path)
         for tomb, _ in tombs:
             os.unlink(tomb)
         _step("tombstones-removed")
         os.unlink(marker_path)
-        if durability != "off":
-            segs.fsync_dir(path)
+        segs.fsync_dir(path)
         _step("marker-removed")
     except (OSError, segs.CommitStepError, LedgerError) as exc:
         if not marker_written:
@@ -215,21 +210,21 @@ def commit_rewrite(
             ) from exc
         # Settle now rather than leave it to the next writer. Once every
         # segment is in place the rewrite has committed (only clean-up failed).
-        res = _settle_after_failure(path, durability)
+        res = _settle_after_failure(path)
         if not (segments_done or (res is not None and res.action == "committed")):
             what = "rolled back" if res is not None else "left for the next writer to roll back"
             raise CommitFailed(
                 f"workspace {history.workspace!r}: {op} failed ({exc}); {what}"
             ) from exc
-    history._derived = {}
+    history.forget_derived()
     epoch = history.rebaseline_locked(history.state(), force_new_epoch=True, rewritten=True)
     _step("receipt")
     return RewriteOutcome(order, epoch)
 
 
-def _settle_after_failure(path: str, durability: str) -> Resolution | None:
+def _settle_after_failure(path: str) -> Resolution | None:
     try:
-        return recover_interrupted(path, durability)
+        return recover_interrupted(path, "full")
     except OSError:
         return None
 
@@ -254,7 +249,7 @@ def _raw_line(e: Entry, data: bytes) -> bytes:
 
 
 def _locked_rewrite(history: History) -> Any:
-    history._require()
+    history.require()
     return locked(history.path, history.workspace, history.store.lock_timeout, shared=False)
 
 

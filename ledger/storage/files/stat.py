@@ -4,21 +4,24 @@ the quarantine of one workspace hold (read-only)."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ledger.core import format as fmt
 from ledger.core.rules import FloorAt
-from ledger.storage.engine import SegmentStat, StatReceipt, StatReport
+from ledger.storage.engine import FileStat, SegmentStat, StatReceipt, StatReport
 from ledger.storage.files import segments as segs
 from ledger.storage.files.receipt import read_receipt, receipt_status
 
+if TYPE_CHECKING:
+    from ledger.storage.files.ports import FileHistory
 
-def stat_report(h: Any) -> StatReport:
+
+def stat_report(h: FileHistory) -> StatReport:
     """The stat document of a file-engine workspace (read-only): receipt,
     epoch, window, number of windows, floor, segments with their line counts,
     quarantine bytes. Windows are counted from the boundary index (INDEX; a
     segment it does not cover is scanned)."""
-    h._require()
+    h.require()
     st = h.snapshot()
     receipt = read_receipt(h.path)
     seg_list: list[SegmentStat] = []
@@ -49,20 +52,23 @@ def stat_report(h: Any) -> StatReport:
                         fmt.segment_name(st.floor.segment), st.floor.offset, st.floor.damaged)
     return StatReport(
         workspace=h.workspace,
-        receipt=StatReceipt(
-            receipt_status(h.path),
-            receipt.epoch if receipt else None,
-            receipt.next_seq if receipt else None,
-            st.verified,
-        ),
+        engine="files",
         epoch=st.epoch,
         window=st.window_seq,
         windows=1 + len(bounds),  # window 0, then one per boundary
         next_seq=st.next_seq,
         floor=floor,
-        segments=seg_list,
         rows=total_rows,
         bytes=total_bytes,
         quarantine_bytes=q_bytes,
-        stray_temp_files=segs.stray_temps(h.path),
+        detail=FileStat(
+            receipt=StatReceipt(
+                receipt_status(h.path),
+                receipt.epoch if receipt else None,
+                receipt.next_seq if receipt else None,
+                st.verified,
+            ),
+            segments=seg_list,
+            stray_temp_files=segs.stray_temps(h.path),
+        ),
     )

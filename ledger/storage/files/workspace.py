@@ -46,8 +46,8 @@ from ledger.storage.files.merge import merge as merge_run
 from ledger.storage.files.merge import plan as plan_merge
 from ledger.storage.files.merge import runnable as runnable_merge
 from ledger.storage.files.merge import settle as settle_merge
+from ledger.storage.files.publish import Publishing
 from ledger.storage.files.reader import FileReader
-from ledger.storage.files.reads import WorkspaceBase
 from ledger.storage.files.receipt import WriterReceipt
 from ledger.storage.files.retention import Quarantine, clean_quarantine
 from ledger.storage.files.stat import stat_report
@@ -60,7 +60,7 @@ from ledger.storage.files.state import (
 IDEMPOTENCY_SCAN_BYTES = 1 << 20
 
 
-class FileWorkspace(WorkspaceBase):
+class FileWorkspace(Publishing):
     """One workspace of the file engine: ``WorkspaceBase`` validates and reads;
     this class adds the write path (module doc), rewrites, merges and backup."""
 
@@ -103,7 +103,7 @@ class FileWorkspace(WorkspaceBase):
     def _append_locked(self, batch: PendingBatch, rf: WriterReceipt) -> AppendResult:
         bid = batch.batch_id
         try:
-            st = self._arrive_locked(bid, rf)
+            st = self.arrive_locked(bid, rf)
         except OSError as exc:  # before anything is written: no descriptor, I/O error
             raise CommitFailed(
                 f"workspace {self.workspace!r}: cannot read the history before writing: "
@@ -149,7 +149,7 @@ class FileWorkspace(WorkspaceBase):
         except (OSError, segs.CommitStepError):
             pass  # the pending receipt and MERGE marker tell the next writer
 
-    def _arrive_locked(self, bid: str, receipt_file: WriterReceipt | None = None) -> State:
+    def arrive_locked(self, bid: str, receipt_file: WriterReceipt | None = None) -> State:
         """What every writer does first, under the exclusive lock: refuse a
         workspace being deleted, clear dead writers' temp files, write or check
         FORMAT, settle an interrupted rewrite or merge, then validate."""
@@ -179,7 +179,7 @@ class FileWorkspace(WorkspaceBase):
         """Publish pending, commit by rename, publish stable. Returns the
         result and the sealed segments as the stable receipt now records them
         (None when that receipt could not be published)."""
-        self._publish_pending(st, bid, rf)
+        self.publish_pending(st, bid, rf)
         active = st.active
         cap = self.store.segment_bytes
         old = b""
@@ -352,6 +352,7 @@ class FileWorkspace(WorkspaceBase):
         """Put bytes that never entered the log aside (an import's unreadable
         or refused records), under the workspace lock; returns the entry name.
         The same bytes from the same source and offset are stored once."""
+        self.require()
         with locked(self.path, self.workspace, self.store.lock_timeout, shared=False):
             return Quarantine(self.path, durability=self.store.durability).put(
                 data, source=source, offset=offset, reason=reason)

@@ -108,6 +108,6 @@ class MemReader(SeqReader):
         sp = self._space()
         if sp.recall is None:
             sp.recall = Recall()
-        recall: Recall = sp.recall
+        recall = sp.recall
         recall.refresh(sp.rows, sp.epoch, st.floor.seq if st.floor is not None else 0)
         return recall.candidates(query, after, high, window)

@@ -113,6 +113,7 @@ def verify_space(sp: Space, quarantine: list[Quarantined]) -> Verified:
         out.problems.append(Problem("projection", None, "the list of boundary rows disagrees "
                                     "with the rows"))
     _head(sp, out, window, floor, prev)
+    out.problems.extend(out.open_calls())
     for i, entry in enumerate(quarantine):
         if not _well_formed(entry):
             out.problems.append(Problem("quarantine", None, f"quarantine entry {i + 1} is not "

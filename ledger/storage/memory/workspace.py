@@ -1,36 +1,39 @@
 """One workspace of the in-memory engine: its rows, the append, reads and
-rewrites (``ledger.storage.engine.WorkspaceEngine``).
+the rewrite primitives (``ledger.storage.engine.WorkspaceEngine``; the
+rewrites over the primitives are ``ledger.storage.rewrites``).
 
 A workspace (``Space``) is a list of stored rows in seq order, the head
 (next seq, epoch, window, floor), the batch ids with their seqs, and a
 quarantine. Every operation holds the root's lock. An append extends the
-list; a rewrite builds a new list and swaps it in with a new epoch (so a
+list; ``replace`` builds a new list and swaps it in with a new epoch (so a
 stream over the old list sees a rewrite and says "read again", as the other
-engines do). What a rewrite touches and refuses is ``ledger.core.rules``.
+engines do).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import format as fmt
 from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
-from ledger.core.errors import HistoryDamaged, LedgerError, WorkspaceNotFound
-from ledger.core.husks import husk_line
+from ledger.core.errors import Conflict, HistoryDamaged, LedgerError, WorkspaceNotFound
 from ledger.core.rows import Row, now_ms
 from ledger.core.windows import Boundary
 from ledger.storage.copydir import write_workspace_dir
 from ledger.storage.engine import BackupResult, StatReport, StoreOptions, WorkspaceHandle
 from ledger.storage.memory.engine import MemoryRoot, Quarantined
-from ledger.storage.seqpages import RowState, boundary
+from ledger.storage.primitives import Edit, Replaced, holds, settle
+from ledger.storage.rewrites import RowRewrites
+from ledger.storage.seqpages import RowState, boundary, decode_row
 
 if TYPE_CHECKING:
     from ledger.storage.memory.reader import MemReader
+    from ledger.storage.memory.recall import Recall
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class Space:
     floor: Boundary | None = None
     batches: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (first seq, n)
     created_ms: int = field(default_factory=now_ms)
-    recall: Any = None  # ledger.storage.memory.recall.Recall, made by the first ranked search
+    recall: Recall | None = None  # the ranked-search index, made by the first ranked search
 
     def state(self) -> RowState:
         return RowState(self.next_seq, self.epoch, self.window, self.floor)
@@ -103,22 +106,21 @@ def _stored(line: bytes, data: dict[str, Any], batch_id: str, reason: str | None
     return Stored(int(data["seq"]), raw, data, batch_id, reason)
 
 
-def _row(s: Stored) -> Row:
+def _row(s: Stored, workspace: str) -> Row:
     """A reader's row: decoded afresh, as the other engines do, so nothing a
-    caller does to it reaches the stored row."""
-    data = fmt.decode_line(s.line)
-    assert data is not None
-    return Row(s.line, s.seq, 0, data)
+    caller does to it reaches the stored row (HistoryDamaged when its bytes
+    fail verification)."""
+    return decode_row(workspace, s.seq, s.line)
 
 
-class MemWorkspace(WorkspaceHandle):
+class MemWorkspace(RowRewrites, WorkspaceHandle):
     """One workspace of a memory root (module doc)."""
 
     def __init__(self, root: MemoryRoot, store: StoreOptions, workspace: str) -> None:
         super().__init__(store, workspace)
         self.root = root
 
-    def locked(self) -> Any:
+    def locked(self) -> AbstractContextManager[None]:
         return self.root.locked(self.store.lock_timeout, self.workspace)
 
     def space(self) -> Space:
@@ -162,20 +164,20 @@ class MemWorkspace(WorkspaceHandle):
                     f"workspace {self.workspace!r}: a rewrite ran while reading (new epoch); "
                     "read again"
                 )
-            yield _row(rows[i])
+            yield _row(rows[i], self.workspace)
             i += 1
 
     def get(self, seq: int) -> Row | None:
         with self.locked():
             sp = self.space()
             i = sp.index_of(seq)
-            return _row(sp.rows[i]) if i is not None else None
+            return _row(sp.rows[i], self.workspace) if i is not None else None
 
     def window_rows(self) -> list[Row]:
         with self.locked():
             sp = self.space()
             start = bisect.bisect_right(sp.seqs, sp.window.seq) if sp.window is not None else 0
-            return [_row(s) for s in sp.rows[start:]]
+            return [_row(s, self.workspace) for s in sp.rows[start:]]
 
     def reader(self) -> MemReader:
         from ledger.storage.memory.reader import MemReader
@@ -242,89 +244,48 @@ class MemWorkspace(WorkspaceHandle):
             self.root.spaces[self.workspace] = sp
         return Loaded(count, total)
 
-    # --- rewrites (each bumps the epoch) --------------------------------------------
+    # --- the primitives of the rewrites (ledger.storage.rewrites) --------------------
 
-    def reject(self, seq_or_seqs: int | Iterable[int]) -> rules.RejectResult:
-        seqs = rules.reject_seqs(seq_or_seqs)
+    def head(self) -> RowState:
+        with self.locked():
+            return self.space().state()
+
+    def read(self, first: int, last: int) -> list[Row]:
         with self.locked():
             sp = self.space()
-            missing = sorted(s for s in seqs if sp.index_of(s) is None)
-            if missing:
-                raise rules.no_row(self.workspace, missing, "rejected")
-            targets: set[int] = set()
-            for seq in seqs:
-                i = sp.index_of(seq)
-                assert i is not None
-                first = i
-                while first > 0 and sp.rows[first - 1].batch_id == sp.rows[i].batch_id:
-                    first -= 1
-                run = [r.data for r in sp.rows[first : i + 1]]
-                targets.update(first + j for j in rules.reject_targets(run, [i - first]))
-            rejected: list[int] = []
-            already: list[int] = []
+            lo, hi = bisect.bisect_left(sp.seqs, first), bisect.bisect_right(sp.seqs, last)
+            return [_row(s, self.workspace) for s in sp.rows[lo:hi]]
+
+    def replace(self, expect: RowState, edits: Sequence[Edit],
+                put_aside: str | None) -> Replaced:
+        with self.locked():
+            sp = self.space()
+            if not holds(sp.state(), expect):
+                raise Conflict(f"workspace {self.workspace!r} changed; read it again")
             new = list(sp.rows)
-            for i in sorted(targets):
-                s = new[i]
-                if not rules.rejectable(self.workspace, s.line, s.data):
-                    already.append(s.seq)
-                    continue
-                line = husk_line(s.line, s.data)
-                data = fmt.decode_line(line[:-1])
-                assert data is not None
-                new[i] = _stored(line, data, s.batch_id, s.boundary)
-                rejected.append(s.seq)
-            if rejected:
-                sp.replace(new)
-                sp.recompute(sp.next_seq)
-            return rules.reject_result(rejected, already, sp.epoch)
-
-    def truncate_after(self, seq: int) -> rules.TruncateResult:
-        seq = rules.truncate_seq(seq)
-        with self.locked():
-            sp = self.space()
-            i = sp.index_of(seq)
-            if i is None:
-                raise rules.no_row(self.workspace, seq, "truncated")
-            rules.check_truncate(self.workspace, seq, sp.rows[i].data, (seq, 0), sp.floor)
-            gone = sp.rows[i + 1 :]
-            removed_bytes = sum(len(r.line) + 1 for r in gone)
-            if gone:
+            gone: list[Stored] = []
+            changed = False
+            for e in sorted(edits, key=lambda e: e.first, reverse=True):  # indexes stay valid
+                lo = bisect.bisect_left(sp.seqs, e.first)
+                hi = bisect.bisect_right(sp.seqs, e.last)
+                gone += new[lo:hi]
+                new[lo:hi] = [_stored(p.row.line, p.row.data, str(p.row.batch.get("id", "")),
+                                      p.boundary) for p in e.rows]
+                changed = changed or lo < hi or bool(e.rows)
+            if put_aside is not None and gone:
                 ts = now_ms()
-                reason = f"truncated after seq {seq}"
-                self.quarantine().extend((ts, r.seq, reason, r.line) for r in gone)
-                sp.replace(sp.rows[: i + 1])
-                sp.recompute(sp.next_seq)
-            return rules.TruncateResult(
-                seq, len(gone), removed_bytes, 0,
-                [f"memory quarantine ({len(gone)} rows)"] if gone else [], sp.epoch)
-
-    def purge_before_floor(self) -> rules.PurgeResult:
-        with self.locked():
-            sp = self.space()
-            if sp.floor is None:
-                return rules.PurgeResult(0, 0, 0, None, sp.epoch)
-            floor = sp.floor.seq
-            fi = sp.index_of(floor)
-            if fi is not None:
-                cut = rules.purge_cut([r.data for r in sp.rows[: fi + 1]], fi)
-            else:  # the floor row went in an earlier purge: its place still counts
-                cut = bisect.bisect_right(sp.seqs, floor)
-            purged_bytes = sum(len(r.line) + 1 for r in sp.rows[:cut])
-            if cut:
-                window, floor_b, next_seq = sp.window, sp.floor, sp.next_seq
-                sp.replace(sp.rows[cut:])
-                # The floor stays where it was even when its row is gone:
-                # nothing at or before it may come back (fail closed).
-                sp.window, sp.floor, sp.next_seq = window, floor_b, next_seq
+                self.quarantine().extend((ts, r.seq, put_aside, r.line) for r in gone)
+            if changed or not edits:
+                sp.replace(new)
+                last = next((r for r in reversed(new) if r.boundary is not None), None)
+                manual = next((r for r in reversed(new) if r.boundary == "manual"), None)
+                sp.window, sp.floor = settle(
+                    expect, boundary(last.seq, last.boundary) if last else None,
+                    boundary(manual.seq, "manual") if manual else None)
                 sp.epoch = rules.new_epoch(sp.epoch)
-            return rules.PurgeResult(cut, purged_bytes, 0, rules.FloorAt(floor, None, None),
-                                     sp.epoch)
-
-    def rebaseline(self) -> int:
-        with self.locked():
-            sp = self.space()
-            sp.recompute(sp.next_seq)
-            return sp.epoch
+            return Replaced(sp.epoch, len(gone), sum(len(r.line) + 1 for r in gone),
+                            [f"memory quarantine ({len(gone)} rows)"]
+                            if put_aside is not None and gone else [])
 
     # --- verify and repair (verify.py) ----------------------------------------------
 
@@ -361,6 +322,7 @@ class MemWorkspace(WorkspaceHandle):
         records); the same bytes from the same place are kept once."""
         why = f"{source} offset {offset}: {reason}"
         with self.locked():
+            self.space()
             q = self.quarantine()
             for i, e in enumerate(q):
                 if e[2] == why and e[3] == data:

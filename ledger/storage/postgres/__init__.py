@@ -3,6 +3,7 @@
 ``Store("postgresql://user@host/db")`` selects it. The tables and their
 reasons are in ``schema.py``; connections and honest failures in
 ``connect.py``; the append transaction and reads in ``workspace.py``;
-rewrites, backup and stat in ``rewrites.py``; ``session_history`` pages in
+the rewrite primitive (``replace``), backup and stat in ``rewrites.py``
+(the rewrites themselves: ``ledger.storage.rewrites``); ``session_history`` pages in
 ``reader.py``.
 """

@@ -13,9 +13,13 @@ tables distributed in the transaction that creates them:
 
 A schema created before the extension (plain tables) is refused when a store
 opens it (``NotDistributed``): every query would run on the coordinator
-alone, and nothing would say so. ``distribute`` (``tledger db distribute``)
-converts it in place, in one transaction: Citus copies each table's rows into
+alone, and nothing would say so. ``tledger db distribute``
+(``ledger.storage.postgres.admin``) converts it in place, in the schema's one
+transaction (``schema.create_schema``): Citus copies each table's rows into
 its shards.
+
+This module is the layout alone, over a connection it is given: it opens
+none and imports nothing of the engine's.
 
 Only ``tledger ls`` (the list of workspaces) spans shards.
 """
@@ -25,10 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.core.errors import CommitFailed, LedgerError, Unavailable
+from ledger.core.errors import LedgerError
 
-__all__ = ["DISTRIBUTED", "REFERENCE", "NotDistributed", "distribute", "distribute_tables",
-           "installed", "layout", "require_distributed", "status"]
+__all__ = ["DISTRIBUTED", "REFERENCE", "NotDistributed", "distribute_tables", "installed",
+           "layout", "require_distributed", "status_of"]
 
 DISTRIBUTED = ("tl_rows", "tl_head", "tl_batches", "tl_quarantine",  # colocated with tl_rows
                "tl_recall_state", "tl_recall_terms", "tl_recall_docs", "tl_recall_post",
@@ -151,52 +155,9 @@ def distribute_tables(conn: Any, where: str, fresh: bool) -> list[str]:
     return converted
 
 
-def _connect(url: str, where: str) -> Any:
-    import psycopg
-
-    try:
-        return psycopg.connect(url, autocommit=True, connect_timeout=30)
-    except psycopg.Error as exc:
-        raise Unavailable(f"{where}: cannot connect: {_first_line(exc)}") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def distribute(url: str) -> dict[str, Any]:
-    """Convert the database ``url`` names to the Citus layout in place (one
-    transaction under the schema lock; creates the tables when missing);
-    returns what it did. Running it again changes nothing."""
-    import psycopg
-
-    from ledger.storage.postgres.connect import redact
-    from ledger.storage.postgres.schema import DDL, SCHEMA_LOCK_KEY, SCHEMA_VERSION
-
-    where = redact(url)
-    with _connect(url, where) as conn:
-        if not installed(conn):
-            raise LedgerError(f"{where}: the citus extension is not installed in this "
-                              "database: CREATE EXTENSION citus and add the worker nodes "
-                              "(citus_add_node) first")
-        try:
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,))
-                conn.execute(DDL)
-                converted = distribute_tables(conn, where, fresh=False)
-                if conn.execute("SELECT max(version) FROM tl_schema").fetchone()[0] is None:
-                    conn.execute("INSERT INTO tl_schema (version) VALUES (%s)",
-                                 (SCHEMA_VERSION,))
-        except psycopg.Error as exc:
-            raise CommitFailed(f"{where}: distributing the tables failed, nothing was "
-                               f"changed: {_first_line(exc)}") from exc
-        report = status_of(conn, where)
-    report["converted"] = converted
-    return report
-
-
 def status_of(conn: Any, where: str) -> dict[str, Any]:
+    """The database's Citus layout: each table's, and the nodes with their
+    share of ``tl_rows`` shards."""
     out: dict[str, Any] = {"database": where, "citus": installed(conn)}
     if not out["citus"]:
         return out
@@ -215,13 +176,3 @@ def status_of(conn: Any, where: str) -> dict[str, Any]:
     out["nodes"] = [{"node": f"{host}:{port}", "active": active, "tl_rows_shards": n}
                     for host, port, active, n in nodes]
     return out
-
-
-def status(url: str) -> dict[str, Any]:
-    """The database's Citus layout: each table's, and the nodes with their
-    share of ``tl_rows`` shards."""
-    from ledger.storage.postgres.connect import redact
-
-    where = redact(url)
-    with _connect(url, where) as conn:
-        return status_of(conn, where)

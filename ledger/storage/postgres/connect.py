@@ -17,8 +17,8 @@ resume by themselves once the server is back.
 
 from __future__ import annotations
 
+import logging
 import os
-import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,30 +32,42 @@ from ledger.core.errors import (
     LedgerError,
     Unavailable,
 )
+from ledger.core.redact import redact
 from ledger.storage.postgres.schema import ensure_schema
 
-__all__ = ["Database", "check_url", "close_pools", "is_postgres_root", "redact"]
+__all__ = ["Database", "check_url", "close_pools", "direct", "is_postgres_root", "reason"]
 
 _SCHEMES = ("postgresql://", "postgres://")
 _POOLS: dict[tuple[int, str], Any] = {}
 _POOLS_LOCK = threading.Lock()
+OPEN_TIMEOUT = 30.0  # seconds the first connection of a pool may take
+
+
+class _HideSecrets(logging.Filter):
+    """psycopg_pool logs each failed connection attempt with psycopg's text,
+    which may quote part of the connection string (an ``options`` value the
+    server refused): the record leaves with the secrets of every database
+    this process opened hidden."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with _URLS_LOCK:  # not _POOLS_LOCK: pool.open() logs while that is held
+            urls = list(_URLS)
+        if urls:
+            message = record.getMessage()
+            hidden = redact(message, *urls)
+            if hidden != message:
+                record.msg, record.args = hidden, None
+        return True
+
+
+_URLS: set[str] = set()  # every URL a pool was made for, for _HideSecrets
+_URLS_LOCK = threading.Lock()
+for _name in ("psycopg", "psycopg.pool"):
+    logging.getLogger(_name).addFilter(_HideSecrets())
 
 
 def is_postgres_root(root: str) -> bool:
     return root.startswith(_SCHEMES)
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages (a malformed one too)."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:  # e.g. an unclosed IPv6 bracket: hide user:password@ crudely
-        return re.sub(r"(://[^/@]*?:)[^/@]*@", r"\1***@", url)
-    if password is None:
-        return url
-    netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
 
 
 def check_url(url: str) -> None:
@@ -68,15 +80,15 @@ def check_url(url: str) -> None:
     try:
         urlsplit(url).port  # noqa: B018 - parsing the port is the check
     except ValueError as exc:
-        raise InvalidRoot(f"malformed PostgreSQL URL {where}: {exc}") from None
+        raise InvalidRoot(f"malformed PostgreSQL URL {where}: {reason(exc, url)}") \
+            from None
     psycopg, _ = _psycopg()
     from psycopg.conninfo import conninfo_to_dict
 
     try:
         conninfo_to_dict(url)
     except psycopg.Error as exc:
-        reason = _first_line(exc).replace(url, where)
-        raise InvalidRoot(f"malformed PostgreSQL URL {where}: {reason}") from None
+        raise InvalidRoot(f"malformed PostgreSQL URL {where}: {reason(exc, url)}") from None
 
 
 def _psycopg() -> Any:
@@ -101,6 +113,8 @@ class Database:
         self.psycopg, pool_mod = _psycopg()
         check_url(url)
         key = (os.getpid(), url)
+        with _URLS_LOCK:
+            _URLS.add(url)
         with _POOLS_LOCK:
             pool = _POOLS.get(key)
             if pool is None:
@@ -109,19 +123,21 @@ class Database:
                     name=f"tledger-{os.getpid()}",
                 )
                 try:
-                    pool.open(wait=True, timeout=30)
-                    with pool.connection() as conn:
+                    pool.open(wait=True, timeout=OPEN_TIMEOUT)
+                    with pool.connection(timeout=OPEN_TIMEOUT) as conn:
                         ensure_schema(conn, self.where)
                 except self.psycopg.Error as exc:
                     pool.close()
-                    raise Unavailable(f"{self.where}: cannot connect: {_first_line(exc)}") \
-                        from exc
+                    # from None: psycopg's own text may echo the connection string
+                    raise Unavailable(f"{self.where}: cannot connect: {reason(exc, url)}") \
+                        from None
                 except LedgerError:
                     pool.close()
                     raise
                 except pool_mod.PoolTimeout as exc:
                     pool.close()
-                    raise Unavailable(f"{self.where}: cannot connect: {exc}") from exc
+                    raise Unavailable(f"{self.where}: cannot connect: {reason(exc, url)}") \
+                        from None
                 _POOLS[key] = pool
         self.pool = pool
 
@@ -132,7 +148,7 @@ class Database:
             with self.pool.connection() as conn:
                 yield conn
         except self.psycopg.Error as exc:
-            raise Unavailable(f"{self.where}: {what} failed: {_first_line(exc)}") from exc
+            raise Unavailable(f"{self.where}: {what} failed: {reason(exc, self.url)}") from exc
 
     @contextmanager
     def write(self, what: str, batch_id: str | None = None) -> Iterator[Any]:
@@ -143,8 +159,8 @@ class Database:
             conn_cm = self.pool.connection()
             conn = conn_cm.__enter__()
         except Exception as exc:  # PoolTimeout, OperationalError: nothing was sent
-            raise CommitFailed(f"{self.where}: {what}: cannot connect: {_first_line(exc)}",
-                               batch_id) from exc
+            raise CommitFailed(f"{self.where}: {what}: cannot connect: {reason(exc, self.url)}",
+                               batch_id) from None  # psycopg's text may echo the URL
         committing = False
         try:
             conn.execute("BEGIN")
@@ -167,14 +183,39 @@ class Database:
                 ) from exc
             if committing and isinstance(exc, psycopg.Error):
                 raise CommitUncertain(
-                    f"{self.where}: {what}: COMMIT failed ({_first_line(exc)}); the outcome "
+                    f"{self.where}: {what}: COMMIT failed ({reason(exc, self.url)}); the outcome "
                     f"is unknown: retry with the same batch_id ({batch_id})", batch_id or "",
                 ) from exc
             if isinstance(exc, psycopg.Error):
-                raise CommitFailed(f"{self.where}: {what} failed: {_first_line(exc)}",
+                raise CommitFailed(f"{self.where}: {what} failed: {reason(exc, self.url)}",
                                    batch_id) from exc
             raise
         conn_cm.__exit__(None, None, None)
+
+
+@contextmanager
+def direct(url: str, what: str, *, write: bool = False) -> Iterator[tuple[Any, str]]:
+    """One autocommit connection of its own, outside the pools, and the
+    database's redacted name (the schema commands, ``admin.py``). psycopg's
+    failures become the library's here, as in ``Database``: ``Unavailable``
+    when connecting (or reading), ``CommitFailed`` (nothing was changed) for
+    a ``write``."""
+    psycopg, _ = _psycopg()
+    check_url(url)
+    where = redact(url)
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=int(OPEN_TIMEOUT))
+    except psycopg.Error as exc:
+        # from None: psycopg's own text may echo the connection string
+        raise Unavailable(f"{where}: cannot connect: {reason(exc, url)}") from None
+    with conn:
+        try:
+            yield conn, where
+        except psycopg.Error as exc:
+            if write:
+                raise CommitFailed(f"{where}: {what} failed, nothing was changed: "
+                                   f"{reason(exc, url)}") from exc
+            raise Unavailable(f"{where}: {what} failed: {reason(exc, url)}") from exc
 
 
 def close_pools(url: str | None = None) -> None:
@@ -185,6 +226,9 @@ def close_pools(url: str | None = None) -> None:
             _POOLS.pop(key).close()
 
 
-def _first_line(exc: BaseException) -> str:
+def reason(exc: BaseException, url: str) -> str:
+    """The first line of an error about the database ``url``, its secrets
+    hidden (psycopg's and the server's texts may quote the connection string
+    or a piece of it)."""
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return redact(text.splitlines()[0] if text else type(exc).__name__, url)

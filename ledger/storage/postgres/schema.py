@@ -189,11 +189,22 @@ def ensure_schema(conn: Any, where: str) -> None:
     # A new database, or an older schema to upgrade (CREATE ... IF NOT EXISTS
     # adds what it lacks; nothing is rebuilt here: the recall index is built
     # lazily by the first ranked search).
+    create_schema(conn, where, fresh=True)
+
+
+def create_schema(conn: Any, where: str, *, fresh: bool) -> list[str]:
+    """The one schema transaction, under the advisory lock: create what is
+    missing, lay the tables out for Citus when it is installed
+    (``citus.distribute_tables``; ``fresh``: a store creating them, which
+    refuses a plain schema holding rows, else ``tledger db distribute``
+    converting one in place), and record or upgrade the version (a newer one
+    is refused). Returns the tables it distributed."""
+    from ledger.storage.postgres import citus
+
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,))
         conn.execute(DDL)
-        if citus.installed(conn):
-            citus.distribute_tables(conn, where, fresh=True)
+        converted = citus.distribute_tables(conn, where, fresh) if citus.installed(conn) else []
         got = conn.execute("SELECT max(version) FROM tl_schema").fetchone()
         version = got[0] if got else None
         if version is None:
@@ -202,6 +213,7 @@ def ensure_schema(conn: Any, where: str) -> None:
             _check_version(version, where)
             if version < SCHEMA_VERSION:
                 conn.execute("UPDATE tl_schema SET version = %s", (SCHEMA_VERSION,))
+    return converted
 
 
 def _check_version(version: int, where: str) -> None:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ledger.storage.engine import Engine, EngineSpec, StoreOptions
-from ledger.storage.postgres.connect import is_postgres_root, redact
+from ledger.storage.postgres.connect import is_postgres_root
 
 
 def _open(options: StoreOptions) -> Engine:
@@ -18,5 +18,4 @@ SPEC = EngineSpec(
     forms="a postgresql:// or postgres:// URL (PostgreSQL)",
     matches=is_postgres_root,
     open=_open,
-    redact=redact,
 )

@@ -61,7 +61,7 @@ ACTIONS = {
 @dataclass
 class Verified(rowcheck.Verified):
     projection: dict[int, str | None] = field(default_factory=dict)  # seq -> right value
-    window: tuple[int, str] | None = None  # the newest boundary the rows show
+    newest: tuple[int, str] | None = None  # the newest boundary the rows show
     floor: int | None = None  # the newest manual reset the rows show
     last: int | None = None  # the last seq
     gaps: list[tuple[int, int]] = field(default_factory=list)  # (seq before, seq after)
@@ -109,7 +109,7 @@ def verify_rows(conn: Any, workspace: str) -> Verified:
                 out.projection[seq] = want
             if want is not None:
                 window, floor = fold(window, floor, [Boundary(seq, seq, 0, want)])
-    out.window = (window.seq, window.reason) if window is not None else None
+    out.newest = (window.seq, window.reason) if window is not None else None
     out.floor, out.last = floor.seq if floor is not None else None, prev
     return out
 
@@ -135,6 +135,7 @@ def verify(ws: PgWorkspace) -> Verified:
     with ws.db.read("check") as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         out = verify_rows(conn, ws.workspace)
+        out.problems.extend(out.open_calls())
         _explain_gaps(conn, ws.workspace, out)
         head = ws._head(conn)
         if head is not None:
@@ -145,7 +146,7 @@ def verify(ws: PgWorkspace) -> Verified:
                 out.problems.append(Problem(code, None, message, notice=True,
                                             action=recall_check.ACTION))
     if head is not None:
-        window, floor, last = out.window, out.floor, out.last
+        window, floor, last = out.newest, out.floor, out.last
         if last is not None and head.next_seq <= last:
             out.problems.append(Problem("head", None, f"head next seq {head.next_seq} is not "
                                         f"past the last row {last}"))

@@ -28,18 +28,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import format as fmt
 from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.errors import HistoryDamaged, LedgerError, WorkspaceNotFound
 from ledger.core.rows import Row, now_ms
-from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.windows import Boundary
 from ledger.storage.engine import BackupResult, StatReport, StoreOptions, WorkspaceHandle
 from ledger.storage.postgres.connect import Database
+from ledger.storage.primitives import Edit, Replaced
+from ledger.storage.rewrites import RowRewrites
 from ledger.storage.seqpages import RowState as PgState
-from ledger.storage.seqpages import boundary
+from ledger.storage.seqpages import boundary, decode_row
 
 if TYPE_CHECKING:
     from ledger.storage.postgres.reader import PgReader
@@ -74,17 +74,10 @@ def state_of(row: Sequence[Any]) -> PgState:
 HEAD_COLUMNS = "next_seq, epoch, window_seq, window_reason, floor_seq"
 
 
-def decode(workspace: str, seq: int, raw: bytes) -> Row:
-    data = fmt.decode_line(raw)
-    if data is None or data.get("seq") != seq:
-        raise HistoryDamaged(
-            f"workspace {workspace!r}: row {seq} fails verification; run "
-            f"`tledger check {workspace}` and `tledger repair {workspace}`"
-        )
-    return Row(raw, seq, 0, data)
+decode = decode_row
 
 
-class PgWorkspace(WorkspaceHandle):
+class PgWorkspace(RowRewrites, WorkspaceHandle):
     """One workspace of the PostgreSQL engine (module doc)."""
 
     def __init__(self, db: Database, store: StoreOptions, workspace: str) -> None:
@@ -259,6 +252,12 @@ class PgWorkspace(WorkspaceHandle):
                     window, floor = rules.fold(window, floor, bounds)
                     reasons = {b.seq: b.reason for b in bounds}
                     bid = str(run[0].batch.get("id", ""))
+                    if "\x00" in bid:  # appends refuse it now; a 0.2 file history may hold it
+                        raise LedgerError(
+                            f"workspace {self.workspace!r}: the batch at seq {run[0].seq} has "
+                            f"the id {bid!r}, with a NUL, which PostgreSQL text cannot hold "
+                            "(no engine accepts such an id since 0.3); it stays readable "
+                            "where it is; nothing was written")
                     batches.append((bid, run[0].seq, len(run)))
                     for row in run:
                         copy.write_row((self.workspace, row.seq, bid, reasons.get(row.seq),
@@ -294,6 +293,9 @@ class PgWorkspace(WorkspaceHandle):
         source and offset are stored once (an import run again adds nothing)."""
         why = f"{source} offset {offset}: {reason}"
         with self.db.write(f"quarantine bytes of {self.workspace!r}") as conn:
+            if self._head(conn, lock=True) is None:
+                raise WorkspaceNotFound(
+                    f"workspace {self.workspace!r} has no history in {self.db.where}")
             got = conn.execute(
                 "SELECT id FROM tl_quarantine WHERE workspace = %s AND reason = %s AND raw = %s",
                 (self.workspace, why, data)).fetchone()
@@ -317,27 +319,28 @@ class PgWorkspace(WorkspaceHandle):
 
         return repair(self, policy, dry_run, progress)
 
-    # --- rewrites, backup, stat (rewrites.py) ---------------------------------------
+    # --- the primitives of the rewrites (ledger.storage.rewrites), backup, stat ------
 
-    def reject(self, seq_or_seqs: int | Iterable[int]) -> RejectResult:
-        from ledger.storage.postgres.rewrites import reject
+    def head(self) -> PgState:
+        with self.db.read("read the head") as conn:
+            st = self._head(conn)
+        if st is None:
+            raise WorkspaceNotFound(
+                f"workspace {self.workspace!r} has no history in {self.db.where}")
+        return st
 
-        return reject(self, seq_or_seqs)
+    def read(self, first: int, last: int) -> list[Row]:
+        with self.db.read("read rows") as conn:
+            got = conn.execute("SELECT seq, raw FROM tl_rows WHERE workspace = %s AND seq "
+                               "BETWEEN %s AND %s ORDER BY seq", (self.workspace, first, last),
+                               binary=True).fetchall()
+        return [decode(self.workspace, seq, bytes(raw)) for seq, raw in got]
 
-    def truncate_after(self, seq: int) -> TruncateResult:
-        from ledger.storage.postgres.rewrites import truncate_after
+    def replace(self, expect: PgState, edits: Sequence[Edit],
+                put_aside: str | None) -> Replaced:
+        from ledger.storage.postgres.rewrites import replace
 
-        return truncate_after(self, seq)
-
-    def purge_before_floor(self) -> PurgeResult:
-        from ledger.storage.postgres.rewrites import purge_before_floor
-
-        return purge_before_floor(self)
-
-    def rebaseline(self) -> int:
-        from ledger.storage.postgres.rewrites import rebaseline
-
-        return rebaseline(self)
+        return replace(self, expect, edits, put_aside)
 
     def backup(self, dest: str) -> BackupResult:
         from ledger.storage.postgres.rewrites import backup

@@ -7,11 +7,10 @@
 
 The per-call read bounds are ``ledger.core.bounds``; each engine's page reader
 enforces them on the raw bytes it reads (``ledger.storage.files.reader`` for
-the file engine).
+the file engine), its errors ``ledger``'s (``BadRequest``, ``NotFound``,
+``Unavailable``), the searched text of a row ``ledger.core.searchable``.
 """
 
-from ledger.core.bounds import LINE_CAP, RESULT_BYTES, SCAN_BYTES, SCAN_ROWS, Budget, Event
-from ledger.core.errors import BadRequest, NotFound, Unavailable
 from ledger.transcript.retrieval.args import (
     ACTIONS,
     DESCRIPTION,
@@ -34,7 +33,6 @@ from ledger.transcript.retrieval.text import (
     SNIPPET,
     ascii_prefilter,
     fit_text,
-    row_text,
 )
 from ledger.transcript.retrieval.tool import PREVIEW, SessionHistory
 
@@ -45,7 +43,6 @@ __all__ = [
     "ERROR_CODES",
     "LIMIT_DEFAULT",
     "LIMIT_MAX",
-    "LINE_CAP",
     "LIST_LIMIT_MAX",
     "NOTICE",
     "PARAMETERS",
@@ -53,19 +50,10 @@ __all__ = [
     "QUERY_MAX",
     "READ_DEFAULT",
     "READ_MAX",
-    "RESULT_BYTES",
-    "SCAN_BYTES",
-    "SCAN_ROWS",
     "SNIPPET",
-    "BadRequest",
-    "Budget",
-    "Event",
-    "NotFound",
     "Result",
     "SessionHistory",
-    "Unavailable",
     "ascii_prefilter",
     "error_result",
     "fit_text",
-    "row_text",
 ]

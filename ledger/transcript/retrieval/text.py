@@ -10,10 +10,8 @@ from typing import Any
 
 import msgspec
 
-from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
-
 SNIPPET = 300
-__all__ = ["echo_calls", "hidden", "is_echo", "row_text"]
+__all__ = ["ASCII_FOLDERS", "SNIPPET", "ascii_prefilter", "fit_text", "jlen", "snippet"]
 _enc = msgspec.json.Encoder()
 
 

@@ -30,6 +30,8 @@ from ledger.core.errors import (
     RetrievalDisabled,
     Unavailable,
 )
+from ledger.core.redact import redact
+from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
 from ledger.core.windows import window_marker
 from ledger.storage.engine import (
     Located,
@@ -50,12 +52,8 @@ from ledger.transcript.retrieval.results import (
 from ledger.transcript.retrieval.text import (
     SNIPPET,
     ascii_prefilter,
-    echo_calls,
     fit_text,
-    hidden,
-    is_echo,
     jlen,
-    row_text,
     snippet,
 )
 
@@ -113,7 +111,8 @@ class SessionHistory(Generic[S]):
             result = self._guarded(args, raise_cursor_errors=False)
         except (LedgerError, OSError, ValueError, TypeError, RecursionError) as exc:
             # call() never raises: anything unforeseen is reported, not thrown.
-            result = error_result("history_unavailable", f"{type(exc).__name__}: {exc}")
+            result = error_result("history_unavailable",
+                                  redact(f"{type(exc).__name__}: {exc}", self.history.store.root))
         return _enc.encode(result).decode("utf-8")
 
     def list(
@@ -158,7 +157,7 @@ class SessionHistory(Generic[S]):
             code = error_code(exc)
             if code is None or (raise_cursor_errors and code in CURSOR_CODES):
                 raise
-            return error_result(code, str(exc))
+            return error_result(code, redact(str(exc), self.history.store.root))
 
     def _dispatch(self, args: Any) -> dict[str, Any]:
         if not self.history.store.retrieval:

@@ -48,10 +48,10 @@ from ledger import CursorExpired, HistoryDamaged, Store
 from ledger.core import format as fmt
 from ledger.core.errors import DeletePending
 from ledger.core.windows import classify_reset
-from ledger.recovery.check import check
-from ledger.recovery.legacy import import_legacy
-from ledger.recovery.repair import repair
 from ledger.storage.files import merge
+from recovery.check import check
+from recovery.legacy import import_legacy
+from recovery.repair import repair
 from tests.helpers import msg
 from tests.helpers.crashfs import Plan, Tree, build, crash_states, record
 

@@ -30,9 +30,9 @@ import pytest
 
 from ledger import LedgerError, Store
 from ledger.core.errors import DeletePending, UnsafePath, WorkspaceNotFound
-from ledger.recovery.check import check
-from ledger.recovery.repair import repair
 from ledger.storage.files import segments as segs
+from recovery.check import check
+from recovery.repair import repair
 from tests.helpers import msg, subprocess_env
 
 WS = "ws"

@@ -25,8 +25,8 @@ import pytest
 
 from ledger import CommitFailed, LedgerError, Store
 from ledger.cli import main as cli_main
-from ledger.recovery.check import check
-from ledger.recovery.repair import repair
+from recovery.check import check
+from recovery.repair import repair
 from tests.helpers import msg, subprocess_env
 
 WS = "ws"
@@ -171,7 +171,7 @@ def test_read_only_media_reads_and_refuses_every_write(small_fs: Path, tmp_path:
 DESCRIPTORS = textwrap.dedent("""
     import json, os, resource, sys
     from ledger import LedgerError, Store
-    from ledger.recovery.check import check
+    from recovery.check import check
     root = sys.argv[1]
     store = Store(root, durability="off")
     h = store.history("ws")

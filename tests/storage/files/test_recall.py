@@ -120,8 +120,8 @@ def test_ranking_terms() -> None:
 
 
 def test_check_reports_and_repair_rebuilds_the_index(tmp_path: Path) -> None:
-    from ledger.recovery.check import check
-    from ledger.recovery.repair import repair
+    from recovery.check import check
+    from recovery.repair import repair
 
     h = seeded(tmp_path)
     tool = h.session_history()

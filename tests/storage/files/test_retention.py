@@ -17,10 +17,9 @@ from ledger.cli import main
 from ledger.cli.core import stat_report
 from ledger.core import format as fmt
 from ledger.core.errors import CommitFailed, LedgerError
-from ledger.recovery import quarantine as rq
-from ledger.recovery.check import check
 from ledger.storage.files import retention
 from ledger.transcript.store import Store
+from recovery.check import check
 from tests.helpers import msg
 from tests.helpers.recovery import build
 
@@ -115,7 +114,7 @@ def test_delete_sigkill_at_every_step(tmp_path: Path, step: str) -> None:
 def test_backup_is_consistent_and_restorable(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     b = build(tmp_path / "s", segment_bytes=700)
-    rq.quarantine_bytes(b.history.engine.path, b"aside", source="x", offset=0, reason="test")
+    retention.quarantine_bytes(b.history.engine.path, b"aside", source="x", offset=0, reason="test")
     dest = tmp_path / "backups" / "ws-copy"
     dest.parent.mkdir()
     out = b.history.backup(str(dest))
@@ -123,7 +122,7 @@ def test_backup_is_consistent_and_restorable(tmp_path: Path,
     copy = Store(dest.parent).history(dest.name)
     assert check(copy).findings == []
     assert _rows(copy) == _rows(b.history)
-    assert (dest / fmt.QUARANTINE_DIR / rq.MANIFEST_NAME).exists()
+    assert (dest / fmt.QUARANTINE_DIR / retention.MANIFEST_NAME).exists()
     with pytest.raises(LedgerError, match="exists"):
         b.history.backup(str(dest))
     restored = tmp_path / "restored"
@@ -141,25 +140,26 @@ def test_quarantine_manifest_dedupe_verify_and_clean(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     b = build(tmp_path / "s")
     path = b.history.engine.path
-    e1 = rq.quarantine_bytes(path, b"one", source="seg-00000001.jsonl", offset=10, reason="r1")
-    assert rq.quarantine_bytes(path, b"one", source="seg-00000001.jsonl", offset=10,
-                               reason="again") == e1
-    e2 = rq.quarantine_bytes(path, b"two!", source="chat.jsonl", offset=0, reason="r2")
-    entries = rq.entries(path)
+    q = retention.Quarantine(path)
+    e1 = q.put(b"one", source="seg-00000001.jsonl", offset=10, reason="r1")
+    assert retention.quarantine_bytes(path, b"one", source="seg-00000001.jsonl", offset=10,
+                                      reason="again") == e1
+    e2 = retention.quarantine_bytes(path, b"two!", source="chat.jsonl", offset=0, reason="r2")
+    entries = retention.Quarantine(path).entries()
     assert [(e.entry, e.source, e.offset, e.length, e.reason) for e in entries] == [
         (e1, "seg-00000001.jsonl", 10, 3, "r1"), (e2, "chat.jsonl", 0, 4, "r2")]
     assert entries[0].digest == retention.digest_hex(b"one") and len(entries[0].digest) == 32
-    assert rq.read_entry(path, e2) == b"two!" and rq.verify(path) == []
+    assert q.read(e2) == b"two!" and q.verify() == []
     (Path(path) / fmt.QUARANTINE_DIR / f"{e2}.bin").write_bytes(b"tampered")
-    assert [p["entry"] for p in rq.verify(path)] == [e2]
+    assert [p["entry"] for p in q.verify()] == [e2]
     assert stat_report(b.history)["quarantine_bytes"] > 0
 
     q = retention.Quarantine(path)
     assert q.clean(3600, now=time.time()) == {"removed": 0, "bytes": 0}
     later = time.time() + 7200
     assert q.clean(3600, now=later)["removed"] == 2
-    assert rq.entries(path) == [] and rq.verify(path) == []
-    rq.quarantine_bytes(path, b"three", source="s", offset=1, reason="r")
+    assert retention.Quarantine(path).entries() == [] and retention.Quarantine(path).verify() == []
+    retention.quarantine_bytes(path, b"three", source="s", offset=1, reason="r")
     code = main(["--root", str(tmp_path / "s"), "purge", "ws", "--quarantine-only",
                  "--quarantine-older-than", "0", "--json"])
     assert code == 0 and json.loads(capsys.readouterr().out)["quarantine"]["removed"] == 1

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from ledger.core import format as fmt
-from ledger.recovery.check import check
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.retention import read_manifest
 from ledger.transcript.store import Store
+from recovery.check import check
 from tests.helpers import msg
 from tests.helpers.recovery import build, quarantined, seg_files
 

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from ledger.core.errors import CommitFailed
-from ledger.recovery.check import check
-from ledger.recovery.repair import repair
 from ledger.storage.files import rewrite
 from ledger.transcript.history import History
 from ledger.transcript.store import Store
+from recovery.check import check
+from recovery.repair import repair
 from tests.helpers.recovery import build, seg_files
 
 Op = Callable[[History], Any]

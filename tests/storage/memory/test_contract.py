@@ -8,6 +8,7 @@ file engine's cases open the same directory), dropped after the case.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,8 @@ import pytest
 
 from ledger import Store
 from ledger.storage.memory import discard
+from ledger.transcript.history import History
+from tests.contract.operations import Corrupt, damaged
 from tests.helpers.engine_contract import EngineContract, MakeStore
 
 
@@ -28,6 +31,18 @@ def make_store() -> Iterator[MakeStore]:
 
     yield make
     discard(name)
+
+
+@pytest.fixture
+def corrupt() -> Corrupt:
+    """Damage row ``seq``'s stored bytes in memory (the contract's ``corrupt``)."""
+
+    def damage(h: History, seq: int) -> None:
+        rows = h.engine.root.spaces[h.workspace].rows  # type: ignore[attr-defined]
+        i = next(i for i, s in enumerate(rows) if s.seq == seq)
+        rows[i] = dataclasses.replace(rows[i], line=damaged(rows[i].line))
+
+    return damage
 
 
 class TestMemoryEngine(EngineContract):

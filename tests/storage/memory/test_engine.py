@@ -215,8 +215,8 @@ def _space(h: Any) -> Any:
 
 
 def test_check_and_repair_run_on_a_memory_workspace() -> None:
-    from ledger.recovery.check import check
-    from ledger.recovery.repair import repair
+    from recovery.check import check
+    from recovery.repair import repair
 
     h = Store("memory://").history("ws")
     with pytest.raises(WorkspaceNotFound):
@@ -236,8 +236,8 @@ def test_check_and_repair_run_on_a_memory_workspace() -> None:
 
 
 def test_repair_moves_a_damaged_batch_to_the_quarantine_and_keeps_the_floor() -> None:
-    from ledger.recovery.check import check
-    from ledger.recovery.repair import repair
+    from recovery.check import check
+    from recovery.repair import repair
 
     h = Store("memory://").history("ws")
     h.append_many([msg("q"), msg("a", "assistant")])
@@ -268,8 +268,8 @@ def test_repair_moves_a_damaged_batch_to_the_quarantine_and_keeps_the_floor() ->
 
 
 def test_check_finds_a_wrong_boundary_and_a_gap_nothing_explains() -> None:
-    from ledger.recovery.check import check
-    from ledger.recovery.repair import repair
+    from recovery.check import check
+    from recovery.repair import repair
 
     h = Store("memory://").history("ws")
     h.append(msg("q"))

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from ledger import Store
-from ledger.storage.postgres.citus import NotDistributed, distribute
+from ledger.storage.postgres.admin import distribute
+from ledger.storage.postgres.citus import NotDistributed
 from ledger.storage.postgres.connect import close_pools
 from tests.helpers import msg, subprocess_env
 

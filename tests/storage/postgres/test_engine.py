@@ -213,7 +213,7 @@ def _filled_file_store(root: Path, real_transcripts: Path | None = None) -> Stor
     h.reject(h.snapshot().next_seq - 1)
     h.append({"role": "user", "parts": [], "unknown": {"z": 1, "a": [1, 2]}})
     if real_transcripts is not None:
-        from ledger.recovery.imports import import_file
+        from recovery.imports import import_file
 
         session = next((real_transcripts / "claude-code").glob("*.jsonl"))
         import_file(store, "imported", session, "claude-code")

@@ -220,7 +220,7 @@ def test_repair_quarantine_and_delete_keep_rows_out(pg_root: str) -> None:
         "WHERE workspace = 'w' AND seq = 2")
     pretend_current(pg_root)
     assert sorted(seqs(ranked(tool, "heron"))) == [1, 3]  # unreadable: listed as skipped
-    from ledger.recovery.repair import repair
+    from recovery.repair import repair
 
     report = repair(h)
     assert report.quarantined_batches and report.after.ok
@@ -344,7 +344,7 @@ def test_concurrent_catch_ups_build_one_index(pg_root: str) -> None:
     assert not errors, errors
     assert sql(pg_root, "SELECT docs, seen FROM tl_recall_state") == [(150, 151)]
     assert sql(pg_root, "SELECT count(*) FROM tl_recall_docs")[0][0] == 150
-    from ledger.recovery.check import check
+    from recovery.check import check
 
     assert not check(h).findings
 
@@ -382,8 +382,8 @@ def test_a_version_2_database_gets_the_floor_and_rebuilds_from_it(pg_root: str) 
 
 
 def test_check_reports_the_index_and_repair_rebuilds_it(pg_root: str) -> None:
-    from ledger.recovery.check import check
-    from ledger.recovery.repair import repair
+    from recovery.check import check
+    from recovery.repair import repair
 
     h = Store(pg_root).history("w")
     h.append_many([msg(t) for t in ("degree in business", "commute by train",

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger import Store
+from ledger.core.searchable import row_text
 from ledger.transcript import retrieval
 from ledger.transcript.retrieval.text import ASCII_FOLDERS
 
@@ -69,7 +70,7 @@ def test_prefilter_finds_exactly_what_a_full_decode_finds(
     expected = [
         r.seq for r in h.rows()
         if r.kind == "message"
-        and query.casefold() in retrieval.row_text(r.to_dict()).casefold()
+        and query.casefold() in row_text(r.to_dict()).casefold()
     ]
     assert _search_all(tool, query) == expected
     original = retrieval.ascii_prefilter

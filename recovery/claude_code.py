@@ -39,8 +39,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ledger.adapters.anthropic import from_messages
-from ledger.recovery.events import Event, source_row
-from ledger.recovery.salvage import Record
+from recovery.events import Event, source_row
+from recovery.salvage import Record
 
 FORMAT = "claude-code"
 _SIDE_TYPES = {

@@ -2,9 +2,9 @@
 
 Three steps, the first two pure:
 
-1. :func:`ledger.recovery.salvage.salvage_jsonl` reads the bytes: readable records out,
+1. :func:`recovery.salvage.salvage_jsonl` reads the bytes: readable records out,
    unreadable bytes to quarantine entries.
-2. A format module (:mod:`ledger.recovery.claude_code`, :mod:`ledger.recovery.codex`) turns the
+2. A format module (:mod:`recovery.claude_code`, :mod:`recovery.codex`) turns the
    records into :class:`Event`\\ s -- conversation rows, compactions, and
    *bookkeeping* records that are not conversation -- and :func:`plan` turns those
    into steps: append batches and compactions, each with a deterministic batch id.
@@ -41,9 +41,9 @@ import xxhash
 
 from ledger.core.errors import InvalidRow, RecoveryError
 from ledger.core.rows import prepare_bodies
-from ledger.recovery import claude_code, codex
-from ledger.recovery.events import Event, parse_ts, source_row
-from ledger.recovery.salvage import Quarantined, Record, Salvage, salvage_jsonl
+from recovery import claude_code, codex
+from recovery.events import Event, parse_ts, source_row
+from recovery.salvage import Quarantined, Record, Salvage, salvage_jsonl
 
 __all__ = ["Event", "parse_ts", "source_row"]  # re-exported: their old home
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ledger.core.errors import LedgerError, RecoveryError
-from ledger.recovery.check import check
 from ledger.transcript.store import Store
+from recovery.check import check
 
 
 def migrate(src: Store, dst: Store, workspaces: Sequence[str] | None = None) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ledger.recovery.salvage import Record
+from recovery.salvage import Record
 
 
 @dataclass

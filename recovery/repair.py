@@ -11,9 +11,9 @@ prefix, strict): what fails verification goes to the workspace's quarantine, and
 from __future__ import annotations
 
 from ledger.core.checks import Progress, RepairReport
-from ledger.recovery.check import engine_of
 from ledger.storage.engine import WorkspaceEngine
 from ledger.transcript.history import History
+from recovery.check import engine_of
 
 
 def repair(history: History | WorkspaceEngine, *, policy: str = "salvage",

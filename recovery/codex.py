@@ -37,8 +37,8 @@ from typing import Any
 
 from ledger.adapters.common import parse_arguments
 from ledger.adapters.openai_responses import from_content
-from ledger.recovery.events import Event, source_row
-from ledger.recovery.salvage import Record
+from recovery.events import Event, source_row
+from recovery.salvage import Record
 
 FORMAT = "codex"
 _ITEM_TYPES = frozenset({

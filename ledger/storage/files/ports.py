@@ -1,0 +1,77 @@
+"""What the file engine's helpers -- rewrite and its transaction, repair,
+bulk loads, merges, retention -- use of a workspace: ``FileHistory``, a
+typed protocol. They are handed the workspace that calls them
+(``workspace.FileWorkspace``, which imports them) and see only this, so none
+of them imports the workspace class or reaches into its private members.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ledger.core import format as fmt
+from ledger.core.windows import Boundary
+from ledger.storage.engine import StoreOptions
+from ledger.storage.files.index import BoundaryIndex
+from ledger.storage.files.receipt import WriterReceipt
+from ledger.storage.files.state import State
+
+
+class FileHistory(Protocol):
+    """One file-engine workspace as its helpers use it (module doc)."""
+
+    workspace: str
+    path: str  # the workspace directory
+    index: BoundaryIndex  # the boundary index (INDEX)
+
+    @property
+    def store(self) -> StoreOptions: ...
+
+    def exists(self) -> bool: ...
+
+    def require(self) -> None:
+        """WorkspaceNotFound unless the directory exists."""
+        ...
+
+    def state(
+        self, numbers: list[int] | None = None, receipt_file: WriterReceipt | None = None
+    ) -> State:
+        """The validated state now (under the lock)."""
+        ...
+
+    def snapshot(self) -> State: ...
+
+    def settle_interrupted(self) -> None:
+        """Settle a rewrite a crash interrupted before anyone reads."""
+        ...
+
+    def refuse_damaged_floor(self, st: State) -> None: ...
+
+    def rebaseline(self) -> int: ...
+
+    def ensure_dir(self) -> None: ...
+
+    def ensure_format(self, present: bool | None = None) -> None: ...
+
+    def arrive_locked(self, bid: str, receipt_file: WriterReceipt | None = None) -> State:
+        """A writer's arrival under the exclusive lock: settle what a crash
+        left, check FORMAT, return the state."""
+        ...
+
+    def publish_pending(
+        self, st: State, bid: str | None, receipt_file: WriterReceipt | None = None
+    ) -> None:
+        """Step 1 of every mutation: the pending receipt (else CommitFailed)."""
+        ...
+
+    def rebaseline_locked(self, st: State, *, force_new_epoch: bool,
+                          rewritten: bool = False) -> int: ...
+
+    def publish_state(
+        self, window: Boundary | None, floor: Boundary | None, next_seq: int,
+        old_epoch: int, *, layout_of: fmt.Receipt | None = None,
+    ) -> int: ...
+
+    def forget_derived(self) -> None:
+        """Drop the states derived from the segments (they changed)."""
+        ...

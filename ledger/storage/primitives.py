@@ -1,0 +1,109 @@
+"""The primitives a row engine implements (PostgreSQL, Citus, memory), and
+nothing else of the rewrites: what ``reject``, ``truncate_after``,
+``purge_before_floor`` and ``rebaseline`` do with them is written once, in
+``ledger.storage.rewrites``.
+
+- ``head()``: the workspace's state (``RowState``: next seq, epoch, window,
+  floor); WorkspaceNotFound when nothing was written;
+- ``read(first, last)``: the stored rows with ``first <= seq <= last``, in
+  seq order, verified (HistoryDamaged for a row whose bytes fail);
+- ``replace(expect, edits, put_aside)``: one atomic change under a
+  condition. When the epoch or the floor is no longer ``expect``'s (a
+  rewrite, or an append of a manual reset, came first) it raises
+  ``Conflict`` and changes nothing; otherwise each
+  ``Edit`` takes out the rows of its seq range and puts its own rows in
+  their place (same seqs), the rows taken out go to the workspace's
+  quarantine under the reason ``put_aside`` (None: they are deleted for
+  good), and batch ids of which no row is left are forgotten. The head
+  after it (``settle``): next seq unchanged (seqs are identities: a row
+  taken out keeps its seq in quarantine), the floor never moves back (a
+  floor whose row is gone stays: fail closed), the window is the newest
+  boundary left or that floor, and a new epoch when any row changed --
+  always for an empty ``edits`` (a rebaseline).
+
+Every change of a stored row is a new epoch, so the rows a rule read are
+the rows it changes unless ``replace`` refuses; the rule then reads again
+(``ledger.storage.rewrites``). A plain append in between is no conflict: it
+only adds rows after those read (a truncation then takes them too, as if it
+came after them), and a rewrite need not wait for a quiet moment on a busy
+workspace. An append that moves the floor is one: the rules refuse by the
+floor (truncate must keep it). The quarantine
+operations (``put_quarantine``, ``clean_quarantine``) and ``stat`` are the
+engine protocol's (``ledger.storage.engine``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ledger.core.rows import Row
+from ledger.core.windows import Boundary
+from ledger.storage.seqpages import RowState
+
+LAST_SEQ = 2**63 - 1  # an Edit's ``last`` for "to the end of the log"
+
+
+@dataclass(frozen=True)
+class Put:
+    """A row an ``Edit`` puts in, with its boundary reason (None: it opens no
+    window)."""
+
+    row: Row
+    boundary: str | None = None
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Take out the rows with ``first <= seq <= last``; put ``rows`` (seq
+    order, inside that range) in their place."""
+
+    first: int
+    last: int
+    rows: tuple[Put, ...] = ()
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """What a ``replace`` did: the epoch after it, the rows it took out (and
+    their bytes, with newlines; rows put back in their place count too), and
+    the quarantine entries they went to (empty when deleted or none)."""
+
+    epoch: int
+    removed_rows: int
+    removed_bytes: int
+    put_aside: list[str]
+
+
+class RowPrimitives(Protocol):
+    """One workspace of a row engine as the rewrite rules see it (module doc)."""
+
+    @property
+    def workspace(self) -> str: ...
+
+    def head(self) -> RowState: ...
+
+    def read(self, first: int, last: int) -> list[Row]: ...
+
+    def replace(self, expect: RowState, edits: Sequence[Edit],
+                put_aside: str | None) -> Replaced: ...
+
+
+def holds(head: RowState, expect: RowState) -> bool:
+    """Whether ``replace``'s condition holds: the epoch and floor are ``expect``'s."""
+    return head.epoch == expect.epoch and head.floor == expect.floor
+
+
+def settle(
+    old: RowState, window_left: Boundary | None, floor_left: Boundary | None
+) -> tuple[Boundary | None, Boundary | None]:
+    """(window, floor) after a ``replace``, given the newest boundary row and
+    the newest manual reset row left (module doc)."""
+    floor = old.floor
+    if floor_left is not None and (floor is None or floor_left.seq > floor.seq):
+        floor = floor_left
+    window = window_left
+    if floor is not None and (window is None or window.seq < floor.seq):
+        window = floor
+    return window, floor

@@ -1,0 +1,153 @@
+"""The rewrites of the row engines, written once over their primitives
+(``ledger.storage.primitives``): ``reject``, ``truncate_after``,
+``purge_before_floor`` and ``rebaseline``. What each touches and refuses is
+``ledger.core.rules`` (the file engine applies the same rules to segment
+lines, ``ledger.storage.files.rewrite``); this module reads the rows a rule
+needs, decides, and makes the change with one conditional ``replace``. When
+the head moved in between (a concurrent append or rewrite: ``Conflict``) it
+reads again; nothing is changed until the ``replace`` that holds.
+
+- ``reject``: each request (and the synthetic rows right before it in its
+  batch that it owns) becomes an empty assistant record holding the
+  original under ``meta.quarantine`` (``ledger.core.husks``); resets and
+  other kinds are refused;
+- ``truncate_after``: ``seq`` must end its batch and the privacy floor must
+  survive; the rows after it go to the quarantine; the next append goes on
+  after the high-water mark, as on files;
+- ``purge_before_floor``: deletes the rows at or before the floor for good
+  (the floor row too when it is a batch of its own; a floor inside a larger
+  batch keeps that whole batch); the floor stays where it was;
+- ``rebaseline``: a new epoch, the head recomputed from the rows.
+
+``RowRewrites`` gives a row engine's workspace these four as its
+``WorkspaceEngine`` methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from ledger.core import rules
+from ledger.core.errors import CommitFailed, Conflict
+from ledger.core.husks import husk_line
+from ledger.core.rows import Row
+from ledger.storage.primitives import LAST_SEQ, Edit, Put, RowPrimitives
+from ledger.storage.seqpages import decode_row
+
+ATTEMPTS = 50  # reads again after a Conflict at most this often
+
+T = TypeVar("T")
+
+
+def _retrying(p: RowPrimitives, op: str, attempt: Callable[[], T]) -> T:
+    """``attempt()`` until its ``replace`` holds (module doc)."""
+    for _ in range(ATTEMPTS):
+        try:
+            return attempt()
+        except Conflict:
+            continue
+    raise CommitFailed(
+        f"workspace {p.workspace!r}: {op} failed: the workspace changed under it "
+        f"{ATTEMPTS} times in a row; nothing was changed"
+    )
+
+
+def _batch_up_to(p: RowPrimitives, row: Row) -> list[Row]:
+    """The rows of ``row``'s batch up to and including it (by its batch
+    index; rows of another batch in that range end the rules' walk back)."""
+    i = row.batch.get("i")
+    first = row.seq - i if isinstance(i, int) and not isinstance(i, bool) and i > 0 else row.seq
+    return p.read(max(first, 0), row.seq)
+
+
+def reject(p: RowPrimitives, seq_or_seqs: int | Iterable[int]) -> rules.RejectResult:
+    seqs = rules.reject_seqs(seq_or_seqs)
+
+    def attempt() -> rules.RejectResult:
+        head = p.head()
+        targets: dict[int, Row] = {}
+        missing: list[int] = []
+        for seq in sorted(seqs):
+            got = p.read(seq, seq)
+            if not got:
+                missing.append(seq)
+                continue
+            run = _batch_up_to(p, got[0])
+            for j in rules.reject_targets([r.data for r in run], [len(run) - 1]):
+                targets[run[j].seq] = run[j]
+        if missing:
+            raise rules.no_row(p.workspace, missing, "rejected")
+        rejected: list[int] = []
+        already: list[int] = []
+        edits: list[Edit] = []
+        for seq, row in sorted(targets.items()):
+            if not rules.rejectable(p.workspace, row.line, row.data):
+                already.append(seq)
+                continue
+            line = husk_line(row.line, row.data)
+            husk = decode_row(p.workspace, seq, line[:-1] if line.endswith(b"\n") else line)
+            edits.append(Edit(seq, seq, (Put(husk),)))  # a husk is never a reset
+            rejected.append(seq)
+        if not edits:
+            return rules.reject_result([], already, head.epoch)
+        done = p.replace(head, edits, None)
+        return rules.reject_result(rejected, already, done.epoch)
+
+    return _retrying(p, "reject", attempt)
+
+
+def truncate_after(p: RowPrimitives, seq: int) -> rules.TruncateResult:
+    seq = rules.truncate_seq(seq)
+
+    def attempt() -> rules.TruncateResult:
+        head = p.head()
+        got = p.read(seq, seq)
+        if not got:
+            raise rules.no_row(p.workspace, seq, "truncated")
+        rules.check_truncate(p.workspace, seq, got[0].data, (seq, 0), head.floor)
+        done = p.replace(head, [Edit(seq + 1, LAST_SEQ)], f"truncated after seq {seq}")
+        return rules.TruncateResult(seq, done.removed_rows, done.removed_bytes, 0,
+                                    done.put_aside, done.epoch)
+
+    return _retrying(p, "truncate_after", attempt)
+
+
+def purge_before_floor(p: RowPrimitives) -> rules.PurgeResult:
+    def attempt() -> rules.PurgeResult:
+        head = p.head()
+        if head.floor is None:
+            return rules.PurgeResult(0, 0, 0, None, head.epoch)
+        floor = head.floor.seq
+        cut = floor  # rows at or before `cut` go
+        got = p.read(floor, floor)
+        if got:  # else the floor row went in an earlier purge: its place still counts
+            run = _batch_up_to(p, got[0])
+            keep = rules.purge_cut([r.data for r in run], len(run) - 1)
+            cut = run[keep].seq - 1 if keep < len(run) else floor
+        done = p.replace(head, [Edit(0, cut)], None)
+        return rules.PurgeResult(done.removed_rows, done.removed_bytes, 0,
+                                 rules.FloorAt(floor, None, None), done.epoch)
+
+    return _retrying(p, "purge_before_floor", attempt)
+
+
+def rebaseline(p: RowPrimitives) -> int:
+    return _retrying(p, "rebaseline", lambda: p.replace(p.head(), [], None).epoch)
+
+
+class RowRewrites:
+    """The four rewrites as ``WorkspaceEngine`` methods of a row engine's
+    workspace, which provides the primitives (``RowPrimitives``)."""
+
+    def reject(self: RowPrimitives, seq_or_seqs: int | Iterable[int]) -> rules.RejectResult:
+        return reject(self, seq_or_seqs)
+
+    def truncate_after(self: RowPrimitives, seq: int) -> rules.TruncateResult:
+        return truncate_after(self, seq)
+
+    def purge_before_floor(self: RowPrimitives) -> rules.PurgeResult:
+        return purge_before_floor(self)
+
+    def rebaseline(self: RowPrimitives) -> int:
+        return rebaseline(self)
