@@ -27,9 +27,9 @@ import pytest
 
 from ledger import Store
 from ledger.core import format as fmt
-from ledger.recovery.check import check
-from ledger.recovery.repair import repair
 from ledger.storage.files import recall
+from recovery.check import check
+from recovery.repair import repair
 from tests.helpers import msg
 
 QUERIES = ("bluebird deploy", "heron cache", "otter", '"bluebird launch" fine')
