@@ -210,9 +210,9 @@ RECALL = "RECALL.sqlite"
 
 
 def _recall_flipped_page(ws: Path) -> None:
-    """One byte in the middle of each of the index's pages but the first."""
+    """One byte near the end of each of the index's pages but the first."""
     def flip(d: bytearray) -> None:
-        for at in range(4096 + 2000, len(d), 4096):
+        for at in range(4096 + 4000, len(d), 4096):  # in the cells, which fill from the end
             d[at] ^= 0x04
     _rewrite(ws / RECALL, flip)
 
@@ -305,6 +305,9 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
     "recall-garbage": _garbage(RECALL),
     "recall-flipped-pages": _recall_flipped_page,
     "recall-truncated": _recall_truncated,
+    "recall-symlink-outside": _recall_symlink,
+    "recall-dangling-symlink": _recall_dangling_symlink,
+    "recall-is-a-directory": _recall_is_a_directory,
 }
 
 
@@ -374,9 +377,6 @@ STORAGE_DAMAGE: dict[str, Callable[[Path], None]] = {
     "symlinked-workspace-dir": _symlinked_workspace,
     "segment-mode-000": _segment_mode_000,
     "deep-stored-row": _deep_stored_row,
-    "recall-symlink-outside": _recall_symlink,
-    "recall-dangling-symlink": _recall_dangling_symlink,
-    "recall-is-a-directory": _recall_is_a_directory,
 }
 
 
