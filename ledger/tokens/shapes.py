@@ -1,31 +1,184 @@
 """Counting rows as a provider API receives them (``ledger.tokens.counting.RowShape``).
 
-Each row is rendered by the API's adapter, with the bytes of genuine media
-parts taken out first; the rendered JSON is then charged as JSON and each
-media part gets its documented allowance instead of being counted as text.
-A tool call is rendered with its result and a result with its call, the way
-the adapter pairs them; both are charged where they stand, so a pair is
-counted about twice its framing: conservative, never short.
+OpenAI APIs (:class:`BodyShape`): a guard renders the whole request body --
+the system text (with the memory text after a blank line, as
+``Request.openai_chat`` sends it), the rows, the advertised tools -- with the
+API's adapter and counts it by OpenAI's published rules
+(``ledger.tokens.bodies``): the count is the count of what is sent, exact for
+an exact model unless media or schema keywords outside the rules are present.
+
+Other APIs (:class:`AdapterShape`, Anthropic's): each row is rendered by the
+API's adapter, with the bytes of genuine media parts taken out first; the
+rendered JSON is then charged as JSON and each media part gets its documented
+allowance instead of being counted as text. A tool call is rendered with its
+result and a result with its call, the way the adapter pairs them; both are
+charged where they stand, so a pair is counted about twice its framing:
+conservative, never short. Anthropic publishes no tokenizer: an estimate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import xxhash
 
 from ledger.adapters import ADAPTERS
-from ledger.tokens.counting import CANONICAL, Accountant, Count, RowShape, media_info
+from ledger.tokens.bodies import REPLY_TOKENS, BodyCounter
+from ledger.tokens.counting import (
+    CANONICAL,
+    Accountant,
+    Count,
+    InvalidTools,
+    RowShape,
+    _normalize_tools,
+    media_info,
+)
+
+if TYPE_CHECKING:
+    from ledger.tokens.counting import TokenCounter
+    from ledger.tokens.units import TokenCount
 
 __all__ = [
+    "BODY_APIS",
     "FAMILY_API",
     "AdapterShape",
+    "BodyShape",
+    "api_tool",
+    "count_view",
+    "neutral_tool",
     "shape_for",
 ]
 
 # The API a model family's requests go to (others use Chat Completions, the
 # most common wire shape).
 FAMILY_API = {"openai": "openai-chat", "anthropic": "anthropic"}
+BODY_APIS = frozenset({"openai-chat", "openai-responses"})
 _PLACEHOLDER = "AAAA"
+_RECENT = 16
+_encoder = msgspec.json.Encoder()
+
+
+def neutral_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool schema in the neutral form (``name``, ``description``,
+    ``parameters``) from the neutral, Chat Completions, Responses or
+    Anthropic form; another shape (a built-in tool) is returned as it is."""
+    inner = schema.get("function")
+    if isinstance(inner, Mapping):
+        schema = inner
+    if not isinstance(schema.get("name"), str):
+        return dict(schema)
+    out: dict[str, Any] = {"name": schema["name"]}
+    if "description" in schema:
+        out["description"] = schema["description"]
+    params = schema.get("parameters", schema.get("input_schema"))
+    if params is not None:
+        out["parameters"] = params
+    return out
+
+
+def api_tool(api: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A neutral tool schema as ``api`` advertises it (``Request``'s forms)."""
+    tool = neutral_tool(schema)
+    if "name" not in tool or (schema.get("type") not in (None, "function")):
+        return dict(schema)
+    if api == "openai-chat":
+        return {"type": "function", "function": tool}
+    if api == "openai-responses":
+        return {"type": "function", **tool}
+    return {"name": tool["name"], "description": tool.get("description", ""),
+            "input_schema": tool.get("parameters", {"type": "object"})}
+
+
+class BodyShape:
+    """Rows in a whole OpenAI request body, counted by the published rules
+    (``ledger.tokens.bodies``). Guards call :meth:`request_parts`; ``measure``
+    (one row alone in a body) serves per-row callers."""
+
+    def __init__(self, api: str) -> None:
+        if api not in BODY_APIS:
+            raise ValueError(f"no published counting rules for API {api!r}: one of "
+                             f"{sorted(BODY_APIS)}")
+        self.api = api
+        self.key = f"body-{api}-1"
+        self._items = "messages" if api == "openai-chat" else "input"
+        # One send counts the same request more than once (the decision, then
+        # the check of the request it returns): the last few are kept.
+        self._recent: OrderedDict[bytes, dict[str, Count]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def measure(self, row: Mapping[str, Any], acct: Accountant) -> Count:
+        body = ADAPTERS[self.api].to_request([row])
+        counter = BodyCounter(acct.text, encoding="", media_profile=acct.media_profile)
+        return counter.messages(body[self._items])
+
+    def request_parts(
+        self,
+        counter: TokenCounter,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        system: str = "",
+        memory: str = "",
+        tools: Any = None,
+        advertised: Collection[str] | None = None,
+    ) -> dict[str, Count]:
+        """The parts of the request body's count: ``framing`` (reply priming),
+        ``system`` (the first message, when there is system text), ``tools``
+        (the function rules) and ``rows`` (every other message); ``memory`` is
+        sent inside the system message and is counted there."""
+        rows = list(rows)
+        key: bytes | None = None
+        try:  # cache=None (the counter's) means no caching at all
+            key = None if counter.cache is None else xxhash.xxh3_128_digest(_encoder.encode(
+                (counter.profile_key, rows, system, memory, tools,
+                 None if advertised is None else list(advertised))))
+        except (TypeError, ValueError, OverflowError):
+            key = None
+        if key is not None and (found := self._recent.get(key)) is not None:
+            return dict(found)
+        parts = self._request_parts(counter, rows, system, memory, tools, advertised)
+        if key is not None:
+            with self._lock:
+                self._recent[key] = parts
+                while len(self._recent) > _RECENT:
+                    self._recent.popitem(last=False)
+        return dict(parts)
+
+    def _request_parts(
+        self,
+        counter: TokenCounter,
+        rows: list[Mapping[str, Any]],
+        system: str,
+        memory: str,
+        tools: Any,
+        advertised: Collection[str] | None,
+    ) -> dict[str, Count]:
+        text = f"{system}\n\n{memory}" if system and memory else (system or memory)
+        head = ([{"kind": "message", "role": "system", "parts": [{"type": "text", "text": text}]}]
+                if text else [])
+        table = _normalize_tools(tools)
+        names = list(table) if advertised is None else list(dict.fromkeys(advertised))
+        missing = [name for name in names if name not in table]
+        if missing:
+            raise InvalidTools(f"advertised tools without a schema: {', '.join(sorted(missing))}")
+        schemas = [api_tool(self.api, table[name]) for name in names]
+        body = ADAPTERS[self.api].to_request([*head, *rows])
+        items = list(body[self._items])
+        bodies = counter.body_counter()
+        system_count = Count(0, True)
+        if head and items:
+            system_count = bodies.message(items[0])
+            items = items[1:]
+        return {
+            "framing": Count(REPLY_TOKENS, True),
+            "system": system_count,
+            "memory": Count(0, True),
+            "tools": bodies.tools(schemas),
+            "rows": bodies.messages(items),
+        }
 
 
 class AdapterShape:
@@ -58,10 +211,28 @@ class AdapterShape:
 
 
 def shape_for(api: str | None = None, family: str | None = None) -> RowShape:
-    """The row shape of ``api``, or of a model ``family``'s usual API;
-    ``"canonical"`` counts the canonical JSON row."""
+    """The row shape of ``api``, or of a model ``family``'s usual API
+    (OpenAI's two APIs: :class:`BodyShape`, others :class:`AdapterShape`);
+    ``"canonical"`` counts the canonical JSON row; ``"adapter-<api>"`` the
+    per-row rendered JSON even for an OpenAI API (the pre-body estimate)."""
+    if api is not None and api.startswith("adapter-"):
+        return AdapterShape(api[len("adapter-"):])
     if api == "canonical":
         return CANONICAL
     if api is None:
         api = FAMILY_API.get(family or "", "openai-chat")
-    return AdapterShape(api)
+    return _BODY_SHAPES[api] if api in BODY_APIS else AdapterShape(api)
+
+
+_BODY_SHAPES = {api: BodyShape(api) for api in sorted(BODY_APIS)}
+
+
+def count_view(counter: TokenCounter, rows: Iterable[Mapping[str, Any]],
+               shape: RowShape) -> TokenCount:
+    """Rows as ``shape`` sends them, without a request's fixed parts: with a
+    :class:`BodyShape` the messages of the rendered body (so calls and results
+    are paired as sent), else the per-row sum."""
+    if isinstance(shape, BodyShape):
+        parts = shape.request_parts(counter, rows)
+        return counter.scaled(parts["rows"])
+    return counter.rows(rows, shape)

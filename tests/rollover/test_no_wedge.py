@@ -96,3 +96,21 @@ def test_pop_item_from_two_processes_gives_each_item_once(tmp_path: Path) -> Non
     left = asyncio.run(session.get_items())
     assert len(left) == 40
     assert not set(popped) & {i["content"] for i in left}
+
+
+@pytest.mark.parametrize("engine", ["files", "memory", "postgres"])
+def test_check_lists_calls_left_open_as_notices_on_every_engine(
+        engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    root = {"files": lambda: str(tmp_path), "memory": lambda: f"memory://{tmp_path.name}",
+            "postgres": lambda: request.getfixturevalue("pg_root")}[engine]()
+    h = Store(root, durability="off").history("tail")
+    h.append(user("go"))
+    h.append({"role": "assistant", "parts": [
+        {"type": "tool_call", "id": i, "name": "bash", "input": {}} for i in ("a", "b")]})
+    h.append({"role": "tool", "parts": [{"type": "tool_result", "id": "b", "output": "ok"}]})
+    report = h.engine.verify()
+    assert report.ok  # a notice, not damage
+    found = [(f.severity, f.code) for f in report.findings]
+    assert found == [("notice", "open_tool_call")] and "'a'" in report.findings[0].message
+    h.append({"role": "tool", "parts": [{"type": "tool_result", "id": "a", "output": "ok"}]})
+    assert h.engine.verify().findings == []
