@@ -180,8 +180,8 @@ def _apply(sp: Space, q: list[Quarantined], found: Verified) -> int:
             q.append((ts, s.seq, "repair: failed verification", s.line))
     good = [s for s in sp.rows if s.batch_id not in found.bad_batches]
     for run in _runs(good):
-        data = [s.data for s in run]
-        right = {b.seq: b.reason for b in rules.batch_bounds(data, [(s.seq, 0) for s in run])}
+        dicts = [s.data for s in run]
+        right = {b.seq: b.reason for b in rules.batch_bounds(dicts, [(s.seq, 0) for s in run])}
         kept += [Stored(s.seq, s.line, s.data, s.batch_id, right.get(s.seq)) for s in run]
     old_floor, next_seq = sp.floor, sp.next_seq
     sp.replace(kept)

@@ -81,7 +81,8 @@ class Space:
         self.bounds = [r.seq for r in rows if r.boundary is not None]
         self.batches = {}
         for r in rows:
-            b = r.data.get("batch") if isinstance(r.data.get("batch"), dict) else {}
+            got = r.data.get("batch")
+            b: dict[str, Any] = got if isinstance(got, dict) else {}
             if b.get("i") == 0 or r.batch_id not in self.batches:
                 self.batches[r.batch_id] = (r.seq, 0)
             first, n = self.batches[r.batch_id]
