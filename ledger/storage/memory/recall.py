@@ -25,7 +25,7 @@ from ledger.core import ranking
 from ledger.core.searchable import indexed_terms
 
 if TYPE_CHECKING:
-    from ledger.storage.memory.workspace import Stored
+    from ledger.storage.memory.space import Stored
 
 
 class Recall:

@@ -30,7 +30,7 @@ from ledger.storage.postgres.recall import PgRecall
 from ledger.storage.seqpages import RowState, SeqReader, found
 
 if TYPE_CHECKING:
-    from ledger.storage.postgres.workspace import PgWorkspace
+    from ledger.storage.postgres.handle import PgHandle
 
 PREFETCH = 16  # ranked candidates read back per round trip, at most
 PREFETCH_BYTES = SCAN_BYTES  # and stored bytes per round trip (one row more when larger)
@@ -59,7 +59,7 @@ class PgRows:
 class PgReader(SeqReader):
     """PostgreSQL's ``PageReader[RowState]`` for one workspace (module doc)."""
 
-    def __init__(self, ws: PgWorkspace) -> None:
+    def __init__(self, ws: PgHandle) -> None:
         self.ws = ws
         self.workspace = ws.workspace
         self.conn: Any = None
@@ -156,7 +156,7 @@ class PgReader(SeqReader):
                 self._order, self._fetched = [], {}  # of this call's snapshot only
 
     def state(self) -> RowState:
-        st = self.ws._head(self.conn)
+        st = self.ws.head_in(self.conn)
         if st is None:
             raise CursorExpired("the history is gone; start a new query")
         return st

@@ -156,7 +156,7 @@ def test_check_reports_and_repair_rebuilds_the_index(tmp_path: Path) -> None:
 def test_rows_are_found_again_after_a_merge(tmp_path: Path) -> None:
     """Merges (at append) move rows to other segments and offsets: the
     positions the index kept are hints only."""
-    from ledger.storage.files.state import unwrap
+    from ledger.storage.files.ports import unwrap
 
     store = Store(str(tmp_path), durability="off", segment_bytes=150)
     h = store.history("w")
