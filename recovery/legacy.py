@@ -6,10 +6,16 @@ The directory holds ``chat-archive.jsonl`` (older rows) and ``chat.jsonl``
 workspaceId?}``), and after a crashed truncation maybe
 ``chat-archive.jsonl.truncate.json`` (the marker) and ``chat-archive.jsonl.truncate``
 (the pre-truncation archive). The source directory is only read: the crashed
-truncation is settled *virtually* by ``ledger.storage.files.rewrite.decide`` -- the routine
-that settles the ledger's own markers -- and the import reads the files the
-settled directory would hold (the tombstone in place of the archive when the
-truncation rolls back).
+truncation is settled *virtually* by the file engine's routine that settles its
+own markers, and the import reads the files the settled directory would hold
+(the tombstone in place of the archive when the truncation rolls back). That
+reading is the file engine's one entry point here
+(``ledger.storage.files.legacy``); the mapping below is this module's.
+
+Any engine takes the import: the batches go in through the engine's
+``append_batch`` and the lines set aside through its ``put_quarantine`` (a
+workspace that does not exist yet is created empty first, by ``load_rows``);
+on a file workspace the file engine's bulk load writes them all with one fsync.
 
 Mapping, in file order (archive, then chat), each record to one batch:
 
@@ -48,55 +54,33 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import xxhash
 
 from ledger.core import format as fmt
+from ledger.core.batches import PendingBatch
 from ledger.core.errors import InvalidRow, LedgerError, RecoveryError
-from ledger.core.rows import prepare_batch
-from ledger.storage.files import rewrite
-from ledger.storage.files import segments as segs
-from ledger.storage.files.bulk import Batch, bulk_load
-from ledger.storage.files.lock import locked
-from ledger.storage.files.retention import Quarantine
-from ledger.storage.files.state import unwrap
-from ledger.storage.files.workspace import FileWorkspace
+from ledger.core.husks import QUARANTINE_VERSION
+from ledger.core.rows import new_id, now_ms, prepare_batch, prepare_bodies
+from ledger.storage.files.legacy import (
+    ARCHIVE,
+    CHAT,
+    LegacyView,
+    bulk_import,
+    legacy_lines,
+    settle_view,
+)
 from ledger.transcript.history import History
 
-ARCHIVE = "chat-archive.jsonl"
-CHAT = "chat.jsonl"
-MARKER = ARCHIVE + ".truncate.json"
-TOMBSTONE = ARCHIVE + ".truncate"
+__all__ = ["ImportReport", "Record", "import_legacy", "map_part", "read_records"]
+
 ROLLOVER = "context-window-rollover"
 LEAD_IN = "context-window-lead-in"
 WARNING = "context-budget-warning"
 _ROLES = ("user", "assistant", "system")
-
-
-@dataclass
-class LegacyView:
-    """The files a settled legacy directory holds."""
-
-    archive: str | None
-    chat: str | None
-    resolution: rewrite.Resolution | None
-
-
-def settle_view(dirpath: str) -> LegacyView:
-    """Settle a crashed truncation virtually (nothing in ``dirpath`` changes)."""
-    archive = os.path.join(dirpath, ARCHIVE)
-    chat = os.path.join(dirpath, CHAT)
-    tomb = os.path.join(dirpath, TOMBSTONE)
-    tombs = [(tomb, archive)] if os.path.isfile(tomb) else []
-    res = rewrite.decide(os.path.join(dirpath, MARKER), tombs,
-                         lambda m: rewrite.marker_matches(m, [archive], [chat]))
-    eff_archive = archive if os.path.isfile(archive) else None
-    if res is not None and archive in res.restored:
-        eff_archive = tomb
-    return LegacyView(eff_archive, chat if os.path.isfile(chat) else None, res)
 
 
 @dataclass
@@ -178,32 +162,29 @@ def _hidden_reset(raw: bytes) -> bool:
 def read_records(view: LegacyView) -> Iterator[Record]:
     """Every line of the archive, then the chat, classified (streaming)."""
     seen: dict[str, int] = {}
-    for path in (view.archive, view.chat):
-        if path is None:
+    for line in legacy_lines(view):
+        raw = line.data
+        if not raw.strip(b" \t\r"):
             continue
-        # The legacy directory is the user's: a symlinked file is read where it points.
-        for line in segs.iter_lines(os.path.realpath(path)):
-            raw = line.data
-            if not raw.strip(b" \t\r"):
-                continue
-            digest = xxhash.xxh3_128_hexdigest(raw)
-            k = seen.get(digest, 0)
-            seen[digest] = k + 1
-            key = f"{digest}:{k}"
-            msg = fmt.decode_unframed(raw)
-            problem = None
-            if msg is None:
-                if not line.complete:
-                    problem = "torn line (no newline at the end of the file)"
-                else:
-                    try:
-                        raw.decode("utf-8")
-                        problem = "unreadable line (not a JSON object)"
-                    except UnicodeDecodeError:
-                        problem = "invalid UTF-8"
-            elif msg.get("role") not in _ROLES or not isinstance(msg.get("parts"), list):
-                problem = "unknown record (not a message with a role and parts)"
-            yield Record(path, line.offset, raw, msg if problem is None else None, problem, key)
+        digest = xxhash.xxh3_128_hexdigest(raw)
+        k = seen.get(digest, 0)
+        seen[digest] = k + 1
+        key = f"{digest}:{k}"
+        msg = fmt.decode_unframed(raw)
+        problem = None
+        if msg is None:
+            if not line.complete:
+                problem = "torn line (no newline at the end of the file)"
+            else:
+                try:
+                    raw.decode("utf-8")
+                    problem = "unreadable line (not a JSON object)"
+                except UnicodeDecodeError:
+                    problem = "invalid UTF-8"
+        elif msg.get("role") not in _ROLES or not isinstance(msg.get("parts"), list):
+            problem = "unknown record (not a message with a role and parts)"
+        yield Record(line.source, line.offset, raw, msg if problem is None else None, problem,
+                     key)
 
 
 # --- mapping -----------------------------------------------------------------------
@@ -321,12 +302,16 @@ def _legacy_meta(rec: Record, msg: dict[str, Any]) -> dict[str, Any]:
     return legacy
 
 
+Put = Callable[..., str]  # (data, *, source, offset, reason) -> the quarantine entry's name
+Rows = list[dict[str, Any]]
+
+
 class _Mapper:
-    def __init__(self, history: FileWorkspace, report: ImportReport, quarantine: Quarantine,
+    def __init__(self, max_row_bytes: int, report: ImportReport, put: Put,
                  known: set[str]) -> None:
-        self.history = history
+        self.max_row_bytes = max_row_bytes
         self.report = report
-        self.q = quarantine
+        self.put = put
         self.known = known
         self.ts = 0
         self.seqs: dict[int, int] = {}
@@ -374,7 +359,7 @@ class _Mapper:
             # Metadata outside the store's JSON domain (or too large): the
             # reset must land anyway, so its line goes to the quarantine.
             if recovered is None:
-                recovered = self.q.put(rec.raw, source=rec.source, offset=rec.offset,
+                recovered = self.put(rec.raw, source=rec.source, offset=rec.offset,
                                        reason=problem)
                 self.report.quarantined.append({
                     "source": rec.source, "offset": rec.offset, "length": len(rec.raw),
@@ -386,7 +371,7 @@ class _Mapper:
     def quarantine(self, rec: Record, reason: str) -> dict[str, Any] | None:
         """Put a record's line aside; returns a manual reset row for its place
         when its bytes may be a reset."""
-        entry = self.q.put(rec.raw, source=rec.source, offset=rec.offset, reason=reason)
+        entry = self.put(rec.raw, source=rec.source, offset=rec.offset, reason=reason)
         is_reset = fmt.raw_may_be_reset(rec.raw)
         self.report.quarantined.append({"source": rec.source, "offset": rec.offset,
                                         "length": len(rec.raw), "reason": reason,
@@ -398,7 +383,7 @@ class _Mapper:
 
     def _checked(self, rows: list[dict[str, Any]]) -> str | None:
         try:
-            prepare_batch(rows, 1, "b_check", self.history.store.max_row_bytes, internal=True)
+            prepare_batch(rows, 1, "b_check", self.max_row_bytes, internal=True)
         except InvalidRow as exc:
             return f"refused by the store: {exc}"
         return None
@@ -412,7 +397,7 @@ class _Mapper:
             self.report.bump("repeated_sequences")
         self.seqs[seq] = self.seqs.get(seq, 0) + 1
 
-    def batches(self, records: Iterator[Record]) -> Iterator[Batch]:
+    def batches(self, records: Iterator[Record]) -> Iterator[Rows]:
         pending: Record | None = None
         it = iter(records)
         while True:
@@ -508,41 +493,34 @@ class _Mapper:
             inner["id"] = msg["id"]
         row: dict[str, Any] = {"kind": "message", "role": "assistant", "parts": [],
                                "partial": False,
-                               "meta": {"quarantine": {"v": rewrite.QUARANTINE_VERSION,
+                               "meta": {"quarantine": {"v": QUARANTINE_VERSION,
                                                        "row": inner}},
                                "ts": self._ts(msg)}
         if isinstance(msg.get("id"), str) and msg["id"]:
             row["id"] = msg["id"]
         return row
 
-    def _emit(self, rows: list[dict[str, Any]]) -> Batch:
+    def _emit(self, rows: Rows) -> Rows:
         self.report.imported_rows += len(rows)
         self.report.batches += 1
-        return Batch(rows)
+        return rows
 
 
 def fmt_now() -> int:
-    from ledger.core.rows import now_ms
-
     return now_ms()
 
 
-def _known_keys(history: FileWorkspace) -> set[str]:
-    """``meta.legacy.key`` of every readable row (rejected originals included)."""
+def _known_keys(history: History) -> set[str]:
+    """``meta.legacy.key`` of every row (rejected originals included)."""
     keys: set[str] = set()
     if not history.exists():
         return keys
-    for number in segs.list_segments(history.path):
-        for line in segs.iter_lines(segs.segment_path(history.path, number)):
-            if b'"key"' not in line.data:
-                continue
-            row = fmt.decode_line(line.data) if line.complete else None
-            if row is None:
-                continue
-            for meta in (row.get("meta"), _inner_meta(row)):
-                leg = meta.get("legacy") if isinstance(meta, dict) else None
-                if isinstance(leg, dict) and isinstance(leg.get("key"), str):
-                    keys.add(leg["key"])
+    for row in history.rows():
+        data = row.data
+        for meta in (data.get("meta"), _inner_meta(data)):
+            leg = meta.get("legacy") if isinstance(meta, dict) else None
+            if isinstance(leg, dict) and isinstance(leg.get("key"), str):
+                keys.add(leg["key"])
     return keys
 
 
@@ -553,9 +531,42 @@ def _inner_meta(row: dict[str, Any]) -> Any:
     return inner.get("meta") if isinstance(inner, dict) else None
 
 
-def import_legacy(history: History | FileWorkspace, dirpath: str) -> ImportReport:
-    """Import the legacy session directory ``dirpath`` (module doc)."""
-    history = unwrap(history)
+class _Writer(Protocol):
+    def put(self, data: bytes, *, source: str, offset: int, reason: str) -> str: ...
+
+    def load(self, batches: Iterable[Sequence[dict[str, Any]]]) -> int | None: ...
+
+
+class _EngineWriter:
+    """Any engine: each batch through ``append_batch``, set-aside lines through
+    ``put_quarantine`` (the workspace exists: created empty when it did not)."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+        if not history.exists():
+            history.engine.load_rows(())
+
+    def put(self, data: bytes, *, source: str, offset: int, reason: str) -> str:
+        return self.history.engine.put_quarantine(data, source=source, offset=offset,
+                                                  reason=reason)
+
+    def load(self, batches: Iterable[Sequence[dict[str, Any]]]) -> int | None:
+        epoch = None
+        max_bytes = self.history.store.max_row_bytes
+        for k, rows in enumerate(batches):
+            bid = new_id("b_")
+            try:
+                prepared = prepare_bodies(rows, 0, bid, max_bytes, internal=True)
+            except InvalidRow as exc:  # pragma: no cover - rows are checked before
+                raise InvalidRow(f"batch {k}: {exc}", exc.index) from exc
+            epoch = self.history.engine.append_batch(
+                PendingBatch(rows, bid, False, True, prepared)).epoch
+        return epoch
+
+
+def import_legacy(history: History, dirpath: str) -> ImportReport:
+    """Import the legacy session directory ``dirpath`` (module doc) into
+    ``history``, on any engine."""
     if not os.path.isdir(dirpath):
         raise RecoveryError(f"{dirpath} is not a directory (expected a legacy session "
                             f"directory with {ARCHIVE} and/or {CHAT})")
@@ -565,21 +576,13 @@ def import_legacy(history: History | FileWorkspace, dirpath: str) -> ImportRepor
         report.resolution = view.resolution.to_dict()
     if view.archive is None and view.chat is None:
         raise RecoveryError(f"{dirpath}: neither {ARCHIVE} nor {CHAT} is there; nothing to import")
-    try:
-        history.ensure_dir()
-    except OSError as exc:
-        raise RecoveryError(f"workspace {history.workspace!r}: cannot create it: {exc}") from exc
-    with locked(history.path, history.workspace, history.store.lock_timeout, shared=False):
-        history.ensure_format()
-        rewrite.recover_interrupted(history.path, history.store.durability)
+    writer: _Writer = bulk_import(history.engine) or _EngineWriter(history)
     known = _known_keys(history)
-    q = Quarantine(history.path, durability=history.store.durability)
-    mapper = _Mapper(history, report, q, known)
+    mapper = _Mapper(history.store.max_row_bytes, report, writer.put, known)
     try:
-        result = bulk_load(history, mapper.batches(read_records(view)), internal=True)
+        report.epoch = writer.load(mapper.batches(read_records(view)))
     except InvalidRow as exc:  # pragma: no cover - rows are checked before the load
         raise RecoveryError(f"import into {history.workspace!r} refused a row: {exc}") from exc
     except LedgerError:
         raise
-    report.epoch = result.epoch if result.rows else None
     return report

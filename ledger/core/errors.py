@@ -133,6 +133,13 @@ class Unavailable(LedgerError):
     """Damage or a concurrent untracked change stops a read (``history_unavailable``)."""
 
 
+class Unsupported(LedgerError):
+    """An operation the workspace's engine does not offer (a file-engine
+    operation such as ``bulk_load`` on a ``memory://`` or PostgreSQL
+    workspace); the message names the operation and the engine. Nothing was
+    done."""
+
+
 class RewriteRefused(LedgerError):
     """A rewrite that would break a rule (split a batch, erase a reset
     candidate, reject a reset); nothing was written."""

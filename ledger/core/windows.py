@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger.core import format as fmt
-from ledger.core.rows import Row, is_empty_assistant
+from ledger.core.rows import Row
 
 UNKNOWN_SEQ = fmt.FLOOR_UNREADABLE
 PROVIDER_KINDS = frozenset({"message", "lead_in", "warning"})
@@ -159,21 +159,35 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
     out: list[Any] = []
     waiting: dict[str, int] = {}  # call id -> calls with that id that have no result yet
     answered: set[str] = set()
+    kinds = PROVIDER_KINDS
     for item in rows:
         row = item if isinstance(item, dict) else item.data
         kind = row.get("kind", "message")
-        if kind not in PROVIDER_KINDS or is_empty_assistant(row):
+        if kind not in kinds:
             continue
-        parts = row.get("parts") if isinstance(row.get("parts"), list) else []
+        parts = row.get("parts")
+        if (not parts and kind == "message" and row.get("role") == "assistant"
+                and not row.get("partial", False)):
+            continue  # is_empty_assistant, inlined: this loop runs for every row of a view
+        if not isinstance(parts, list):
+            out.append(item)
+            continue
+        # One pass over the parts: the results that answer no waiting call,
+        # and the calls this row adds (after its own results).
         orphans: dict[int, bool] = {}  # part index -> its call was answered already
+        added: list[str] = []
         for i, p in enumerate(parts):
-            if isinstance(p, dict) and p.get("type") == "tool_result":
-                pid = str(p.get("id"))
-                if waiting.get(pid):
-                    waiting[pid] -= 1  # a result answers one call (ledger.core.toolpairs)
-                    answered.add(pid)
-                else:
-                    orphans[i] = pid in answered
+            if isinstance(p, dict):
+                t = p.get("type")
+                if t == "tool_result":
+                    pid = str(p.get("id"))
+                    if waiting.get(pid):
+                        waiting[pid] -= 1  # a result answers one call (ledger.core.toolpairs)
+                        answered.add(pid)
+                    else:
+                        orphans[i] = pid in answered
+                elif t == "tool_call":
+                    added.append(str(p.get("id")))
         if orphans:
             new_parts = [orphan_result_text(p, late=orphans[i]) if i in orphans else p
                          for i, p in enumerate(parts)]
@@ -184,10 +198,8 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
                 row["role"] = "user"
             row.pop(fmt.CHECKSUM_KEY, None)
             item = row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
-        for p in parts:
-            if isinstance(p, dict) and p.get("type") == "tool_call":
-                pid = str(p.get("id"))
-                waiting[pid] = waiting.get(pid, 0) + 1
+        for pid in added:
+            waiting[pid] = waiting.get(pid, 0) + 1
         out.append(item)
     return out
 

@@ -236,3 +236,59 @@ def test_append_after_damage_still_checks_as_damaged(tmp_path: Path) -> None:
     b.history.append(msg("after"))
     r = check(b.history)
     assert [f.code for f in r.findings if f.severity == DAMAGE] == ["torn_line"]
+
+
+def _split_model(wsdir: Path) -> list[tuple[str, int, int, str]]:
+    """(segment, offset, seq, call id) of every result whose call is in an
+    earlier window, computed from the decoded rows (the notice's meaning)."""
+    calls: set[str] = set()
+    earlier: set[str] = set()
+    out = []
+    for n in segs.list_segments(str(wsdir)):
+        for line in segs.iter_lines(segs.segment_path(str(wsdir), n)):
+            row = fmt.decode_unframed(line.data)
+            assert row is not None
+            if row["kind"] == "reset":
+                earlier |= calls
+                calls = set()
+                continue
+            for p in row.get("parts") or ():
+                if not isinstance(p, dict):
+                    continue
+                if p.get("type") == "tool_call":
+                    calls.add(str(p["id"]))
+                elif p.get("type") == "tool_result":
+                    cid = str(p["id"])
+                    if cid not in calls and cid in earlier:
+                        out.append((fmt.segment_name(n), line.offset, row["seq"], cid))
+    return out
+
+
+def test_split_tool_pairs_are_found_in_the_scan_on_both_paths(tmp_path: Path) -> None:
+    # The notice is gathered by check's one pass over the segments: chunks of
+    # well-formed rows on the fast path, and a chunk that holds a part that is
+    # no object (hand-written, checksum valid) line by line; both find the same.
+    h = Store(tmp_path, segment_bytes=600, durability="off").history("ws")
+    for k in range(4):
+        h.append_many([msg(f"q{k}"), {"kind": "message", "role": "assistant", "parts": [
+            {"type": "tool_call", "id": f"c{k}", "name": "bash", "input": {"k": k}},
+            {"type": "tool_call", "id": f"d{k}", "name": "bash", "input": {}}]}])
+        h.append_many([{"kind": "message", "role": "tool", "parts": [
+            {"type": "tool_result", "id": f"d{k}", "output": "same window"}]}])
+        h.clear_soft()
+        h.append_many([{"kind": "message", "role": "tool", "parts": [
+            {"type": "tool_result", "id": f"c{k}", "output": "late"},
+            {"type": "tool_result", "id": "never-called", "output": "x"}]}])
+    wsdir = Path(h.engine.path)
+    seg = _seg(wsdir)
+    seq = h.snapshot().next_seq
+    odd = _row(seq, "b_" + "9" * 28, parts=["not a part", {"type": "tool_result", "id": "c0",
+                                                            "output": "odd row"}])
+    seg.write_bytes(seg.read_bytes() + _framed(odd))
+    expected = _split_model(wsdir)
+    assert [e[3] for e in expected] == ["c0", "c1", "c2", "c3", "c0"]
+    r = check(h)
+    got = [(f.segment, f.offset, f.seq, f.message.split("'")[1])
+           for f in r.findings if f.code == "tool_pair_split"]
+    assert not [f for f in r.findings if f.severity == DAMAGE]
+    assert got == expected

@@ -68,7 +68,7 @@ def test_the_fast_path_verifies_lines_as_body_of_does(
 
 def _scan(ws: Path, *, slow: bool, monkeypatch: pytest.MonkeyPatch) -> chk.ScanResult:
     if slow:
-        def never(self: Any, base: int, buf: bytes) -> None:
+        def never(self: Any, base: int, buf: bytes, end: int) -> None:
             raise chk._Slow
 
         monkeypatch.setattr(chk._Scanner, "_fast", never)

@@ -34,8 +34,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from ledger.core import format as fmt
 from ledger.core.checks import DAMAGE, NOTICE, CheckReport, Finding, Progress
 from ledger.core.errors import FormatError, LedgerError, Unavailable, WorkspaceNotFound
@@ -44,10 +42,10 @@ from ledger.storage.files import recall, rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.index import BoundaryIndex
 from ledger.storage.files.lock import locked
+from ledger.storage.files.pairs import SplitPairs
 from ledger.storage.files.reader import FileReader
 from ledger.storage.files.receipt import read_receipt, receipt_status
 from ledger.storage.files.scan import (
-    CHUNK,
     MAX_FINDINGS_PER_CODE,
     ScanResult,
     byte_progress,
@@ -122,9 +120,10 @@ def _check(history: FileHistory, progress: Progress | None) -> FileReport:
             f"{fmt.FORMAT_TEXT!r}; use a build that knows that format"
         )
     total = sum(s.size for s in stamps.values())
+    pairs = SplitPairs()
     scan = scan_paths(
         [(n, segs.segment_path(path, n)) for n in numbers if n not in odd],
-        expected=stamps, progress=byte_progress(progress, total),
+        expected=stamps, progress=byte_progress(progress, total), pairs=pairs,
     )
     for n, what in odd.items():
         findings.append(Finding(DAMAGE, "not_a_file",
@@ -190,7 +189,7 @@ def _check(history: FileHistory, progress: Progress | None) -> FileReport:
         findings.append(Finding(NOTICE, "format_missing", "FORMAT file is missing",
                                 "the next write or repair writes it"))
     if not scan.damage:
-        findings.extend(_split_pairs(path, [n for n in numbers if n not in odd]))
+        findings.extend(_split_pairs(pairs))
     try:
         findings.extend(_recall_findings(history))
     except LedgerError:
@@ -198,77 +197,25 @@ def _check(history: FileHistory, progress: Progress | None) -> FileReport:
     return FileReport(ws, findings, len(scan.segments), scan.rows, scan.bytes, status, scan)
 
 
-class _PairRow(msgspec.Struct):
-    seq: int
-    kind: str = "message"
-    parts: Any = None
-
-
-_decode_pair_row = msgspec.json.Decoder(_PairRow).decode
-
-
-def _split_pairs(path: str, numbers: list[int]) -> Iterator[Finding]:
+def _split_pairs(pairs: SplitPairs) -> Iterator[Finding]:
     """Notices for tool results whose call is in an earlier window (a
-    boundary between a call and its result). Nothing is lost: the provider
-    view serves such a result as user text. Streams the segments again,
-    decoding only lines that hold a tool part or a reset."""
-    calls: dict[str, int] = {}  # call id -> seq, in the current window
-    waiting: dict[str, list[int]] = {}  # call id -> seqs of its calls without a result
-    earlier: dict[str, int] = {}  # call id -> seq, in earlier windows
-    boundary = 0
-    found = 0
-    extra = 0
-    for number in numbers:
-        try:
-            fd = segs.open_regular(segs.segment_path(path, number))
-        except (OSError, LedgerError):
-            continue  # reported as damage elsewhere in the check
-        try:
-            for base, buf, _complete in segs.iter_chunks_fd(fd, 0, CHUNK):
-                for line in segs.split_lines(buf, base):
-                    data = line.data
-                    if b'"tool_' not in data and b'"reset"' not in data:
-                        continue
-                    body = fmt.body_of(data)
-                    if body is None:
-                        continue
-                    try:
-                        row = fmt.with_headroom(_decode_pair_row, body)
-                    except (msgspec.DecodeError, RecursionError):
-                        continue
-                    if row.kind == "reset":
-                        earlier.update(calls)
-                        calls, waiting = {}, {}
-                        boundary = row.seq
-                        continue
-                    for raw in row.parts if isinstance(row.parts, list) else ():
-                        if not isinstance(raw, dict):
-                            continue
-                        kind, cid = raw.get("type"), str(raw.get("id"))
-                        if kind == "tool_call":
-                            calls[cid] = row.seq
-                            waiting.setdefault(cid, []).append(row.seq)
-                        elif kind == "tool_result" and waiting.get(cid):
-                            waiting[cid].pop()  # answers the newest open call with its id
-                        elif kind == "tool_result" and cid not in calls and cid in earlier:
-                            found += 1
-                            if found > MAX_FINDINGS_PER_CODE:
-                                extra += 1
-                                continue
-                            yield Finding(
-                                NOTICE, "tool_pair_split",
-                                f"the result of tool call {cid!r} (seq {row.seq}) is in the "
-                                f"window of boundary {boundary}, its call (seq {earlier[cid]}) "
-                                "in an earlier window; the model gets the result as user text",
-                                "none needed (nothing is lost); runtimes carry the call into "
-                                "the new window instead (ledger.rollover.engine.carried_rows)",
-                                fmt.segment_name(number), line.offset, None, row.seq)
-        finally:
-            os.close(fd)
-    if extra:
-        yield Finding(NOTICE, "tool_pair_split", f"{extra} more split tool pairs not listed",
-                      "none needed")
-    yield from open_call_findings(waiting, boundary)
+    boundary between a call and its result), and for calls of the active
+    window without a result, found by the scan itself
+    (``ledger.storage.files.pairs``). Nothing is lost: the provider view
+    serves such a result as user text."""
+    for s in pairs.found:
+        yield Finding(
+            NOTICE, "tool_pair_split",
+            f"the result of tool call {s.call_id!r} (seq {s.seq}) is in the window of "
+            f"boundary {s.boundary}, its call (seq {s.call_seq}) in an earlier window; the "
+            "model gets the result as user text",
+            "none needed (nothing is lost); runtimes carry the call into the new window "
+            "instead (ledger.rollover.engine.carried_rows)",
+            fmt.segment_name(s.segment), s.offset, None, s.seq)
+    if pairs.more:
+        yield Finding(NOTICE, "tool_pair_split",
+                      f"{pairs.more} more split tool pairs not listed", "none needed")
+    yield from open_call_findings(pairs.waiting, pairs.boundary)
 
 
 def open_call_findings(waiting: dict[str, list[int]], boundary: int) -> Iterator[Finding]:

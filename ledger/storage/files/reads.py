@@ -34,6 +34,7 @@ from ledger.storage.files.index import BoundaryIndex, SegmentInfo
 from ledger.storage.files.lock import locked
 from ledger.storage.files.marker import recover_if_marked
 from ledger.storage.files.receipt import WriterReceipt, read_receipt
+from ledger.storage.files.rowread import segment_rows
 from ledger.storage.files.state import (
     State,
     boundary_from_receipt,
@@ -478,15 +479,8 @@ class WorkspaceBase:
             for number in numbers:
                 if number < first:
                     continue
-                start = offset if number == first else 0
-                path = segs.segment_path(self.path, number)
-                skip_first = st.window is not None and number == first
-                for line in segs.iter_lines(path, start):
-                    if skip_first:
-                        skip_first = False
-                        continue
-                    data = fmt.decode_line(line.data) if line.complete else None
-                    if data is None or not isinstance(data.get("seq"), int):
-                        continue
-                    out.append(Row(line.data, number, line.offset, data))
+                out.extend(segment_rows(
+                    segs.segment_path(self.path, number), number,
+                    offset if number == first else 0,
+                    skip_first=st.window is not None and number == first))
             return out

@@ -18,6 +18,7 @@ from ledger.core import format as fmt
 from ledger.core.checks import Progress
 from ledger.core.windows import classify_reset
 from ledger.storage.files import segments as segs
+from ledger.storage.files.pairs import PairPart, SplitPairs
 
 RECENT_BATCHES = 4096  # exact duplicate batches are detected among this many recent ones
 MAX_FINDINGS_PER_CODE = 1000
@@ -38,19 +39,29 @@ def byte_progress(progress: Progress | None, total: int) -> Callable[[int], None
     return tick
 
 
-class CheckBatch(msgspec.Struct):
+class CheckBatch(msgspec.Struct, gc=False):
     id: str
     n: int
     i: int
 
 
-class CheckRow(msgspec.Struct):
-    """The part of a stored row that verification needs; the rest is skipped."""
+class CheckRow(msgspec.Struct, gc=False):
+    """The part of a stored row that verification needs; the rest is skipped.
+    Not tracked by the garbage collector (``gc=False``: decoded JSON holds
+    no reference cycle), which makes decoding a chunk cheaper."""
 
     seq: int
     batch: CheckBatch
     kind: str = "message"
     reset: Any = None  # only read on reset rows; a caller's odd value elsewhere is fine
+
+
+class PairCheckRow(CheckRow, gc=False):
+    """CheckRow and, for check's split-pair notice, each part's type and id
+    (``ledger.storage.files.pairs``); a chunk whose parts do not decode this
+    way goes line by line, where rows decode as plain CheckRow."""
+
+    parts: list[PairPart] | None = None
 
 
 _decode_row = msgspec.json.Decoder(CheckRow).decode
@@ -154,6 +165,7 @@ def may_hide_reset(data: bytes) -> bool:
 
 
 _decode_lines = msgspec.json.Decoder(CheckRow).decode_lines
+_decode_pair_lines = msgspec.json.Decoder(PairCheckRow).decode_lines
 CHUNK = 4 << 20
 
 
@@ -177,8 +189,10 @@ class _Scanner:
     newest boundary and floor found otherwise (:meth:`resolve_hidden`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, pairs: SplitPairs | None = None) -> None:
         self.res = ScanResult()
+        self.pairs = pairs
+        self.decode_lines = _decode_lines if pairs is None else _decode_pair_lines
         self.recent: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
         self.pending_next: list[Damage] = []
         self.fast_chunks: list[tuple[int, int, int]] = []  # (segment, offset, length)
@@ -357,17 +371,17 @@ class _Scanner:
 
     def scan_segment(self, number: int, fd: int, progress: Callable[[int], None] | None) -> None:
         self._begin(number)
-        for base, buf, complete in segs.iter_chunks_fd(fd, 0, CHUNK):
+        for base, buf, end, complete in segs.iter_runs_fd(fd, 0, CHUNK):
             if complete:
                 try:
-                    self._fast(base, buf)
-                    self.fast_chunks.append((number, base, len(buf)))
+                    self._fast(base, buf, end)
+                    self.fast_chunks.append((number, base, end))
                 except _Slow:
-                    self._slow(base, buf)
+                    self._slow(base, buf[:end])
             else:
                 self._slow(base, buf)
             if progress is not None:
-                progress(len(buf))
+                progress(end)
         if self.pending_reset is not None:
             self._flush_reset(None)
         self._abort_run()
@@ -375,9 +389,12 @@ class _Scanner:
         self.units.sort(key=lambda d: d.offset)
         self.res.damage.extend(self.units)
 
-    def _fast(self, base: int, buf: bytes) -> None:
+    def _fast(self, base: int, buf: bytes, end: int) -> None:
+        """Whole lines ``buf[:end]`` read from ``base`` (the bytes after
+        ``end`` are the start of the next run: split off, and only ever make
+        the bracket and ASCII tests below look closer, never pass)."""
         lines = buf.split(b"\n")
-        lines.pop()
+        lines.pop()  # after the last newline: b"" or the next run's start
         try:
             if not fmt.all_verified(lines):
                 raise _Slow
@@ -386,7 +403,8 @@ class _Scanner:
             if max(map(len, buf.translate(None, _NOT_OPENING).split(b"\n"))) > _LIMIT:
                 if any(_too_deep(line) for line in lines):
                     raise _Slow
-            rows = with_headroom(_decode_lines, buf)
+            rows = with_headroom(self.decode_lines,
+                                 buf if end == len(buf) else memoryview(buf)[:end])
             if len(rows) != len(lines):
                 raise _Slow
             if not buf.isascii():
@@ -400,33 +418,65 @@ class _Scanner:
         recent = self.recent
         number = self.number
         row_fn = self._row
-        # The common cases -- a one-row batch, or the start or next row of a
-        # longer one, in a stretch with no damage, no reset and rising seqs --
-        # are what _row and _complete do, inlined (a third of the scan time);
-        # everything else goes through _row.
-        for line, row in zip(lines, rows, strict=True):
+        # The common cases -- a whole batch of one or more rows, or the start
+        # or next row of a longer one, in a stretch with no damage, no reset
+        # and rising seqs -- are what _row and _complete do, inlined (most of
+        # the scan's Python time); everything else goes through _row.
+        # ``plain``: no damage found and no reset pending, so the inlined
+        # cases apply; only _row and _complete change that.
+        plain = self.pending_reset is None and not res.damage and not self.units
+        i = 0
+        count = len(rows)
+        while i < count:
+            line = lines[i]
+            row = rows[i]
             ln = len(line) + 1
             b = row.batch
-            if self.pending_reset is not None or row.kind == "reset" or res.damage or self.units:
+            if not plain or row.kind == "reset":
                 row_fn(off, ln, line, row, None)
+                plain = self.pending_reset is None and not res.damage and not self.units
             elif self.run_id is None:
-                if b.i != 0 or b.n < 1:
+                k = b.n
+                if b.i != 0 or k < 1:
                     row_fn(off, ln, line, row, None)
-                elif b.n == 1:
-                    seq = row.seq
-                    if recent.get(b.id) is not None or seq <= res.max_seq:
-                        row_fn(off, ln, line, row, None)
-                    else:
-                        recent[b.id] = (hash(line[-18:-2]), number, off)
+                    plain = self.pending_reset is None and not res.damage and not self.units
+                elif recent.get(b.id) is not None or row.seq <= res.max_seq:
+                    row_fn(off, ln, line, row, None)
+                    plain = self.pending_reset is None and not res.damage and not self.units
+                else:
+                    end = i + k
+                    top = row.seq
+                    whole = end <= count
+                    if whole and k > 1:
+                        bid = b.id
+                        for m in range(1, k):
+                            r2 = rows[i + m]
+                            b2 = r2.batch
+                            if (b2.id != bid or b2.i != m or b2.n != k or r2.kind == "reset"
+                                    or r2.seq <= top):
+                                whole = False
+                                break
+                            top = r2.seq
+                    if whole:
+                        # The whole batch is here, in order: kept as _complete keeps it.
+                        if k == 1:
+                            sig = hash(line[-18:-2])
+                        else:
+                            batch_lines = lines[i:end]
+                            sig = hash(b"".join([x[-18:-2] for x in batch_lines]))
+                            ln = sum(map(len, batch_lines)) + k
+                        recent[b.id] = (sig, number, off)
                         if len(recent) > RECENT_BATCHES:
                             recent.popitem(last=False)
-                        res.max_seq = res.last_kept_seq = seq
+                        res.max_seq = res.last_kept_seq = top
                         if res.min_seq is None:
-                            res.min_seq = seq  # the first kept row, above every seq before
-                        res.kept_rows += 1
-                        self.seg_rows += 1
+                            res.min_seq = row.seq  # the first kept row, above every seq before
+                        res.kept_rows += k
+                        self.seg_rows += k
                         self.orphan = None
-                else:
+                        off += ln
+                        i = end
+                        continue
                     self.seg_rows += 1
                     self._start_run(off, ln, line, row)
             elif b.id == self.run_id and b.i == len(self.run_rows) and b.n == self.run_n:
@@ -437,9 +487,14 @@ class _Scanner:
                 self.run_end = off + ln
                 if b.i + 1 == b.n:
                     self._complete()
+                    plain = self.pending_reset is None and not res.damage and not self.units
             else:
                 row_fn(off, ln, line, row, None)
+                plain = self.pending_reset is None and not res.damage and not self.units
             off += ln
+            i += 1
+        if self.pairs is not None:
+            self.pairs.rows(number, base, lines, rows)
 
     def _slow(self, base: int, buf: bytes) -> None:
         for line in segs.split_lines(buf, base):
@@ -468,6 +523,8 @@ class _Scanner:
                     continue
             hidden = row.kind != "reset" and _is_reset(data, row.kind)
             self._row(line.offset, ln, data, row, hidden)
+            if self.pairs is not None:
+                self.pairs.line(self.number, line.offset, body, row.seq, row.kind)
 
     def resolve_hidden(self, paths: dict[int, str]) -> None:
         """Look for hidden resets in fast-path chunks after the newest
@@ -518,9 +575,11 @@ def _is_reset(line: bytes, kind: str) -> bool:
 
 
 def scan_paths(paths: list[tuple[int, str]], *, expected: dict[int, fmt.Stamp] | None = None,
-               progress: Callable[[int], None] | None = None) -> ScanResult:
-    """Scan segments given as (number, path) in log order."""
-    sc = _Scanner()
+               progress: Callable[[int], None] | None = None,
+               pairs: SplitPairs | None = None) -> ScanResult:
+    """Scan segments given as (number, path) in log order; with ``pairs``,
+    also feed it every verified row (check's split-pair notice)."""
+    sc = _Scanner(pairs)
     for number, path in paths:
         try:
             fd = segs.open_regular(path)

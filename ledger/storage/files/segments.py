@@ -340,25 +340,37 @@ def _runs(fd: int, start: int, chunk: int) -> Iterator[tuple[int, bytes, int, bo
     """(offset, buffer, end, complete): ``buffer[:end]`` is a run of whole
     lines read from file offset ``offset`` (``complete``), or the last bytes of
     the file, a line without a newline (not ``complete``). The buffer is not
-    copied to cut it at ``end``."""
-    pos = base = start
-    carry = b""
+    copied to cut it at ``end``: the next read starts at the cut instead (the
+    few bytes after it are read twice), so no chunk is ever joined or copied;
+    a line longer than the chunk is read again with twice the room."""
+    base = start
+    size = chunk
     while True:
-        data = os.pread(fd, chunk, pos)
-        if not data:
-            break
-        pos += len(data)
-        buf = carry + data if carry else data
+        buf = os.pread(fd, size, base)
+        if not buf:
+            return
         cut = buf.rfind(b"\n")
         if cut < 0:
-            carry = buf
+            if len(buf) < size:  # the end of the file: a line without a newline
+                yield base, buf, len(buf), False
+                return
+            size *= 2
             continue
         yield base, buf, cut + 1, True
-        carry = buf[cut + 1 :]
         del buf  # the chunk goes before the next read (memory: one chunk)
         base += cut + 1
-    if carry:
-        yield base, carry, len(carry), False
+        size = chunk
+
+
+def iter_runs_fd(fd: int, start: int = 0, chunk: int = READ_CHUNK
+                 ) -> Iterator[tuple[int, bytes, int, bool]]:
+    """(offset, buffer, end, complete) runs of an open file from byte
+    ``start``: ``buffer[:end]`` is whole lines ending in a newline
+    (``complete``), or the last bytes of the file without one (a torn tail);
+    ``buffer`` may hold more bytes after ``end``, which the next run starts
+    with. For a caller that can work on the buffer without cutting it (no
+    copy of the chunk); :func:`iter_chunks_fd` cuts it."""
+    return _runs(fd, start, chunk)
 
 
 def iter_chunks_fd(fd: int, start: int = 0, chunk: int = READ_CHUNK

@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Any
 
 from ledger.core import format as fmt
+from ledger.core.errors import Unsupported
 from ledger.core.windows import Boundary, window_marker
 from ledger.storage.files.index import SegmentInfo
 
@@ -165,6 +166,19 @@ def empty_receipt() -> fmt.Receipt:
 
 
 def unwrap(history: Any) -> Any:
-    """The file workspace behind ``history``: the transcript-level ``History``
-    facade holds its engine as ``.engine``; a file workspace is itself."""
-    return getattr(history, "engine", history)
+    """The file workspace ``history`` is (a file workspace) or holds (a
+    transcript-level ``History`` keeps its engine as ``.engine``). A workspace
+    of another engine is refused with ``Unsupported``: the file engine's own
+    operations (``bulk_load``, ...) need a path root."""
+    from ledger.storage.files.reads import WorkspaceBase  # reads imports this module
+
+    if isinstance(history, WorkspaceBase):
+        return history
+    engine = getattr(history, "engine", None)
+    if isinstance(engine, WorkspaceBase):
+        return engine
+    held = type(engine if engine is not None else history).__name__
+    raise Unsupported(
+        f"{history!r} is stored by {held}, not the file engine: this operation is the file "
+        "engine's (open the store at a directory path)"
+    )

@@ -1,0 +1,230 @@
+"""What one agent turn costs the disk, per integration and per peer: fsyncs
+and batches (commits), counted from the system calls themselves.
+
+    python -m bench.turn_costs [--turns 20] [--json FILE]
+
+Each contender runs in a child process under ``strace -f`` (tracing only
+``fsync``, ``fdatasync``, ``sync_file_range``, the renames, and an
+``access`` of two marker paths that fence the measured turns, so setup and
+warm-up are not counted). A turn is what ``bench.integrations_bench`` and
+``bench.conversation_bench`` time: the Agents SDK sessions add a turn's three
+items and read the session back; the LangChain histories add three messages
+and read them back; ``Conversation`` sends the user message, records the
+model's tool call and sends the result; ``RolloverMiddleware`` wraps one
+model call (the request's new messages stored, the answer recorded), twice
+per turn (the call and the answer after its result); ``by hand`` is the file
+engine's own floor for a turn: one ``append_many`` of the three rows and one
+``provider_view``.
+
+For the file engine a batch is one rename commit of a segment (a renamed
+``seg-*.jsonl``); for SQLite a commit is visible as the fsyncs of its WAL
+(``synchronous=FULL``) or journal. Needs ``strace`` on the PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+BEGIN = "/nonexistent-tledger-turn-costs-begin"
+END = "/nonexistent-tledger-turn-costs-end"
+WARMUP = 3
+
+CONTENDERS = ("by hand", "ledger agents", "sdk SQLiteSession", "ledger langchain",
+              "SQLChatMessageHistory", "FileChatMessageHistory", "Conversation",
+              "RolloverMiddleware")
+
+
+def _turn_fn(name: str, directory: str) -> Callable[[int], Any]:
+    """A function running turn ``k`` of contender ``name`` in ``directory``."""
+    from bench.integrations_bench import turn_items, turn_messages
+
+    loop = asyncio.new_event_loop()
+    if name == "by hand":
+        from ledger import Store
+        from ledger.integrations.openai_agents import item_row
+
+        h = Store(directory).history("hand")
+
+        def hand(k: int) -> Any:
+            h.append_many([item_row(i) for i in turn_items(k)])
+            return h.provider_view()
+        return hand
+    if name == "ledger agents" or name == "sdk SQLiteSession":
+        if name == "ledger agents":
+            from ledger import Store
+            from ledger.integrations.openai_agents import LedgerSession
+
+            session: Any = LedgerSession("agents", store=Store(directory))
+        else:
+            from agents import SQLiteSession
+
+            session = SQLiteSession("bench", os.path.join(directory, "agents.db"))
+
+        def agents(k: int) -> Any:
+            loop.run_until_complete(session.add_items(turn_items(k)))
+            return loop.run_until_complete(session.get_items())
+        return agents
+    if name in ("ledger langchain", "SQLChatMessageHistory", "FileChatMessageHistory"):
+        if name == "ledger langchain":
+            from ledger import Store
+            from ledger.integrations.langchain import LedgerChatMessageHistory
+
+            history: Any = LedgerChatMessageHistory("langchain", store=Store(directory))
+        elif name == "SQLChatMessageHistory":
+            from langchain_community.chat_message_histories import SQLChatMessageHistory
+
+            history = SQLChatMessageHistory(
+                "bench", connection=f"sqlite:///{os.path.join(directory, 'lc.db')}")
+        else:
+            from langchain_community.chat_message_histories import FileChatMessageHistory
+
+            history = FileChatMessageHistory(os.path.join(directory, "lc.json"))
+
+        def lc(k: int) -> Any:
+            history.add_messages(turn_messages(k))
+            return history.messages
+        return lc
+    if name == "Conversation":
+        from bench.conversation_bench import BASH, _rows
+        from ledger import Store
+        from ledger.rollover.conversation import Conversation
+
+        conv = Conversation.open(Store(directory), "conv", model="gpt-4o", context_limit=16000,
+                                 system="You are an agent.", tools={"bash": BASH})
+
+        def conversation(k: int) -> Any:
+            user, call, result = _rows(k)
+            conv.send(user)
+            conv.record(call)
+            return conv.send(result)
+        return conversation
+    if name == "RolloverMiddleware":
+        from langchain_core.messages import AIMessage
+
+        from ledger import Store
+        from ledger.integrations.langchain_middleware import RolloverMiddleware
+
+        mw = RolloverMiddleware(Store(directory), workspace="mw", context_limit=16000)
+        state: dict[str, list[Any]] = {"messages": []}
+
+        class Request:  # the two things wrap_model_call reads of a ModelRequest
+            def __init__(self, messages: list[Any]) -> None:
+                self.messages = messages
+
+            def override(self, messages: list[Any]) -> Request:
+                return Request(messages)
+
+        def middleware(k: int) -> Any:
+            user, call, result = turn_messages(k)
+            state["messages"] += [user]
+            mw.wrap_model_call(Request(list(state["messages"])), lambda r: call)
+            state["messages"] += [call, result]
+            answer = AIMessage(f"done {k}")
+            mw.wrap_model_call(Request(list(state["messages"])), lambda r: answer)
+            state["messages"] += [answer]
+            return state
+        return middleware
+    raise SystemExit(f"unknown contender {name!r}")
+
+
+def child(name: str, turns: int, directory: str) -> None:
+    turn = _turn_fn(name, directory)
+    for k in range(WARMUP):
+        turn(k)
+    os.access(BEGIN, os.F_OK)
+    for k in range(WARMUP, WARMUP + turns):
+        turn(k)
+    os.access(END, os.F_OK)
+
+
+_SEGMENT = re.compile(r'seg-\d+\.jsonl"')
+_CALL = re.compile(r"^(?:\[pid\s+\d+\]\s+)?(?:\d+\s+)?(\w+)\((.*)$")
+
+
+def count(name: str, turns: int) -> dict[str, Any]:
+    directory = tempfile.mkdtemp(prefix="tledger-turn-costs-")
+    trace = os.path.join(directory, "trace.txt")
+    try:
+        cmd = ["strace", "-f", "-qq", "-o", trace, "-e",
+               "trace=fsync,fdatasync,sync_file_range,rename,renameat,renameat2,access,"
+               "faccessat,faccessat2",
+               sys.executable, "-m", "bench.turn_costs", "--child", name, "--turns", str(turns),
+               "--dir", os.path.join(directory, "data")]
+        os.makedirs(os.path.join(directory, "data"))
+        subprocess.run(cmd, check=True)
+        fsyncs = renames = seg_renames = 0
+        inside = False
+        with open(trace, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                m = _CALL.match(line.strip())
+                if m is None:
+                    continue
+                call, args = m.groups()
+                if BEGIN in args:
+                    inside = True
+                    continue
+                if END in args:
+                    break
+                if not inside:
+                    continue
+                if call in ("fsync", "fdatasync", "sync_file_range"):
+                    fsyncs += 1
+                elif call.startswith("rename"):
+                    renames += 1
+                    seg_renames += bool(_SEGMENT.search(args))
+        out: dict[str, Any] = {"turns": turns, "fsyncs_per_turn": round(fsyncs / turns, 2),
+                               "renames_per_turn": round(renames / turns, 2)}
+        if name not in ("sdk SQLiteSession", "SQLChatMessageHistory", "FileChatMessageHistory"):
+            out["batches_per_turn"] = round(seg_renames / turns, 2)
+        return out
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def markdown(doc: dict[str, dict[str, Any]]) -> str:
+    lines = ["| contender | fsyncs per turn | renames per turn | ledger batches per turn |",
+             "|---|---|---|---|"]
+    for name, rec in doc.items():
+        lines.append(f"| {name} | {rec['fsyncs_per_turn']:g} | {rec['renames_per_turn']:g} | "
+                     f"{rec.get('batches_per_turn', '—')} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.turn_costs",
+                                description="fsyncs and batches per agent turn (strace)")
+    p.add_argument("--turns", type=int, default=20)
+    p.add_argument("--only", action="append", choices=CONTENDERS)
+    p.add_argument("--json", metavar="FILE")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--dir", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        child(args.child, args.turns, args.dir)
+        return 0
+    if shutil.which("strace") is None:
+        print("strace is not on the PATH (apt-get install strace)", file=sys.stderr)
+        return 2
+    doc = {}
+    for name in args.only or CONTENDERS:
+        doc[name] = count(name, args.turns)
+        print(f"{name}: {doc[name]}", file=sys.stderr, flush=True)
+    print(markdown(doc))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
