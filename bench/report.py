@@ -245,6 +245,17 @@ def markdown_table(doc: dict[str, Any]) -> str:
             f"{_fmt(c.get('median_ratio', c.get('wall_median_ratio')))} | {c.get('equal')} | "
             f"{_fmt(rb.get('warm_ms'))} / {_fmt(rb.get('cold_ms'))} ms |"
         )
+        err = tb.get("request_count_error")
+        if err and "body" in err:
+            out.append(
+                "**request count error** against the cookbook count of the exact Chat "
+                f"Completions body ({err['windows']} windows of {err['window_rows']} rows)\n\n"
+                "| counting | median | worst |\n|---|---|---|\n"
+                f"| whole body, published rules | {err['body']['median']:+.2%} | "
+                f"{err['body']['worst']:+.2%} |\n"
+                f"| per-row adapter JSON (before) | {err['per_row_json']['median']:+.2%} | "
+                f"{err['per_row_json']['worst']:+.2%} |"
+            )
     return "\n\n".join(out) + "\n"
 
 

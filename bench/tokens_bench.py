@@ -18,6 +18,16 @@ Three measurements, each a side-by-side comparison in one run:
     a flat seconds-per-MB column. Raw tiktoken is timed beside the one-letter
     run at 1 and 2 MB, where it is already superlinear.
 
+``request_count_error``
+    The guards' count of a request (``check_request("gpt-4o", ...)``: a system
+    prompt, the rows, ``bash`` and ``session_history``) against the reference
+    count of the exact Chat Completions body (OpenAI's cookbook rules with the
+    real tiktoken encoding, ``tests/helpers/cookbook.py``), over consecutive
+    40-row windows of the corpus: median and worst relative error, for the
+    body counting the guards use and for the per-row adapter-JSON estimate
+    they used before (issue 29). Windows holding media are counted apart (the
+    reference leaves media out; the count adds its allowance).
+
 Run alone: ``python -m bench.tokens_bench [--quick]`` prints the JSON.
 """
 
@@ -67,6 +77,12 @@ def _corpus() -> tuple[str, list[dict[str, Any]], str]:
 
     corpus = load_corpus()
     return corpus.text, corpus.window_rows(501, seed=5), corpus.source
+
+
+def _all_rows() -> list[dict[str, Any]]:
+    from bench.corpus import load_corpus
+
+    return load_corpus().rows
 
 
 def count_ratio(text: str, runs: int) -> dict[str, Any]:
@@ -162,6 +178,47 @@ def pathological(sizes_mb: tuple[int, ...], runs: int, raw_up_to_mb: int) -> dic
     return out
 
 
+def request_count_error(rows: list[dict[str, Any]], window: int = 40) -> dict[str, Any]:
+    from ledger.adapters import to_request
+    from ledger.rollover.guards import check_request
+    from ledger.rollover.request import tool_schema
+    from ledger.tokens.shapes import AdapterShape
+    from ledger.transcript.retrieval.args import DESCRIPTION, PARAMETERS
+    from tests.helpers.cookbook import chat_body_tokens
+
+    system = "You are a coding agent."
+    tools = [tool_schema("bash", "Run a shell command and return its output.",
+                         {"type": "object", "properties": {"cmd": {
+                             "type": "string", "description": "the command line"}}}),
+             tool_schema("session_history", DESCRIPTION, PARAMETERS)]
+    chat_tools = [{"type": "function", "function": t} for t in tools]
+    head = [{"role": "system", "parts": [{"type": "text", "text": system}]}]
+    errors: dict[str, list[float]] = {"body": [], "per_row_json": []}
+    media = exact = 0
+    for start in range(0, len(rows) - window + 1, window):
+        chunk = [{k: v for k, v in r.items() if k != "meta"} for r in rows[start:start + window]]
+        reference = chat_body_tokens(to_request("openai-chat", [*head, *chunk],
+                                                tools=chat_tools))
+        body = check_request("gpt-4o", rows=chunk, system=system, tools=tools,
+                             context_limit=10**9, cache=None)
+        if any(p.get("type") == "media" for r in chunk for p in r.get("parts", ())):
+            media += 1
+            continue
+        old = check_request("gpt-4o", rows=chunk, system=system, tools=tools,
+                            context_limit=10**9, cache=None,
+                            shape=AdapterShape("openai-chat"))
+        exact += body.exact
+        errors["body"].append(body.tokens / reference - 1)
+        errors["per_row_json"].append(old.tokens / reference - 1)
+    out: dict[str, Any] = {"windows": len(errors["body"]), "window_rows": window,
+                           "exact_windows": exact, "media_windows_left_out": media}
+    for name, found in errors.items():
+        if found:
+            out[name] = {"median": round(statistics.median(found), 4),
+                         "worst": round(max(found, key=abs), 4)}
+    return out
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     """Every token benchmark; ``quick`` takes fewer samples (same sizes)."""
     text, rows, source = _corpus()
@@ -171,6 +228,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "count_over_raw_tiktoken": counted["count_over_raw_tiktoken"],
         "count": counted,
         "rebudget": rebudget(rows, runs=3 if quick else 9),
+        "request_count_error": request_count_error(_all_rows()),
         "pathological": pathological(
             (1, 2, 4, 6), runs=1 if quick else 3, raw_up_to_mb=0 if quick else 2
         ),

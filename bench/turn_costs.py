@@ -2,6 +2,7 @@
 and batches (commits), counted from the system calls themselves.
 
     python -m bench.turn_costs [--turns 20] [--json FILE]
+    python -m bench.turn_costs --time [--turns 40] [--mib 0,100]
 
 Each contender runs in a child process under ``strace -f`` (tracing only
 ``fsync``, ``fdatasync``, ``sync_file_range``, the renames, and an
@@ -15,6 +16,14 @@ model call (the request's new messages stored, the answer recorded), twice
 per turn (the call and the answer after its result); ``by hand`` is the file
 engine's own floor for a turn: one ``append_many`` of the three rows and one
 ``provider_view``.
+
+``--time`` times the same turns instead, in one process, round-robin over
+the contenders (one turn of each in turn, so load from elsewhere falls on all
+alike), wall and CPU time per turn, median after three warm-up turns, at
+each history size (``--mib``; a history is bulk-loaded first as
+``bench.integrations_bench`` does: windows of 50 turns, the measured turns in
+a fresh one). ``by hand`` is the floor the integrations are held to (issue
+31: a turn at most 1.2x it).
 
 For the file engine a batch is one rename commit of a segment (a renamed
 ``seg-*.jsonl``); for SQLite a commit is visible as the fsyncs of its WAL
@@ -42,6 +51,26 @@ WARMUP = 3
 CONTENDERS = ("by hand", "ledger agents", "sdk SQLiteSession", "ledger langchain",
               "SQLChatMessageHistory", "FileChatMessageHistory", "Conversation",
               "RolloverMiddleware")
+
+
+def _preload(name: str, directory: str, turns: int) -> None:
+    """``turns`` turns of history (bulk, in windows) in the workspace the
+    contender ``name`` uses under ``directory``."""
+    from bench.integrations_bench import _windowed, turn_items, turn_messages
+    from ledger import Store
+    from ledger.integrations.langchain import message_row
+    from ledger.integrations.openai_agents import item_row
+    from ledger.storage.files.bulk import bulk_load
+
+    ws = {"by hand": "hand", "ledger agents": "agents", "ledger langchain": "langchain",
+          "Conversation": "conv", "RolloverMiddleware": "mw"}[name]
+    h = Store(directory).history(ws)
+    if name in ("ledger langchain", "RolloverMiddleware"):
+        bulk_load(h, _windowed(turns, lambda k: [message_row(m) for m in turn_messages(k)]),
+                  internal=True, durability="off")
+    else:
+        bulk_load(h, _windowed(turns, lambda k: [item_row(i) for i in turn_items(k)]),
+                  internal=True, durability="off")
 
 
 def _turn_fn(name: str, directory: str) -> Callable[[int], Any]:
@@ -191,6 +220,62 @@ def count(name: str, turns: int) -> dict[str, Any]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+TIMED = ("by hand", "ledger agents", "ledger langchain", "Conversation", "RolloverMiddleware")
+
+
+def timed(names: list[str], turns: int, sizes: list[int]) -> dict[str, Any]:
+    """Median wall and CPU ms per turn of each contender at each size,
+    round-robin in one process; ratios over ``by hand``."""
+    import statistics
+    import time
+
+    from bench.integrations_bench import turns_for
+
+    out: dict[str, Any] = {}
+    for mib in sizes:
+        root = tempfile.mkdtemp(prefix="tledger-turn-time-")
+        try:
+            fns = {}
+            for name in names:
+                d = os.path.join(root, name.replace(" ", "-"))
+                os.makedirs(d)
+                if mib:
+                    _preload(name, d, turns_for(mib))
+                fns[name] = _turn_fn(name, d)
+            wall: dict[str, list[float]] = {n: [] for n in names}
+            cpu: dict[str, list[float]] = {n: [] for n in names}
+            for k in range(WARMUP + turns):
+                for name, fn in fns.items():
+                    w0, c0 = time.perf_counter(), time.process_time()
+                    fn(1_000_000 + k)
+                    w1, c1 = time.perf_counter(), time.process_time()
+                    if k >= WARMUP:
+                        wall[name].append(w1 - w0)
+                        cpu[name].append(c1 - c0)
+            rec = {n: {"wall_ms": round(statistics.median(wall[n]) * 1e3, 3),
+                       "cpu_ms": round(statistics.median(cpu[n]) * 1e3, 3)} for n in names}
+            if "by hand" in rec:
+                floor = rec["by hand"]
+                for n in names:
+                    rec[n]["wall_over_floor"] = round(rec[n]["wall_ms"] / floor["wall_ms"], 2)
+                    rec[n]["cpu_over_floor"] = round(rec[n]["cpu_ms"] / floor["cpu_ms"], 2)
+            out[str(mib)] = rec
+            print(f"{mib} MiB: {rec}", file=sys.stderr, flush=True)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def timed_markdown(doc: dict[str, Any]) -> str:
+    lines = ["| contender | history | wall ms | CPU ms | wall / by hand | CPU / by hand |",
+             "|---|---|---|---|---|---|"]
+    for mib, rec in doc.items():
+        for name, r in rec.items():
+            lines.append(f"| {name} | {mib} MiB | {r['wall_ms']:.2f} | {r['cpu_ms']:.2f} | "
+                         f"{r.get('wall_over_floor', '—')} | {r.get('cpu_over_floor', '—')} |")
+    return "\n".join(lines)
+
+
 def markdown(doc: dict[str, dict[str, Any]]) -> str:
     lines = ["| contender | fsyncs per turn | renames per turn | ledger batches per turn |",
              "|---|---|---|---|"]
@@ -206,11 +291,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--turns", type=int, default=20)
     p.add_argument("--only", action="append", choices=CONTENDERS)
     p.add_argument("--json", metavar="FILE")
+    p.add_argument("--time", action="store_true",
+                   help="time the turns (round-robin, one process) instead of counting")
+    p.add_argument("--mib", default="0,100", help="with --time: history sizes (MiB)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         child(args.child, args.turns, args.dir)
+        return 0
+    if args.time:
+        names = [n for n in (args.only or TIMED) if n in TIMED]
+        doc_t = timed(names, args.turns, [int(x) for x in args.mib.split(",")])
+        print(timed_markdown(doc_t))
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(doc_t, f, indent=1)
         return 0
     if shutil.which("strace") is None:
         print("strace is not on the PATH (apt-get install strace)", file=sys.stderr)

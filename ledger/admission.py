@@ -167,7 +167,8 @@ class MiddlewareRegistry:
 
     def reconcile(self, workspace: str) -> None:
         """Run (once) every pending lazy loader that applies to ``workspace``."""
-        pending, keep = [], []
+        pending: list[tuple[frozenset[str] | None, Loader]] = []
+        keep: list[tuple[frozenset[str] | None, Loader]] = []
         for scope, loader in self._lazy:
             (pending if scope is None or workspace in scope else keep).append((scope, loader))
         self._lazy = keep
@@ -221,6 +222,10 @@ class AdmissionSnapshot:
     """
 
     __slots__ = ("_epochs", "_registrations", "_registry", "_workspace")
+    _workspace: str
+    _registrations: tuple[Registration, ...]
+    _epochs: tuple[int, ...]
+    _registry: MiddlewareRegistry
 
     def __init__(
         self,

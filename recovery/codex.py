@@ -71,7 +71,8 @@ def _item(payload: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]] | None
         parts = from_content(payload.get("content"))
         return (mapped, parts) if mapped and parts else None
     if kind == "reasoning":
-        summary = payload.get("summary") if isinstance(payload.get("summary"), list) else []
+        got = payload.get("summary")
+        summary: list[Any] = got if isinstance(got, list) else []
         text = "\n\n".join(s.get("text", "") for s in summary if isinstance(s, Mapping))
         part: dict[str, Any] = {"type": "reasoning", "text": text, "summary": summary}
         for key in ("id", "encrypted_content", "content"):

@@ -323,8 +323,9 @@ def _present(history: Any, fmt: str) -> tuple[set[tuple[int, str]], set[str]]:
         if isinstance(batch, str) and batch.startswith("imp-"):
             batches.add(batch)
         info = row.meta.get("import")
-        if isinstance(info, dict) and info.get("format") == fmt:
-            records.add((info.get("offset"), info.get("digest")))
+        if (isinstance(info, dict) and info.get("format") == fmt
+                and isinstance(info.get("offset"), int) and isinstance(info.get("digest"), str)):
+            records.add((info["offset"], info["digest"]))
     return records, batches
 
 
@@ -397,9 +398,9 @@ def import_file(
     if new_steps and not history.exists():
         # The workspace directory appears with its first commit; write that first
         # so the quarantine lands inside an existing workspace.
-        first = new_steps.pop(0)
-        written += _write(history, first)
-        compactions += first.action == "compact"
+        step = new_steps.pop(0)
+        written += _write(history, step)
+        compactions += step.action == "compact"
     names = write_quarantine(history, source, result.salvage.quarantine)
     for step in new_steps:
         written += _write(history, step)

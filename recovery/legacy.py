@@ -136,7 +136,7 @@ class ImportReport:
 # --- reading -------------------------------------------------------------------
 
 
-class _PairsDict(dict):  # type: ignore[type-arg]
+class _PairsDict(dict[str, Any]):
     pairs: list[tuple[str, Any]]
 
 

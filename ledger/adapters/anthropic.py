@@ -17,6 +17,9 @@ To the API (after :func:`ledger.adapters.common.conversation`):
   with a ``signature`` is a ``thinking`` block, one with ``redacted`` data a
   ``redacted_thinking`` block; unsigned reasoning is dropped, because the API
   rejects thinking it did not sign.
+- A conversation that would start with an assistant message (a clear mid-turn)
+  starts with a short user message, :data:`CONTINUED`: the API requires a user
+  message first.
 - Empty and whitespace-only text blocks are dropped (the API rejects them); media
   the API cannot take at that place becomes a short text placeholder.
 - Ids, meta, kinds, timestamps and media width/height are not carried.
@@ -24,7 +27,8 @@ To the API (after :func:`ledger.adapters.common.conversation`):
   back as the blocks they were; other unknown parts are dropped.
 
 From the API, a user message splits into a ``tool`` row (its ``tool_result``
-blocks) and a ``user`` row (the rest); ``system`` becomes a leading system row.
+blocks) and a ``user`` row (the rest); ``system`` becomes a leading system row;
+a first message that is exactly :data:`CONTINUED` is dropped (this module wrote it).
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_MAX_TOKENS = 4096
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _ID = re.compile(r"^[A-Za-z0-9_-]+$")
+CONTINUED = "[the conversation continues; earlier messages are not shown]"
+"""The first user message of a view that would start with the assistant (a
+window after a manual clear mid-turn, a carried tool step without a lead-in):
+the Messages API requires a user message first."""
 
 
 def tool_id(value: Any) -> str:
@@ -178,6 +186,8 @@ def to_system_and_messages(
             messages[-1]["content"].extend(blocks)
         else:
             messages.append({"role": role, "content": blocks})
+    if messages and messages[0]["role"] == "assistant":
+        messages.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUED}]})
     return system, messages
 
 
@@ -200,7 +210,8 @@ def to_request(
 
 def _from_block(block: Mapping[str, Any]) -> Part:
     kind = block.get("type")
-    source = block.get("source") if isinstance(block.get("source"), Mapping) else {}
+    got = block.get("source")
+    source: Mapping[str, Any] = got if isinstance(got, Mapping) else {}
     if kind == "text" and isinstance(block.get("text"), str):
         return {"type": "text", "text": block["text"]}
     if kind in ("image", "document") and source.get("type") == "base64":
@@ -239,6 +250,10 @@ def from_messages(
     if system:
         rows.append({"kind": "message", "role": "system",
                      "parts": [_from_block(b) for b in _content_blocks(system)]})
+    messages = list(messages)
+    if messages and _content_blocks(messages[0].get("content")) == [
+            {"type": "text", "text": CONTINUED}] and messages[0].get("role") == "user":
+        messages = messages[1:]  # what to_system_and_messages put first: not the caller's
     for message in messages:
         blocks = _content_blocks(message.get("content"))
         if message.get("role") == "assistant":

@@ -167,7 +167,7 @@ def _quiet_stdout(ctx: Context) -> None:
     """After a closed pipe: point stdout at /dev/null so the interpreter's own
     flush at exit does not complain about it (Python's documented recipe). Only
     for the process's own stdout, never a stream a caller swapped in."""
-    if ctx.stdout is sys.stdout and sys.stdout is sys.__stdout__:
+    if ctx.stdout is sys.stdout and sys.stdout is sys.__stdout__ and sys.stdout is not None:
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())

@@ -134,7 +134,7 @@ def stat_report(h: Any, model: str | None = "gpt-4o") -> dict[str, Any]:
     count --rows`` counts it for ``model`` (None with ``window_tokens_error``
     when the view cannot be read, e.g. damage; None when ``model`` is None)."""
     from ledger.tokens.counting import TokenCounter
-    from ledger.tokens.shapes import shape_for
+    from ledger.tokens.shapes import count_view, shape_for
 
     report = h.stat().to_dict()
     if model is None:
@@ -143,7 +143,7 @@ def stat_report(h: Any, model: str | None = "gpt-4o") -> dict[str, Any]:
     counter = TokenCounter(model)
     try:
         rows = [r.to_dict() for r in h.provider_view()]
-        counted = counter.rows(rows, shape_for(api=None, family=counter.spec.family))
+        counted = count_view(counter, rows, shape_for(api=None, family=counter.spec.family))
     except LedgerError as exc:
         report["window_tokens"] = None
         report["window_tokens_error"] = f"{type(exc).__name__}: {exc}"

@@ -148,7 +148,8 @@ def _part_lines(
 
 
 def _body(row: Mapping[str, Any], *, reasoning: bool, max_lines: int | None) -> list[Line]:
-    parts = row.get("parts") if isinstance(row.get("parts"), list) else []
+    got = row.get("parts")
+    parts: list[Any] = got if isinstance(got, list) else []
     out: list[Line] = []
     for part in parts:
         out.extend(_part_lines(part, reasoning=reasoning, max_lines=max_lines))
@@ -185,19 +186,22 @@ def _layout(
         seq = row.get("seq")
         role = str(row.get("role", "?"))
         ts = row.get("ts")
-        meta = row.get("meta") if isinstance(row.get("meta"), Mapping) else {}
+        got = row.get("meta")
+        meta: Mapping[str, Any] = got if isinstance(got, Mapping) else {}
         if first and kind != "reset":
             yield Block("boundary", 0, "system", "window 0 · start")
         first = False
         if kind == "reset":
-            info = row.get("reset") if isinstance(row.get("reset"), Mapping) else {}
-            reason = info.get("reason") if info.get("reason") in _BOUNDARY_LABELS else "manual"
+            got = row.get("reset")
+            info: Mapping[str, Any] = got if isinstance(got, Mapping) else {}
+            label = info.get("reason")
+            reason = label if isinstance(label, str) and label in _BOUNDARY_LABELS else "manual"
             yield Block("boundary", seq if isinstance(seq, int) else None, "system",
                         f"window {seq} · {_BOUNDARY_LABELS[reason]}")
             continue
         if kind == "lead_in":
             continue
-        options = {"reasoning": reasoning, "max_lines": max_lines}
+        options: dict[str, Any] = {"reasoning": reasoning, "max_lines": max_lines}
         if "quarantine" in meta:
             q = meta["quarantine"]
             original = q.get("row") if isinstance(q, Mapping) and q.get("v") == 1 else None

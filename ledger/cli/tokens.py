@@ -81,12 +81,12 @@ def cmd_count(args: argparse.Namespace, ctx: Any) -> int:
     data, source = _read(args.file)
     out: dict[str, Any]
     if args.rows:
-        from ledger.tokens.shapes import shape_for
+        from ledger.tokens.shapes import count_view, shape_for
 
         rows = _rows(data, source)
         api = args.api
         shape = shape_for(api=api, family=counter.spec.family)
-        counted = counter.rows(rows, shape)
+        counted = count_view(counter, rows, shape)
         out = {"rows": len(rows), "api": getattr(shape, "api", "canonical")}
     else:
         counted = counter.text(_text(data, source))

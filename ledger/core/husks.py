@@ -67,7 +67,8 @@ def husk_line(line: bytes, row: dict[str, Any]) -> bytes:
 def owns(prelude: dict[str, Any], request: dict[str, Any]) -> bool:
     """A synthetic row right before a request in its batch belongs to it:
     ``meta.synthetic: true``, or ``meta.owner`` = the request's id."""
-    meta = prelude.get("meta") if isinstance(prelude.get("meta"), dict) else {}
+    got = prelude.get("meta")
+    meta: dict[str, Any] = got if isinstance(got, dict) else {}
     return meta.get("synthetic") is True or (
         meta.get("owner") is not None and meta.get("owner") == request.get("id")
     )

@@ -328,17 +328,17 @@ class LedgerSessionStore(SessionStore):
         await self._run(self.append_sync, key, entries)
 
     async def load(self, key: Any) -> list[Any] | None:
-        return await self._run(self.load_sync, key)  # type: ignore[no-any-return]
+        return await self._run(self.load_sync, key)
 
     async def list_sessions(self, project_key: str) -> list[Any]:
-        return await self._run(self.list_sessions_sync, project_key)  # type: ignore[no-any-return]
+        return await self._run(self.list_sessions_sync, project_key)
 
     async def list_session_summaries(self, project_key: str) -> list[Any]:
-        return await self._run(  # type: ignore[no-any-return]
+        return await self._run(
             self.list_session_summaries_sync, project_key)
 
     async def delete(self, key: Any) -> None:
         await self._run(self.delete_sync, key)
 
     async def list_subkeys(self, key: Any) -> list[str]:
-        return await self._run(self.list_subkeys_sync, key)  # type: ignore[no-any-return]
+        return await self._run(self.list_subkeys_sync, key)

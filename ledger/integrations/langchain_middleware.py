@@ -9,16 +9,26 @@ window -- after a rollover, the lead-in, the tool step being settled and the
 new message -- and the agent gets the ``session_history`` tool, with which the
 model reads any earlier window back, bounded, on demand.
 
-Per model call (``wrap_model_call``):
+Per model call (``wrap_model_call``, and ``awrap_model_call`` for
+``ainvoke``/``astream``: one implementation, the store work run in a worker
+thread so the event loop is never blocked):
 
-1. the agent's messages not yet stored go to the workspace as canonical rows
+1. the budget is set to the request the model really gets: the call's system
+   prompt and tools (the agent's, ``session_history`` among them, as
+   ``convert_to_openai_tool`` renders them) become the conversation's system
+   text and tool schemas, so they are counted on every send;
+2. the agent's messages not yet stored go to the workspace as canonical rows
    (``LedgerChatMessageHistory``'s rows: the LangChain message is kept whole
    in ``meta["langchain"]``) through ``Conversation.send``, which decides --
    send in the window, warn once, roll over, or refuse (``SendRefused``, a
    ``LedgerError``, when even a fresh window cannot hold the input);
-2. the model is called with the returned request's messages instead of the
-   agent's whole list;
-3. the model's answer is stored (``Conversation.record``).
+3. the model is called with the returned request's messages instead of the
+   agent's whole list. The ledger's own notes never become a system message
+   in the middle of the list (Anthropic's formatter refuses those): a budget
+   warning and a lead-in are appended to the system prompt of that call, except
+   a lead-in before a carried tool step (a window that would start with an
+   assistant message), which is sent as the first, user-side message;
+4. the model's answer is stored (``Conversation.record``).
 
 The agent's own state still holds every message (LangGraph keeps it, e.g. in
 ``LedgerSaver``); only what the model is sent is bounded. The workspace is
@@ -29,10 +39,11 @@ many threads.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from ledger.integrations import open_store, require
@@ -47,14 +58,16 @@ from langchain_core.messages import (  # noqa: E402
     SystemMessage,
     messages_from_dict,
 )
-from langchain_core.tools import StructuredTool  # noqa: E402
+from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
+from langchain_core.utils.function_calling import convert_to_openai_tool  # noqa: E402
 
 from ledger.core.errors import LedgerError  # noqa: E402
 from ledger.core.ids import validate_workspace  # noqa: E402
 from ledger.integrations.langchain import META_KEY, message_row  # noqa: E402
 from ledger.rollover.conversation import Conversation  # noqa: E402
+from ledger.tokens.shapes import neutral_tool  # noqa: E402
 
-__all__ = ["RolloverMiddleware", "row_message"]
+__all__ = ["RolloverMiddleware", "model_messages", "row_message"]
 
 
 def row_message(row: Mapping[str, Any]) -> BaseMessage | None:
@@ -74,6 +87,54 @@ def row_message(row: Mapping[str, Any]) -> BaseMessage | None:
     if role == "assistant":
         return AIMessage(text)
     return HumanMessage(text)
+
+
+def _row_text(row: Mapping[str, Any]) -> str:
+    return "\n".join(p["text"] for p in row.get("parts", [])
+                     if isinstance(p, Mapping) and p.get("type") == "text"
+                     and isinstance(p.get("text"), str))
+
+
+def model_messages(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[BaseMessage]]:
+    """``(notes, messages)`` for a request's rows: the messages the model is
+    sent, with no system message among them, and the texts of the ledger's
+    system-role rows (lead-in, budget warning) as notes for the system prompt.
+    A lead-in before a window that would start with an assistant message (a
+    carried tool step) is the first message instead, as a human message, since
+    the Messages API requires a user message first."""
+    notes: list[str] = []
+    leads: list[str] = []
+    messages: list[BaseMessage] = []
+    for row in rows:
+        if row.get("role") == "system":
+            text = _row_text(row)
+            if text.strip():
+                (leads if row.get("kind") == "lead_in" and not messages else notes).append(text)
+            continue
+        message = row_message(row)
+        if message is not None:
+            messages.append(message)
+    if leads and messages and isinstance(messages[0], AIMessage):
+        messages.insert(0, HumanMessage("\n\n".join(leads)))
+    else:
+        notes = [*leads, *notes]
+    return notes, messages
+
+
+def _tool_schema(tool: Any) -> dict[str, Any]:
+    if isinstance(tool, BaseTool) or not isinstance(tool, Mapping):
+        return neutral_tool(convert_to_openai_tool(tool))
+    return neutral_tool(tool)
+
+
+def _budget_for(conv: Conversation, system: str, tools: Sequence[Any]) -> None:
+    """Count what this model call sends: the call's system prompt and tools."""
+    schemas: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        schema = _tool_schema(tool)
+        schemas[str(schema.get("name", schema.get("type", len(schemas))))] = schema
+    conv.parts.system = system
+    conv.tools = conv.parts.tools = schemas
 
 
 def _thread_workspace() -> str:
@@ -147,9 +208,30 @@ class RolloverMiddleware(AgentMiddleware):
             self._stored[ws] = ids
         return ids
 
+    # --- one implementation, sync and async ---------------------------------------
+
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        conv, prepared = self._prepare(request)
+        response = handler(prepared)
+        self._store_answer(conv, response)
+        return response
+
+    async def awrap_model_call(
+        self, request: Any, handler: Callable[[Any], Awaitable[Any]]
+    ) -> Any:
+        # The store work blocks on files and locks: a worker thread (which
+        # sees the run's config, since to_thread copies the context).
+        conv, prepared = await asyncio.to_thread(self._prepare, request)
+        response = await handler(prepared)
+        await asyncio.to_thread(self._store_answer, conv, response)
+        return response
+
+    def _prepare(self, request: Any) -> tuple[Conversation, Any]:
+        """Store the new messages and return the request the model gets."""
         with self._lock:
             conv = self.conversation()
+            system = request.system_prompt or ""
+            _budget_for(conv, system, request.tools)
             stored = self._stored_ids(conv)
             new = [m for m in request.messages if m.id is None or m.id not in stored]
             for m in new:
@@ -157,11 +239,17 @@ class RolloverMiddleware(AgentMiddleware):
                     m.id = str(uuid.uuid4())
             sent = conv.send([message_row(m) for m in new]) if new else conv.request()
             stored.update(str(m.id) for m in new)
-            messages = [m for m in (row_message(r) for r in sent.messages) if m is not None]
-        response = handler(request.override(messages=messages))
+            notes, messages = model_messages(sent.messages)
+        if not notes:
+            return conv, request.override(messages=messages)
+        text = "\n\n".join([system, *notes]) if system else "\n\n".join(notes)
+        return conv, request.override(messages=messages, system_message=SystemMessage(text))
+
+    def _store_answer(self, conv: Conversation, response: Any) -> None:
         answer = [m for m in getattr(response, "result", [response])
                   if isinstance(m, BaseMessage)]
         with self._lock:
+            stored = self._stored_ids(conv)
             for m in answer:
                 if m.id is None:
                     m.id = str(uuid.uuid4())
@@ -169,7 +257,6 @@ class RolloverMiddleware(AgentMiddleware):
             if fresh:
                 conv.record([message_row(m) for m in fresh])
                 stored.update(str(m.id) for m in fresh)
-        return response
 
     def _history_tool(self) -> StructuredTool:
         from ledger.transcript.retrieval.tool import DESCRIPTION, PARAMETERS

@@ -315,7 +315,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
                 nss = [str(want_ns)] if want_ns is not None else idx.namespaces()
                 cps = sorted((c for ns in nss for c in idx.visible(ns)),
                              key=lambda c: c.id, reverse=True)
-                found = []
+                found: list[Any] = []
                 for cp in cps:
                     if limit is not None and count + len(found) >= limit:
                         break

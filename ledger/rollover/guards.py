@@ -148,13 +148,19 @@ def _verdict(
         from ledger.tokens.shapes import shape_for
 
         shape = shape_for(family=spec.family)
-    parts = {
-        "framing": Count(REQUEST_FRAMING, False),
-        "system": _framed_text(counter, system),
-        "memory": _framed_text(counter, memory),
-        "tools": counter.raw_tools(tools, advertised),
-        "rows": counter.raw_rows(rows, shape),
-    }
+    request_parts = getattr(shape, "request_parts", None)
+    if request_parts is not None:
+        # The whole request body as the API receives it (OpenAI: published rules).
+        parts = request_parts(counter, rows, system=system, memory=memory, tools=tools,
+                              advertised=advertised)
+    else:
+        parts = {
+            "framing": Count(REQUEST_FRAMING, False),
+            "system": _framed_text(counter, system),
+            "memory": _framed_text(counter, memory),
+            "tools": counter.raw_tools(tools, advertised),
+            "rows": counter.raw_rows(rows, shape),
+        }
     raw = Count(0, True)
     for part in parts.values():
         raw += part

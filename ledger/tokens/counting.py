@@ -66,7 +66,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import xxhash
 
@@ -102,6 +102,9 @@ from ledger.tokens.rows import (  # noqa: F401
     _row_encoder,
     _row_key,
 )
+
+if TYPE_CHECKING:
+    from ledger.tokens.bodies import BodyCounter
 from ledger.tokens.units import (  # noqa: F401
     APPROX_BYTES_PER_TOKEN,
     CHUNK_CHARS,
@@ -350,6 +353,15 @@ class TokenCounter:
 
     def accountant(self) -> Accountant:
         return Accountant(self.text_fn, self.media_profile)
+
+    def body_counter(self) -> BodyCounter:
+        """Counts of whole OpenAI request bodies (``ledger.tokens.bodies``),
+        sharing this counter's encoding, media profile and cache."""
+        from ledger.tokens.bodies import BodyCounter
+
+        return BodyCounter(self.text_fn, encoding=self.spec.encoding,
+                           media_profile=self.media_profile, cache=self.cache,
+                           profile_key=self.profile_key)
 
     def scaled(self, raw: Count) -> TokenCount:
         """Apply the safety factor and label a raw count."""

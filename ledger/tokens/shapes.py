@@ -1,31 +1,301 @@
 """Counting rows as a provider API receives them (``ledger.tokens.counting.RowShape``).
 
-Each row is rendered by the API's adapter, with the bytes of genuine media
-parts taken out first; the rendered JSON is then charged as JSON and each
-media part gets its documented allowance instead of being counted as text.
-A tool call is rendered with its result and a result with its call, the way
-the adapter pairs them; both are charged where they stand, so a pair is
-counted about twice its framing: conservative, never short.
+OpenAI APIs (:class:`BodyShape`): a guard renders the whole request body --
+the system text (with the memory text after a blank line, as
+``Request.openai_chat`` sends it), the rows, the advertised tools -- with the
+API's adapter and counts it by OpenAI's published rules
+(``ledger.tokens.bodies``): the count is the count of what is sent, exact for
+an exact model unless media or schema keywords outside the rules are present.
+
+Other APIs (:class:`AdapterShape`, Anthropic's): each row is rendered by the
+API's adapter, with the bytes of genuine media parts taken out first; the
+rendered JSON is then charged as JSON and each media part gets its documented
+allowance instead of being counted as text. A tool call is rendered with its
+result and a result with its call, the way the adapter pairs them; both are
+charged where they stand, so a pair is counted about twice its framing:
+conservative, never short. Anthropic publishes no tokenizer: an estimate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import xxhash
 
 from ledger.adapters import ADAPTERS
-from ledger.tokens.counting import CANONICAL, Accountant, Count, RowShape, media_info
+from ledger.adapters.common import VISIBLE_KINDS, is_rejected
+from ledger.tokens.bodies import REPLY_TOKENS, BodyCounter
+from ledger.tokens.counting import (
+    CANONICAL,
+    Accountant,
+    Count,
+    InvalidTools,
+    RowShape,
+    _normalize_tools,
+    media_info,
+)
+
+if TYPE_CHECKING:
+    from ledger.tokens.bodies import BodyCounter
+    from ledger.tokens.counting import TokenCounter
+    from ledger.tokens.units import TokenCount
 
 __all__ = [
+    "BODY_APIS",
     "FAMILY_API",
     "AdapterShape",
+    "BodyShape",
+    "api_tool",
+    "count_view",
+    "neutral_tool",
     "shape_for",
 ]
 
 # The API a model family's requests go to (others use Chat Completions, the
 # most common wire shape).
 FAMILY_API = {"openai": "openai-chat", "anthropic": "anthropic"}
+BODY_APIS = frozenset({"openai-chat", "openai-responses"})
 _PLACEHOLDER = "AAAA"
+_RECENT = 16
+_BLOCKS = 8192
+
+
+def _visible(row: Mapping[str, Any]) -> bool:
+    return row.get("kind", "message") in VISIBLE_KINDS and not is_rejected(row)
+
+
+def _parts(row: Mapping[str, Any]) -> list[Any]:
+    parts = row.get("parts")
+    return parts if isinstance(parts, list) else []
+
+
+def _is_map(part: Any) -> bool:
+    return type(part) is dict or isinstance(part, Mapping)
+
+
+def _end_role(row: Mapping[str, Any], kinds: set[Any]) -> str | None:
+    """The role of the last turn a visible row surely renders, else None."""
+    role = row.get("role")
+    if role == "tool" and kinds == {"tool_result"}:
+        return "tool"
+    if role == "user" and kinds == {"text"}:
+        return "user"
+    if role == "assistant" and "text" in kinds and "tool_call" not in kinds and (
+            "tool_result" not in kinds):
+        return "assistant"
+    return None
+
+
+def _start_role(row: Mapping[str, Any], kinds: set[Any]) -> str | None:
+    """The role of the first turn a visible row surely renders, else None."""
+    if row.get("kind", "message") != "message":
+        return None
+    role = row.get("role")
+    if role == "user" and kinds == {"text"}:
+        return "user"
+    if role == "assistant" and ("text" in kinds or "tool_call" in kinds):
+        return "assistant"
+    return None
+
+
+# Turn roles a cut may separate: never equal roles (the adapters merge them),
+# never tool -> user (Chat Completions merges a tool result's media message
+# with the next user message).
+_CUTS = frozenset({("assistant", "user"), ("user", "assistant"), ("tool", "assistant")})
+
+
+def _blocks(rows: list[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """``rows`` cut where the adapters render each side on its own: between
+    two visible rows whose turns surely differ in role (:data:`_CUTS`), when
+    no result from there on names a call made before it. The rendered body is
+    then the concatenation of the blocks' renderings (no merge, no pairing
+    crosses a cut), so each block's count is cached and a grown request
+    renders only its last block (tests/tokens/test_bodies.py checks the sum
+    against the whole body over random histories)."""
+    later_results: dict[str, int] = {}
+    for row in rows:
+        for part in _parts(row):
+            if _is_map(part) and part.get("type") == "tool_result":
+                key = str(part.get("id"))
+                later_results[key] = later_results.get(key, 0) + 1
+    answered_later: set[str] = set()  # calls made so far that a later result names
+    blocks: list[list[Mapping[str, Any]]] = [[]]
+    end: str | None = None
+    for row in rows:
+        parts = _parts(row)
+        visible = _visible(row)
+        kinds = {p.get("type") if _is_map(p) else None for p in parts}
+        if visible and end is not None and not answered_later and (
+                end, _start_role(row, kinds)) in _CUTS:
+            blocks.append([])
+        blocks[-1].append(row)
+        if "tool_result" not in kinds and "tool_call" not in kinds:
+            if visible:
+                end = _end_role(row, kinds)
+            continue
+        for part in parts:
+            if not _is_map(part):
+                continue
+            if part.get("type") == "tool_result":
+                key = str(part.get("id"))
+                later_results[key] -= 1
+                if not later_results[key]:
+                    del later_results[key]
+                    answered_later.discard(key)
+            elif part.get("type") == "tool_call" and str(part.get("id")) in later_results:
+                answered_later.add(str(part.get("id")))
+        if visible:
+            end = _end_role(row, kinds)
+    return [b for b in blocks if b]
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def neutral_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool schema in the neutral form (``name``, ``description``,
+    ``parameters``) from the neutral, Chat Completions, Responses or
+    Anthropic form; another shape (a built-in tool) is returned as it is."""
+    inner = schema.get("function")
+    if isinstance(inner, Mapping):
+        schema = inner
+    if not isinstance(schema.get("name"), str):
+        return dict(schema)
+    out: dict[str, Any] = {"name": schema["name"]}
+    if "description" in schema:
+        out["description"] = schema["description"]
+    params = schema.get("parameters", schema.get("input_schema"))
+    if params is not None:
+        out["parameters"] = params
+    return out
+
+
+def api_tool(api: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A neutral tool schema as ``api`` advertises it (``Request``'s forms)."""
+    tool = neutral_tool(schema)
+    if "name" not in tool or (schema.get("type") not in (None, "function")):
+        return dict(schema)
+    if api == "openai-chat":
+        return {"type": "function", "function": tool}
+    if api == "openai-responses":
+        return {"type": "function", **tool}
+    return {"name": tool["name"], "description": tool.get("description", ""),
+            "input_schema": tool.get("parameters", {"type": "object"})}
+
+
+class BodyShape:
+    """Rows in a whole OpenAI request body, counted by the published rules
+    (``ledger.tokens.bodies``). Guards call :meth:`request_parts`; ``measure``
+    (one row alone in a body) serves per-row callers."""
+
+    def __init__(self, api: str) -> None:
+        if api not in BODY_APIS:
+            raise ValueError(f"no published counting rules for API {api!r}: one of "
+                             f"{sorted(BODY_APIS)}")
+        self.api = api
+        self.key = f"body-{api}-1"
+        self._items = "messages" if api == "openai-chat" else "input"
+        # One send counts the same request more than once (the decision, then
+        # the check of the request it returns): the last few are kept.
+        self._recent: OrderedDict[bytes, dict[str, Count]] = OrderedDict()
+        self._done: OrderedDict[bytes, tuple[Count, Count]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def measure(self, row: Mapping[str, Any], acct: Accountant) -> Count:
+        body = ADAPTERS[self.api].to_request([row])
+        counter = BodyCounter(acct.text, encoding="", media_profile=acct.media_profile)
+        return counter.messages(body[self._items])
+
+    def request_parts(
+        self,
+        counter: TokenCounter,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        system: str = "",
+        memory: str = "",
+        tools: Any = None,
+        advertised: Collection[str] | None = None,
+    ) -> dict[str, Count]:
+        """The parts of the request body's count: ``framing`` (reply priming),
+        ``system`` (the first message, when there is system text), ``tools``
+        (the function rules) and ``rows`` (every other message); ``memory`` is
+        sent inside the system message and is counted there."""
+        rows = list(rows)
+        key: bytes | None = None
+        try:  # cache=None (the counter's) means no caching at all
+            key = None if counter.cache is None else xxhash.xxh3_128_digest(_encoder.encode(
+                (counter.profile_key, rows, system, memory, tools,
+                 None if advertised is None else list(advertised))))
+        except (TypeError, ValueError, OverflowError):
+            key = None
+        if key is not None and (found := self._recent.get(key)) is not None:
+            return dict(found)
+        parts = self._request_parts(counter, rows, system, memory, tools, advertised)
+        if key is not None:
+            with self._lock:
+                self._recent[key] = parts
+                while len(self._recent) > _RECENT:
+                    self._recent.popitem(last=False)
+        return dict(parts)
+
+    def _request_parts(
+        self,
+        counter: TokenCounter,
+        rows: list[Mapping[str, Any]],
+        system: str,
+        memory: str,
+        tools: Any,
+        advertised: Collection[str] | None,
+    ) -> dict[str, Count]:
+        text = f"{system}\n\n{memory}" if system and memory else (system or memory)
+        head = ([{"kind": "message", "role": "system", "parts": [{"type": "text", "text": text}]}]
+                if text else [])
+        table = _normalize_tools(tools)
+        names = list(table) if advertised is None else list(dict.fromkeys(advertised))
+        missing = [name for name in names if name not in table]
+        if missing:
+            raise InvalidTools(f"advertised tools without a schema: {', '.join(sorted(missing))}")
+        schemas = [api_tool(self.api, table[name]) for name in names]
+        bodies = counter.body_counter()
+        system_count = Count(0, True)
+        total = Count(0, True)
+        for index, block in enumerate(_blocks([*head, *rows])):
+            first, counted = self._block(counter, bodies, block)
+            if index == 0 and head:
+                system_count = first
+                counted = Count(counted.tokens - first.tokens, counted.exact)
+            total += counted
+        return {
+            "framing": Count(REPLY_TOKENS, True),
+            "system": system_count,
+            "memory": Count(0, True),
+            "tools": bodies.tools(schemas),
+            "rows": total,
+        }
+
+    def _block(self, counter: TokenCounter, bodies: BodyCounter,
+               block: list[Mapping[str, Any]]) -> tuple[Count, Count]:
+        """(first message, all messages) of one independent block, cached."""
+        key: bytes | None = None
+        if counter.cache is not None:
+            try:
+                key = xxhash.xxh3_128_digest(_encoder.encode((counter.profile_key, block)))
+            except (TypeError, ValueError, OverflowError):
+                key = None
+            if key is not None and (found := self._done.get(key)) is not None:
+                return found
+        items = list(ADAPTERS[self.api].to_request(block)[self._items])
+        result = (bodies.message(items[0]) if items else Count(0, True), bodies.messages(items))
+        if key is not None:
+            with self._lock:
+                self._done[key] = result
+                while len(self._done) > _BLOCKS:
+                    self._done.popitem(last=False)
+        return result
 
 
 class AdapterShape:
@@ -58,10 +328,28 @@ class AdapterShape:
 
 
 def shape_for(api: str | None = None, family: str | None = None) -> RowShape:
-    """The row shape of ``api``, or of a model ``family``'s usual API;
-    ``"canonical"`` counts the canonical JSON row."""
+    """The row shape of ``api``, or of a model ``family``'s usual API
+    (OpenAI's two APIs: :class:`BodyShape`, others :class:`AdapterShape`);
+    ``"canonical"`` counts the canonical JSON row; ``"adapter-<api>"`` the
+    per-row rendered JSON even for an OpenAI API (the pre-body estimate)."""
+    if api is not None and api.startswith("adapter-"):
+        return AdapterShape(api[len("adapter-"):])
     if api == "canonical":
         return CANONICAL
     if api is None:
         api = FAMILY_API.get(family or "", "openai-chat")
-    return AdapterShape(api)
+    return _BODY_SHAPES[api] if api in BODY_APIS else AdapterShape(api)
+
+
+_BODY_SHAPES = {api: BodyShape(api) for api in sorted(BODY_APIS)}
+
+
+def count_view(counter: TokenCounter, rows: Iterable[Mapping[str, Any]],
+               shape: RowShape) -> TokenCount:
+    """Rows as ``shape`` sends them, without a request's fixed parts: with a
+    :class:`BodyShape` the messages of the rendered body (so calls and results
+    are paired as sent), else the per-row sum."""
+    if isinstance(shape, BodyShape):
+        parts = shape.request_parts(counter, rows)
+        return counter.scaled(parts["rows"])
+    return counter.rows(rows, shape)

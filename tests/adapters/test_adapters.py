@@ -257,7 +257,7 @@ def test_reasoning_policy() -> None:
         {"type": "reasoning", "text": "r", "signature": "s"},
         {"type": "reasoning", "text": "", "redacted": "opaque"},
         {"type": "reasoning", "text": "o", "id": "rs_9", "encrypted_content": "enc"}]}]
-    blocks = to_request("anthropic", signed)["messages"][0]["content"]
+    blocks = to_request("anthropic", signed)["messages"][-1]["content"]
     assert blocks == [{"type": "thinking", "thinking": "r", "signature": "s"},
                       {"type": "redacted_thinking", "data": "opaque"}]
     items = to_request("openai-responses", signed)["input"]
@@ -272,7 +272,10 @@ def test_anthropic_sanitizes_ids_on_both_sides_and_wraps_inputs() -> None:
              "parts": [{"type": "tool_call", "id": "call:1/x", "name": "f", "input": "raw"}]},
             {"kind": "message", "role": "tool",
              "parts": [{"type": "tool_result", "id": "call:1/x", "output": 5, "error": False}]}]
-    messages = to_request("anthropic", rows)["messages"]
+    continued, *messages = to_request("anthropic", rows)["messages"]
+    # the Messages API needs a user message first (ledger.adapters.validate)
+    assert continued == {"role": "user",
+                         "content": [{"type": "text", "text": anthropic.CONTINUED}]}
     use, result = messages[0]["content"][0], messages[1]["content"][0]
     assert use["id"] == result["tool_use_id"] == anthropic.tool_id("call:1/x")
     assert use["id"].startswith("toolu_") and use["input"] == {"input": "raw"}
@@ -295,10 +298,11 @@ def test_chat_from_messages_reads_tool_calls_and_bad_arguments() -> None:
 
 def test_unknown_parts_of_an_api_round_trip_through_that_api_only() -> None:
     body = {"model": "m", "max_tokens": 5, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "search"}]},
         {"role": "assistant", "content": [{"type": "server_tool_use", "id": "s", "name": "web",
                                           "input": {}}, {"type": "text", "text": "t"}]}]}
     rows = from_request("anthropic", body)
-    assert rows[0]["parts"][0]["type"] == "anthropic:server_tool_use"
+    assert rows[1]["parts"][0]["type"] == "anthropic:server_tool_use"
     assert to_request("anthropic", rows, model="m", max_tokens=5) == body
     assert "server_tool_use" not in json.dumps(to_request("openai-chat", rows))
 

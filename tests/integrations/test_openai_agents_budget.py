@@ -259,7 +259,7 @@ def test_the_user_moving_on_settles_a_waiting_approval_and_nothing_wedges(
     # threshold: the message settles the call (an error output in its batch), so the
     # rollover goes ahead instead of waiting for a step that may never settle.
     release = " ".join(f"release note {i}: fixed issue {i * 7} in the scheduler;"
-                       for i in range(48))
+                       for i in range(75))
     asyncio.run(Runner.run(agent, release, session=session, run_config=config))
     assert session.open_calls() == [] and session.history.window > 0
     settled = [r for r in session.history.rows()
@@ -313,7 +313,7 @@ def test_an_approval_with_a_parallel_call_carries_the_whole_step(tmp_path: Path)
     agent = _agent(model, deploy, read_log_part, session_history_tool(session))
     config = session.run_config()
     notes = " ".join(f"ops note {i}: queue q{i} drained after {i % 9 + 2} minutes;"
-                     for i in range(120))
+                     for i in range(170))
     asyncio.run(Runner.run(agent, f"Summarise these notes: {notes}", session=session,
                            run_config=config))
     first = asyncio.run(Runner.run(agent, "Deploy build 7 and read log part 3.",
@@ -459,7 +459,7 @@ def test_a_fresh_process_takes_the_budget_from_disk(tmp_path: Path) -> None:
     session = _session(tmp_path, "restart", 3000)
     model = ScriptedModel([[message("Noted.", "msg_1")]])
     notes = " ".join(f"ops note {i}: queue q{i} drained after {i % 9 + 2} minutes;"
-                     for i in range(150))
+                     for i in range(175))
     asyncio.run(Runner.run(_agent(model, session_history_tool(session)), notes,
                            session=session, run_config=session.run_config()))
     assert session.history.window == 0

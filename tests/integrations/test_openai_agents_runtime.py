@@ -33,7 +33,7 @@ from ledger import Store
 from ledger.integrations.openai_agents import LedgerSession, session_history_tool
 from tests.helpers.agents_script import ScriptedModel, message
 tag = sys.argv[1]
-session = LedgerSession("shared", store=Store({root!r}, durability="off"), context_limit=3000)
+session = LedgerSession("shared", store=Store({root!r}, durability="off"), context_limit=1500)
 model = ScriptedModel([[message(f"answer {{tag}}-{{i}}: " + "ok " * 60, f"m_{{tag}}_{{i}}")]
                        for i in range(15)])
 agent = Agent(name="a", instructions="Be brief.", model=model,

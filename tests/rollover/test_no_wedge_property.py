@@ -128,7 +128,7 @@ def test_reused_call_ids_over_many_rollovers_keep_the_carried_rows_flat(tmp_path
                              context_limit=2000, system="agent", tools={"bash": BASH})
     carried = []
     for step in range(30):
-        conv.send(user(f"step {step}: " + words(120, "q")))
+        conv.send(user(f"step {step}: " + words(260, "q")))
         conv.record({"role": "assistant", "parts": [
             {"type": "tool_call", "id": "call_0", "name": "bash", "input": {"cmd": "ls"}}]})
         req = conv.send(result("call_0", words(60, f"out{step}-")))

@@ -193,16 +193,18 @@ def test_encoding_failure_is_an_error_not_a_guess(monkeypatch: pytest.MonkeyPatc
 
 def test_guards_count_rows_as_the_family_api_receives_them() -> None:
     """By default the guards count what the model family's adapter sends:
-    the rendered request JSON, with genuine media charged by allowance."""
-    from ledger.tokens.shapes import AdapterShape
+    for OpenAI the whole body by the published rules, for others the rendered
+    request JSON; genuine media charged by allowance either way."""
+    from ledger.tokens.shapes import AdapterShape, BodyShape
 
     picture = {"type": "media", "mime": "image/png", "data": "A" * 200_000}
     rows = [text_row("hello"), {"role": "user", "parts": [picture]}]
     default = budget.check_request("gpt-4o", rows=rows, cache=None)
     chat = budget.check_request("gpt-4o", rows=rows, cache=None,
-                                shape=AdapterShape("openai-chat"))
+                                shape=BodyShape("openai-chat"))
     assert default.breakdown["rows"] == chat.breakdown["rows"]
     assert default.breakdown["rows"] < 20_000  # the base64 is not counted as text
+    assert not default.exact  # an image allowance is an estimate
     claude = budget.check_request("claude-sonnet-4", rows=rows, cache=None)
     anthropic = budget.check_request("claude-sonnet-4", rows=rows, cache=None,
                                      shape=AdapterShape("anthropic"))

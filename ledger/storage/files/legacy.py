@@ -27,8 +27,8 @@ from ledger.storage.files import segments as segs
 from ledger.storage.files.bulk import bulk_load
 from ledger.storage.files.lock import locked
 from ledger.storage.files.marker import Resolution, decide, marker_matches, recover_interrupted
-from ledger.storage.files.reads import WorkspaceBase
 from ledger.storage.files.retention import Quarantine
+from ledger.storage.files.workspace import FileWorkspace
 
 __all__ = ["ARCHIVE", "CHAT", "BulkImport", "LegacyLine", "LegacyView", "bulk_import",
            "legacy_lines", "settle_view"]
@@ -86,7 +86,7 @@ class BulkImport:
     quarantine, :meth:`load` appends the batches as sealed segments (the
     quarantine is written from inside the load, under its lock)."""
 
-    def __init__(self, workspace: WorkspaceBase) -> None:
+    def __init__(self, workspace: FileWorkspace) -> None:
         self.workspace = workspace
         self.quarantine = Quarantine(workspace.path, durability=workspace.store.durability)
 
@@ -103,7 +103,7 @@ class BulkImport:
 def bulk_import(engine: object) -> BulkImport | None:
     """A :class:`BulkImport` when ``engine`` is a file workspace (created, its
     FORMAT written and an interrupted rewrite settled), else None."""
-    if not isinstance(engine, WorkspaceBase):
+    if not isinstance(engine, FileWorkspace):
         return None
     try:
         engine.ensure_dir()
