@@ -210,7 +210,8 @@ def to_request(
 
 def _from_block(block: Mapping[str, Any]) -> Part:
     kind = block.get("type")
-    source = block.get("source") if isinstance(block.get("source"), Mapping) else {}
+    got = block.get("source")
+    source: Mapping[str, Any] = got if isinstance(got, Mapping) else {}
     if kind == "text" and isinstance(block.get("text"), str):
         return {"type": "text", "text": block["text"]}
     if kind in ("image", "document") and source.get("type") == "base64":

@@ -34,7 +34,7 @@ import mimetypes
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 VISIBLE_KINDS = frozenset({"message", "lead_in", "warning"})
 KNOWN_PART_TYPES = frozenset({"text", "reasoning", "tool_call", "tool_result", "media"})
@@ -83,7 +83,7 @@ def parse_arguments(text: str) -> Any:
         return text
 
 
-def is_parts_output(output: Any) -> bool:
+def is_parts_output(output: Any) -> TypeGuard[list[Mapping[str, Any]]]:
     """Whether a tool output is a list of canonical text/media parts (else it is JSON)."""
     return (
         isinstance(output, list)

@@ -135,19 +135,19 @@ def to_messages(rows: Iterable[Row], *, system_role: str = "system") -> list[dic
             media: list[dict[str, Any]] = []
             for result in turn.parts:
                 output = result.get("output")
-                content: str | list[dict[str, Any]]
+                sent: str | list[dict[str, Any]]
                 if is_parts_output(output):
-                    content = [{"type": "text", "text": p["text"]}
-                               for p in output if p["type"] == "text"] or ""
+                    sent = [{"type": "text", "text": p["text"]}
+                            for p in output if p["type"] == "text"] or ""
                     found = [c for c in (_user_content_part(p) for p in output
                                          if p["type"] == "media") if c is not None]
                     if found:
                         label = f"[media returned by tool call {result.get('id')}]"
                         media.extend([{"type": "text", "text": label}, *found])
                 else:
-                    content = output_text(output)
+                    sent = output_text(output)
                 messages.append(
-                    {"role": "tool", "tool_call_id": str(result.get("id")), "content": content}
+                    {"role": "tool", "tool_call_id": str(result.get("id")), "content": sent}
                 )
             if media:
                 messages.append({"role": "user", "content": media})

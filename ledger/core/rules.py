@@ -228,7 +228,7 @@ def check_truncate(
     """Refuse truncating after row ``seq`` (``row``, at position ``at``) when
     it would split its batch (``seq`` must end it) or drop the newest manual
     reset (the rows it hides would be retrievable again: fail closed)."""
-    b = row.get("batch") if isinstance(row.get("batch"), dict) else {}
+    b = b_raw if isinstance(b_raw := row.get("batch"), dict) else {}
     if isinstance(b.get("n"), int) and isinstance(b.get("i"), int) and b["i"] != b["n"] - 1:
         last = seq + (b["n"] - 1 - b["i"])
         first = seq - b["i"]
@@ -256,13 +256,13 @@ def purge_cut(rows: Sequence[dict[str, Any] | None], floor_index: int) -> int:
     floor = rows[floor_index]
     if floor is None:
         return floor_index
-    b = floor.get("batch") if isinstance(floor.get("batch"), dict) else {}
+    b = b_raw if isinstance(b_raw := floor.get("batch"), dict) else {}
     if b.get("n") == 1:
         return floor_index + 1
     j = floor_index
     while j > 0:
         prev = rows[j - 1]
-        pb = prev.get("batch") if prev is not None and isinstance(prev.get("batch"), dict) else {}
+        pb = pb_raw if prev is not None and isinstance(pb_raw := prev.get("batch"), dict) else {}
         if prev is None or pb.get("id") != b.get("id"):
             break
         j -= 1

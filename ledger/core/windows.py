@@ -53,13 +53,13 @@ def classify_reset(row: dict[str, Any], next_row: dict[str, Any] | None) -> str:
     """
     info = row.get("reset")
     reason = info.get("reason") if isinstance(info, dict) else None
-    batch = row.get("batch") if isinstance(row.get("batch"), dict) else {}
+    batch = batch_raw if isinstance(batch_raw := row.get("batch"), dict) else {}
     if reason == "rollover":
         if batch.get("i") != 0 or not isinstance(batch.get("n"), int) or batch["n"] < 2:
             return "manual"
         if next_row is None or next_row.get("kind") != "lead_in":
             return "manual"
-        nb = next_row.get("batch") if isinstance(next_row.get("batch"), dict) else {}
+        nb = nb_raw if isinstance(nb_raw := next_row.get("batch"), dict) else {}
         if nb.get("id") != batch.get("id") or nb.get("i") != 1:
             return "manual"
         return "rollover"

@@ -134,7 +134,7 @@ def _budget_for(conv: Conversation, system: str, tools: Sequence[Any]) -> None:
         schema = _tool_schema(tool)
         schemas[str(schema.get("name", schema.get("type", len(schemas))))] = schema
     conv.parts.system = system
-    conv.tools = conv.parts.tools = schemas  # type: ignore[misc]
+    conv.tools = conv.parts.tools = schemas
 
 
 def _thread_workspace() -> str:

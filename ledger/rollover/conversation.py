@@ -658,9 +658,9 @@ class Conversation:
         if decision.action is Action.ROLLOVER:
             # The carried call rows go first, so the engine finds nothing
             # more to carry (the stored originals are in the window too).
-            done, decision, state = self._rollover_or_wait(decision, state, [*carry, *trigger])
-            if done is not None:
-                return done
+            sent, decision, state = self._rollover_or_wait(decision, state, [*carry, *trigger])
+            if sent is not None:
+                return sent
         extra = [warning_row(decision)] if decision.action is Action.WARN else []
         # The stored rows stay where they are: the request is the window as the
         # store serves it, with the warning, checked before the warning is appended.

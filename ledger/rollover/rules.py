@@ -349,11 +349,11 @@ def carried_rows(view: Iterable[Any], trigger: Iterable[Any]) -> list[dict[str, 
                 todo.extend(results_in.get(r, ()))
     out = []
     for i in sorted(keep):
-        row = rows[i]
-        copy = {k: v for k, v in row.items() if k not in _CARRY_DROPPED}
-        meta = dict(row["meta"]) if isinstance(row.get("meta"), Mapping) else {}
-        if isinstance(row.get("seq"), int):
-            meta["carried_from"] = row["seq"]
+        kept = rows[i]
+        copy = {k: v for k, v in kept.items() if k not in _CARRY_DROPPED}
+        meta = dict(kept["meta"]) if isinstance(kept.get("meta"), Mapping) else {}
+        if isinstance(kept.get("seq"), int):
+            meta["carried_from"] = kept["seq"]
         copy["meta"] = meta
         out.append(copy)
     return out

@@ -13,6 +13,7 @@ may add its own (notices about the recall index, the quarantine).
 
 from __future__ import annotations
 
+import builtins  # Verified has a field named bytes
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,7 +54,7 @@ class Verified:
                         "result, or Conversation.cancel_open_calls(reason)")
                 for c in pair(self.tool_rows).open_calls()]
 
-    def row(self, seq: int, batch_id: str, raw: bytes) -> dict[str, Any] | None:
+    def row(self, seq: int, batch_id: str, raw: builtins.bytes) -> dict[str, Any] | None:
         """Count row ``seq`` (its bytes ``raw``, no newline) and decode it; a
         ``bad-row`` when its bytes fail verification or carry another seq
         (noting a reset they may hide). None when it does not decode."""
@@ -80,7 +81,7 @@ class Verified:
         ok = [d for d in dicts if d is not None]
         if len(ok) != len(dicts):
             return None
-        marks = [d.get("batch") if isinstance(d.get("batch"), dict) else {} for d in ok]
+        marks = [b if isinstance(b := d.get("batch"), dict) else {} for d in ok]
         if not all(b.get("id") == batch_id and b.get("n") == len(ok) and b.get("i") == i
                    for i, b in enumerate(marks)):
             self.problems.append(Problem("torn-batch", first_seq, f"batch {batch_id!r} is not "

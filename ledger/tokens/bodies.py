@@ -170,15 +170,16 @@ class BodyCounter:
         return ZERO  # numbers, booleans, null: not text the model reads
 
     def _media(self, node: Mapping[str, Any]) -> Count:
-        kind = node.get("type")
+        kind = str(node.get("type"))
         mime, data = "application/octet-stream", None
-        inner = node.get(kind) if isinstance(node.get(kind), Mapping) else node
-        if kind == "input_audio" and isinstance(inner, Mapping):
+        nested = node.get(kind)
+        inner: Mapping[str, Any] = nested if isinstance(nested, Mapping) else node
+        if kind == "input_audio":
             mime = _AUDIO.get(str(inner.get("format")), "audio/wav")
             data = inner.get("data") if isinstance(inner.get("data"), str) else None
         else:
             url = next((inner.get(k) for k in ("url", "image_url", "file_data", "file_url")
-                        if isinstance(inner, Mapping) and isinstance(inner.get(k), str)), None)
+                        if isinstance(inner.get(k), str)), None)
             found = _DATA_URL.match(url) if isinstance(url, str) else None
             if found:
                 mime, data = found.group(1), found.group(2)
@@ -194,7 +195,8 @@ class BodyCounter:
         return self._cached("function", tool, self._function)
 
     def _function(self, tool: Mapping[str, Any]) -> Count:
-        fn = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+        nested = tool.get("function")
+        fn: Mapping[str, Any] = nested if isinstance(nested, Mapping) else tool
         if tool.get("type", "function") != "function" or not isinstance(fn.get("name"), str):
             # A built-in tool (web search, ...) has no published rule: its JSON.
             return Count(json_cost(tool, self.text).tokens, False)
@@ -236,7 +238,7 @@ class BodyCounter:
         extra = {k: v for k, v in prop.items() if k not in _COVERED_PROPERTY_KEYS}
         if extra:
             total += Count(json_cost(extra, self.text).tokens, False)
-        elif not exact:
+        if not exact:  # a type list has no published rule: its JSON, an estimate
             total += Count(0, False)
         return total
 

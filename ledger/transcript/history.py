@@ -207,7 +207,7 @@ class History(WorkspaceHandle):
                 raise InvalidRow(f"trigger row {i}: kind {row['kind']!r} is not allowed here", i)
         self._check_pairs(trigger_rows)
         reset = {"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "rollover"}}
-        marker = {"kind": "lead_in", "role": "system", "parts": [], "meta": {}}
+        marker: dict[str, Any] = {"kind": "lead_in", "role": "system", "parts": [], "meta": {}}
         text = lead_in
 
         def fill(next_seq: int) -> None:

@@ -12,8 +12,8 @@ from ledger.core.errors import LedgerError
 from ledger.storage.engine import BackupResult
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
+from ledger.storage.files.ports import unwrap
 from ledger.storage.files.retention import quarantine_dir
-from ledger.storage.files.state import unwrap
 
 _COPY_CHUNK = 1 << 20
 

@@ -54,8 +54,9 @@ from ledger.storage.engine import DURABILITY_LEVELS
 from ledger.storage.files import segments as segs
 from ledger.storage.files.index import SegmentInfo, active_entry, append_entry, read_entries
 from ledger.storage.files.lock import locked
+from ledger.storage.files.ports import unwrap
 from ledger.storage.files.receipt import write_receipt
-from ledger.storage.files.state import stable_receipt, unwrap
+from ledger.storage.files.state import stable_receipt
 
 __all__ = ["DEFAULT_SEGMENT_TARGET", "Batch", "BulkResult", "bulk_load"]
 

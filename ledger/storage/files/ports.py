@@ -7,9 +7,10 @@ of them imports the workspace class or reaches into its private members.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ledger.core import format as fmt
+from ledger.core.errors import Unsupported
 from ledger.core.windows import Boundary
 from ledger.storage.engine import StoreOptions
 from ledger.storage.files.index import BoundaryIndex
@@ -17,6 +18,7 @@ from ledger.storage.files.receipt import WriterReceipt
 from ledger.storage.files.state import State
 
 
+@runtime_checkable
 class FileHistory(Protocol):
     """One file-engine workspace as its helpers use it (module doc)."""
 
@@ -75,3 +77,20 @@ class FileHistory(Protocol):
     def forget_derived(self) -> None:
         """Drop the states derived from the segments (they changed)."""
         ...
+
+
+def unwrap(history: object) -> FileHistory:
+    """The file workspace ``history`` is (a file workspace) or holds (a
+    transcript-level ``History`` keeps its engine as ``.engine``). A workspace
+    of another engine is refused with ``Unsupported``: the file engine's own
+    operations (``bulk_load``, ...) need a path root."""
+    if isinstance(history, FileHistory):
+        return history
+    engine = getattr(history, "engine", None)
+    if isinstance(engine, FileHistory):
+        return engine
+    held = type(engine if engine is not None else history).__name__
+    raise Unsupported(
+        f"{history!r} is stored by {held}, not the file engine: this operation is the file "
+        "engine's (open the store at a directory path)"
+    )

@@ -276,8 +276,9 @@ def repair(history: FileHistory, *, policy: str = "salvage", dry_run: bool = Fal
     try:
         with locked(history.path, history.workspace, history.store.lock_timeout, shared=dry_run):
             _repair_locked(history, report, progress)
-            if not dry_run and (recall_found or report.changed) and os.path.exists(
-                    os.path.join(history.path, fmt.RECALL_NAME)):
+            if not dry_run and (recall_found or report.changed) and any(
+                    os.path.lexists(os.path.join(history.path, fmt.RECALL_NAME) + suffix)
+                    for suffix in recall.SUFFIXES):
                 # The recall index is a projection: built again from the repaired log.
                 recall.rebuild(history.path, history.state())
                 report.changed = True

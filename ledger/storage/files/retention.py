@@ -49,7 +49,7 @@ from ledger.core.errors import DeletePending, LedgerError, UnsafePath, Workspace
 from ledger.core.ids import validate_workspace
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
-from ledger.storage.files.state import unwrap
+from ledger.storage.files.ports import unwrap
 
 if TYPE_CHECKING:
     from ledger.storage.engine import StoreOptions as Store

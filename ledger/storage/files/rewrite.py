@@ -74,8 +74,9 @@ from ledger.storage.files.marker import (  # noqa: F401 (re-exported: the old ho
     recover_interrupted,
     text_digest,
 )
+from ledger.storage.files.ports import unwrap
 from ledger.storage.files.retention import Quarantine
-from ledger.storage.files.state import empty_receipt, unwrap
+from ledger.storage.files.state import empty_receipt
 
 if TYPE_CHECKING:
     from ledger.storage.files.ports import FileHistory as History

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 from ledger.core import format as fmt
-from ledger.core.errors import Unsupported
 from ledger.core.windows import Boundary, window_marker
 from ledger.storage.files.index import SegmentInfo
 
@@ -162,23 +160,4 @@ def empty_receipt() -> fmt.Receipt:
         state=fmt.PENDING, epoch=0, next_seq=1, window=0, window_segment=0, window_offset=0,
         floor_seq=fmt.NO_FLOOR, floor_segment=0, floor_offset=0, active_segment=0,
         active=fmt.ZERO_STAMP, sealed_count=0, sealed_digest=b"\x00" * 16,
-    )
-
-
-def unwrap(history: Any) -> Any:
-    """The file workspace ``history`` is (a file workspace) or holds (a
-    transcript-level ``History`` keeps its engine as ``.engine``). A workspace
-    of another engine is refused with ``Unsupported``: the file engine's own
-    operations (``bulk_load``, ...) need a path root."""
-    from ledger.storage.files.reads import WorkspaceBase  # reads imports this module
-
-    if isinstance(history, WorkspaceBase):
-        return history
-    engine = getattr(history, "engine", None)
-    if isinstance(engine, WorkspaceBase):
-        return engine
-    held = type(engine if engine is not None else history).__name__
-    raise Unsupported(
-        f"{history!r} is stored by {held}, not the file engine: this operation is the file "
-        "engine's (open the store at a directory path)"
     )

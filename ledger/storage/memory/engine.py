@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from ledger.core.errors import InvalidRoot, LockTimeout
+from ledger.core.errors import InvalidRoot
 from ledger.core.ids import validate_workspace
 from ledger.storage.engine import StoreOptions
+from ledger.storage.memory.space import MemoryRoot
 
 if TYPE_CHECKING:
-    from ledger.storage.memory.workspace import MemWorkspace, Space
+    from ledger.storage.memory.workspace import MemWorkspace
 
 SCHEME = "memory://"
-# A quarantine entry: (ms since the epoch, seq or None, why, the bytes).
-Quarantined = tuple[int, int | None, str, bytes]
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
 
@@ -39,29 +36,6 @@ def root_name(root: str) -> str | None:
             "1 to 100 letters, digits, '.', '_' or '-'"
         )
     return name
-
-
-class MemoryRoot:
-    """The workspaces of one root and the lock every operation on them takes."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.lock = threading.RLock()
-        self.spaces: dict[str, Space] = {}
-        self.quarantine: dict[str, list[Quarantined]] = {}
-
-    @contextmanager
-    def locked(self, timeout: float, workspace: str) -> Iterator[None]:
-        got = self.lock.acquire(timeout=timeout) if timeout > 0 else self.lock.acquire(False)
-        if not got:
-            raise LockTimeout(
-                f"workspace {workspace!r}: lock not acquired within {timeout:g} s ({self.label}); "
-                "another writer holds it -- retry, or raise Store(lock_timeout=...)"
-            )
-        try:
-            yield
-        finally:
-            self.lock.release()
 
 
 _NAMED: dict[str, MemoryRoot] = {}

@@ -17,7 +17,7 @@ from ledger.storage.memory.recall import Recall
 from ledger.storage.seqpages import RowState, SeqReader
 
 if TYPE_CHECKING:
-    from ledger.storage.memory.workspace import MemWorkspace, Space
+    from ledger.storage.memory.space import MemHandle, Space
 
 
 class MemRows:
@@ -47,7 +47,7 @@ class MemRows:
 class MemReader(SeqReader):
     """The memory engine's ``PageReader[RowState]`` for one workspace."""
 
-    def __init__(self, ws: MemWorkspace) -> None:
+    def __init__(self, ws: MemHandle) -> None:
         self.ws = ws
         self.workspace = ws.workspace
         self.sp: Space | None = None
@@ -109,5 +109,5 @@ class MemReader(SeqReader):
         if sp.recall is None:
             sp.recall = Recall()
         recall = sp.recall
-        recall.refresh(sp.rows, sp.epoch)
+        recall.refresh(sp.rows, sp.epoch, st.floor.seq if st.floor is not None else 0)
         return recall.candidates(query, after, high, window)

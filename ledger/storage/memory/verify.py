@@ -31,12 +31,12 @@ from ledger.core.errors import RecoveryError
 from ledger.core.rows import now_ms
 from ledger.core.windows import Boundary
 from ledger.storage import rowcheck
-from ledger.storage.memory.engine import Quarantined
+from ledger.storage.memory.space import Quarantined, Space, Stored
 from ledger.storage.rowcheck import Problem, RowRepair, report
 from ledger.storage.seqpages import boundary
 
 if TYPE_CHECKING:
-    from ledger.storage.memory.workspace import MemWorkspace, Space, Stored
+    from ledger.storage.memory.space import MemHandle
 
 QUARANTINE = "the memory quarantine"
 ACTIONS = {
@@ -138,14 +138,14 @@ def _head(sp: Space, out: Verified, window: Boundary | None, floor: Boundary | N
                                     f", the rows say {want}"))
 
 
-def check(ws: MemWorkspace) -> CheckReport:
+def check(ws: MemHandle) -> CheckReport:
     """``verify_space`` as the check report every engine gives."""
     with ws.locked():
         found = verify_space(ws.space(), ws.quarantine())
     return report(ws.workspace, found.problems, ACTIONS, found.rows, found.bytes, "memory")
 
 
-def repair(ws: MemWorkspace, policy: str, dry_run: bool) -> RowRepair:
+def repair(ws: MemHandle, policy: str, dry_run: bool) -> RowRepair:
     """Settle what ``verify_space`` finds (module doc); a dry run writes nothing."""
     check_policy(policy)
     with ws.locked():
@@ -166,8 +166,6 @@ def repair(ws: MemWorkspace, policy: str, dry_run: bool) -> RowRepair:
 
 
 def _apply(sp: Space, q: list[Quarantined], found: Verified) -> int:
-    from ledger.storage.memory.workspace import Stored
-
     ts = now_ms()
     for i in found.bad_entries:
         e = q[i]
@@ -180,8 +178,8 @@ def _apply(sp: Space, q: list[Quarantined], found: Verified) -> int:
             q.append((ts, s.seq, "repair: failed verification", s.line))
     good = [s for s in sp.rows if s.batch_id not in found.bad_batches]
     for run in _runs(good):
-        data = [s.data for s in run]
-        right = {b.seq: b.reason for b in rules.batch_bounds(data, [(s.seq, 0) for s in run])}
+        dicts = [s.data for s in run]
+        right = {b.seq: b.reason for b in rules.batch_bounds(dicts, [(s.seq, 0) for s in run])}
         kept += [Stored(s.seq, s.line, s.data, s.batch_id, right.get(s.seq)) for s in run]
     old_floor, next_seq = sp.floor, sp.next_seq
     sp.replace(kept)

@@ -15,95 +15,22 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.errors import Conflict, HistoryDamaged, LedgerError, WorkspaceNotFound
 from ledger.core.rows import Row, now_ms
-from ledger.core.windows import Boundary
 from ledger.storage.copydir import write_workspace_dir
 from ledger.storage.engine import BackupResult, StatReport, StoreOptions, WorkspaceHandle
-from ledger.storage.memory.engine import MemoryRoot, Quarantined
+from ledger.storage.memory.space import MemoryRoot, Quarantined, Space, Stored, stored_row
 from ledger.storage.primitives import Edit, Replaced, holds, settle
 from ledger.storage.rewrites import RowRewrites
 from ledger.storage.seqpages import RowState, boundary, decode_row
 
 if TYPE_CHECKING:
     from ledger.storage.memory.reader import MemReader
-    from ledger.storage.memory.recall import Recall
-
-
-@dataclass(frozen=True)
-class Stored:
-    """One stored row: its bytes (no newline), decoded dict, batch id and
-    boundary reason (None: not a boundary)."""
-
-    seq: int
-    line: bytes
-    data: dict[str, Any]
-    batch_id: str
-    boundary: str | None = None
-
-
-@dataclass
-class Space:
-    """One workspace's rows and head (module doc)."""
-
-    epoch: int
-    rows: list[Stored] = field(default_factory=list)
-    seqs: list[int] = field(default_factory=list)  # rows' seqs, for bisect
-    bounds: list[int] = field(default_factory=list)  # seqs of the boundary rows
-    next_seq: int = 1
-    window: Boundary | None = None
-    floor: Boundary | None = None
-    batches: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (first seq, n)
-    created_ms: int = field(default_factory=now_ms)
-    recall: Recall | None = None  # the ranked-search index, made by the first ranked search
-
-    def state(self) -> RowState:
-        return RowState(self.next_seq, self.epoch, self.window, self.floor)
-
-    def add(self, rows: Iterable[Stored]) -> None:
-        """Append rows (in seq order, after every row here)."""
-        for r in rows:
-            self.rows.append(r)
-            self.seqs.append(r.seq)
-            if r.boundary is not None:
-                self.bounds.append(r.seq)
-
-    def replace(self, rows: list[Stored]) -> None:
-        """Swap in a rewritten list (a new object: streams over the old one see it)."""
-        self.rows = rows
-        self.seqs = [r.seq for r in rows]
-        self.bounds = [r.seq for r in rows if r.boundary is not None]
-        self.batches = {}
-        for r in rows:
-            b = r.data.get("batch") if isinstance(r.data.get("batch"), dict) else {}
-            if b.get("i") == 0 or r.batch_id not in self.batches:
-                self.batches[r.batch_id] = (r.seq, 0)
-            first, n = self.batches[r.batch_id]
-            self.batches[r.batch_id] = (first, n + 1)
-
-    def index_of(self, seq: int) -> int | None:
-        i = bisect.bisect_left(self.seqs, seq)
-        return i if i < len(self.seqs) and self.seqs[i] == seq else None
-
-    def recompute(self, next_seq: int) -> None:
-        """Window and floor from the boundary rows, and a new epoch (a rewrite)."""
-        window = next((r for r in reversed(self.rows) if r.boundary is not None), None)
-        floor = next((r for r in reversed(self.rows) if r.boundary == "manual"), None)
-        self.window = boundary(window.seq, window.boundary) if window is not None else None
-        self.floor = boundary(floor.seq, "manual") if floor is not None else None
-        self.next_seq = next_seq
-        self.epoch = rules.new_epoch(self.epoch)
-
-
-def _stored(line: bytes, data: dict[str, Any], batch_id: str, reason: str | None) -> Stored:
-    raw = line[:-1] if line.endswith(b"\n") else line
-    return Stored(int(data["seq"]), raw, data, batch_id, reason)
 
 
 def _row(s: Stored, workspace: str) -> Row:
@@ -203,7 +130,7 @@ class MemWorkspace(RowRewrites, WorkspaceHandle):
             bounds = rules.batch_bounds(stored, [(int(r["seq"]), 0) for r in stored])
             sp.window, sp.floor = rules.fold(sp.window, sp.floor, bounds)
             reasons = {b.seq: b.reason for b in bounds}
-            sp.add(_stored(line, row, bid, reasons.get(int(row["seq"])))
+            sp.add(stored_row(line, row, bid, reasons.get(int(row["seq"])))
                    for row, line in zip(stored, lines, strict=True))
             sp.batches[bid] = (sp.next_seq, len(lines))
             sp.next_seq += len(lines)
@@ -224,7 +151,7 @@ class MemWorkspace(RowRewrites, WorkspaceHandle):
             sp.window, sp.floor = rules.fold(sp.window, sp.floor, bounds)
             reasons = {b.seq: b.reason for b in bounds}
             bid = str(run[0].batch.get("id", ""))
-            sp.add(_stored(r.line, r.data, bid, reasons.get(r.seq)) for r in run)
+            sp.add(stored_row(r.line, r.data, bid, reasons.get(r.seq)) for r in run)
             sp.batches[bid] = (run[0].seq, len(run))
             run.clear()
 
@@ -269,7 +196,7 @@ class MemWorkspace(RowRewrites, WorkspaceHandle):
                 lo = bisect.bisect_left(sp.seqs, e.first)
                 hi = bisect.bisect_right(sp.seqs, e.last)
                 gone += new[lo:hi]
-                new[lo:hi] = [_stored(p.row.line, p.row.data, str(p.row.batch.get("id", "")),
+                new[lo:hi] = [stored_row(p.row.line, p.row.data, str(p.row.batch.get("id", "")),
                                       p.boundary) for p in e.rows]
                 changed = changed or lo < hi or bool(e.rows)
             if put_aside is not None and gone:

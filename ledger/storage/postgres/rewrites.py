@@ -25,7 +25,7 @@ from ledger.storage.seqpages import RowState as PgState
 from ledger.storage.seqpages import boundary
 
 if TYPE_CHECKING:
-    from ledger.storage.postgres.workspace import PgWorkspace
+    from ledger.storage.postgres.handle import PgHandle
 
 
 def quarantine(conn: Any, workspace: str, condition: str, params: dict[str, Any],
@@ -49,11 +49,11 @@ def quarantine(conn: Any, workspace: str, condition: str, params: dict[str, Any]
     return int(got[0]), int(got[1]), got[2]
 
 
-def replace(ws: PgWorkspace, expect: PgState, edits: Sequence[Edit],
+def replace(ws: PgHandle, expect: PgState, edits: Sequence[Edit],
             put_aside: str | None) -> Replaced:
     """``replace`` (module doc); Conflict when the head is not ``expect``."""
     with ws.db.write(f"rewrite workspace {ws.workspace!r}") as conn:
-        st = ws._head(conn, lock=True)
+        st = ws.head_in(conn, lock=True)
         if st is None:
             raise WorkspaceNotFound(f"workspace {ws.workspace!r} has no history in "
                                     f"{ws.db.where}")
@@ -108,7 +108,7 @@ def replace(ws: PgWorkspace, expect: PgState, edits: Sequence[Edit],
                     else [])
 
 
-def backup(ws: PgWorkspace, dest: str) -> BackupResult:
+def backup(ws: PgHandle, dest: str) -> BackupResult:
     """A copy of this workspace as a file-engine workspace directory ``dest``
     (new): FORMAT and one segment holding every row's bytes, read from one
     snapshot (REPEATABLE READ). Copy it under a file root as ROOT/WS, or
@@ -124,10 +124,10 @@ def backup(ws: PgWorkspace, dest: str) -> BackupResult:
     return BackupResult(ws.workspace, dest, 2, total)
 
 
-def stat(ws: PgWorkspace) -> StatReport:
+def stat(ws: PgHandle) -> StatReport:
     ws.require()
     with ws.db.read("stat") as conn:
-        st = ws._head(conn)
+        st = ws.head_in(conn)
         counts = conn.execute(
             "SELECT count(*), coalesce(sum(octet_length(raw) + 1), 0) FROM tl_rows "
             "WHERE workspace = %s", (ws.workspace,)).fetchone()

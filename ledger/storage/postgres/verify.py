@@ -47,7 +47,7 @@ from ledger.storage.rowcheck import Problem, RowRepair, report
 
 if TYPE_CHECKING:
     from ledger.core.checks import CheckReport
-    from ledger.storage.postgres.workspace import PgWorkspace
+    from ledger.storage.postgres.handle import PgHandle
 
 ACTIONS = {
     "bad-row": "tledger repair {ws} (its batch goes to tl_quarantine)",
@@ -130,18 +130,19 @@ def _explain_gaps(conn: Any, workspace: str, out: Verified) -> None:
                 "quarantine entries were purged); nothing to repair", notice=True))
 
 
-def verify(ws: PgWorkspace) -> Verified:
+def verify(ws: PgHandle) -> Verified:
     """Everything in the module doc, from one snapshot."""
     with ws.db.read("check") as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         out = verify_rows(conn, ws.workspace)
         out.problems.extend(out.open_calls())
         _explain_gaps(conn, ws.workspace, out)
-        head = ws._head(conn)
+        head = ws.head_in(conn)
         if head is not None:
             out.recall_index = recall_check.exists(conn, ws.workspace)
-            for code, message in recall_check.inspect(conn, ws.workspace, head.epoch,
-                                                      head.next_seq):
+            for code, message in recall_check.inspect(
+                    conn, ws.workspace, head.epoch, head.next_seq,
+                    head.floor.seq if head.floor is not None else 0):
                 out.problems.append(Problem(code, None, message, notice=True,
                                             action=recall_check.ACTION))
     if head is not None:
@@ -162,7 +163,7 @@ def verify(ws: PgWorkspace) -> Verified:
     return out
 
 
-def repair_rows(ws: PgWorkspace, dry_run: bool) -> dict[str, Any]:
+def repair_rows(ws: PgHandle, dry_run: bool) -> dict[str, Any]:
     """Settle what ``verify`` finds (module doc); a dry run writes nothing."""
     found = verify(ws)
     damage = [p for p in found.problems if not p.notice]
@@ -179,7 +180,7 @@ def repair_rows(ws: PgWorkspace, dry_run: bool) -> dict[str, Any]:
                 recall_check.rebuild(ws.db, ws.workspace)
         return result
     with ws.db.write(f"repair workspace {ws.workspace!r}") as conn:
-        st = ws._head(conn, lock=True)
+        st = ws.head_in(conn, lock=True)
         assert st is not None
         if found.bad_batches:
             quarantine(conn, ws.workspace, "batch_id = ANY(%(b)s)",
@@ -216,7 +217,7 @@ def repair_rows(ws: PgWorkspace, dry_run: bool) -> dict[str, Any]:
     return result
 
 
-def check(ws: PgWorkspace, progress: Progress | None = None) -> CheckReport:
+def check(ws: PgHandle, progress: Progress | None = None) -> CheckReport:
     """``verify`` as the check report every engine gives (``progress`` is
     not reported: the rows are read in one snapshot)."""
     if not ws.exists():
@@ -225,7 +226,7 @@ def check(ws: PgWorkspace, progress: Progress | None = None) -> CheckReport:
     return report(ws.workspace, found.problems, ACTIONS, found.rows, found.bytes, "database")
 
 
-def repair(ws: PgWorkspace, policy: str = "salvage", dry_run: bool = False,
+def repair(ws: PgHandle, policy: str = "salvage", dry_run: bool = False,
            progress: Progress | None = None) -> RowRepair:
     """``repair_rows`` as the repair report every engine gives; ``strict``
     refuses any damage, the other policies all move what fails verification

@@ -86,14 +86,14 @@ class PgWorkspace(RowRewrites, WorkspaceHandle):
 
     # --- state ------------------------------------------------------------------
 
-    def _head(self, conn: Any, lock: bool = False) -> PgState | None:
+    def head_in(self, conn: Any, lock: bool = False) -> PgState | None:
         sql = f"SELECT {HEAD_COLUMNS} FROM tl_head WHERE workspace = %s"
         got = conn.execute(sql + (" FOR UPDATE" if lock else ""), (self.workspace,)).fetchone()
         return state_of(got) if got is not None else None
 
     def exists(self) -> bool:
         with self.db.read("exists") as conn:
-            return self._head(conn) is not None
+            return self.head_in(conn) is not None
 
     def require(self) -> None:
         if not self.exists():
@@ -103,7 +103,7 @@ class PgWorkspace(RowRewrites, WorkspaceHandle):
 
     def snapshot(self) -> PgState:
         with self.db.read("snapshot") as conn:
-            st = self._head(conn)
+            st = self.head_in(conn)
         if st is None:
             return PgState(1, 0, None, None)
         return st
@@ -176,7 +176,7 @@ class PgWorkspace(RowRewrites, WorkspaceHandle):
         with self.db.write(f"append to workspace {self.workspace!r}", bid) as conn:
             if self.store.durability == "off":  # COMMIT returns before the WAL flush
                 conn.execute(SYNC_OFF)
-            st = self._head(conn, lock=True)
+            st = self.head_in(conn, lock=True)
             if st is None:
                 refuse_on_empty(self.workspace, batch)
                 now = now_ms()
@@ -185,7 +185,7 @@ class PgWorkspace(RowRewrites, WorkspaceHandle):
                     "VALUES (%s, 1, %s, %s, %s) ON CONFLICT (workspace) DO NOTHING",
                     (self.workspace, rules.new_epoch(), now, now),
                 )
-                st = self._head(conn, lock=True)
+                st = self.head_in(conn, lock=True)
                 assert st is not None
             if batch.caller_id:
                 found = conn.execute(
@@ -234,7 +234,7 @@ class PgWorkspace(RowRewrites, WorkspaceHandle):
         boundary projection, batches and head row come from the rows."""
         count = total = 0
         with self.db.write(f"load workspace {self.workspace!r}") as conn:
-            if self._head(conn, lock=True) is not None:
+            if self.head_in(conn, lock=True) is not None:
                 raise LedgerError(f"workspace {self.workspace!r} already exists in "
                                   f"{self.db.where}; nothing was written")
             now = now_ms()
@@ -293,7 +293,7 @@ class PgWorkspace(RowRewrites, WorkspaceHandle):
         source and offset are stored once (an import run again adds nothing)."""
         why = f"{source} offset {offset}: {reason}"
         with self.db.write(f"quarantine bytes of {self.workspace!r}") as conn:
-            if self._head(conn, lock=True) is None:
+            if self.head_in(conn, lock=True) is None:
                 raise WorkspaceNotFound(
                     f"workspace {self.workspace!r} has no history in {self.db.where}")
             got = conn.execute(
@@ -323,7 +323,7 @@ class PgWorkspace(RowRewrites, WorkspaceHandle):
 
     def head(self) -> PgState:
         with self.db.read("read the head") as conn:
-            st = self._head(conn)
+            st = self.head_in(conn)
         if st is None:
             raise WorkspaceNotFound(
                 f"workspace {self.workspace!r} has no history in {self.db.where}")

@@ -1,0 +1,30 @@
+"""What the PostgreSQL engine's helpers -- the page reader, the rewrite
+primitive with backup and stat, verify and repair -- use of a workspace:
+``PgHandle``, a typed protocol. ``workspace.PgWorkspace`` imports them and
+hands itself over; they see only this, so none imports the workspace class.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ledger.storage.postgres.connect import Database
+from ledger.storage.seqpages import RowState
+
+
+class PgHandle(Protocol):
+    """One workspace of the PostgreSQL engine as its helpers use it."""
+
+    workspace: str
+    db: Database  # the database's pool; ``db.where`` names it in messages
+
+    def exists(self) -> bool: ...
+
+    def require(self) -> None:
+        """WorkspaceNotFound unless something was written here."""
+        ...
+
+    def head_in(self, conn: Any, lock: bool = False) -> RowState | None:
+        """The head row read on ``conn`` (``lock``: ``FOR UPDATE``, the writer
+        lock until the transaction ends); None when the workspace has none."""
+        ...
