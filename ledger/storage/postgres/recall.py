@@ -253,7 +253,8 @@ class PgRecall:
                 seen = stopped + 1
             elif picked == real and real < CHUNK_ROWS:
                 seen = next_seq  # every row before the head's next seq is read
-            else:
+            else:  # picked > 0 here: with no row picked, real is 0 too (the branch above)
+                assert last is not None
                 seen = int(last) + 1
             mark = Mark(mark.version, epoch, max(seen, mark.seen), mark.upto, mark.win,
                         mark.last_hash, mark.docs, mark.total, mark.next_tid, mark.floor)
