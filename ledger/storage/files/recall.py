@@ -34,8 +34,9 @@ anything but a regular file (``unsafe``: ranked search is unavailable and
 row of every table carries a checksum (``h``: xxh3 of its values, or for a
 posting an arithmetic check SQLite computes), verified with SQLite's
 ``quick_check``, the schema and the statistics whenever a connection opens
-the file, and again on every row a query reads; any failure, or any SQLite
-error that is not a lock, discards the file and builds it again from the log
+the file, and again on the terms and postings a query reads; any failure,
+or any SQLite error that is not a lock, discards the file and builds it
+again from the log
 (``history_unavailable`` with the reason when that fails too), so a damaged
 index never answers differently from a fresh one.
 """
@@ -603,8 +604,10 @@ class RecallIndex:
         when indexed: segment and offset, a hint), best first: for each
         query term (the rarest ``MAX_TERMS``) its best postings with seq in
         (after, high], ``SCAN_ROWS`` in all, among its first ``EXAMINE`` (all
-        terms) postings, then ``ranking.rank`` over them. Every row read is
-        verified (``Damaged``); ``sizes`` gets each candidate's line size."""
+        terms) postings, then ``ranking.rank`` over them. The terms, windows
+        and postings read are verified again (``Damaged``; the rows' entries,
+        hashing whose pairs cost a few ms a query, were verified at open);
+        ``sizes`` gets each candidate's line size."""
         db = self._open()
         dfs: dict[str, int] = {}
         tid: dict[str, int] = {}
@@ -652,8 +655,8 @@ class RecallIndex:
         for seq, win, length, size, blob, seg, off, h in db.execute(
             f"SELECT * FROM docs WHERE seq IN ({marks})", sorted(found),
         ):
-            if h != _doc_h(seq, win, length, size, blob, seg, off):
-                raise Damaged(f"the entry of row {seq} fails its checksum")
+            if len(blob) % 8 or not isinstance(h, int):
+                raise Damaged(f"the entry of row {seq} is malformed")
             where[seq] = (seg, off)
             self.sizes[seq] = size
             pairs = array("I")

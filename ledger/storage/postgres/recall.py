@@ -253,7 +253,8 @@ class PgRecall:
                 seen = stopped + 1
             elif picked == real and real < CHUNK_ROWS:
                 seen = next_seq  # every row before the head's next seq is read
-            else:
+            else:  # picked > 0 here: with no row picked, real is 0 too (the branch above)
+                assert last is not None
                 seen = int(last) + 1
             mark = Mark(mark.version, epoch, max(seen, mark.seen), mark.upto, mark.win,
                         mark.last_hash, mark.docs, mark.total, mark.next_tid, mark.floor)
@@ -266,8 +267,8 @@ class PgRecall:
         and, when it stopped early (CHUNK_POSTINGS postings), the last seq read."""
         ws = self.workspace
         decoded = [(seq, raw, fmt.decode_line(raw)) for seq, raw in rows]
-        results = [p.get("id") for _, _, row in decoded for p in _parts(row)
-                   if p.get("type") == "tool_result" and isinstance(p.get("id"), str)]
+        results = [pid for _, _, row in decoded for p in _parts(row)
+                   if p.get("type") == "tool_result" and isinstance(pid := p.get("id"), str)]
         calls: set[str] = set()
         if results:
             calls = {c for (c,) in conn.execute(
@@ -302,9 +303,9 @@ class PgRecall:
         df: dict[str, int] = {}
         with conn.cursor().copy("COPY tl_recall_post (workspace, tid, imp, seq, tf) "
                                 "FROM STDIN") as copy:
-            for i, (seq, tfs, length) in enumerate(counts):
+            for i, (seq, freqs, length) in enumerate(counts):
                 pairs = array("I")
-                for t, n in tfs.items():
+                for t, n in freqs.items():
                     tid = tids[t]
                     df[t] = df.get(t, 0) + 1
                     copy.write_row((ws, tid, round(ranking.impact(n, length) * 1000), seq, n))
@@ -413,9 +414,9 @@ class PgRecall:
                 if SWAP:
                     pairs.byteswap()
                 for i in range(0, len(pairs), 2):
-                    t = term_of.get(pairs[i])
-                    if t is not None:
-                        tfs[t] = pairs[i + 1]
+                    term = term_of.get(pairs[i])
+                    if term is not None:
+                        tfs[term] = pairs[i + 1]
             docs.append(ranking.Doc(int(seq), int(win), int(length), tfs))
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
         win_of = {d.seq: d.window for d in docs}
