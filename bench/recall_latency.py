@@ -13,6 +13,15 @@ transcripts of ``bench.corpus``; 0 = a 40-row history):
   (the catch-up the next ranked search does), p50 over interleaved runs.
 
 Queries: 4 words drawn (seeded) from the corpus rows, so every one has hits.
+
+Pathological queries (issue 30), p50/p99 at every size beside the ordinary
+ones: a 1,000-character query of corpus words, 100 distinct quoted phrases
+(refused: at most 16), one phrase repeated 60 times (1,019 characters, one
+phrase after de-duplication), and the most frequent term of the index (a word
+in nearly every row). Also: the first call of a new tool on an up-to-date
+index (it opens and verifies the whole index: ``open_verify_s``), and the RSS
+of this process before and after ``--rss-calls`` ranked calls (ordinary and
+pathological in turn, new words each time) on the largest history.
 """
 
 from __future__ import annotations
@@ -47,6 +56,34 @@ def queries(n: int, seed: int = 3) -> list[str]:
             for t in rows]
     pool = [p for p in pool if len(p) >= 4]
     return [" ".join(rnd.sample(rnd.choice(pool), 4)) for _ in range(n)]
+
+
+def pathological(h: Any, seed: int = 5) -> dict[str, str]:
+    """The issue-30 queries for the history ``h`` (its index built)."""
+    import sqlite3
+
+    rnd = random.Random(seed)
+    words = [w for q in queries(400, seed) for w in q.split()]
+    long_q = ""
+    while len(long_q) < 990:
+        long_q += rnd.choice(words) + " "
+    db = sqlite3.connect(os.path.join(h.engine.path, fmt.RECALL_NAME))
+    common = db.execute("SELECT term FROM df ORDER BY n DESC LIMIT 1").fetchone()[0]
+    db.close()
+    return {
+        "1000 chars": long_q[:1000],
+        "100 phrases": " ".join(f'"{w}"' for w in list(dict.fromkeys(words))[:100])[:1024],
+        "1 phrase x60": " ".join(['"cache was cold"'] * 60),
+        "every row": common,
+    }
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def log_bytes(path: str) -> int:
@@ -86,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="0,100,1024")
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--json", metavar="FILE")
+    p.add_argument("--rss-calls", type=int, default=10_000)
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
     qs = queries(args.queries)
@@ -102,8 +140,14 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             json.loads(tool.call({"action": "search", "query": qs[0], "mode": "ranked"}))
             first = time.monotonic() - t0
+            tool.reader._recall.close()
+            tool = h.session_history()
+            t0 = time.monotonic()
+            json.loads(tool.call({"action": "search", "query": qs[1], "mode": "ranked"}))
+            reopen = time.monotonic() - t0
             rec = {"log_bytes": log_bytes(h.engine.path), "index_bytes": index_bytes(h.engine.path),
-                   "build_log_s": round(built, 1), "first_search_s": round(first, 2)}
+                   "build_log_s": round(built, 1), "first_search_s": round(first, 2),
+                   "open_verify_s": round(reopen, 2)}
             rec["index/log"] = round(rec["index_bytes"] / max(rec["log_bytes"], 1), 3)
             out["sizes"][size] = rec
             tools[size], hist[size] = tool, h
@@ -125,7 +169,28 @@ def main(argv: list[str] | None = None) -> int:
                     t0 = time.perf_counter()
                     tools[s].call({"action": "search", "query": q})
                     lit[s].append(time.perf_counter() - t0)
+        # Pathological queries, interleaved the same way.
+        bad = {s: pathological(hist[s]) for s in sizes}
+        kinds = list(bad[sizes[0]])
+        ptimes: dict[tuple[int, str], list[float]] = {(s, k): [] for s in sizes for k in kinds}
+        pcode: dict[tuple[int, str], str] = {}
+        for i in range(max(len(qs) // 4, 5)):
+            order = sizes[i % len(sizes):] + sizes[: i % len(sizes)]
+            for k in kinds:
+                for s in order:
+                    t0 = time.perf_counter()
+                    res = json.loads(tools[s].call({"action": "search", "query": bad[s][k],
+                                                    "mode": "ranked"}))
+                    ptimes[s, k].append(time.perf_counter() - t0)
+                    pcode[s, k] = res["error"]["code"] if "error" in res else \
+                        f"{len(res['items'])} items"
         base = sizes[0]
+        for s in sizes:
+            out["sizes"][s]["pathological"] = {
+                k: {"p50_ms": round(statistics.median(ptimes[s, k]) * 1e3, 2),
+                    "p99_ms": round(pct(ptimes[s, k], 0.99) * 1e3, 2),
+                    "max_ms": round(max(ptimes[s, k]) * 1e3, 2), "answer": pcode[s, k]}
+                for k in kinds}
         for s in sizes:
             rec = out["sizes"][s]
             rec["ranked_p50_ms"] = round(statistics.median(times[s]) * 1e3, 2)
@@ -134,8 +199,29 @@ def main(argv: list[str] | None = None) -> int:
             rec["queries_with_hits"] = hits[s]
             rec["literal_p50_ms"] = round(statistics.median(lit[s]) * 1e3, 2)
             rec["p99_big/empty"] = round(pct(times[s], 0.99) / pct(times[base], 0.99), 2)
-        # Append alone vs append + index catch-up, on the biggest history.
+        # RSS after many ranked calls on the biggest history (new words each call).
         big = sizes[-1]
+        if args.rss_calls:
+            rnd = random.Random(11)
+            words = [w for q in qs for w in q.split()]
+            before = rss_mib()
+            t0 = time.monotonic()
+            for i in range(args.rss_calls):
+                kind = i % 4
+                if kind == 0:
+                    q = qs[i % len(qs)]
+                elif kind == 1:  # long junk words: never terms, never cached
+                    q = " ".join(f"{rnd.choice(words)}{'z' * 80}{i}" for _ in range(8))
+                elif kind == 2:
+                    q = bad[big]["1000 chars"]
+                else:
+                    q = f'"{rnd.choice(words)} {rnd.choice(words)}" {rnd.choice(words)}'
+                tools[big].call({"action": "search", "query": q, "mode": "ranked"})
+            out["rss"] = {"size_mib": big, "calls": args.rss_calls,
+                          "before_mib": round(before, 1), "after_mib": round(rss_mib(), 1),
+                          "seconds": round(time.monotonic() - t0, 1)}
+            print(f"rss: {out['rss']}", file=sys.stderr, flush=True)
+        # Append alone vs append + index catch-up, on the biggest history.
         h, tool = hist[big], tools[big]
         corpus = load_corpus()
         k = {"i": 0}

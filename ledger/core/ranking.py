@@ -29,6 +29,7 @@ from functools import lru_cache
 import Stemmer
 
 from ledger.core.bounds import SCAN_ROWS
+from ledger.core.errors import BadRequest
 
 K1 = 1.2
 B = 0.75
@@ -36,6 +37,10 @@ NEIGHBOUR = 0.0  # weight of each neighbouring turn's own score (measured: no ga
 WINDOW = 0.3  # weight of the best own score in the row's window
 AVGDL_IMPACT = 64.0  # the fixed length that orders a term's postings by impact
 MAX_TERMS = 32  # query terms kept (the rarest when there are more)
+QUERY_TERMS = 64  # distinct terms a query is parsed into, at most (the first ones)
+MAX_PHRASES = 16  # distinct quoted phrases a query may hold (more: refused)
+WORD_MAX = 64  # a longer word is never a term (and never stemmed, so never cached)
+EXAMINE = 8 * SCAN_ROWS  # postings an index examines per query, at most (all terms)
 SNIPPET_SCAN = 16_384  # code points of a row searched for the snippet's centre
 
 _WORD = re.compile(r"[^\W_]+")
@@ -67,8 +72,14 @@ def fold(text: str) -> str:
 
 
 @lru_cache(maxsize=65536)
-def _stem(word: str) -> str:
+def _stem_cached(word: str) -> str:
     return str(_stemmer.stemWord(word))
+
+
+def _stem(word: str) -> str:
+    """The stem of a word; the cache keeps only words that can be terms
+    (shorter than WORD_MAX), so it holds at most 65,536 short keys."""
+    return _stem_cached(word) if len(word) < WORD_MAX else word
 
 
 def words(text: str) -> list[str]:
@@ -92,7 +103,7 @@ def words(text: str) -> list[str]:
 
 def terms(text: str) -> list[str]:
     """The indexed terms of ``text``, in order (repeats kept)."""
-    return [_stem(w) for w in words(text) if w not in STOP and len(w) < 64]
+    return [_stem(w) for w in words(text) if w not in STOP and len(w) < WORD_MAX]
 
 
 def term_counts(text: str) -> tuple[Counter[str], int]:
@@ -101,13 +112,17 @@ def term_counts(text: str) -> tuple[Counter[str], int]:
     return Counter(ts), len(ts)
 
 
-def postings_plan(dfs: Mapping[str, int]) -> tuple[list[str], int]:
+def postings_plan(dfs: Mapping[str, int]) -> tuple[list[str], int, int]:
     """What an index reads for a query, given the document frequencies ``dfs``
     (not empty) of the query terms it holds: the rarest ``MAX_TERMS`` terms,
-    and how many of each term's best postings (``SCAN_ROWS`` in all, at least
-    one each). Every engine reads so, and so finds the same candidates."""
+    how many of each term's best postings in the query's seq range it takes
+    (``SCAN_ROWS`` in all, at least one each), and how many of each term's
+    best postings it examines to find them (``EXAMINE`` in all: a range that
+    excludes most of a term's postings, a window or rows newer than the
+    query, costs no more than that). Every engine reads so, and so finds the
+    same candidates."""
     kept = sorted(dfs, key=lambda t: dfs[t])[:MAX_TERMS]
-    return kept, max(SCAN_ROWS // len(kept), 1)
+    return kept, max(SCAN_ROWS // len(kept), 1), max(EXAMINE // len(kept), 1)
 
 
 @dataclass(frozen=True)
@@ -123,17 +138,22 @@ class Query:
 
 
 def parse_query(text: str) -> Query:
-    """Terms of the whole query (phrases included) and its quoted phrases."""
-    phrases = tuple(
+    """Terms of the whole query (phrases included; the first QUERY_TERMS
+    distinct ones) and its distinct quoted phrases (``BadRequest`` past
+    MAX_PHRASES: dropping one would serve rows without it)."""
+    phrases = tuple(dict.fromkeys(
         " ".join(fold(p).split()) for p in _PHRASE.findall(text) if p.strip()
-    )
+    ))
+    if len(phrases) > MAX_PHRASES:
+        raise BadRequest(f"'query' has {len(phrases)} distinct quoted phrases; at most "
+                             f"{MAX_PHRASES} are searched for")
     seen: dict[str, None] = {}
     for t in terms(text):
         seen.setdefault(t, None)
     qterms = tuple(seen)
     if not qterms:  # a query of stop words only: search them as terms
-        qterms = tuple(dict.fromkeys(_stem(w) for w in words(text)))
-    return Query(qterms, phrases)
+        qterms = tuple(dict.fromkeys(_stem(w) for w in words(text) if len(w) < WORD_MAX))
+    return Query(qterms[:QUERY_TERMS], phrases)
 
 
 def idf(df: int, n: int) -> float:

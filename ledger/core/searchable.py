@@ -18,6 +18,7 @@ import msgspec
 
 from ledger.core import format as fmt
 from ledger.core import ranking
+from ledger.core.bounds import LINE_CAP
 from ledger.core.rows import is_empty_assistant
 
 TOOL_NAME = "session_history"
@@ -91,14 +92,23 @@ def is_echo(row: dict[str, Any], calls: set[str] | frozenset[str]) -> bool:
 
 
 
+# Code points of an oversized row's text (its line over LINE_CAP: never served,
+# listed under ``skipped``) that an index reads for its terms.
+OVERSIZED_PREFIX = 64 * 1024
+
+
 def indexed_terms(
-    row: dict[str, Any], calls: set[str], new_calls: list[str] | None = None
+    row: dict[str, Any], calls: set[str], new_calls: list[str] | None = None,
+    size: int = 0,
 ) -> tuple[Counter[str], int] | None:
-    """What a recall index holds of a (non-reset) row: its term frequencies
-    and length in terms, or None when it is no document (hidden, the tool's
-    echo, or no terms). The row's own ``session_history`` calls join
-    ``calls`` first (and ``new_calls``, the ones an index has yet to store),
-    so their results in later rows are known as echo."""
+    """What a recall index holds of a (non-reset) row of ``size`` stored
+    bytes: its term frequencies and length in terms, or None when it is no
+    document (hidden, the tool's echo, or no terms). The row's own
+    ``session_history`` calls join ``calls`` first (and ``new_calls``, the
+    ones an index has yet to store), so their results in later rows are known
+    as echo. A row over LINE_CAP, which is never served, is indexed by the
+    first OVERSIZED_PREFIX code points of its text: its cost is bounded, and a
+    ranked search still lists it under ``skipped``."""
     for c in echo_calls(row):
         if c not in calls:
             calls.add(c)
@@ -106,7 +116,10 @@ def indexed_terms(
                 new_calls.append(c)
     if hidden(row) or is_echo(row, calls):
         return None
-    tfs, length = ranking.term_counts(row_text(row))
+    text = row_text(row)
+    if size > LINE_CAP:
+        text = text[:OVERSIZED_PREFIX]
+    tfs, length = ranking.term_counts(text)
     return (tfs, length) if length else None
 
 # Every non-error result of the tool starts so (results.NOTICE).

@@ -56,6 +56,7 @@ from langchain_core.messages import (  # noqa: E402
     BaseMessage,
     HumanMessage,
     SystemMessage,
+    ToolMessage,
     messages_from_dict,
 )
 from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
@@ -76,12 +77,28 @@ def row_message(row: Mapping[str, Any]) -> BaseMessage | None:
     by the ledger) as a system, AI or human message."""
     meta = row.get("meta")
     kept = meta.get(META_KEY) if isinstance(meta, Mapping) else None
+    parts = [p for p in row.get("parts", []) if isinstance(p, Mapping)]
+    results = [p for p in parts if p.get("type") == "tool_result"]
     if isinstance(kept, dict):
-        return messages_from_dict([kept])[0]
-    text = "\n".join(p["text"] for p in row.get("parts", [])
-                     if isinstance(p, Mapping) and p.get("type") == "text"
-                     and isinstance(p.get("text"), str))
+        message = messages_from_dict([kept])[0]
+        if isinstance(message, ToolMessage) and not results:
+            kept = None  # served as text: its call is settled already, or sealed
+        elif isinstance(message, AIMessage) and message.tool_calls:
+            # The request leaves out calls that have no result yet.
+            sent = {str(p.get("id")) for p in parts if p.get("type") == "tool_call"}
+            calls = [c for c in message.tool_calls if str(c.get("id")) in sent]
+            return message if len(calls) == len(message.tool_calls) else \
+                message.model_copy(update={"tool_calls": calls})
+        else:
+            return message
+    text = "\n".join(p["text"] for p in parts
+                     if p.get("type") == "text" and isinstance(p.get("text"), str))
     role = row.get("role")
+    if role == "tool" and len(results) == 1:  # a call the ledger settled (no result came)
+        out = results[0].get("output")
+        return ToolMessage(out if isinstance(out, str) else str(out),
+                           tool_call_id=str(results[0].get("id")),
+                           status="error" if results[0].get("error") else "success")
     if role == "system":
         return SystemMessage(text)
     if role == "assistant":

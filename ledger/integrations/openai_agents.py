@@ -393,6 +393,8 @@ class LedgerSession(SessionABC):
                     request = conv.request() if first is None else conv.send_stored(first)
                 except SendRefused as refused:
                     self._settle_refused(refused)
+                    if first is not None:
+                        self._drop_input(first)
                     raise
             self._sent_seq = self.history.next_seq - 1
             return _drop_open_calls(rows_to_items(request.messages))
@@ -458,6 +460,17 @@ class LedgerSession(SessionABC):
         if items:
             self.history.append_many([item_row(i) for i in items])
 
+    def _drop_input(self, first: int) -> None:
+        """A refused run keeps no input in the window: the stored rows of its
+        trigger that are not tool outputs become rejected records (one marked
+        rewrite; already rejected rows are left as they are). Tool outputs
+        stay: they settle their calls. Rows another run stored meanwhile stay."""
+        seqs = [r.seq for r in self.history.provider_view()
+                if r.seq >= first and not _only_outputs(r.data)
+                and _key(r.meta.get(META_KEY)) in self._added]  # this run's, not another's
+        if seqs:
+            self.history.reject(seqs)
+
     def _unstored(self, given: Sequence[Mapping[str, Any]],
                   view: Sequence[Row]) -> list[Mapping[str, Any]]:
         """The tail of the SDK's input after the newest item the window holds."""
@@ -505,6 +518,12 @@ class LedgerSession(SessionABC):
 
 
 _POPPED_ELSEWHERE: Any = object()
+
+
+def _only_outputs(row: Mapping[str, Any]) -> bool:
+    parts = row.get("parts")
+    return bool(parts) and isinstance(parts, list) and all(
+        isinstance(p, Mapping) and p.get("type") == "tool_result" for p in parts)
 
 
 def _is_user_item(row: Mapping[str, Any]) -> bool:

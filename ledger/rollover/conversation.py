@@ -27,13 +27,16 @@ carries those calls into the new window (``ledger.rollover.engine.carried_rows``
 ``[reset, lead-in, *carried, *trigger]``. So a rollover commits only at a
 settled step and the model's next request holds each call with its result.
 While a call is open (no result stored or sent), no rollover happens (rule P2):
-the request is sent in the current window and the rollover waits; above the
-hard ceiling the send is refused until the caller settles the call (a result,
-or an error result for a denied approval or a cancellation) -- tool results
-sent meanwhile are stored all the same (``SendRefused.stored``), and the send
-that settles the step rolls over. Only the rows of the settling tool step are
-carried (its call rows and their results), so the new window stays small;
-user messages in between stay in the old window, retrievable.
+the request is sent in the current window without the open call (no provider
+accepts a call without its result) and the rollover waits; above the hard
+ceiling a send of tool results is refused (naming the open calls) -- the
+results are stored all the same (``SendRefused.stored``), and the send that
+settles the step rolls over, carrying the step whole (``ledger.core.toolpairs``:
+every call of it and every result that settled it; call ids are scoped to
+their step). Nothing wedges: a user message that arrives while calls are open
+settles them with an error result (:data:`MOVED_ON`) in its batch, and
+:meth:`Conversation.cancel_open_calls` settles them on demand. User messages
+in between stay in the old window, retrievable.
 
 Every returned request is checked against the hard ceiling (``check_step``)
 before anything is appended; none exceeds it.

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ledger.core.batches import AppendResult, PendingBatch
-from ledger.core.bounds import Event, SkipSink
+from ledger.core.bounds import Budget, Event, SkipSink
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.cursors import CursorData, Position
 from ledger.core.errors import LedgerError
@@ -311,9 +311,14 @@ class PageReader(Protocol[S]):
         date with the log first."""
         ...
 
-    def locate_at(self, st: S, seq: int, hint: tuple[int, int], result: SkipSink) -> Located:
+    def locate_at(
+        self, st: S, seq: int, hint: tuple[int, int], result: SkipSink, budget: Budget
+    ) -> Located:
         """``locate`` for a ranked candidate: row ``seq`` read where the index
-        saw it (``hint``) when it is still there, else as ``locate``."""
+        saw it (``hint``) when it is still there, else as ``locate``. Every
+        byte read counts against ``budget``, the whole call's (SCAN_BYTES,
+        SCAN_ROWS: ``ledger.core.bounds``): a row that would not fit is not
+        read (``Located(resume=...)``: the page ends there)."""
         ...
 
 

@@ -272,9 +272,20 @@ class SeqReader(ABC):
         return self.locate(st, seq, result)
 
     def locate_at(
-        self, st: RowState, seq: int, hint: tuple[int, int], result: SkipSink
+        self, st: RowState, seq: int, hint: tuple[int, int], result: SkipSink, budget: Budget
     ) -> Located:
-        return self.locate(st, seq, result)
+        """``locate``, its bytes counted in the call's ``budget``: a row that
+        would not fit is not read (the page ends there)."""
+        got = self.row_at(seq)
+        if got is None:
+            raise NotFound(f"no retrievable row {seq}")
+        n, raw = got
+        if raw is not None:
+            if budget.bytes_read + n > SCAN_BYTES:
+                return Located(resume=Position(seq, 0))
+            budget.bytes_read += n
+        budget.rows += 1
+        return found(seq, n, raw, result)
 
 
 def found(seq: int, n: int, raw: bytes | None, result: SkipSink) -> Located:

@@ -27,6 +27,7 @@ import msgspec
 import xxhash
 
 from ledger.adapters import ADAPTERS
+from ledger.adapters.common import VISIBLE_KINDS, is_rejected
 from ledger.tokens.bodies import REPLY_TOKENS, BodyCounter
 from ledger.tokens.counting import (
     CANONICAL,
@@ -39,6 +40,7 @@ from ledger.tokens.counting import (
 )
 
 if TYPE_CHECKING:
+    from ledger.tokens.bodies import BodyCounter
     from ledger.tokens.counting import TokenCounter
     from ledger.tokens.units import TokenCount
 
@@ -59,6 +61,98 @@ FAMILY_API = {"openai": "openai-chat", "anthropic": "anthropic"}
 BODY_APIS = frozenset({"openai-chat", "openai-responses"})
 _PLACEHOLDER = "AAAA"
 _RECENT = 16
+_BLOCKS = 8192
+
+
+def _visible(row: Mapping[str, Any]) -> bool:
+    return row.get("kind", "message") in VISIBLE_KINDS and not is_rejected(row)
+
+
+def _parts(row: Mapping[str, Any]) -> list[Any]:
+    parts = row.get("parts")
+    return parts if isinstance(parts, list) else []
+
+
+def _is_map(part: Any) -> bool:
+    return type(part) is dict or isinstance(part, Mapping)
+
+
+def _end_role(row: Mapping[str, Any], kinds: set[Any]) -> str | None:
+    """The role of the last turn a visible row surely renders, else None."""
+    role = row.get("role")
+    if role == "tool" and kinds == {"tool_result"}:
+        return "tool"
+    if role == "user" and kinds == {"text"}:
+        return "user"
+    if role == "assistant" and "text" in kinds and "tool_call" not in kinds and (
+            "tool_result" not in kinds):
+        return "assistant"
+    return None
+
+
+def _start_role(row: Mapping[str, Any], kinds: set[Any]) -> str | None:
+    """The role of the first turn a visible row surely renders, else None."""
+    if row.get("kind", "message") != "message":
+        return None
+    role = row.get("role")
+    if role == "user" and kinds == {"text"}:
+        return "user"
+    if role == "assistant" and ("text" in kinds or "tool_call" in kinds):
+        return "assistant"
+    return None
+
+
+# Turn roles a cut may separate: never equal roles (the adapters merge them),
+# never tool -> user (Chat Completions merges a tool result's media message
+# with the next user message).
+_CUTS = frozenset({("assistant", "user"), ("user", "assistant"), ("tool", "assistant")})
+
+
+def _blocks(rows: list[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """``rows`` cut where the adapters render each side on its own: between
+    two visible rows whose turns surely differ in role (:data:`_CUTS`), when
+    no result from there on names a call made before it. The rendered body is
+    then the concatenation of the blocks' renderings (no merge, no pairing
+    crosses a cut), so each block's count is cached and a grown request
+    renders only its last block (tests/tokens/test_bodies.py checks the sum
+    against the whole body over random histories)."""
+    later_results: dict[str, int] = {}
+    for row in rows:
+        for part in _parts(row):
+            if _is_map(part) and part.get("type") == "tool_result":
+                key = str(part.get("id"))
+                later_results[key] = later_results.get(key, 0) + 1
+    answered_later: set[str] = set()  # calls made so far that a later result names
+    blocks: list[list[Mapping[str, Any]]] = [[]]
+    end: str | None = None
+    for row in rows:
+        parts = _parts(row)
+        visible = _visible(row)
+        kinds = {p.get("type") if _is_map(p) else None for p in parts}
+        if visible and end is not None and not answered_later and (
+                end, _start_role(row, kinds)) in _CUTS:
+            blocks.append([])
+        blocks[-1].append(row)
+        if "tool_result" not in kinds and "tool_call" not in kinds:
+            if visible:
+                end = _end_role(row, kinds)
+            continue
+        for part in parts:
+            if not _is_map(part):
+                continue
+            if part.get("type") == "tool_result":
+                key = str(part.get("id"))
+                later_results[key] -= 1
+                if not later_results[key]:
+                    del later_results[key]
+                    answered_later.discard(key)
+            elif part.get("type") == "tool_call" and str(part.get("id")) in later_results:
+                answered_later.add(str(part.get("id")))
+        if visible:
+            end = _end_role(row, kinds)
+    return [b for b in blocks if b]
+
+
 _encoder = msgspec.json.Encoder()
 
 
@@ -108,6 +202,7 @@ class BodyShape:
         # One send counts the same request more than once (the decision, then
         # the check of the request it returns): the last few are kept.
         self._recent: OrderedDict[bytes, dict[str, Count]] = OrderedDict()
+        self._done: OrderedDict[bytes, tuple[Count, Count]] = OrderedDict()
         self._lock = threading.Lock()
 
     def measure(self, row: Mapping[str, Any], acct: Accountant) -> Count:
@@ -165,20 +260,42 @@ class BodyShape:
         if missing:
             raise InvalidTools(f"advertised tools without a schema: {', '.join(sorted(missing))}")
         schemas = [api_tool(self.api, table[name]) for name in names]
-        body = ADAPTERS[self.api].to_request([*head, *rows])
-        items = list(body[self._items])
         bodies = counter.body_counter()
         system_count = Count(0, True)
-        if head and items:
-            system_count = bodies.message(items[0])
-            items = items[1:]
+        total = Count(0, True)
+        for index, block in enumerate(_blocks([*head, *rows])):
+            first, counted = self._block(counter, bodies, block)
+            if index == 0 and head:
+                system_count = first
+                counted = Count(counted.tokens - first.tokens, counted.exact)
+            total += counted
         return {
             "framing": Count(REPLY_TOKENS, True),
             "system": system_count,
             "memory": Count(0, True),
             "tools": bodies.tools(schemas),
-            "rows": bodies.messages(items),
+            "rows": total,
         }
+
+    def _block(self, counter: TokenCounter, bodies: BodyCounter,
+               block: list[Mapping[str, Any]]) -> tuple[Count, Count]:
+        """(first message, all messages) of one independent block, cached."""
+        key: bytes | None = None
+        if counter.cache is not None:
+            try:
+                key = xxhash.xxh3_128_digest(_encoder.encode((counter.profile_key, block)))
+            except (TypeError, ValueError, OverflowError):
+                key = None
+            if key is not None and (found := self._done.get(key)) is not None:
+                return found
+        items = list(ADAPTERS[self.api].to_request(block)[self._items])
+        result = (bodies.message(items[0]) if items else Count(0, True), bodies.messages(items))
+        if key is not None:
+            with self._lock:
+                self._done[key] = result
+                while len(self._done) > _BLOCKS:
+                    self._done.popitem(last=False)
+        return result
 
 
 class AdapterShape:

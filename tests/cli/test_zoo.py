@@ -124,3 +124,34 @@ def test_storage_damage_never_prints_a_traceback_or_hangs(
     storage_zoo: dict[str, list[dict[str, Any]]], case: str
 ) -> None:
     assert not problems(storage_zoo[case]), "\n".join(problems(storage_zoo[case]))
+
+
+def _ranked(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in results if "--mode" in r["argv"] and "ranked" in r["argv"]]
+
+
+def test_a_damaged_recall_index_answers_as_a_fresh_one(
+    zoo: dict[str, list[dict[str, Any]]]
+) -> None:
+    """Garbage, flipped pages, a truncated index: ranked search prints what
+    it prints on the clean history (the index rebuilt), and check exits 0
+    (a damaged projection is a notice; the log is whole)."""
+    [clean] = _ranked(zoo["clean"])
+    assert clean["code"] == 0 and json.loads(clean["stdout"])["items"]
+    for case in ("recall-garbage", "recall-flipped-pages", "recall-truncated"):
+        [got] = _ranked(zoo[case])
+        assert (got["code"], got["stdout"]) == (0, clean["stdout"]), case
+        [chk] = [r for r in zoo[case] if r["argv"][2:4] == ["check", "ws"]]
+        assert chk["code"] == 0 and "recall index" in chk["stdout"], (case, chk)
+
+
+def test_a_linked_recall_index_is_refused(zoo: dict[str, list[dict[str, Any]]]) -> None:
+    """A symlink (to a database outside the root, or dangling) or a directory
+    at the index's path: ranked search is unavailable and says why, check
+    fails (exit 1) naming it; nothing is followed (tests/storage/files/
+    test_recall_hardening.py checks the files outside)."""
+    for case in ("recall-symlink-outside", "recall-dangling-symlink", "recall-is-a-directory"):
+        [got] = _ranked(zoo[case])
+        assert got["code"] == 1 and "recall index is not opened" in got["stdout"], (case, got)
+        [chk] = [r for r in zoo[case] if r["argv"][2:4] == ["check", "ws"]]
+        assert chk["code"] == 1 and "recall index is not opened" in chk["stdout"], (case, chk)

@@ -46,6 +46,15 @@ FILLER = [
 ]
 
 
+AFTER_FLOOR = [
+    "the bluebird deploy went out at noon",
+    "a rollback of the cache layer was planned",
+    "bluebird cache warmed; deploy verified",
+    "Garlic, olive oil, chili flakes and parsley: aglio e olio.",
+    "no rollback needed for the bluebird deploy",
+]
+
+
 def _limits_history(h: History) -> Any:
     """40 "tok" rows, a 20,000-character row, then 60 compactions."""
     h.append_many([msg(f"tok {i}") for i in range(40)])
@@ -379,6 +388,91 @@ class RetrievalContract(ContractBase):
             {"kind": "message", "role": "tool", "parts": [
                 {"type": "tool_result", "id": "c1", "output": result}]}]).seqs
         assert not set(before) & set(seqs(ranked(tool, "invoice total")))
+
+    def test_ranked_scores_know_nothing_before_the_floor(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        """Two histories identical after their floors, one full of the query's
+        words before it: byte-identical ranked results (the statistics, not
+        only the candidates, start after the floor)."""
+        store = make_store()
+
+        def fill(h: History, before: list[str]) -> Any:
+            h.append_many([msg(t, "user" if i % 2 else "assistant")
+                           for i, t in enumerate(before)])
+            h.rollover([msg(before[0])])
+            h.clear_soft()
+            h.append_many([msg(t, "user" if i % 2 else "assistant")
+                           for i, t in enumerate(AFTER_FLOOR)])
+            h.rollover([msg("window two: the rollback of the bluebird deploy")])
+            h.append(msg("bluebird deploy notes, rollback pending", "assistant"))
+            return h.session_history()
+
+        loud = [f"bluebird deploy rollback {'bluebird ' * i}cache {i}" for i in range(8)]
+        quiet = [FILLER[i % 4] for i in range(8)]
+        a, b = fill(store.history(ws), loud), fill(store.history(ws + "q"), quiet)
+        if not self._ranked_or_refused(a):
+            return
+        for query in ("bluebird deploy", "rollback cache", '"bluebird deploy" rollback',
+                      "bluebird"):
+            args = {"action": "search", "query": query, "mode": "ranked", "limit": 25}
+            mine, theirs = a.call(args), b.call(args)
+            assert mine == theirs, query
+            assert json.loads(mine)["items"] and json.loads(mine)["cursor"] is None
+        window = json.loads(a.call({"action": "list"}))["items"][-1]["window"]
+        args = {"action": "search", "query": "bluebird rollback", "mode": "ranked",
+                "window": window}
+        assert a.call(args) == b.call(args)
+
+    def test_one_ranked_call_reads_one_budget(self, make_store: MakeStore, ws: str) -> None:
+        """Read-back rows share the call's SCAN_BYTES (2 MiB): rows of 720 KB
+        that all match come two a page, and the pages together give them all
+        once. A row over LINE_CAP (1 MiB) is never served: listed under
+        skipped, and indexed by a prefix only (a word past it is not found)."""
+        h = make_store().history(ws)
+        big = [msg(f"bluebird {i} " + "x" * 720_000) for i in range(5)]
+        h.append_many(big[:3])
+        h.append_many(big[3:])
+        h.append(msg("bluebird heron " + "y " * 600_000 + "zebrafinch"))  # 1.2 MB
+        tool = h.session_history()
+        if not self._ranked_or_refused(tool):
+            return
+        args: dict[str, Any] = {"action": "search", "query": "bluebird", "mode": "ranked",
+                                "limit": 25}
+        served: list[int] = []
+        skipped: list[int] = []
+        for _ in range(10):
+            res = call(tool, args)
+            assert "error" not in res, res
+            assert len(res["items"]) <= 2  # a third would pass 2 MiB read in the call
+            served += seqs(res)
+            skipped += [s["seq"] for s in res["skipped"]]
+            if res["cursor"] is None:
+                break
+            args["cursor"] = res["cursor"]
+        assert sorted(served) == [1, 2, 3, 4, 5] and skipped == [6]
+        heron = ranked(tool, "heron")
+        assert heron["items"] == [] and [s["seq"] for s in heron["skipped"]] == [6]
+        assert heron["skipped"][0]["bytes"] > 1024 * 1024
+        past = ranked(tool, "zebrafinch")
+        assert past["items"] == [] and past["skipped"] == []
+
+    def test_ranked_queries_are_deduplicated_and_capped(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        h = make_store().history(ws)
+        h.append_many([msg("the cache was cold"), msg("a warm cache")])
+        tool = h.session_history()
+        if not self._ranked_or_refused(tool):
+            return
+        repeated = " ".join(['"cache was cold"'] * 60)  # 1,019 characters, one phrase
+        assert seqs(ranked(tool, repeated)) == [1]
+        many = " ".join(f'"w{i}"' for i in range(17))
+        res = ranked(tool, many)
+        assert code(res) == "bad_request" and "16" in res["error"]["message"]
+        words = " ".join(f"c{i}" for i in range(100)) + " warm"  # past 64 terms
+        assert ranked(tool, words)["items"] == []  # "warm" is the 101st distinct term
+        assert seqs(ranked(tool, "warm " + words)) == [2]
 
     # --- ranked search: every engine ranks as the file engine does -----------------
 

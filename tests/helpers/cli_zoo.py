@@ -53,6 +53,7 @@ INVOCATIONS: dict[str, list[list[str]]] = {
     "stat": [["stat", WS]],
     "ls": [["ls"]],
     "history": [["history", WS, "list"], ["history", WS, "search", "answer"],
+                ["history", WS, "search", "answer question", "--mode", "ranked"],
                 ["history", WS, "read", "2"]],
     "demo": [],  # not about a workspace: run once, in the clean case (CLEAN_ONLY)
     "export": [["export", WS, "--format", "anthropic"], ["export", WS, "--format", "markdown"]],
@@ -111,6 +112,9 @@ def build(root: Path) -> None:
     h.append(_msg("a request that will be rejected"))
     h.reject(h.snapshot().next_seq - 1)
     h.append(_msg("the last answer", "assistant"))
+    tool = h.session_history()  # the recall index, built and closed (its WAL folded in)
+    tool.call({"action": "search", "query": "answer", "mode": "ranked"})
+    tool.reader._recall.close()
 
 
 def _msg(text: str, role: str = "user") -> dict[str, Any]:
@@ -202,6 +206,39 @@ def _missing(name: str) -> Callable[[Path], None]:
     return recipe
 
 
+RECALL = "RECALL.sqlite"
+
+
+def _recall_flipped_page(ws: Path) -> None:
+    """One byte near the end of each of the index's pages but the first."""
+    def flip(d: bytearray) -> None:
+        for at in range(4096 + 4000, len(d), 4096):  # in the cells, which fill from the end
+            d[at] ^= 0x04
+    _rewrite(ws / RECALL, flip)
+
+
+def _recall_truncated(ws: Path) -> None:
+    data = (ws / RECALL).read_bytes()
+    (ws / RECALL).write_bytes(data[: len(data) // 2 + 100])
+
+
+def _recall_symlink(ws: Path) -> None:
+    """The index a symlink to a database outside the root (as the probe did)."""
+    outside = ws.parent.parent / (ws.parent.name + "-outside.sqlite")
+    shutil.move(str(ws / RECALL), str(outside))
+    os.symlink(outside, ws / RECALL)
+
+
+def _recall_dangling_symlink(ws: Path) -> None:
+    (ws / RECALL).unlink()
+    os.symlink(ws.parent.parent / (ws.parent.name + "-made-outside.sqlite"), ws / RECALL)
+
+
+def _recall_is_a_directory(ws: Path) -> None:
+    (ws / RECALL).unlink()
+    (ws / RECALL).mkdir()
+
+
 def _newer_format(ws: Path) -> None:
     (ws / "FORMAT").write_text("transcript-ledger 99\n")
 
@@ -265,6 +302,12 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
     "no-workspace": _no_workspace,
     "workspace-is-a-file": _workspace_is_a_file,
     "control-characters": _control_text,
+    "recall-garbage": _garbage(RECALL),
+    "recall-flipped-pages": _recall_flipped_page,
+    "recall-truncated": _recall_truncated,
+    "recall-symlink-outside": _recall_symlink,
+    "recall-dangling-symlink": _recall_dangling_symlink,
+    "recall-is-a-directory": _recall_is_a_directory,
 }
 
 

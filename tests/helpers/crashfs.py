@@ -36,6 +36,16 @@ later operations survive:
    empty file for a new one): a rename may survive while the renamed file's
    unsynced data does not (the ext4 case without ``auto_da_alloc``).
 
+Files a library writes below ``os`` (SQLite's, in C: the recall index) are
+*opaque*: ``record(..., opaque=prefixes)`` compares each file whose name
+starts with one of the prefixes after every step with what it held before,
+and logs the difference as operations: a create for a new file, one write
+from the first changed byte to the last, a truncate for a shorter file, an
+unlink for a vanished one. Their fsyncs are not seen, so every such write counts as unsynced: the
+explorer tries states a real crash could not leave (a database page written
+while the WAL frame before it is lost), which an index verified on open must
+answer as well.
+
 Not modelled: timestamps and inode numbers (a materialized state gets new
 ones, so stamps never match a receipt written before the crash: every state
 takes the engine's path for an unverified receipt), and reordering of data
@@ -107,12 +117,53 @@ class Recorder:
     NAMES = ("open", "close", "write", "writev", "pwrite", "ftruncate", "fsync", "fdatasync",
              "rename", "replace", "unlink", "remove", "link", "mkdir", "rmdir", "sync")
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, opaque: tuple[str, ...] = ()) -> None:
         self.root = os.path.realpath(root)
         self.before, self._ids = snapshot(self.root)
         self.ops: list[Op] = []
         self._fds: dict[int, tuple[str, int | None]] = {}  # fd -> (rel path, inode | None: dir)
         self._real: dict[str, Any] = {}
+        self.opaque = opaque
+        # Opaque files as last seen: rel path -> (model inode, bytes).
+        self._seen: dict[str, tuple[int, bytes]] = {
+            rel: (ino, self.before.inodes[ino]) for rel, ino in self.before.entries.items()
+            if self._is_opaque(rel)}
+
+    def _is_opaque(self, rel: str) -> bool:
+        return os.path.basename(rel).startswith(self.opaque) if self.opaque else False
+
+    def observe(self) -> None:
+        """Log what changed in the opaque files since they were last seen."""
+        if not self.opaque:
+            return
+        now: dict[str, bytes] = {}
+        for dirpath, _dirs, files in os.walk(self.root):
+            for f in files:
+                full = os.path.join(dirpath, f)
+                rel = os.path.relpath(full, self.root)
+                if self._is_opaque(rel) and stat.S_ISREG(os.lstat(full).st_mode):
+                    with open(full, "rb") as fh:
+                        now[rel] = fh.read()
+        for rel in sorted(set(self._seen) - set(now)):
+            self.ops.append(Op("unlink", rel))
+            del self._seen[rel]
+        for rel, data in sorted(now.items()):
+            if rel not in self._seen:
+                ino = len(self._ids) + 4_000_000 + len(self.ops)
+                self.ops.append(Op("create", rel, ino=ino))
+                self._seen[rel] = (ino, b"")
+            ino, old = self._seen[rel]
+            if len(data) < len(old):
+                self.ops.append(Op("truncate", rel, ino=ino, size=len(data)))
+                old = old[: len(data)]
+            first = next((i for i in range(min(len(data), len(old))) if data[i] != old[i]),
+                         min(len(data), len(old)))
+            if first < len(data):  # one write: from the first changed byte to the end
+                last = len(data)
+                while last > first and last <= len(old) and data[last - 1] == old[last - 1]:
+                    last -= 1
+                self.ops.append(Op("write", ino=ino, offset=first, data=data[first:last]))
+            self._seen[rel] = (ino, data)
 
     # --- paths ---------------------------------------------------------------------
 
@@ -171,6 +222,8 @@ class Recorder:
         if not existed and flags & os.O_CREAT:
             ino = self._new_inode(fd)
             self.ops.append(Op("create", rel, ino=ino))
+            if self._is_opaque(rel):
+                self._seen[rel] = (ino, b"")
         else:
             ino = self._inode_of(fd)
             if flags & os.O_TRUNC:
@@ -245,6 +298,7 @@ class Recorder:
         self._real["unlink"](path, dir_fd=dir_fd)
         if rel is not None:
             self.ops.append(Op("unlink", rel))
+            self._seen.pop(rel, None)
 
     def _remove(self, path: Any, *, dir_fd: int | None = None) -> None:
         self._unlink(path, dir_fd=dir_fd)
@@ -461,13 +515,17 @@ def _ancestors(path: str) -> list[str]:
     return out
 
 
-def record(root: str, steps: list[Callable[[], Any]]) -> tuple[Snapshot, list[Op], list[int]]:
+def record(root: str, steps: list[Callable[[], Any]], opaque: tuple[str, ...] = ()
+           ) -> tuple[Snapshot, list[Op], list[int]]:
     """Run ``steps`` in order with the recorder on; returns the state before,
-    the operations, and after how many operations each step had returned."""
-    rec = Recorder(root)
+    the operations, and after how many operations each step had returned.
+    ``opaque``: name prefixes of files written below ``os`` (module doc),
+    compared after each step."""
+    rec = Recorder(root, opaque)
     ends = []
     with rec:
         for step in steps:
             step()
+            rec.observe()
             ends.append(len(rec.ops))
     return rec.before, rec.ops, ends

@@ -114,3 +114,49 @@ def test_check_lists_calls_left_open_as_notices_on_every_engine(
     assert found == [("notice", "open_tool_call")] and "'a'" in report.findings[0].message
     h.append({"role": "tool", "parts": [{"type": "tool_result", "id": "a", "output": "ok"}]})
     assert h.engine.verify().findings == []
+
+
+def test_send_retries_when_another_writer_moves_the_window_and_raises_only_send_refused(
+        tmp_path: Path) -> None:
+    """Another writer appends while a rollover commits (here from a cleanup
+    hook, between preparation and the conditional append): the send is run
+    again on the new window. When that happens on every try, ``SendConflict``
+    (a ``SendRefused``) says so, and nothing of the send is stored."""
+    from ledger.rollover.conversation import SendConflict, SendRefused
+    from ledger.rollover.engine import RolloverHooks
+
+    store = Store(tmp_path, durability="off")
+    other = store.history("busy")
+    writes = {"left": 1}
+
+    def interfere() -> None:
+        if writes["left"]:
+            writes["left"] -= 1
+            other.append(user("another run's message"))
+
+    conv = Conversation.open(store, "busy", model="gpt-4o", context_limit=2000, system="agent",
+                             tools={"bash": BASH}, hooks=RolloverHooks(
+                                 cleanup=[("interfere", interfere)]))
+    req = None
+    for turn in range(12):
+        req = conv.send(user(f"turn {turn} " + words(120, "w")))
+        if req.rolled_over:
+            break
+    assert req is not None and req.rolled_over and writes["left"] == 0
+    assert req.tokens <= req.ceiling
+    texts = [str(r.to_dict()) for r in conv.history.rows()]
+    assert sum("another run's message" in t for t in texts) == 1
+    assert sum(f"turn {turn} " in t for t in texts) == 1  # stored once, not per try
+
+    writes["left"] = 10**6  # a writer that never stops
+    for turn in range(12, 30):
+        before = conv.history.next_seq
+        try:
+            conv.send(user(f"turn {turn} " + words(120, "w")))
+        except SendRefused as exc:
+            assert isinstance(exc, SendConflict) and "tries" in str(exc)
+            rows = [r.to_dict() for r in conv.history.rows(after_seq=before - 1)]
+            assert not any(f"turn {turn} " in str(r) for r in rows)
+            break
+    else:
+        raise AssertionError("no rollover was due: the writer never interfered")

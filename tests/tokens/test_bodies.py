@@ -180,3 +180,42 @@ def test_a_body_counter_is_cached_per_message(api: str) -> None:
     first = bodies.body(api, body)
     again = bodies.body(api, body)
     assert first == again and first.tokens > 0
+
+
+# --- the block cache never changes a count ----------------------------------------
+
+
+def test_counting_in_blocks_equals_counting_the_whole_body() -> None:
+    """The guards count a request in independent blocks (cached); over random
+    histories (reused ids, orphans, lead-ins, quarantined rows) the sum is the
+    count of the whole rendered body, for both OpenAI APIs."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from ledger.tokens.shapes import BodyShape
+    from tests.adapters.test_validity import _row
+
+    user_text = st.sampled_from(["hi", "", "next"]).map(
+        lambda t: {"kind": "message", "role": "user", "parts": [{"type": "text", "text": t}]})
+    said = st.sampled_from(["ok", " ", "done"]).map(
+        lambda t: {"kind": "message", "role": "assistant", "parts": [{"type": "text", "text": t}]})
+    ids = st.sampled_from(["c1", "c2", "c3"])
+    call = ids.map(lambda i: {"kind": "message", "role": "assistant", "parts": [
+        {"type": "tool_call", "id": i, "name": "bash", "input": {"cmd": "ls"}}]})
+    result = st.tuples(ids, st.sampled_from(["out", [{"type": "media", "mime": "image/png",
+                                                       "url": "https://e.com/a.png"}]])).map(
+        lambda t: {"kind": "message", "role": "tool",
+                   "parts": [{"type": "tool_result", "id": t[0], "output": t[1]}]})
+
+    @settings(max_examples=600, deadline=None)
+    @given(st.lists(st.one_of(_row, user_text, said, call, result), max_size=16), st.booleans(),
+           st.sampled_from(["openai-chat", "openai-responses"]))
+    def check(rows: list[dict[str, Any]], system: bool, api: str) -> None:
+        counter = TokenCounter("gpt-4o")
+        parts = BodyShape(api).request_parts(counter, rows, system="sys" if system else "")
+        head = [{"role": "system", "parts": [{"type": "text", "text": "sys"}]}] if system else []
+        whole = counter.body_counter().messages(
+            to_request(api, [*head, *rows])["input" if api == "openai-responses" else "messages"])
+        assert parts["system"].tokens + parts["rows"].tokens == whole.tokens, rows
+
+    check()

@@ -262,7 +262,8 @@ def odd_format(path: str) -> str | None:
 def _recall_findings(history: FileHistory) -> Iterator[Finding]:
     """The recall index (a projection for ranked search): notices only, as
     nothing stored is lost with it; repair rebuilds it."""
-    if not os.path.exists(os.path.join(history.path, fmt.RECALL_NAME)):
+    if not any(os.path.lexists(os.path.join(history.path, fmt.RECALL_NAME) + suffix)
+               for suffix in recall.SUFFIXES):
         return
     with locked(history.path, history.workspace, history.store.lock_timeout, shared=True):
         st = history.state()
@@ -277,9 +278,13 @@ def _recall_findings(history: FileHistory) -> Iterator[Finding]:
 
         found = recall.inspect(history.path, st, read_row)
     for code, message in found:
+        if code == "recall_index_unsafe":  # ranked search refuses it until it is moved
+            yield Finding(DAMAGE, code, message, f"tledger repair {history.workspace} "
+                          "removes it and builds the index again", fmt.RECALL_NAME)
+            continue
         yield Finding(NOTICE, code, message,
                       f"tledger repair {history.workspace} rebuilds it (so does the next "
-                      "ranked search, for a stale one)", fmt.RECALL_NAME)
+                      "ranked search, for a stale or damaged one)", fmt.RECALL_NAME)
 
 
 class _NoSkips:

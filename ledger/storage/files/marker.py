@@ -33,6 +33,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ledger.core import format as fmt
@@ -72,7 +73,7 @@ def group_digests(paths: Sequence[str]) -> tuple[str | None, str | None]:
             continue
         found = True
         with f:
-            for chunk in iter(lambda f=f: f.read(_READ), b""):
+            for chunk in iter(partial(f.read, _READ), b""):
                 raw.update(chunk)
                 text.update(decoder.decode(chunk).encode("utf-8"))
     if not found:

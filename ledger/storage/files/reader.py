@@ -198,19 +198,23 @@ class FileReader:
     def ranked(
         self, st: State, query: Query, after: int, high: int, window: int | None
     ) -> list[Candidate]:
-        """From the recall index (``ledger.storage.files.recall``)."""
-        recall, mark = self.refresh_recall(st)
-        return recall.candidates(mark, query, after, high, window)
+        """From the recall index (``ledger.storage.files.recall``), brought
+        up to the log (under ``locked()``)."""
+        return self._index().search(st, layout_of(st), query, after, high, window)
 
     def refresh_recall(self, st: State) -> tuple[RecallIndex, Mark]:
         """Bring the recall index up to the log (under ``locked()``)."""
+        recall = self._index()
+        return recall, recall.refresh(st, layout_of(st))
+
+    def _index(self) -> RecallIndex:
         if self._recall is None:
             # A projection: at durability "off" it is not synced either (a
             # power loss can only make it rebuild or rank less well; every
             # row served is read again from the log).
             sync = "OFF" if self.ws.store.durability == "off" else "NORMAL"
             self._recall = RecallIndex(self.ws.path, sync)
-        return self._recall, self._recall.refresh(st, layout_of(st))
+        return self._recall
 
     def exists(self) -> bool:
         return bool(self.ws.exists())
@@ -344,29 +348,66 @@ class FileReader:
         return window
 
     def locate_at(
-        self, st: State, seq: int, hint: tuple[int, int], result: SkipSink
+        self, st: State, seq: int, hint: tuple[int, int], result: SkipSink, budget: Budget
     ) -> Located:
-        """One short read at the hint; a line moved by a merge, or lost, is
-        looked up by ``locate``."""
+        """One exact read at the hint (the index knows the line's size); a
+        line moved by a merge, or lost, is looked up by ``locate``. Every
+        byte counts against the call's ``budget``."""
         number, offset = hint
-        if number in st.segments:
+        size = self._recall.sizes.get(seq) if self._recall is not None else None
+        if size is not None and number in st.segments:
             try:
-                size = _segment_size(st, number)
+                seg_size = _segment_size(st, number)
             except CursorExpired:
-                size = -1
-            if 0 <= offset < size:
-                try:
-                    got = self._scan_for(number, size, Position(number, offset), seq, result,
-                                         Budget(rows=1))
-                except NotFound:  # another row there now
-                    got = None
-                if got is not None and got.resume is None:
+                seg_size = -1
+            if 0 <= offset and offset + size < seg_size:
+                got = self._read_at(number, offset, seq, size, result, budget)
+                if got is not None:
                     return got
-        return self.locate(st, seq, result)
+        if budget.bytes_read + LINE_CAP + 1 > SCAN_BYTES:
+            return Located(resume=Position(number, offset))  # may not fit: the next page
+        return self.locate(st, seq, result, budget)
 
-    def locate(self, st: State, seq: int, result: SkipSink) -> Located:
+    def _read_at(
+        self, number: int, offset: int, seq: int, size: int, result: SkipSink, budget: Budget
+    ) -> Located | None:
+        """Row ``seq``'s line of ``size`` bytes at ``offset`` (None: another
+        line there now). An oversized line is only confirmed (its seq prefix)
+        and listed under skipped."""
+        oversized = size > LINE_CAP
+        start = offset - 1 if offset > 0 else 0  # the newline before it: a line start
+        want = (offset - start) + (40 if oversized else size + 1)
+        if budget.bytes_read + want > SCAN_BYTES:
+            return Located(resume=Position(number, offset))
+        fd = segs.open_regular(segs.segment_path(self.ws.path, number))
+        try:
+            data = os.pread(fd, want, start)
+        finally:
+            os.close(fd)
+        budget.bytes_read += len(data)
+        budget.rows += 1
+        if offset > 0:
+            if data[:1] != b"\n":
+                return None
+            data = data[1:]
+        if fmt.seq_prefix(data[:32]) != seq:
+            return None
+        if oversized:
+            result.add_skipped(seq, size)
+            return Located()
+        if len(data) != size + 1 or data[-1:] != b"\n" or b"\n" in data[:-1]:
+            return None
+        row = fmt.decode_line(data[:-1])
+        if row is None:
+            result.add_skipped(seq, size)
+            return Located()
+        return Located(row, number, offset) if row.get("seq") == seq else None
+
+    def locate(self, st: State, seq: int, result: SkipSink, budget: Budget | None = None
+               ) -> Located:
         """The segment from the index (sealed entries, else the active
-        segment), then a bounded search inside it."""
+        segment), then a bounded search inside it (counted in ``budget``,
+        a call's, when given)."""
         target: tuple[int, fmt.Stamp] | None = None
         for number, stamp in st.sealed:
             info = self.ws.index.info(number, stamp)
@@ -378,10 +419,12 @@ class FileReader:
         if target is None:
             raise NotFound(f"no retrievable row {seq}")
         number, stamp = target
-        start = self._bisect(number, stamp.size, seq)
-        return self._scan_for(number, stamp.size, start, seq, result, Budget(rows=20))
+        start = self._bisect(number, stamp.size, seq, budget)
+        return self._scan_for(number, stamp.size, start, seq, result,
+                              budget if budget is not None else Budget(rows=20))
 
-    def _bisect(self, number: int, size: int, seq: int) -> Position:
+    def _bisect(self, number: int, size: int, seq: int, budget: Budget | None = None
+                ) -> Position:
         """A line start at or before row ``seq``: binary search on the seq
         prefix of the line after each probe point (about 20 small reads)."""
         path = segs.segment_path(self.ws.path, number)
@@ -390,8 +433,12 @@ class FileReader:
             lo, hi = 0, size
             probe = 16 * 1024
             while hi - lo > probe:
+                if budget is not None and budget.bytes_read + probe + 40 > SCAN_BYTES:
+                    break  # the call's budget: scan on from the line start found so far
                 mid = (lo + hi) // 2
                 data = os.pread(fd, probe, mid)
+                if budget is not None:
+                    budget.bytes_read += len(data)
                 nl = data.find(b"\n")
                 if nl < 0 or mid + nl + 1 >= hi:
                     hi = mid  # inside a long line: look earlier
@@ -399,6 +446,8 @@ class FileReader:
                 got = fmt.seq_prefix(data[nl + 1 : nl + 40])
                 if got is None:
                     got = fmt.seq_prefix(os.pread(fd, 40, mid + nl + 1))
+                    if budget is not None:
+                        budget.bytes_read += 40
                 if got is None or got > seq:
                     hi = mid
                 else:

@@ -18,44 +18,97 @@ hash of that row's line: a rewrite (reject, truncate, purge, repair) starts
 a new epoch and a rebuild; a log that lost or changed the row the index ends
 at (a crash at ``durability="off"``) is rebuilt too; a merge only moves rows
 and is found again by seq. A missing, damaged or foreign database is
-rebuilt from the segments. Rows at or before the floor, or after the query's
-high-water mark, are never candidates (the SQL bounds them), and every row
-the tool returns is read again from the log.
+rebuilt from the segments. Every row the tool returns is read again from
+the log.
+
+The privacy floor hides statistics too: the index holds only the rows after
+the floor (it starts at the floor's line), so document counts, lengths and
+document frequencies, and so every score, depend on nothing before it; a
+new floor (``clear_soft``) rebuilds it from there (the rows after a new floor
+are only those appended since).
+
+Hardened like the log: the database and its ``-wal``, ``-shm`` and
+``-journal`` files are never opened through a symlink, a hard link or
+anything but a regular file (``unsafe``: ranked search is unavailable and
+``check`` reports it until it is moved away; ``repair`` removes it). Every
+row of every table carries a checksum (``h``: xxh3 of its values, or for a
+posting an arithmetic check SQLite computes), verified with SQLite's
+``quick_check``, the schema and the statistics whenever a connection opens
+the file, and again on the terms and postings a query reads; any failure,
+or any SQLite error that is not a lock, discards the file and builds it
+again from the log
+(``history_unavailable`` with the reason when that fails too), so a damaged
+index never answers differently from a fresh one.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import stat as stat_mod
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import xxhash
 
 from ledger.core import format as fmt
 from ledger.core import ranking
+from ledger.core.bounds import LINE_CAP
 from ledger.core.errors import Unavailable
 from ledger.core.searchable import hidden, indexed_terms, row_text
 from ledger.storage.files import segments as segs
 
-VERSION = "4"
+VERSION = "5"
 _MASK = (1 << 64) - 1
 CHUNK_POSTINGS = 200_000  # postings per committed chunk of a long build
+PAGE_SIZE = 4096  # of a new database (SQLite's default; tests use small pages)
+SUFFIXES = ("", "-wal", "-shm", "-journal")  # the database and SQLite's own files
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL, h INTEGER NOT NULL)
+    WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS docs(seq INTEGER PRIMARY KEY, win INTEGER NOT NULL,
-    len INTEGER NOT NULL, tids BLOB NOT NULL, seg INTEGER NOT NULL, off INTEGER NOT NULL);
+    len INTEGER NOT NULL, size INTEGER NOT NULL, tids BLOB NOT NULL, seg INTEGER NOT NULL,
+    off INTEGER NOT NULL, h INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS post(tid INTEGER NOT NULL, imp INTEGER NOT NULL,
-    neg INTEGER NOT NULL, tf INTEGER NOT NULL, PRIMARY KEY(tid, imp, neg)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS df(term TEXT PRIMARY KEY, tid INTEGER NOT NULL UNIQUE,
-    n INTEGER NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS echo(call TEXT PRIMARY KEY) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS wins(win INTEGER PRIMARY KEY);
+    neg INTEGER NOT NULL, tf INTEGER NOT NULL, h INTEGER NOT NULL,
+    PRIMARY KEY(tid, imp, neg)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS df(term TEXT PRIMARY KEY, tid INTEGER NOT NULL,
+    n INTEGER NOT NULL, h INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS echo(call TEXT PRIMARY KEY, h INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS wins(win INTEGER PRIMARY KEY, h INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS segs(number INTEGER PRIMARY KEY, last_at INTEGER NOT NULL,
-    last_hash TEXT NOT NULL, stamp TEXT NOT NULL);
+    last_hash TEXT NOT NULL, stamp TEXT NOT NULL, h INTEGER NOT NULL);
 """
+TABLES = ("meta", "docs", "post", "df", "echo", "wins", "segs")
+# A posting's check, computed by SQLite when it is written and when it is
+# verified (one scan in C): any one changed byte of its four values changes it
+# (the prime modulus divides no b * 256**k).
+_POST_H = "(({t} * 1000003 + {i} * 7919 + {n} * 104729 + {f} * 15485863 + 12345) % 2147483647)"
+_POST_INSERT = ("INSERT OR REPLACE INTO post VALUES (?1, ?2, ?3, ?4, "
+                + _POST_H.format(t="?1", i="?2", n="?3", f="?4") + ")")
+_POST_CHECK = _POST_H.format(t="tid", i="imp", n="neg", f="tf")
+# What a damaged file can make SQLite or the decoding of its values raise.
+DAMAGE_ERRORS = (sqlite3.DatabaseError, TypeError, ValueError, KeyError, IndexError,
+                 OverflowError, UnicodeError)
+
+
+class Damaged(Exception):
+    """A row, the schema or the statistics of the index fail verification."""
+
+
+def _h(*values: Any) -> int:
+    """The checksum of one row's values (63 bits: an SQLite integer)."""
+    return xxhash.xxh3_64_intdigest(repr(values).encode("utf-8", "surrogatepass")) >> 1
+
+
+def _doc_h(seq: int, win: int, length: int, size: int, tids: bytes, seg: int,
+           off: int) -> int:
+    x = xxhash.xxh3_64(b"%d %d %d %d %d %d " % (seq, win, length, size, seg, off))
+    x.update(tids)
+    return x.intdigest() >> 1
 
 
 @dataclass(frozen=True)
@@ -75,6 +128,8 @@ class Mark:
     total: int
     lines: int = 0  # sum (mod 2**64) of the xxh3-64 of every line read: the merge path
     # (or an unverified receipt) adds them up again, so any changed or lost line is seen
+    floor: int = 0  # the seq of the floor the index starts at (0: none)
+    next_tid: int = 1  # the next term id
 
 
 _EMPTY = Mark(-1, "", 0, 0, -1, 0, -1, "", 0, 0)
@@ -84,40 +139,164 @@ def index_path(wsdir: str) -> str:
     return os.path.join(wsdir, fmt.RECALL_NAME)
 
 
+def unsafe(wsdir: str) -> str | None:
+    """Why the index's files cannot be opened (a symlink, a hard link, a
+    directory, a FIFO or a device at one of their paths), else None."""
+    for suffix in SUFFIXES:
+        path = index_path(wsdir) + suffix
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if not stat_mod.S_ISREG(st.st_mode):
+            return f"{path} is {segs.describe_mode(st.st_mode)}"
+        if st.st_nlink > 1:
+            return f"{path} has {st.st_nlink} names (a hard link)"
+    return None
+
+
+def refusal(wsdir: str, why: str) -> str:
+    return (f"the recall index is not opened: {why}, not a regular file of its own; "
+            "nothing was read or written through it. Move it away (`tledger repair` "
+            "removes it) and ranked search builds the index again")
+
+
+def _floor_seq(st: Any) -> int:
+    return int(st.floor.seq) if st.floor is not None else 0
+
+
+_expected: list[tuple[str, str, str, str]] = []
+
+
+def _expected_schema() -> list[tuple[str, str, str, str]]:
+    if not _expected:
+        mem = sqlite3.connect(":memory:")
+        mem.executescript(_SCHEMA)
+        _expected.extend(_schema_of(mem))
+        mem.close()
+    return _expected
+
+
+def _schema_of(db: sqlite3.Connection) -> list[tuple[str, str, str, str]]:
+    return sorted(db.execute("SELECT type, name, tbl_name, coalesce(sql, '') "
+                             "FROM sqlite_schema").fetchall())
+
+
+def verify(db: sqlite3.Connection) -> None:
+    """Everything the index holds, checked (``Damaged`` for the first
+    failure): the schema, SQLite's own ``quick_check`` (pages, b-trees, free
+    space), every row's checksum, and the statistics against the rows."""
+    if _schema_of(db) != _expected_schema():
+        raise Damaged("its tables are not the recall index's")
+    got = db.execute("PRAGMA quick_check").fetchall()
+    if got != [("ok",)]:
+        raise Damaged(f"it fails SQLite's check: {got[0][0] if got else 'no answer'}")
+    bad = db.execute(f"SELECT count(*) FROM post WHERE h IS NOT {_POST_CHECK}").fetchone()[0]
+    if bad:
+        raise Damaged(f"{bad} postings fail their checksum")
+    docs = total = 0
+    for seq, win, length, size, tids, seg, off, h in db.execute("SELECT * FROM docs"):
+        if h != _doc_h(seq, win, length, size, tids, seg, off):
+            raise Damaged(f"the entry of row {seq} fails its checksum")
+        docs += 1
+        total += length
+    for term, tid, n, h in db.execute("SELECT * FROM df"):
+        if h != _h(term, tid, n):
+            raise Damaged("a term fails its checksum")
+    for table in ("echo", "wins", "segs"):
+        for row in db.execute(f"SELECT * FROM {table}"):
+            if row[-1] != _h(*row[:-1]):
+                raise Damaged(f"a row of {table} fails its checksum")
+    mark = read_mark(db)
+    if mark is not _EMPTY and (mark.docs, mark.total) != (docs, total):
+        raise Damaged(f"it counts {mark.docs} rows of {mark.total} terms; its tables hold "
+                      f"{docs} of {total}")
+    # Each term's document frequency is its number of postings, and the rows'
+    # (term, frequency) pairs are the postings (a row deleted whole is seen).
+    off = db.execute("SELECT count(*) FROM df LEFT JOIN (SELECT tid, count(*) AS c FROM post "
+                     "GROUP BY tid) p USING (tid) WHERE df.n IS NOT coalesce(p.c, 0)"
+                     ).fetchone()[0]
+    pairs, postings, terms, ids, used = db.execute(
+        "SELECT (SELECT coalesce(sum(length(tids)), 0) FROM docs), (SELECT count(*) FROM post), "
+        "(SELECT count(*) FROM df), (SELECT count(DISTINCT tid) FROM df), "
+        "(SELECT count(DISTINCT tid) FROM post)").fetchone()
+    if off or pairs != 8 * postings or not terms == ids == used:
+        raise Damaged(f"its document frequencies or postings do not add up ({off} terms; "
+                      f"{pairs // 8} pairs for {postings} postings)")
+
+
+def read_mark(db: sqlite3.Connection) -> Mark:
+    """The mark the index saved (``_EMPTY``: none, or another version's)."""
+    got: dict[str, str] = {}
+    for k, v, h in db.execute("SELECT k, v, h FROM meta"):
+        if h != _h(k, v):
+            raise Damaged("its mark fails its checksum")
+        got[k] = v
+    if got.get("version") != VERSION:
+        return _EMPTY
+    try:
+        return Mark(int(got["epoch"]), got["layout"], int(got["upto"]), int(got["window"]),
+                    int(got["segment"]), int(got["offset"]), int(got["last_at"]),
+                    got["last_hash"], int(got["docs"]), int(got["total"]),
+                    int(got["lines"]), int(got["floor"]), int(got["next_tid"]))
+    except (KeyError, ValueError):
+        raise Damaged("its mark is incomplete") from None
+
+
 class RecallIndex:
-    """The index of one workspace directory. ``refresh`` brings it up to
-    the log's state; ``candidates`` answers a query from it."""
+    """The index of one workspace directory. ``search`` brings it up to
+    the log's state and answers a query from it."""
 
     def __init__(self, wsdir: str, synchronous: str = "NORMAL") -> None:
         self.wsdir = wsdir
         self.synchronous = synchronous
         self._db: sqlite3.Connection | None = None
         self._ident: tuple[int, int] = (0, 0)
+        self.sizes: dict[int, int] = {}  # the last candidates' line sizes (bytes)
 
     # -- the database --------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
         if self._db is not None:
             try:
-                now = os.stat(index_path(self.wsdir))
-                same = (now.st_dev, now.st_ino) == self._ident
+                now = os.lstat(index_path(self.wsdir))
+                same = (now.st_dev, now.st_ino) == self._ident and stat_mod.S_ISREG(
+                    now.st_mode)
             except OSError:
                 same = False
             if not same:  # deleted or replaced (a workspace deleted and made again)
                 self.close()
         if self._db is None:
-            db = sqlite3.connect(index_path(self.wsdir), timeout=30, isolation_level=None,
+            why = unsafe(self.wsdir)
+            if why is not None:
+                raise Unavailable(refusal(self.wsdir, why))
+            path = index_path(self.wsdir)
+            try:  # made here, never through a link SQLite would follow
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW
+                                 | os.O_CLOEXEC, 0o600))
+                fresh = True
+            except FileExistsError:
+                fresh = False
+            before = os.lstat(path)
+            db = sqlite3.connect(path, timeout=30, isolation_level=None,
                                  check_same_thread=False)
             try:
+                after = os.lstat(path)
+                if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino) or \
+                        unsafe(self.wsdir) is not None:
+                    raise Unavailable(refusal(self.wsdir, "it was replaced while opened"))
+                if fresh:
+                    db.execute(f"PRAGMA page_size={int(PAGE_SIZE)}")
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute(f"PRAGMA synchronous={self.synchronous}")
+                if not fresh and _schema_of(db):
+                    verify(db)
                 db.executescript(_SCHEMA)
-                now = os.stat(index_path(self.wsdir))
-            except (sqlite3.DatabaseError, OSError):
+            except BaseException:
                 db.close()
                 raise
             self._db = db
-            self._ident = (now.st_dev, now.st_ino)
+            self._ident = (before.st_dev, before.st_ino)
         return self._db
 
     def close(self) -> None:
@@ -128,23 +307,14 @@ class RecallIndex:
     def discard(self) -> None:
         """Delete the database (it is rebuilt at the next search)."""
         self.close()
-        for suffix in ("", "-wal", "-shm", "-journal"):
+        for suffix in SUFFIXES:
             try:
                 os.unlink(index_path(self.wsdir) + suffix)
             except FileNotFoundError:
                 pass
 
     def _mark(self, db: sqlite3.Connection) -> Mark:
-        got = dict(db.execute("SELECT k, v FROM meta").fetchall())
-        if got.get("version") != VERSION:
-            return _EMPTY
-        try:
-            return Mark(int(got["epoch"]), got["layout"], int(got["upto"]), int(got["window"]),
-                        int(got["segment"]), int(got["offset"]), int(got["last_at"]),
-                        got["last_hash"], int(got["docs"]), int(got["total"]),
-                        int(got["lines"]))
-        except (KeyError, ValueError):
-            return _EMPTY
+        return read_mark(db)
 
     # -- bringing it up to date ----------------------------------------------
 
@@ -159,12 +329,9 @@ class RecallIndex:
                     continue  # another reader went on from our last commit
             return self._refresh(st, layout)
         except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                # Another reader holds it (building a long index): not damage.
-                raise Unavailable("the recall index is being built by another reader; "
-                                  "retry in a moment") from None
+            _raise_if_busy(exc)
             return self._rebuild_damaged(st, layout)
-        except sqlite3.DatabaseError:
+        except (Damaged, *DAMAGE_ERRORS):
             return self._rebuild_damaged(st, layout)
 
     def _rebuild_damaged(self, st: Any, layout: str) -> Mark:
@@ -172,8 +339,30 @@ class RecallIndex:
         self.discard()
         try:
             return self._refresh(st, layout)
-        except sqlite3.DatabaseError as exc:
-            raise Unavailable(f"the recall index cannot be written: {exc}") from None
+        except sqlite3.OperationalError as exc:
+            _raise_if_busy(exc)
+            raise Unavailable(f"the recall index cannot be built: {exc}") from None
+        except (Damaged, _Raced, *DAMAGE_ERRORS) as exc:
+            raise Unavailable(f"the recall index cannot be built: {exc}") from None
+
+    def search(
+        self, st: Any, layout: str, query: ranking.Query, after: int, high: int,
+        window: int | None,
+    ) -> list[tuple[int, int, float, tuple[int, int]]]:
+        """``refresh`` then ``candidates``; an index found damaged while it
+        answers is rebuilt and asked again."""
+        mark = self.refresh(st, layout)
+        try:
+            return self.candidates(mark, query, after, high, window)
+        except sqlite3.OperationalError as exc:
+            _raise_if_busy(exc)
+        except (Damaged, *DAMAGE_ERRORS):
+            pass
+        mark = self._rebuild_damaged(st, layout)
+        try:
+            return self.candidates(mark, query, after, high, window)
+        except (Damaged, *DAMAGE_ERRORS) as exc:
+            raise Unavailable(f"the recall index cannot be read: {exc}") from None
 
     def _refresh(self, st: Any, layout: str) -> Mark:
         db = self._open()
@@ -185,10 +374,13 @@ class RecallIndex:
             mark = self._mark(db)  # another reader may have done it meanwhile
             start = self._resume(st, layout, mark)
             if start is None:
-                for table in ("meta", "docs", "post", "df", "echo", "wins", "segs"):
+                for table in TABLES:
                     db.execute(f"DELETE FROM {table}")
-                start = (st.segments[0] if st.segments else 0, 0)
-                mark = Mark(st.epoch, layout, 0, 0, *start, -1, "", 0, 0)
+                if st.floor is not None:  # nothing before the floor, not even statistics
+                    start = (st.floor.segment, st.floor.offset)
+                else:
+                    start = (st.segments[0] if st.segments else 0, 0)
+                mark = Mark(st.epoch, layout, 0, 0, *start, -1, "", 0, 0, 0, _floor_seq(st))
             mark = self._index_from(db, st, layout, mark, start)
             _save(db, mark)
             db.execute("COMMIT")
@@ -208,6 +400,7 @@ class RecallIndex:
 
     def _current(self, st: Any, layout: str, mark: Mark) -> bool:
         return (mark.epoch == st.epoch and mark.layout == layout
+                and mark.floor == _floor_seq(st)
                 and (mark.segment, mark.offset) == self._end(st)
                 and (mark.upto > 0 or st.next_seq <= 1)
                 and self._line_hash(mark) == mark.last_hash
@@ -218,7 +411,9 @@ class RecallIndex:
         index read last there (a crash at durability off can shorten an
         older segment while a newer one survives)."""
         stamps = _stamps(st)
-        for number, last_at, last_hash, stamp in db.execute("SELECT * FROM segs").fetchall():
+        for number, last_at, last_hash, stamp, h in db.execute("SELECT * FROM segs").fetchall():
+            if h != _h(number, last_at, last_hash, stamp):
+                raise Damaged("a segment entry fails its checksum")
             if number not in st.segments:
                 return False
             if stamps.get(number) == stamp:
@@ -247,7 +442,7 @@ class RecallIndex:
 
     def _resume(self, st: Any, layout: str, mark: Mark) -> tuple[int, int] | None:
         """Where to go on indexing, or None for a rebuild."""
-        if mark.epoch != st.epoch or mark.upto <= 0:
+        if mark.epoch != st.epoch or mark.upto <= 0 or mark.floor != _floor_seq(st):
             return None
         if mark.layout == layout and mark.segment in st.segments:
             if self._line_hash(mark) != mark.last_hash or not self._segments_hold(
@@ -257,12 +452,12 @@ class RecallIndex:
         self._open().execute("DELETE FROM segs")  # a merge: segments renumbered
         # A merge moved rows (same epoch, same rows), or the receipt is not
         # verified (a crash): find the last row by seq, having counted the
-        # lines before it again (a lost older line means a rebuild).
+        # lines from the floor's on again (a lost older line means a rebuild).
         count = 0
         for number in st.segments:
             for line in segs.iter_lines(segs.segment_path(self.wsdir, number)):
                 seq = fmt.seq_prefix(line.data[:32])
-                if seq is not None:
+                if seq is not None and seq >= mark.floor:
                     count = (count + xxhash.xxh3_64_intdigest(line.data)) & _MASK
                 if seq == mark.upto:
                     if xxhash.xxh3_64_hexdigest(line.data) != mark.last_hash \
@@ -289,33 +484,39 @@ class RecallIndex:
     def _index_from(
         self, db: sqlite3.Connection, st: Any, layout: str, mark: Mark, start: tuple[int, int]
     ) -> Mark:
-        calls = {c for (c,) in db.execute("SELECT call FROM echo")}
-        tids: dict[str, int] = {}
-        top = db.execute("SELECT max(tid) FROM df").fetchone()
-        next_tid = [int(top[0]) + 1 if top and top[0] is not None else 1]
-
+        calls: set[str] = set()
+        for call, h in db.execute("SELECT call, h FROM echo"):
+            if h != _h(call):
+                raise Damaged("an echo entry fails its checksum")
+            calls.add(call)
+        # term -> [id, document frequency]; the touched ones are written at each flush
+        tids: dict[str, list[int]] = {}
+        touched: set[str] = set()
+        next_tid = [mark.next_tid]
         fresh = next_tid[0] == 1  # an empty table: no term to look up
 
         def tid_of(term: str) -> int:
             got = tids.get(term)
             if got is None:
                 row = None if fresh else db.execute(
-                    "SELECT tid FROM df WHERE term = ?", (term,)).fetchone()
+                    "SELECT tid, n, h FROM df WHERE term = ?", (term,)).fetchone()
                 if row is None:
-                    got = next_tid[0]
+                    got = [next_tid[0], 0]
                     next_tid[0] += 1
-                    db.execute("INSERT INTO df VALUES (?, ?, 0)", (term, got))
                 else:
-                    got = int(row[0])
+                    if row[2] != _h(term, row[0], row[1]):
+                        raise Damaged("a term fails its checksum")
+                    got = [int(row[0]), int(row[1])]
                 tids[term] = got
-            return got
+            got[1] += 1
+            touched.add(term)
+            return got[0]
 
         upto, window = mark.upto, mark.window
         segment, offset, last_at, last_hash = mark.segment, mark.offset, mark.last_at, \
             mark.last_hash
         docs, total, lines = mark.docs, mark.total, mark.lines
-        df: dict[int, int] = {}
-        doc_rows: list[tuple[int, int, int, bytes, int, int]] = []
+        doc_rows: list[tuple[int, ...] | tuple[Any, ...]] = []
         post_rows: list[tuple[int, int, int, int]] = []
         new_calls: list[str] = []
         seg_ends: dict[int, tuple[int, str]] = {}
@@ -332,9 +533,9 @@ class RecallIndex:
             seg_ends[number] = (last_at, last_hash)
             if row.get("kind") == "reset" or fmt.readable_row_is_reset(line.data, row):
                 window = seq
-                db.execute("INSERT OR REPLACE INTO wins VALUES (?)", (seq,))
+                db.execute("INSERT OR REPLACE INTO wins VALUES (?, ?)", (seq, _h(seq)))
                 continue
-            indexed = indexed_terms(row, calls, new_calls)
+            indexed = indexed_terms(row, calls, new_calls, len(line.data))
             if indexed is None:
                 continue
             tfs, length = indexed
@@ -343,50 +544,55 @@ class RecallIndex:
             pairs = array("I")
             for t, n in tfs.items():
                 tid = tid_of(t)
-                df[tid] = df.get(tid, 0) + 1
                 post_rows.append((tid, -round(ranking.impact(n, length) * 1000), -seq, n))
                 pairs.append(tid)
                 pairs.append(min(n, 0xFFFFFFFF))
-            doc_rows.append((seq, window, length, pairs.tobytes(), number, line.offset))
+            blob = pairs.tobytes()
+            size = len(line.data)
+            doc_rows.append((seq, window, length, size, blob, number, line.offset,
+                             _doc_h(seq, window, length, size, blob, number, line.offset)))
             if len(post_rows) > CHUNK_POSTINGS:
                 # Commit a consistent prefix (a long build survives a crash and
                 # its WAL stays small), then go on if no other reader did.
-                self._flush(db, doc_rows, post_rows, df, new_calls)
+                self._flush(db, doc_rows, post_rows, tids, touched, new_calls)
                 self._save_segs(db, st, seg_ends)
                 saved = Mark(st.epoch, layout, upto, window, segment, offset, last_at,
-                             last_hash, docs, total, lines)
+                             last_hash, docs, total, lines, mark.floor, next_tid[0])
                 _save(db, saved)
                 db.execute("COMMIT")
                 db.execute("BEGIN IMMEDIATE")
                 if self._mark(db) != saved:
                     raise _Raced()
-        self._flush(db, doc_rows, post_rows, df, new_calls)
+        self._flush(db, doc_rows, post_rows, tids, touched, new_calls)
         self._save_segs(db, st, seg_ends)
         return Mark(st.epoch, layout, upto, window, segment, offset, last_at, last_hash,
-                    docs, total, lines)
+                    docs, total, lines, mark.floor, next_tid[0])
 
     @staticmethod
     def _save_segs(db: sqlite3.Connection, st: Any, seg_ends: dict[int, tuple[int, str]]) -> None:
         stamps = _stamps(st)
-        db.executemany("INSERT OR REPLACE INTO segs VALUES (?, ?, ?, ?)",
-                       [(n, at, h, stamps.get(n, "")) for n, (at, h) in seg_ends.items()])
+        rows = [(n, at, h, stamps.get(n, "")) for n, (at, h) in seg_ends.items()]
+        db.executemany("INSERT OR REPLACE INTO segs VALUES (?, ?, ?, ?, ?)",
+                       [(*r, _h(*r)) for r in rows])
 
     @staticmethod
     def _flush(
         db: sqlite3.Connection,
-        doc_rows: list[tuple[int, int, int, bytes, int, int]],
+        doc_rows: list[Any],
         post_rows: list[tuple[int, int, int, int]],
-        df: dict[int, int],
+        tids: dict[str, list[int]],
+        touched: set[str],
         new_calls: list[str],
     ) -> None:
-        db.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?, ?, ?)", doc_rows)
-        db.executemany("INSERT OR REPLACE INTO post VALUES (?, ?, ?, ?)", post_rows)
-        db.executemany("UPDATE df SET n = n + ? WHERE tid = ?",
-                       [(n, tid) for tid, n in df.items()])
-        db.executemany("INSERT OR IGNORE INTO echo VALUES (?)", [(c,) for c in new_calls])
+        db.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?, ?, ?, ?, ?)", doc_rows)
+        db.executemany(_POST_INSERT, post_rows)
+        db.executemany("INSERT OR REPLACE INTO df VALUES (?, ?, ?, ?)",
+                       [(t, *tids[t], _h(t, *tids[t])) for t in touched])
+        db.executemany("INSERT OR IGNORE INTO echo VALUES (?, ?)",
+                       [(c, _h(c)) for c in new_calls])
         doc_rows.clear()
         post_rows.clear()
-        df.clear()
+        touched.clear()
         new_calls.clear()
 
     # -- answering -------------------------------------------------------------
@@ -396,51 +602,74 @@ class RecallIndex:
     ) -> list[tuple[int, int, float, tuple[int, int]]]:
         """The ranked candidates (seq, window, score, where the row's line was
         when indexed: segment and offset, a hint), best first: for each
-        query term (the rarest ``MAX_TERMS``) its best postings, ``SCAN_ROWS``
-        in all, with seq in (after, high], then ``ranking.rank`` over them."""
+        query term (the rarest ``MAX_TERMS``) its best postings with seq in
+        (after, high], ``SCAN_ROWS`` in all, among its first ``EXAMINE`` (all
+        terms) postings, then ``ranking.rank`` over them. The terms, windows
+        and postings read are verified again (``Damaged``; the rows' entries,
+        hashing whose pairs cost a few ms a query, were verified at open);
+        ``sizes`` gets each candidate's line size."""
         db = self._open()
         dfs: dict[str, int] = {}
         tid: dict[str, int] = {}
         for t in query.terms:
-            got = db.execute("SELECT tid, n FROM df WHERE term = ?", (t,)).fetchone()
+            got = db.execute("SELECT tid, n, h FROM df WHERE term = ?", (t,)).fetchone()
+            if got is not None and got[2] != _h(t, got[0], got[1]):
+                raise Damaged("a term fails its checksum")
             if got and got[1] > 0:
                 tid[t], dfs[t] = int(got[0]), int(got[1])
+        self.sizes = {}
         if not dfs:
             return []
-        kept, per_term = ranking.postings_plan(dfs)
+        kept, per_term, examine = ranking.postings_plan(dfs)
         if window is not None:  # a window is the seq range up to the next boundary
             after = max(after, window)
-            nxt = db.execute("SELECT min(win) FROM wins WHERE win > ?", (window,)).fetchone()
-            if nxt and nxt[0] is not None:
+            nxt = db.execute("SELECT win, h FROM wins WHERE win > ? ORDER BY win LIMIT 1",
+                             (window,)).fetchone()
+            if nxt is not None:
+                if nxt[1] != _h(nxt[0]):
+                    raise Damaged("a window entry fails its checksum")
                 high = min(high, int(nxt[0]) - 1)
         # Candidates: the best postings of each term; each candidate's
         # frequencies of every query term then come from its docs entry.
         found: dict[int, dict[str, int]] = {}
         for t in kept:
-            for seq, tf in db.execute(
-                "SELECT -neg, tf FROM post WHERE tid = ? AND neg < ? AND neg >= ? "
-                "ORDER BY imp, neg LIMIT ?", (tid[t], -after, -high, per_term)):
-                found.setdefault(seq, {})[t] = tf
+            taken = 0
+            last: tuple[int, int] | None = None
+            for imp, neg, tf, h, check in db.execute(
+                f"SELECT imp, neg, tf, h, {_POST_CHECK} FROM post WHERE tid = ? "
+                "ORDER BY imp, neg LIMIT ?", (tid[t], examine)):
+                if h != check or (last is not None and (imp, neg) <= last):
+                    raise Damaged("a posting fails its checksum")
+                last = (imp, neg)
+                if after < -neg <= high:
+                    found.setdefault(-neg, {})[t] = tf
+                    taken += 1
+                    if taken >= per_term:
+                        break
         if not found:
             return []
         docs: list[ranking.Doc] = []
         marks = ",".join("?" * len(found))
         term_of = {tid[t]: t for t in kept}
         where: dict[int, tuple[int, int]] = {}
-        for seq, win, length, blob, seg, off in db.execute(
-            f"SELECT seq, win, len, tids, seg, off FROM docs WHERE seq IN ({marks})",
-            sorted(found),
+        for seq, win, length, size, blob, seg, off, h in db.execute(
+            f"SELECT * FROM docs WHERE seq IN ({marks})", sorted(found),
         ):
+            if len(blob) % 8 or not isinstance(h, int):
+                raise Damaged(f"the entry of row {seq} is malformed")
             where[seq] = (seg, off)
+            self.sizes[seq] = size
             pairs = array("I")
             pairs.frombytes(blob)
             tfs = found[seq]
             if len(tfs) < len(kept):
                 for i in range(0, len(pairs), 2):
-                    term = term_of.get(pairs[i])
-                    if term is not None:
-                        tfs[term] = pairs[i + 1]
+                    named = term_of.get(pairs[i])
+                    if named is not None:
+                        tfs[named] = pairs[i + 1]
             docs.append(ranking.Doc(seq, win, length, tfs))
+        if len(docs) != len(found):
+            raise Damaged("a posting names a row the index has no entry for")
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
         win_of = {d.seq: d.window for d in docs}
         q = ranking.Query(tuple(kept), query.phrases)
@@ -462,15 +691,25 @@ class _Raced(Exception):
     """Another process indexed between two chunks of ours."""
 
 
+def _raise_if_busy(exc: sqlite3.OperationalError) -> None:
+    if "locked" in str(exc) or "busy" in str(exc):
+        # Another reader holds it (building a long index): not damage.
+        raise Unavailable("the recall index is being built by another reader; "
+                          "retry in a moment") from None
+
+
 def _save(db: sqlite3.Connection, mark: Mark) -> None:
-    db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
+    pairs = [
         ("version", VERSION), ("epoch", str(mark.epoch)), ("layout", mark.layout),
         ("upto", str(mark.upto)), ("window", str(mark.window)),
         ("segment", str(mark.segment)), ("offset", str(mark.offset)),
         ("last_at", str(mark.last_at)), ("last_hash", mark.last_hash),
         ("docs", str(mark.docs)), ("total", str(mark.total)),
-        ("lines", str(mark.lines)),
-    ])
+        ("lines", str(mark.lines)), ("floor", str(mark.floor)),
+        ("next_tid", str(mark.next_tid)),
+    ]
+    db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?, ?)",
+                   [(k, v, _h(k, v)) for k, v in pairs])
 
 
 def _stamps(st: Any) -> dict[int, str]:
@@ -494,36 +733,45 @@ SAMPLE = 64  # rows of the index compared with the log by ``inspect``
 def inspect(wsdir: str, st: Any, read_row: Any) -> list[tuple[str, str]]:
     """Read-only findings about the index against the log state ``st``:
     (code, message) pairs. ``read_row(seq)`` returns the log's row or None.
-    Compares the mark with the log and up to SAMPLE indexed rows (spread over
+    ``recall_index_unsafe``: a link or not a regular file at one of its paths
+    (never opened); ``recall_index_damaged``: it fails ``verify``; else the
+    mark is compared with the log, and up to SAMPLE indexed rows (spread over
     the seqs) with what the log says of them now."""
+    why = unsafe(wsdir)
+    if why is not None:
+        return [("recall_index_unsafe", refusal(wsdir, why))]
     path = index_path(wsdir)
     if not os.path.exists(path):
         return []
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        db = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, timeout=5)
     except sqlite3.Error as exc:
         return [("recall_index_damaged", f"the recall index cannot be opened: {exc}")]
     try:
-        ok = db.execute("PRAGMA quick_check").fetchone()
-        if not ok or ok[0] != "ok":
-            return [("recall_index_damaged", f"the recall index fails its check: {ok}")]
+        verify(db)
         index = RecallIndex(wsdir)
-        mark = index._mark(db)
-        if mark.epoch != st.epoch or mark.upto > st.next_seq - 1:
+        mark = read_mark(db)
+        if mark.epoch != st.epoch or mark.upto > st.next_seq - 1 \
+                or mark.floor != _floor_seq(st):
             return [("recall_index_stale", "the recall index was built for another state of "
-                     "the log (a rewrite or a lost tail since)")]
+                     "the log (a rewrite, a new privacy floor or a lost tail since)")]
         if mark.layout == layout_of(st) and mark.segment in st.segments \
                 and index._line_hash(mark) != mark.last_hash:
             return [("recall_index_stale", "the row the recall index ends at is not in the log")]
-        rows = db.execute("SELECT seq, len FROM docs ORDER BY random() LIMIT ?", (SAMPLE,))
-        for seq, length in rows.fetchall():
+        rows = db.execute("SELECT seq, len, size FROM docs ORDER BY random() LIMIT ?",
+                          (SAMPLE,))
+        for seq, length, size in rows.fetchall():
+            if size > LINE_CAP:
+                continue  # never served, indexed by a prefix: not read here
             row = read_row(seq)
             if row is None or hidden(row):
                 return [("recall_index_disagrees", f"the recall index holds row {seq}, which "
                          "the log does not show")]
             if ranking.term_counts(row_text(row))[1] != length:
                 return [("recall_index_disagrees", f"row {seq} differs from its index entry")]
-    except sqlite3.Error as exc:
+    except Damaged as exc:
+        return [("recall_index_damaged", f"the recall index is damaged: {exc}")]
+    except DAMAGE_ERRORS as exc:
         return [("recall_index_damaged", f"the recall index cannot be read: {exc}")]
     finally:
         db.close()

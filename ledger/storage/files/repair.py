@@ -270,14 +270,15 @@ def repair(history: FileHistory, *, policy: str = "salvage", dry_run: bool = Fal
         )
     report = FileRepair(history.workspace, policy, dry_run)
     try:
-        recall_found = list(chk._recall_findings(history))
+        recall_stale = bool(list(chk._recall_findings(history)))
     except LedgerError:  # a log too damaged to read a state from: rebuilt after repair
-        recall_found = [None]
+        recall_stale = True
     try:
         with locked(history.path, history.workspace, history.store.lock_timeout, shared=dry_run):
             _repair_locked(history, report, progress)
-            if not dry_run and (recall_found or report.changed) and os.path.exists(
-                    os.path.join(history.path, fmt.RECALL_NAME)):
+            if not dry_run and (recall_stale or report.changed) and any(
+                    os.path.lexists(os.path.join(history.path, fmt.RECALL_NAME) + suffix)
+                    for suffix in recall.SUFFIXES):
                 # The recall index is a projection: built again from the repaired log.
                 recall.rebuild(history.path, history.state())
                 report.changed = True

@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ledger.core import format as fmt
@@ -150,7 +151,7 @@ def commit_rewrite(
         else:
             c_text, c_raw = group_digests([segs.segment_path(path, active)])
         final = {
-            fmt.segment_name(n): (None if changes[n] is None else raw_digest(b"".join(changes[n])))
+            fmt.segment_name(n): (None if (c := changes[n]) is None else raw_digest(b"".join(c)))
             for n in order
         }
         marker = {
@@ -354,11 +355,8 @@ def truncate_after(history: History, seq: int) -> rules.TruncateResult:
             if n != number and not any(e.candidate for e in tail):
                 seg_path = segs.segment_path(history.path, n)
                 name = fmt.segment_name(n)
-                puts.append(
-                    lambda p=seg_path, s=name: quarantine.put_file(
-                        p, source=s, offset=0, reason=reason
-                    )
-                )
+                puts.append(partial(quarantine.put_file, seg_path, source=name, offset=0,
+                                    reason=reason))
                 changes[n] = None
                 removed_bytes += os.path.getsize(seg_path)
                 removed_rows += sum(1 for e in tail if e.row is not None)

@@ -192,7 +192,8 @@ class _Scanner:
     def __init__(self, pairs: SplitPairs | None = None) -> None:
         self.res = ScanResult()
         self.pairs = pairs
-        self.decode_lines = _decode_lines if pairs is None else _decode_pair_lines
+        self.decode_lines: Callable[[Any], list[Any]] = (
+            _decode_lines if pairs is None else _decode_pair_lines)
         self.recent: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
         self.pending_next: list[Damage] = []
         self.fast_chunks: list[tuple[int, int, int]] = []  # (segment, offset, length)

@@ -4,6 +4,7 @@ the quarantine of one workspace hold (read-only)."""
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ledger.core import format as fmt
@@ -27,10 +28,10 @@ def stat_report(h: FileHistory) -> StatReport:
     seg_list: list[SegmentStat] = []
     total_bytes = 0
     total_rows = 0
-    for number, stamp in [*st.sealed, *([(st.active, st.active_stamp)] if st.active else [])]:
+    for number, stamp in [*st.sealed, *([(st.active, st.active_stamp)] if st.active_stamp else [])]:
         path = segs.segment_path(h.path, number)
         with open(path, "rb") as f:
-            lines = sum(chunk.count(b"\n") for chunk in iter(lambda f=f: f.read(1 << 20), b""))
+            lines = sum(chunk.count(b"\n") for chunk in iter(partial(f.read, 1 << 20), b""))
         seg_list.append(SegmentStat(fmt.segment_name(number), stamp.size, lines))
         total_bytes += stamp.size
         total_rows += lines

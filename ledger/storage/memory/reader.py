@@ -109,5 +109,5 @@ class MemReader(SeqReader):
         if sp.recall is None:
             sp.recall = Recall()
         recall = sp.recall
-        recall.refresh(sp.rows, sp.epoch)
+        recall.refresh(sp.rows, sp.epoch, st.floor.seq if st.floor is not None else 0)
         return recall.candidates(query, after, high, window)

@@ -5,10 +5,12 @@ for every term its document frequency and postings; the ranking itself is
 ``ledger.core.ranking``.
 
 Kept per workspace and brought up to date by the first ranked search after
-appends (the rows it has not seen); a rewrite (a new epoch, a new list)
-starts it again. A query reads, for each of its rarest terms, the best
-postings by impact (newest first among equals) with seq in (after, high],
-``SCAN_ROWS`` in all: the same candidates the file engine takes.
+appends (the rows it has not seen); a rewrite (a new epoch, a new list) or a
+new privacy floor starts it again, from the floor's row: it holds nothing
+before the floor, not even in its statistics (as the file engine's). A query
+reads, for each of its rarest terms, the best postings by impact (newest first
+among equals) with seq in (after, high], ``SCAN_ROWS`` in all: the same
+candidates the file engine takes.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ class Recall:
     def __init__(self) -> None:
         self._start(None, 0)
 
-    def _start(self, rows: object, epoch: int) -> None:
+    def _start(self, rows: object, epoch: int, floor: int = 0, first: int = 0) -> None:
         self.rows_of: object = rows  # the list indexed (a rewrite swaps in another)
         self.epoch = epoch
-        self.upto = 0  # rows of that list indexed
+        self.floor = floor  # the seq of the floor it starts at (0: none)
+        self.upto = first  # rows of that list indexed (or before the floor)
         self.window = 0
         self.calls: set[str] = set()
         self.wins: list[int] = []
@@ -46,10 +49,12 @@ class Recall:
         self.postings: dict[str, list[tuple[int, int, int]]] = {}
         self.dirty: set[str] = set()
 
-    def refresh(self, rows: Sequence[Stored], epoch: int) -> None:
-        """Index the rows not yet seen (all of them after a rewrite)."""
-        if rows is not self.rows_of or epoch != self.epoch or len(rows) < self.upto:
-            self._start(rows, epoch)
+    def refresh(self, rows: Sequence[Stored], epoch: int, floor: int = 0) -> None:
+        """Index the rows not yet seen (all of them after the floor after a
+        rewrite or a new floor)."""
+        if (rows is not self.rows_of or epoch != self.epoch or len(rows) < self.upto
+                or floor != self.floor):
+            self._start(rows, epoch, floor, bisect.bisect_left(rows, floor, key=_seq_of))
         for s in rows[self.upto :]:
             self._add(s)
         self.upto = len(rows)
@@ -60,7 +65,7 @@ class Recall:
             self.window = seq
             self.wins.append(seq)
             return
-        indexed = indexed_terms(row, self.calls)
+        indexed = indexed_terms(row, self.calls, None, len(s.line))
         if indexed is None:
             return
         tfs, length = indexed
@@ -79,7 +84,7 @@ class Recall:
         dfs = {t: self.df[t] for t in query.terms if self.df.get(t)}
         if not dfs:
             return []
-        kept, per_term = ranking.postings_plan(dfs)
+        kept, per_term, examine = ranking.postings_plan(dfs)
         if window is not None:  # a window is the seq range up to the next boundary
             after = max(after, window)
             i = bisect.bisect_right(self.wins, window)
@@ -92,7 +97,7 @@ class Recall:
                 postings.sort()
                 self.dirty.discard(t)
             taken = 0
-            for _imp, neg, tf in postings:
+            for _imp, neg, tf in postings[:examine]:
                 if after < -neg <= high:
                     found.setdefault(-neg, {})[t] = tf
                     taken += 1
@@ -108,3 +113,7 @@ class Recall:
         corpus = ranking.Corpus(len(self.docs), self.total, dfs)
         q = ranking.Query(tuple(kept), query.phrases)
         return [(s, self.docs[s][0], score, (s, 0)) for s, score in ranking.rank(docs, q, corpus)]
+
+
+def _seq_of(s: Stored) -> int:
+    return s.seq

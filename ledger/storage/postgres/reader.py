@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ledger.core.bounds import LINE_CAP, SCAN_BYTES, SkipSink
+from ledger.core.bounds import LINE_CAP, SCAN_BYTES, Budget, SkipSink
+from ledger.core.cursors import Position
 from ledger.core.errors import CursorExpired, NotFound, Unavailable
 from ledger.core.ranking import Query
 from ledger.storage.engine import Candidate, Located
@@ -77,7 +78,8 @@ class PgReader(SeqReader):
         self._order, self._fetched = [], {}
         mark, terms = self.recall.lookup(self.conn, query)
         got: list[Candidate] | None = None
-        if mark is not None and mark.covers(st.epoch, st.next_seq):
+        floor = st.floor.seq if st.floor is not None else 0
+        if mark is not None and mark.covers(st.epoch, st.next_seq, floor):
             got = self.recall.candidates(self.conn, mark, query, after, high, window, terms)
         else:  # appends (or a rewrite) since prepare_ranked: catch up again
             for _ in range(4):
@@ -86,7 +88,7 @@ class PgReader(SeqReader):
                     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     mark, terms = self.recall.lookup(conn, query)
                     if mark is not None and mark.epoch == st.epoch and \
-                            mark.seen >= st.next_seq:
+                            mark.seen >= st.next_seq and mark.floor == floor:
                         got = self.recall.candidates(conn, mark, query, after, high, window,
                                                      terms)
                         break
@@ -96,39 +98,46 @@ class PgReader(SeqReader):
         return got
 
     def locate_at(
-        self, st: RowState, seq: int, hint: tuple[int, int], result: SkipSink
+        self, st: RowState, seq: int, hint: tuple[int, int], result: SkipSink, budget: Budget
     ) -> Located:
-        """Read back with the next candidates after it (module doc)."""
+        """Read back with the next candidates after it (module doc); every
+        byte fetched counts against the call's ``budget``."""
         if seq not in self._fetched:
-            self._prefetch(seq)
+            self._prefetch(seq, budget)
         got = self._fetched.get(seq)
         if got is None:
             raise NotFound(f"no retrievable row {seq}")
         n, raw, _ = got
-        if raw is None and n <= LINE_CAP:
-            self._prefetch(seq, fresh=True)  # past the byte budget of its batch
+        if raw is None and n <= LINE_CAP:  # past the byte budget of its batch
+            if budget.bytes_read + n > SCAN_BYTES:
+                return Located(resume=Position(seq, 0))
+            self._prefetch(seq, budget, fresh=True)
             n, raw, _ = self._fetched[seq]
+        budget.rows += 1
         return found(seq, n, raw, result)
 
-    def _prefetch(self, seq: int, fresh: bool = False) -> None:
+    def _prefetch(self, seq: int, budget: Budget, fresh: bool = False) -> None:
         try:
             at = self._order.index(seq)
         except ValueError:
             at = -1
-        seqs = [seq] if at < 0 else self._order[at : at + PREFETCH]
+        seqs = [seq] if at < 0 or fresh else self._order[at : at + PREFETCH]
         if not fresh:
             seqs = [s for s in seqs if s not in self._fetched or s == seq]
+        room = max(min(PREFETCH_BYTES, SCAN_BYTES - budget.bytes_read), 0)
         got = self.conn.execute(
-            "SELECT seq, n, CASE WHEN n <= %(cap)s AND run - n < %(budget)s THEN raw END, win "
+            "SELECT seq, n, CASE WHEN n <= %(cap)s AND run <= %(budget)s THEN raw END, win "
             "FROM (SELECT r.seq, octet_length(r.raw) AS n, r.raw, sum(CASE WHEN "
             "octet_length(r.raw) <= %(cap)s THEN octet_length(r.raw) ELSE 0 END) OVER "
             "(ORDER BY array_position(%(seqs)s::bigint[], r.seq)) AS run, "
             "(SELECT max(b.seq) FROM tl_rows b WHERE b.workspace = %(ws)s AND b.boundary IS "
             "NOT NULL AND b.seq < r.seq) AS win FROM tl_rows r WHERE r.workspace = %(ws)s "
             "AND r.seq = ANY(%(seqs)s::bigint[])) x",
-            {"cap": LINE_CAP, "budget": PREFETCH_BYTES, "seqs": seqs, "ws": self.ws.workspace},
+            {"cap": LINE_CAP, "budget": room, "seqs": seqs, "ws": self.ws.workspace},
             binary=True).fetchall()
         for s, n, raw, win in got:
+            if raw is not None:
+                budget.bytes_read += len(raw)
             self._fetched[int(s)] = (int(n), bytes(raw) if raw is not None else None,
                                      int(win or 0))
 

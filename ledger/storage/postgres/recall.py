@@ -49,14 +49,15 @@ from ledger.core import ranking
 from ledger.core.errors import CommitFailed, CommitUncertain, Unavailable
 from ledger.core.searchable import indexed_terms
 
-VERSION = 1  # of what the tables hold; another value is rebuilt
+VERSION = 2  # of what the tables hold; another value is rebuilt (2: from the floor on)
 CHUNK_ROWS = 2_000  # rows per committed chunk of a catch-up, at most
 CHUNK_BYTES = 8 << 20  # stored bytes per chunk, at most (one row more when it is larger)
 CHUNK_POSTINGS = 200_000  # postings per chunk, at most (checked after each row)
 VALUES_ROWS = 1_000  # rows per multi-row VALUES statement
 SWAP = sys.byteorder == "big"  # the (term id, frequency) pairs are stored little-endian
 TABLES = ("tl_recall_post", "tl_recall_docs", "tl_recall_terms", "tl_recall_echo")
-STATE = "version, epoch, seen, upto, win, last_hash, docs, total, next_tid"
+STATE = "version, epoch, seen, upto, win, last_hash, docs, total, next_tid, floor"
+_NSTATE = len(STATE.split(", "))
 # The index is a projection: no WAL flush wait (see the module doc); on Citus
 # the setting goes along to the worker.
 SYNC_OFF = ("SET LOCAL citus.propagate_set_commands = 'local'; "
@@ -76,10 +77,13 @@ class Mark:
     docs: int
     total: int
     next_tid: int
+    floor: int  # the seq of the floor it starts at (0: none)
 
-    def covers(self, epoch: int, next_seq: int) -> bool:
-        """Whether it answers for a head at ``epoch`` with ``next_seq``."""
-        return self.version == VERSION and self.epoch == epoch and self.seen >= next_seq
+    def covers(self, epoch: int, next_seq: int, floor: int) -> bool:
+        """Whether it answers for a head at ``epoch`` with ``next_seq`` and
+        its floor at ``floor``."""
+        return (self.version == VERSION and self.epoch == epoch and self.seen >= next_seq
+                and self.floor == floor)
 
 
 def row_hash(raw: bytes) -> int:
@@ -109,16 +113,18 @@ class PgRecall:
                            (self.workspace,)).fetchone()
         return _mark(got)
 
-    def current(self, conn: Any) -> tuple[int, int, Mark | None] | None:
-        """The head's epoch and next seq with the index's mark, in one
+    def current(self, conn: Any) -> tuple[int, int, int, Mark | None] | None:
+        """The head's epoch, next seq and floor with the index's mark, in one
         statement (one snapshot); None when the workspace has no head row."""
         got = conn.execute(
-            f"SELECT h.epoch, h.next_seq, {', '.join('s.' + c for c in STATE.split(', '))} "
+            f"SELECT h.epoch, h.next_seq, coalesce(h.floor_seq, 0), "
+            f"{', '.join('s.' + c for c in STATE.split(', '))} "
             "FROM tl_head h LEFT JOIN tl_recall_state s ON s.workspace = h.workspace "
             "WHERE h.workspace = %s", (self.workspace,)).fetchone()
         if got is None:
             return None
-        return int(got[0]), int(got[1]), None if got[2] is None else _mark(got[2:])
+        return (int(got[0]), int(got[1]), int(got[2]),
+                None if got[3] is None else _mark(got[3:]))
 
     # -- bringing it up to date ------------------------------------------------------
 
@@ -130,8 +136,8 @@ class PgRecall:
             now = self.current(conn)
         if now is None:
             return None
-        epoch, next_seq, mark = now
-        if mark is not None and mark.covers(epoch, next_seq):
+        epoch, next_seq, floor, mark = now
+        if mark is not None and mark.covers(epoch, next_seq, floor):
             return mark
         races = 0
         while True:
@@ -157,7 +163,7 @@ class PgRecall:
         with self.db.write(f"discard the recall index of {self.workspace!r}") as conn:
             conn.execute(SYNC_OFF)
             self._lock(conn)
-            self._discard(conn, 0)
+            self._discard(conn, 0, 0)
         return self.catch_up()
 
     def _lock(self, conn: Any) -> Mark:
@@ -168,23 +174,25 @@ class PgRecall:
         if got is None:
             conn.execute(
                 f"INSERT INTO tl_recall_state (workspace, {STATE}) VALUES "
-                "(%s, %s, 0, 0, 0, 0, 0, 0, 0, 1) ON CONFLICT (workspace) DO NOTHING",
+                "(%s, %s, 0, 0, 0, 0, 0, 0, 0, 1, 0) ON CONFLICT (workspace) DO NOTHING",
                 (self.workspace, VERSION))
             got = _mark(conn.execute(sql, (self.workspace,)).fetchone())
         assert got is not None
         return got
 
-    def _discard(self, conn: Any, epoch: int) -> Mark:
+    def _discard(self, conn: Any, epoch: int, floor: int) -> Mark:
+        """Empty the index; it is built again from the floor's row (nothing
+        before the floor, not even statistics)."""
         for table in TABLES:
             conn.execute(f"DELETE FROM {table} WHERE workspace = %s", (self.workspace,))
-        mark = Mark(VERSION, epoch, 0, 0, 0, 0, 0, 0, 1)
+        mark = Mark(VERSION, epoch, floor, 0, 0, 0, 0, 0, 1, floor)
         self._save(conn, mark)
         return mark
 
     def _save(self, conn: Any, mark: Mark) -> None:
         conn.execute(
             "UPDATE tl_recall_state SET version = %s, epoch = %s, seen = %s, upto = %s, "
-            "win = %s, last_hash = %s, docs = %s, total = %s, next_tid = %s "
+            "win = %s, last_hash = %s, docs = %s, total = %s, next_tid = %s, floor = %s "
             "WHERE workspace = %s", (*mark.__dict__.values(), self.workspace))
 
     def _chunk(self) -> tuple[Mark | None, bool]:
@@ -194,16 +202,16 @@ class PgRecall:
         with self.db.write(f"bring the recall index of {ws!r} up to date") as conn:
             conn.execute(SYNC_OFF)
             mark = self._lock(conn)
-            head = conn.execute("SELECT epoch, next_seq FROM tl_head WHERE workspace = %s",
-                                (ws,)).fetchone()
+            head = conn.execute("SELECT epoch, next_seq, coalesce(floor_seq, 0) FROM tl_head "
+                                "WHERE workspace = %s", (ws,)).fetchone()
             if head is None:  # the workspace is gone: so is its index
-                self._discard(conn, 0)
+                self._discard(conn, 0, 0)
                 return None, False
-            epoch, next_seq = int(head[0]), int(head[1])
-            if mark.covers(epoch, next_seq):
+            epoch, next_seq, floor = int(head[0]), int(head[1]), int(head[2])
+            if mark.covers(epoch, next_seq, floor):
                 return mark, False  # another reader did it meanwhile
-            if mark.version != VERSION or mark.epoch != epoch:
-                mark = self._discard(conn, epoch)
+            if mark.version != VERSION or mark.epoch != epoch or mark.floor != floor:
+                mark = self._discard(conn, epoch, floor)
             start = mark.upto if mark.upto > 0 else mark.seen
             lengths = conn.execute(
                 "SELECT h.epoch, h.next_seq, r.seq, octet_length(r.raw) FROM tl_head h "
@@ -237,7 +245,7 @@ class PgRecall:
                 if not rows or rows[0][0] != mark.upto or row_hash(rows[0][1]) != mark.last_hash:
                     # The row the index ended at changed or vanished without a
                     # new epoch (behind the store's back): start again.
-                    return self._discard(conn, epoch), True
+                    return self._discard(conn, epoch, floor), True
                 rows = rows[1:]
             mark, stopped = self._index(conn, mark, rows)
             real = sum(1 for r in lengths if r[2] is not None)
@@ -245,10 +253,11 @@ class PgRecall:
                 seen = stopped + 1
             elif picked == real and real < CHUNK_ROWS:
                 seen = next_seq  # every row before the head's next seq is read
-            else:
+            else:  # picked > 0 here: with no row picked, real is 0 too (the branch above)
+                assert last is not None
                 seen = int(last) + 1
             mark = Mark(mark.version, epoch, max(seen, mark.seen), mark.upto, mark.win,
-                        mark.last_hash, mark.docs, mark.total, mark.next_tid)
+                        mark.last_hash, mark.docs, mark.total, mark.next_tid, mark.floor)
             self._save(conn, mark)
             return mark, mark.seen < next_seq
 
@@ -258,8 +267,8 @@ class PgRecall:
         and, when it stopped early (CHUNK_POSTINGS postings), the last seq read."""
         ws = self.workspace
         decoded = [(seq, raw, fmt.decode_line(raw)) for seq, raw in rows]
-        results = [p.get("id") for _, _, row in decoded for p in _parts(row)
-                   if p.get("type") == "tool_result" and isinstance(p.get("id"), str)]
+        results = [pid for _, _, row in decoded for p in _parts(row)
+                   if p.get("type") == "tool_result" and isinstance(pid := p.get("id"), str)]
         calls: set[str] = set()
         if results:
             calls = {c for (c,) in conn.execute(
@@ -279,7 +288,7 @@ class PgRecall:
             if row.get("kind") == "reset" or fmt.readable_row_is_reset(raw, row):
                 win = seq
                 continue
-            indexed = indexed_terms(row, calls, new_calls)
+            indexed = indexed_terms(row, calls, new_calls, len(raw))
             if indexed is None:
                 continue
             tfs, length = indexed
@@ -294,9 +303,9 @@ class PgRecall:
         df: dict[str, int] = {}
         with conn.cursor().copy("COPY tl_recall_post (workspace, tid, imp, seq, tf) "
                                 "FROM STDIN") as copy:
-            for i, (seq, tfs, length) in enumerate(counts):
+            for i, (seq, freqs, length) in enumerate(counts):
                 pairs = array("I")
-                for t, n in tfs.items():
+                for t, n in freqs.items():
                     tid = tids[t]
                     df[t] = df.get(t, 0) + 1
                     copy.write_row((ws, tid, round(ranking.impact(n, length) * 1000), seq, n))
@@ -326,7 +335,7 @@ class PgRecall:
         docs = mark.docs + len(counts)
         total = mark.total + sum(length for _, _, length in counts)
         return Mark(VERSION, mark.epoch, mark.seen, upto, win, last_hash, docs, total,
-                    next_tid), stopped
+                    next_tid, mark.floor), stopped
 
     def _tids(self, conn: Any, mark: Mark, counts: list[tuple[int, dict[str, int], int]]
               ) -> dict[str, int]:
@@ -358,7 +367,7 @@ class PgRecall:
         if not got:
             return None, {}
         terms = {t: (int(tid), int(n)) for *_, t, tid, n in got if t is not None and n > 0}
-        return _mark(got[0][:9]), terms
+        return _mark(got[0][:_NSTATE]), terms
 
     def candidates(
         self, conn: Any, mark: Mark, query: ranking.Query, after: int, high: int,
@@ -373,7 +382,7 @@ class PgRecall:
         dfs = {t: found_terms[t][1] for t in query.terms if t in found_terms}
         if not dfs:
             return []
-        kept, per_term = ranking.postings_plan(dfs)
+        kept, per_term, examine = ranking.postings_plan(dfs)
         if window is not None:  # a window is the seq range up to the next boundary
             after = max(after, window)
             nxt = conn.execute(
@@ -381,11 +390,12 @@ class PgRecall:
                 "AND seq > %s", (ws, window)).fetchone()
             if nxt and nxt[0] is not None:
                 high = min(high, int(nxt[0]) - 1)
-        one = ("(SELECT tid, seq, tf FROM tl_recall_post WHERE workspace = %s AND tid = %s "
-               "AND seq > %s AND seq <= %s ORDER BY imp DESC, seq DESC LIMIT %s)")
+        one = ("(SELECT tid, seq, tf FROM (SELECT tid, imp, seq, tf FROM tl_recall_post "
+               "WHERE workspace = %s AND tid = %s ORDER BY imp DESC, seq DESC LIMIT %s) e "
+               "WHERE seq > %s AND seq <= %s ORDER BY imp DESC, seq DESC LIMIT %s)")
         params: list[Any] = []
         for t in kept:
-            params += [ws, found_terms[t][0], after, high, per_term]
+            params += [ws, found_terms[t][0], examine, after, high, per_term]
         term_of = {found_terms[t][0]: t for t in kept}
         found: dict[int, dict[str, int]] = {}
         for tid, seq, tf in conn.execute(" UNION ALL ".join([one] * len(kept)),
@@ -404,9 +414,9 @@ class PgRecall:
                 if SWAP:
                     pairs.byteswap()
                 for i in range(0, len(pairs), 2):
-                    t = term_of.get(pairs[i])
-                    if t is not None:
-                        tfs[t] = pairs[i + 1]
+                    term = term_of.get(pairs[i])
+                    if term is not None:
+                        tfs[term] = pairs[i + 1]
             docs.append(ranking.Doc(int(seq), int(win), int(length), tfs))
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
         win_of = {d.seq: d.window for d in docs}

@@ -7,7 +7,8 @@ damage of the log (nothing stored is lost with it), and ``repair`` rebuilds
 it (so does the next ranked search, for a stale one):
 
 - ``recall_index_stale``: built by another version, for another epoch (a
-  rewrite since, which the next ranked search would rebuild anyway), past the
+  rewrite or a new floor since, which the next ranked search would rebuild
+  anyway), past the
   head's next seq, or ending at a row the log no longer holds with the same
   bytes;
 - ``recall_index_damaged``: its statistics disagree with its own tables (doc
@@ -34,18 +35,20 @@ ACTION = ("tledger repair {ws} rebuilds it (so does the next ranked search, for 
           "one)")
 
 
-def inspect(conn: Any, workspace: str, epoch: int, next_seq: int) -> list[tuple[str, str]]:
+def inspect(conn: Any, workspace: str, epoch: int, next_seq: int, floor: int = 0
+            ) -> list[tuple[str, str]]:
     """(code, message) findings about the index against the head (``epoch``,
-    ``next_seq``) and the rows, read in ``conn``'s snapshot (module doc)."""
+    ``next_seq``, the ``floor``'s seq) and the rows, read in ``conn``'s
+    snapshot (module doc)."""
     mark = PgRecall(None, workspace).mark(conn)
     if mark is None:
         return []
     if mark.version != VERSION:
         return [("recall_index_stale", f"the recall index has format {mark.version}, this "
                  f"version reads {VERSION}")]
-    if mark.epoch != epoch or mark.seen > next_seq:
+    if mark.epoch != epoch or mark.seen > next_seq or mark.floor != floor:
         return [("recall_index_stale", "the recall index was built for another state of the "
-                 "log (a rewrite since)")]
+                 "log (a rewrite or a new privacy floor since)")]
     if mark.upto > 0:
         got = conn.execute("SELECT raw FROM tl_rows WHERE workspace = %s AND seq = %s",
                            (workspace, mark.upto), binary=True).fetchone()

@@ -56,8 +56,10 @@ engine's index, so both engines rank alike.
 ``tl_schema`` -- the schema version. A database written by a newer version of
 the package refuses to open (``FormatError``), like the file engine's FORMAT.
 An older version is upgraded when a store opens it, in one transaction under
-the schema lock: version 1 databases get the (empty) recall tables, and the
-index is built lazily by the first ranked search, never at the upgrade.
+the schema lock: version 1 databases get the (empty) recall tables, version 2
+ones the recall state's ``floor`` column (the index then rebuilds from the
+floor, its format being older), and the index is built lazily by the first
+ranked search, never at the upgrade.
 
 On a database with the ``citus`` extension the tables are created
 distributed, in the same transaction (``citus.py``): the four workspace
@@ -72,7 +74,7 @@ from typing import Any
 
 from ledger.core.errors import FormatError
 
-SCHEMA_VERSION = 2  # 2: the recall tables (tl_recall_*)
+SCHEMA_VERSION = 3  # 2: the recall tables (tl_recall_*); 3: tl_recall_state.floor
 
 # Taken while creating the tables: concurrent first connections must not race
 # CREATE TABLE IF NOT EXISTS (it is not atomic against itself).
@@ -128,8 +130,10 @@ CREATE TABLE IF NOT EXISTS tl_recall_state (
     last_hash bigint NOT NULL,
     docs      bigint NOT NULL,
     total     bigint NOT NULL,
-    next_tid  integer NOT NULL
+    next_tid  integer NOT NULL,
+    floor     bigint NOT NULL DEFAULT 0
 );
+ALTER TABLE tl_recall_state ADD COLUMN IF NOT EXISTS floor bigint NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS tl_recall_terms (
     workspace text NOT NULL,
     term      text NOT NULL,

@@ -140,8 +140,9 @@ def verify(ws: PgHandle) -> Verified:
         head = ws.head_in(conn)
         if head is not None:
             out.recall_index = recall_check.exists(conn, ws.workspace)
-            for code, message in recall_check.inspect(conn, ws.workspace, head.epoch,
-                                                      head.next_seq):
+            for code, message in recall_check.inspect(
+                    conn, ws.workspace, head.epoch, head.next_seq,
+                    head.floor.seq if head.floor is not None else 0):
                 out.problems.append(Problem(code, None, message, notice=True,
                                             action=recall_check.ACTION))
     if head is not None:

@@ -20,7 +20,7 @@ import msgspec
 
 from ledger.core import cursors, ranking
 from ledger.core import format as fmt
-from ledger.core.bounds import Event
+from ledger.core.bounds import SCAN_ROWS, Budget, Event
 from ledger.core.cursors import SEEKING, CursorData, ListState, Position
 from ledger.core.errors import (
     BadRequest,
@@ -298,8 +298,10 @@ class SessionHistory(Generic[S]):
         """One page of a ranked search: the index's candidates (at most
         SCAN_ROWS postings) after the floor and up to the query's high-water
         mark, best first from the rank the cursor reached; each row is read
-        again from the log (RANKED_READS at most) and must still be there,
-        after the floor, shown content and not the tool's own echo."""
+        again from the log (RANKED_READS at most, all of them within one
+        budget of SCAN_BYTES and SCAN_ROWS: the page ends before a row that
+        would not fit) and must still be there, after the floor, shown
+        content and not the tool's own echo."""
         q = ranking.parse_query(query)
         if q.empty:
             raise BadRequest("'query' has no words to rank by")
@@ -313,13 +315,20 @@ class SessionHistory(Generic[S]):
         ranked = self.reader.ranked(st, q, after, data.high, window)
         at = start
         reads = 0
-        while at < len(ranked) and reads < RANKED_READS:
+        budget = Budget()
+        while at < len(ranked) and reads < RANKED_READS and budget.rows < SCAN_ROWS:
             seq, _win, score, hint = ranked[at]
             reads += 1
+            first = budget.bytes_read == 0
             try:
-                got = self.reader.locate_at(st, seq, hint, result)
+                got = self.reader.locate_at(st, seq, hint, result, budget)
             except NotFound:
                 got = Located()
+            if got.resume is not None:
+                if not first:
+                    break  # the call's budget is spent: the next page reads it
+                at += 1  # a row no one call can read back: never served from the index
+                continue
             row = got.row
             if row is None:
                 at += 1  # gone, oversized, unreadable or out of reach: never served from the index

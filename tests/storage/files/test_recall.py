@@ -131,12 +131,23 @@ def test_check_reports_and_repair_rebuilds_the_index(tmp_path: Path) -> None:
     index = tmp_path / "w" / fmt.RECALL_NAME
     import sqlite3
 
+    from ledger.storage.files import recall
+
     db = sqlite3.connect(index)
-    db.execute("UPDATE docs SET len = len + 1")  # an index that disagrees with the log
+    db.execute("UPDATE docs SET len = len + 1")  # a value changed: its checksum fails
+    db.commit()
+    assert {f.code for f in check(h).findings} == {"recall_index_damaged"}
+    # A forged entry, checksum and counts made to match: it disagrees with the log.
+    db.execute("UPDATE meta SET v = v + (SELECT count(*) FROM docs) WHERE k = 'total'")
+    db.execute("UPDATE meta SET h = ? WHERE k = 'total'",
+               (recall._h("total", db.execute("SELECT v FROM meta WHERE k = 'total'")
+                          .fetchone()[0]),))
+    for row in db.execute("SELECT * FROM docs").fetchall():
+        db.execute("UPDATE docs SET h = ? WHERE seq = ?", (recall._doc_h(*row[:7]), row[0]))
     db.commit()
     db.close()
     codes = {f.code for f in check(h).findings}
-    assert "recall_index_disagrees" in codes
+    assert codes == {"recall_index_disagrees"}
     repair(h)
     assert not [f for f in check(h).findings if "recall" in f.code]
     assert ranked(h.session_history(), "degree graduate commute") == before

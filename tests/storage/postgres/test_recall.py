@@ -65,7 +65,8 @@ def sql(root: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
 def pretend_current(root: str, ws: str = "w") -> None:
     """Make a stale index claim to be current (the epoch and next seq of the
     head), as a crash or a bug might: what it still holds must not leak."""
-    sql(root, "UPDATE tl_recall_state s SET epoch = h.epoch, seen = h.next_seq FROM tl_head h "
+    sql(root, "UPDATE tl_recall_state s SET epoch = h.epoch, seen = h.next_seq, "
+        "floor = coalesce(h.floor_seq, 0) FROM tl_head h "
         "WHERE h.workspace = s.workspace AND s.workspace = %s", (ws,))
 
 
@@ -356,10 +357,28 @@ def test_a_version_1_database_gets_the_tables_and_builds_lazily(pg_root: str) ->
         "tl_recall_post, tl_recall_echo")
     sql(pg_root, "UPDATE tl_schema SET version = 1")
     h = Store(pg_root).history("w")  # opens and upgrades
-    assert sql(pg_root, "SELECT version FROM tl_schema") == [(2,)]
+    assert sql(pg_root, "SELECT version FROM tl_schema") == [(3,)]
     assert sql(pg_root, "SELECT count(*) FROM tl_recall_state")[0][0] == 0  # nothing built
     assert seqs(ranked(h.session_history(), "otter")) == [1]
     assert sql(pg_root, "SELECT docs FROM tl_recall_state") == [(2,)]
+
+
+def test_a_version_2_database_gets_the_floor_and_rebuilds_from_it(pg_root: str) -> None:
+    """Version 2 indexes counted rows before the floor in their statistics:
+    the upgrade adds the floor column and the next ranked search rebuilds."""
+    h = Store(pg_root).history("w")
+    h.append_many([msg("otter " * 5), msg("heron")])
+    h.clear_soft()
+    h.append_many([msg("the otter swims"), msg("a heron waits")])
+    assert seqs(ranked(h.session_history(), "otter")) == [4]
+    close_pools(pg_root)
+    sql(pg_root, "ALTER TABLE tl_recall_state DROP COLUMN floor")
+    sql(pg_root, "UPDATE tl_recall_state SET version = 1, docs = 4")
+    sql(pg_root, "UPDATE tl_schema SET version = 2")
+    h = Store(pg_root).history("w")  # opens and upgrades
+    assert sql(pg_root, "SELECT version FROM tl_schema") == [(3,)]
+    assert seqs(ranked(h.session_history(), "otter")) == [4]
+    assert sql(pg_root, "SELECT version, docs, floor FROM tl_recall_state") == [(2, 2, 3)]
 
 
 def test_check_reports_the_index_and_repair_rebuilds_it(pg_root: str) -> None:
