@@ -60,6 +60,7 @@ from bench.corpus import MISSING_QUERY, REPO, Corpus
 from bench.measure import Sample, interleave, timed
 from ledger import Store
 from ledger.core.rows import prepare_batch
+from ledger.core.toolpairs import pair
 from ledger.storage.files import segments as segs
 from ledger.storage.files.bulk import bulk_load
 from ledger.transcript.history import LEAD_IN_TEXT, History
@@ -444,16 +445,10 @@ def check_series(w: World, size_mib: int, res: Results, check: Callable[[History
 def close_open_calls(h: History) -> None:
     """Append a result for every tool call of the open window that has none
     (untimed): the generated history's random batches leave calls open, and
-    ``History.rollover`` refuses to seal an open call."""
-    calls: dict[str, None] = {}
-    done: set[str] = set()
-    for row in h.provider_view():
-        for part in row.to_dict().get("parts", ()):
-            if part.get("type") == "tool_call":
-                calls[str(part.get("id"))] = None
-            elif part.get("type") == "tool_result":
-                done.add(str(part.get("id")))
-    open_ids = [c for c in calls if c not in done]
+    ``History.rollover`` refuses to seal an open call. Read from the window's
+    stored rows with the store's own pairing (the provider view leaves open
+    calls out, so it cannot show them)."""
+    open_ids = [c.id for c in pair(r.data for r in h.window_rows()).open_calls()]
     if open_ids:
         h.append_many([{"kind": "message", "role": "tool", "parts": [
             {"type": "tool_result", "id": c, "output": "(closed by the benchmark)"}
