@@ -237,3 +237,37 @@ def test_an_error_while_answering_rebuilds_and_answers(
     db.commit()
     db.close()
     assert tool.call(args) == want[1]
+
+
+def test_any_byte_of_the_wal_changed_answers_as_a_fresh_index(
+        tmp_path: Path, small_pages: None) -> None:
+    """The index in WAL mode with frames not yet checkpointed (rows appended
+    after it was built, indexed by the next search, the connection still
+    open): every 7th byte of the ``-wal`` file flipped (its header and the
+    first frame header whole), and the file cut at each frame's boundaries:
+    the answers are a fresh index's (SQLite drops the frames from a bad one
+    on, the index catches up from the log, or damage is found and rebuilt)."""
+    root = tmp_path / "root"
+    h = seeded(root)
+    path = index_files(h, root)
+    h.append_many([msg("a heron and a bluebird deploy the cache"), msg("otter cache")])
+    tool = h.session_history()
+    want = [tool.call({"action": "search", "query": q, "mode": "ranked", "limit": 25})
+            for q in QUERIES]
+    wal = Path(str(path) + "-wal")
+    main_bytes, wal_bytes = path.read_bytes(), wal.read_bytes()  # frames not checkpointed
+    tool.reader._recall.close()
+    assert len(wal_bytes) > 32 + 24 + 512 and len(wal_bytes) < 32 * 1024
+    frame = 24 + 512
+    cuts = [0, 16, 32, *range(32, len(wal_bytes), frame), len(wal_bytes) - 1]
+    offsets = sorted(set(range(0, 56)) | set(range(0, len(wal_bytes), 7)))
+    damage: list[bytes] = [wal_bytes[:c] for c in cuts]
+    for off in offsets:
+        b = bytearray(wal_bytes)
+        b[off] ^= 1 << (off % 8)
+        damage.append(bytes(b))
+    for i, bad in enumerate(damage):
+        path.write_bytes(main_bytes)
+        wal.write_bytes(bad)
+        Path(str(path) + "-shm").unlink(missing_ok=True)
+        assert answers(h) == want, i
