@@ -50,6 +50,18 @@ def _answers(
                    "(each call needs one result, in call order)")
 
 
+def _run(items: list[Any], j: int, key: str, value: str,
+         field: str) -> tuple[list[str], int]:
+    """The ``field`` of each item from index ``j`` on while ``item[key] ==
+    value`` (a run of tool messages, of calls, of outputs), and the index
+    where the run ends."""
+    found = []
+    while j < len(items) and isinstance(items[j], Mapping) and items[j].get(key) == value:
+        found.append(str(items[j].get(field)))
+        j += 1
+    return found, j
+
+
 def chat_problems(body: Mapping[str, Any]) -> list[str]:
     """Problems of a Chat Completions body under the rules above."""
     out: list[str] = []
@@ -76,12 +88,7 @@ def chat_problems(body: Mapping[str, Any]) -> list[str]:
                 out.append(f"{where}: assistant message with neither content nor tool calls")
             if calls:
                 ids = [str(c.get("id")) for c in calls]
-                j = i + 1
-                answered = []
-                while j < len(messages) and isinstance(messages[j], Mapping) and (
-                        messages[j].get("role") == "tool"):
-                    answered.append(str(messages[j].get("tool_call_id")))
-                    j += 1
+                answered, j = _run(messages, i + 1, "role", "tool", "tool_call_id")
                 _answers(where, ids, answered, out)
                 i = j
                 continue
@@ -107,17 +114,8 @@ def responses_problems(body: Mapping[str, Any]) -> list[str]:
         if kind == "function_call_output":
             out.append(f"{where}: output {item.get('call_id')!r} does not follow its call")
         if kind == "function_call":
-            calls = []
-            j = i
-            while j < len(items) and isinstance(items[j], Mapping) and (
-                    items[j].get("type") == "function_call"):
-                calls.append(str(items[j].get("call_id")))
-                j += 1
-            answered = []
-            while j < len(items) and isinstance(items[j], Mapping) and (
-                    items[j].get("type") == "function_call_output"):
-                answered.append(str(items[j].get("call_id")))
-                j += 1
+            calls, j = _run(items, i, "type", "function_call", "call_id")
+            answered, j = _run(items, j, "type", "function_call_output", "call_id")
             _answers(where, calls, answered, out)
             i = j
             continue
