@@ -31,6 +31,16 @@ def damaged(line: bytes) -> bytes:
     return line.replace(b"payload", b"paXload", 1)
 
 
+def damage_tl_row(h: History, seq: int) -> None:
+    """``corrupt`` for the PostgreSQL and Citus runners: damage row ``seq``'s
+    bytes in ``tl_rows``."""
+    with h.engine.db.write("damage a row for the test") as conn:  # type: ignore[attr-defined]
+        (raw,) = conn.execute("SELECT raw FROM tl_rows WHERE workspace = %s AND seq = %s",
+                              (h.workspace, seq)).fetchone()
+        conn.execute("UPDATE tl_rows SET raw = %s WHERE workspace = %s AND seq = %s",
+                     (damaged(bytes(raw)), h.workspace, seq))
+
+
 def _filled(h: History) -> list[int]:
     """Three batches, a manual reset among them; the seqs of the middle batch."""
     h.append(msg("before"))

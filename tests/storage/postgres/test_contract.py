@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from ledger import Store
-from ledger.transcript.history import History
-from tests.contract.operations import Corrupt, damaged
+from tests.contract.operations import Corrupt, damage_tl_row
 from tests.helpers.engine_contract import RANKED_SEARCH, EngineContract, MakeStore
 
 
@@ -47,14 +46,7 @@ def make_store(shared_pg_root: str) -> MakeStore:
 def corrupt() -> Corrupt:
     """Damage row ``seq``'s bytes in ``tl_rows`` (the contract's ``corrupt``)."""
 
-    def damage(h: History, seq: int) -> None:
-        with h.engine.db.write("damage a row for the test") as conn:  # type: ignore[attr-defined]
-            (raw,) = conn.execute("SELECT raw FROM tl_rows WHERE workspace = %s AND seq = %s",
-                                  (h.workspace, seq)).fetchone()
-            conn.execute("UPDATE tl_rows SET raw = %s WHERE workspace = %s AND seq = %s",
-                         (damaged(bytes(raw)), h.workspace, seq))
-
-    return damage
+    return damage_tl_row
 
 
 class TestPostgresEngine(EngineContract):
