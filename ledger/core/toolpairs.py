@@ -1,6 +1,9 @@
-"""Tool calls paired with their results: written once, used by every layer
-(``History.rollover``'s split check, the rollover engine's carry and
-admission, ``Conversation``'s open calls, the provider view, ``check``).
+"""Tool calls paired with their results: the rule, and the code most layers
+use (``History.rollover``'s split check, the rollover engine's carry and
+admission, ``Conversation``'s and the Agents SDK session's open calls, the
+row engines' ``check``; the file engine's check streams the same rule in
+``ledger.storage.files.pairs``, and the provider view counts open calls per
+id in ``ledger.core.windows``).
 
 Pure: rows in (canonical dicts or ``Row`` objects), pairs out.
 

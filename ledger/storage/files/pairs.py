@@ -11,6 +11,13 @@ built), so the notice costs no second read or parse of the history. A chunk
 whose parts do not decode that way (a hostile part that is not an object)
 goes line by line, where a line that names a tool part or a reset is decoded
 whole (:meth:`SplitPairs.line`).
+
+The pairing rule is :mod:`ledger.core.toolpairs`'s (a result answers the
+newest call with its id that has no result yet; a reset starts a new
+window), applied as a stream so check reads the log once: the row engines'
+check (``ledger.storage.rowcheck``) calls ``toolpairs.pair`` on each window
+instead (``tests/rollover/test_no_wedge.py`` checks the open-call notice on
+files, memory and PostgreSQL alike).
 """
 
 from __future__ import annotations
