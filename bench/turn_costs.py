@@ -138,28 +138,29 @@ def _turn_fn(name: str, directory: str) -> Callable[[int], Any]:
             return conv.send(result)
         return conversation
     if name == "RolloverMiddleware":
+        from langchain.agents.middleware import ModelRequest
         from langchain_core.messages import AIMessage
 
+        from bench.conversation_bench import BASH
         from ledger import Store
         from ledger.integrations.langchain_middleware import RolloverMiddleware
 
         mw = RolloverMiddleware(Store(directory), workspace="mw", context_limit=16000)
         state: dict[str, list[Any]] = {"messages": []}
+        tools = [BASH, *mw.tools]  # the agent's tools, session_history among them
 
-        class Request:  # the two things wrap_model_call reads of a ModelRequest
-            def __init__(self, messages: list[Any]) -> None:
-                self.messages = messages
-
-            def override(self, messages: list[Any]) -> Request:
-                return Request(messages)
+        def request(messages: list[Any]) -> Any:
+            # What create_agent hands wrap_model_call (no model is called).
+            return ModelRequest(model=None, messages=messages,  # type: ignore[arg-type]
+                                system_prompt="You are an agent.", tools=tools)
 
         def middleware(k: int) -> Any:
             user, call, result = turn_messages(k)
             state["messages"] += [user]
-            mw.wrap_model_call(Request(list(state["messages"])), lambda r: call)
+            mw.wrap_model_call(request(list(state["messages"])), lambda r: call)
             state["messages"] += [call, result]
             answer = AIMessage(f"done {k}")
-            mw.wrap_model_call(Request(list(state["messages"])), lambda r: answer)
+            mw.wrap_model_call(request(list(state["messages"])), lambda r: answer)
             state["messages"] += [answer]
             return state
         return middleware
