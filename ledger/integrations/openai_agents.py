@@ -209,11 +209,12 @@ class LedgerSession(SessionABC):
         self._prestored: list[str] = []  # input the filter stored before the SDK did
         self._added_items: list[Any] = []  # the items of the newest add_items
         self._added_keys: set[str] | None = set()  # their keys, made when first needed
-        # The window as this session last saw it: the state it was read (or
-        # written) at, and its rows' dicts (what pairing needs to find open
-        # calls). A batch appended at that state extends it; any other write
-        # (another process, a rewrite) changes the state, and it is read again.
-        self._seen: tuple[tuple[int, int, int], list[Mapping[str, Any]]] | None = None
+        # The window's open calls as this session last knew them, with the
+        # state they are of: the ids, or the window's rows to pair when they
+        # are first needed. A batch appended at that state updates them; any
+        # other write (another process, a rewrite) changes the state, and the
+        # window is read again.
+        self._seen: _Seen | None = None
         self._async = AsyncStore(store=self.store).history(self.session_id)
         self._pop_lock = asyncio.Lock()
         self._lock = threading.Lock()
@@ -265,26 +266,24 @@ class LedgerSession(SessionABC):
             state = _state(snap)
             k = next((i for i, r in enumerate(rows) if _is_user_item(r)), None)
             batch = rows
-            view: list[Mapping[str, Any]] | None = None
+            seen = self._seen if self._seen is not None and self._seen.state == state else None
             if k is not None:
-                view = self._seen[1] if self._seen and self._seen[0] == state else [
-                    r.data for r in self.history.provider_view()]
-                open_ = pair([*view, *rows[:k]]).open_calls()
-                settle = [item_row({"type": "function_call_output", "call_id": c.id,
-                                    "output": MOVED_ON}) for c in open_]
+                if seen is None:
+                    seen = _Seen(state, None, [r.data for r in self.history.provider_view()])
+                open_ = _open_after(seen.open_ids(), rows[:k])
+                settle = [item_row({"type": "function_call_output", "call_id": cid,
+                                    "output": MOVED_ON}) for cid in open_]
                 batch = [*rows[:k], *settle, *rows[k:]]
-            elif self._seen and self._seen[0] == state:
-                view = self._seen[1]
             try:
                 result = self.history.append_many(batch, expect_window=snap.window_seq)
             except Conflict:
                 continue
             self._seen = None
-            if view is not None and result.seqs[0] == snap.next_seq and (
+            if seen is not None and result.seqs[0] == snap.next_seq and (
                     result.epoch == snap.epoch):
                 # Nothing was written between the read and this batch.
-                self._seen = ((result.epoch, result.seqs[-1] + 1, result.window),
-                              [*view, *batch])
+                self._seen = _Seen((result.epoch, result.seqs[-1] + 1, result.window),
+                                   _open_after(seen.open_ids(), batch), None)
             # The SDK's own items start after results that settle calls first.
             return result, (len(batch) - len(rows) if k == 0 else 0)
         raise SendConflict(
@@ -299,7 +298,8 @@ class LedgerSession(SessionABC):
         newer, than the rows: the next batch then reads the view again)."""
         state = _state(self.history.snapshot())
         view = self.history.provider_view()
-        self._seen = (state, [r.data for r in view])
+        if self._seen is None or self._seen.state != state:
+            self._seen = _Seen(state, None, [r.data for r in view])
         return view
 
     def _added(self) -> set[str]:
@@ -564,6 +564,34 @@ def _is_user_item(row: Mapping[str, Any]) -> bool:
     parts = row.get("parts")
     return row.get("role") == "user" and isinstance(parts, list) and any(
         isinstance(p, Mapping) and p.get("type") != "tool_result" for p in parts)
+
+
+class _Seen:
+    """The open calls of the window at ``state``: their ids, or the window's
+    rows, paired when the ids are first asked for."""
+
+    __slots__ = ("_ids", "_rows", "state")
+
+    def __init__(self, state: tuple[int, int, int], ids: list[str] | None,
+                 rows: list[Mapping[str, Any]] | None) -> None:
+        self.state, self._ids, self._rows = state, ids, rows
+
+    def open_ids(self) -> list[str]:
+        if self._ids is None:
+            self._ids = [c.id for c in pair(self._rows or ()).open_calls()]
+            self._rows = None
+        return self._ids
+
+
+def _open_after(open_ids: list[str], rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ids of the calls open after ``rows`` are added to a window whose
+    open calls are ``open_ids`` (pairing: a result answers the newest open
+    call with its id, so only the open calls matter)."""
+    if not rows:
+        return list(open_ids)
+    head = [{"role": "assistant", "parts": [{"type": "tool_call", "id": i}
+                                            for i in open_ids]}] if open_ids else []
+    return [c.id for c in pair([*head, *rows]).open_calls()]
 
 
 def _state(snap: Any) -> tuple[int, int, int]:
