@@ -99,6 +99,10 @@ def test_the_generated_reference_pages_hold_what_the_code_holds(site: Path) -> N
     for code in results.ERROR_CODES:
         assert code in tool
     assert args.DESCRIPTION[:60] in tool
+    from ledger.rollover import RULE_IDS
+
+    rules = _text(site / "explanation" / "rollover" / "index.html")
+    assert all(f"\n{rule}" in rules or f" {rule} " in rules for rule in RULE_IDS)
     fmt = _text(site / "reference" / "format" / "index.html")
     assert "seg-NNNNNNNN.jsonl" in fmt and "RECEIPT" in fmt
     perf = (site / "explanation" / "performance" / "index.html").read_text(encoding="utf-8")
