@@ -7,9 +7,12 @@
   bench/plots`` renders from a run's results, served as they are in bench/.
 - ``<!-- generated: NAME [ARGUMENT] -->`` in a page is replaced by what
   ``generated(NAME, ARGUMENT)`` renders from the code: a public module's API
-  directive (``docsgen.api``), the error table (``docsgen.errors``), the
+  directive (``docsgen.api``), a module's reStructuredText prose rendered
+  (``docsgen.prose``: the on-disk format), the error table (``docsgen.errors``), the
   ``session_history`` schema, arguments, bounds and error codes
   (``docsgen.tool``).
+- A Sphinx role in a docstring (``:class:`~a.B```) is shown as the object's
+  name in code, as Sphinx shows it.
 - ``<!-- bench-results: HEADING -->`` in a page is replaced by that section of
   ``bench/RESULTS.md`` (its text up to the next heading of the same level), so a
   page shows the measured numbers without a pasted copy of them.
@@ -30,15 +33,22 @@ RESULTS = REPO / "bench" / "RESULTS.md"
 PLOTS = REPO / "bench" / "plots"
 BENCH_DIR = "explanation/bench"
 MARKER = re.compile(r"<!-- bench-results: (.+?) -->")
+# A Sphinx cross-reference role in a docstring (:class:`~a.b.C`), as Markdown
+# renders it: the role's name, then the target as code.
+# reStructuredText's "text::" before a literal block: Markdown keeps both colons.
+LITERAL = re.compile(r"::(</p>\s*<div class=\"(?:language-\w+ )?highlight)")
+ROLE = re.compile(r":(?:class|mod|func|data|meth|attr|exc|obj|const):<code>(~?)([^<]+)</code>")
 GENERATED_MARKER = re.compile(r"<!-- generated: ([a-z-]+)(?: ([\w.]+))? -->")
 
 
 def generated(name: str, argument: str | None = None) -> str:
     """What the marker ``<!-- generated: NAME [ARGUMENT] -->`` stands for."""
-    from docsgen import api, errors, tool
+    from docsgen import api, errors, prose, tool
 
     if name == "api" and argument:
         return api.directive(argument)
+    if name == "prose" and argument:
+        return prose.module_html(argument)
 
     renderers = {
         "errors": errors.render,
@@ -90,3 +100,15 @@ def on_files(files: Any, config: Any) -> Any:
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     markdown = GENERATED_MARKER.sub(lambda m: generated(m.group(1), m.group(2)), markdown)
     return MARKER.sub(lambda m: results_section(m.group(1)), markdown)
+
+
+def _role(m: re.Match[str]) -> str:
+    target = m.group(2)
+    return f"<code>{target.rsplit('.', 1)[-1] if m.group(1) else target}</code>"
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """Docstrings written for Sphinx name objects with roles (``:class:`X```);
+    show the object's name as code, as Sphinx would (``~`` keeps the last part)."""
+    html = ROLE.sub(_role, html)
+    return LITERAL.sub(r":\1", html)

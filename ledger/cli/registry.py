@@ -42,7 +42,7 @@ def arg(*flags: str, **options: Any) -> Arg:
     return Arg(flags, options)
 
 
-WS = arg("workspace", metavar="WS")
+WS = arg("workspace", metavar="WS", help="the workspace id")
 """The workspace argument (validated while parsing)."""
 
 
