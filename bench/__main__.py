@@ -63,6 +63,10 @@ def _integrations(doc: Any) -> dict[str, float]:
     for name, by_size in doc.get("median_ms", {}).items():
         for size, ms in by_size.items():
             out[f"turn ms {name} @{size} MiB"] = float(ms)
+    for name, io in doc.get("per_turn_io", {}).items():
+        out[f"fsyncs/turn {name}"] = float(io["fsyncs_per_turn"])
+        if "batches_per_turn" in io:
+            out[f"batches/turn {name}"] = float(io["batches_per_turn"])
     return out
 
 

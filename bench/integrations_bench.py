@@ -31,6 +31,12 @@ loaded into the process; phase 2 builds, warms up and times each peer, one
 size at a time. Each number is the median of the repeats. Ratios: peer /
 ours at the same size, and ours at the biggest size / ours empty.
 
+Disk work per turn: with ``strace`` on the PATH, each contender's turn (ours
+and each peer's, plus ``Conversation``, ``RolloverMiddleware`` and the
+floors they are held to) is also run under ``strace`` by
+``bench.turn_costs``, and its fsyncs, renames and ledger batches per turn are
+reported beside each other (``per_turn_io``; ``--no-strace`` leaves it out).
+
 Run alone: ``python -m bench.integrations_bench [--quick] [--json FILE]``
 (``--quick``: sizes 0 and 10 MiB, fewer repeats). Needs the agents,
 langchain and bench extras (langchain-community, SQLAlchemy).
@@ -193,7 +199,8 @@ PEERS = [("sdk SQLiteSession", "ledger agents"),
          ("FileChatMessageHistory", "ledger langchain")]
 
 
-def run(quick: bool, log: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+def run(quick: bool, log: Callable[[str], None] = lambda m: None,
+        strace: bool = True) -> dict[str, Any]:
     sizes = [0, 10] if quick else [0, 10, 100]
     ours_repeats = 15 if quick else 40
     peer_repeats, peer_budget = (3, 20.0) if quick else (7, 90.0)
@@ -278,6 +285,13 @@ def run(quick: bool, log: Callable[[str], None] = lambda m: None) -> dict[str, A
         loop.close()
         shutil.rmtree(tmp, ignore_errors=True)
     out["ratios"] = ratios(out)
+    if strace and shutil.which("strace") is not None:
+        from bench.turn_costs import CONTENDERS, count
+
+        out["per_turn_io"] = {}
+        for name in CONTENDERS:
+            out["per_turn_io"][name] = count(name, 5 if quick else 20)
+            log(f"{name}: {out['per_turn_io'][name]} (strace)")
     return out
 
 
@@ -303,6 +317,10 @@ def markdown(out: dict[str, Any]) -> str:
                      + f" | {disk:.0f} MiB |")
     lines += ["", "| ratio | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in out["ratios"].items()]
+    if out.get("per_turn_io"):
+        from bench.turn_costs import markdown as io_markdown
+
+        lines += ["", "Disk work per turn (strace):", "", io_markdown(out["per_turn_io"])]
     return "\n".join(lines)
 
 
@@ -312,13 +330,15 @@ def main(argv: list[str] | None = None) -> int:
                                 "framework's own, at history sizes 0, 10 and 100 MiB.")
     p.add_argument("--quick", action="store_true", help="sizes 0 and 10 MiB, fewer repeats")
     p.add_argument("--json", metavar="FILE", help="write the result document here")
+    p.add_argument("--no-strace", action="store_true",
+                   help="leave out the fsyncs and batches per turn (strace)")
     args = p.parse_args(argv)
     started = time.monotonic()
 
     def log(msg: str) -> None:
         print(f"{time.monotonic() - started:7.1f}s {msg}", file=sys.stderr, flush=True)
 
-    out = run(args.quick, log)
+    out = run(args.quick, log, strace=not args.no_strace)
     out["seconds"] = round(time.monotonic() - started, 1)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
