@@ -13,17 +13,30 @@ items and read the session back; the LangChain histories add three messages
 and read them back; ``Conversation`` sends the user message, records the
 model's tool call and sends the result; ``RolloverMiddleware`` wraps one
 model call (the request's new messages stored, the answer recorded), twice
-per turn (the call and the answer after its result); ``by hand`` is the file
-engine's own floor for a turn: one ``append_many`` of the three rows and one
-``provider_view``.
+per turn (the call and the answer after its result), and ``after_agent``
+at the run's end. Floors, each the file engine's own work for the same
+durable steps, views and counts:
+
+``by hand``
+    one ``append_many`` of the three rows and one ``provider_view``: the floor
+    of the two sessions (one batch, one read per turn);
+``by hand, 3 steps``
+    ``Conversation``'s turn: ``[user]`` appended, the view read and counted
+    once (``check_request``), ``[call]`` appended (``record`` returns it as
+    stored, so it is a durable step of its own), ``[result]`` appended, the
+    view read and counted;
+``by hand, 3 steps (messages)``
+    the middleware's turn on ``message_row`` rows: ``[user]``, view + count,
+    ``[call, result]`` (the answer rides with the results), view + count,
+    the final answer (``after_agent``).
 
 ``--time`` times the same turns instead, in one process, round-robin over
 the contenders (one turn of each in turn, so load from elsewhere falls on all
 alike), wall and CPU time per turn, median after three warm-up turns, at
 each history size (``--mib``; a history is bulk-loaded first as
 ``bench.integrations_bench`` does: windows of 50 turns, the measured turns in
-a fresh one). ``by hand`` is the floor the integrations are held to (issue
-31: a turn at most 1.2x it).
+a fresh one). Each ratio is over the contender's floor (``FLOOR_OF``;
+issue 31: a turn at most 1.2x it).
 
 For the file engine a batch is one rename commit of a segment (a renamed
 ``seg-*.jsonl``); for SQLite a commit is visible as the fsyncs of its WAL
