@@ -40,8 +40,8 @@ from typing import Any
 from bench.corpus import load_corpus
 from bench.measure import interleave
 from ledger import Store
-from ledger.core import format as fmt
 from ledger.core import ranking
+from ledger.core.format import files as ffmt
 from ledger.core.searchable import row_text
 from ledger.storage.files import segments as segs
 from ledger.storage.files.bulk import bulk_load
@@ -67,7 +67,7 @@ def pathological(h: Any, seed: int = 5) -> dict[str, str]:
     long_q = ""
     while len(long_q) < 990:
         long_q += rnd.choice(words) + " "
-    db = sqlite3.connect(os.path.join(h.engine.path, fmt.RECALL_NAME))
+    db = sqlite3.connect(os.path.join(h.engine.path, ffmt.RECALL_NAME))
     common = db.execute("SELECT term FROM df ORDER BY n DESC LIMIT 1").fetchone()[0]
     db.close()
     return {
@@ -97,7 +97,7 @@ def log_bytes(path: str) -> int:
 def index_bytes(path: str) -> int:
     total = 0
     for suffix in ("", "-wal", "-shm"):
-        p = os.path.join(path, fmt.RECALL_NAME + suffix)
+        p = os.path.join(path, ffmt.RECALL_NAME + suffix)
         if os.path.exists(p):
             total += os.path.getsize(p)
     return total

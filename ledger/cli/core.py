@@ -10,8 +10,8 @@ import msgspec
 
 from ledger.cli.registry import WS, arg, command
 from ledger.cli.tables import is_terminal, print_table
-from ledger.core import format as fmt
 from ledger.core.errors import InvalidRow, LedgerError
+from ledger.core.format import rows as fmt
 from ledger.core.redact import redact
 from ledger.storage.engine import DURABILITY_LEVELS
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import msgspec
 
-from ledger.core import format as fmt
 from ledger.core.errors import RewriteRefused
+from ledger.core.format import rows as fmt
 from ledger.core.husks import is_husk, owns
 from ledger.core.windows import Boundary, batch_boundaries
 

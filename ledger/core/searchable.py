@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
-from ledger.core import format as fmt
 from ledger.core import ranking
 from ledger.core.bounds import LINE_CAP
+from ledger.core.format import rows as fmt
 from ledger.core.rows import is_empty_assistant
 
 TOOL_NAME = "session_history"

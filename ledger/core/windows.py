@@ -16,10 +16,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.rows import Row
 
-UNKNOWN_SEQ = fmt.FLOOR_UNREADABLE
+UNKNOWN_SEQ = ffmt.FLOOR_UNREADABLE
 PROVIDER_KINDS = frozenset({"message", "lead_in", "warning"})
 
 
@@ -42,7 +43,7 @@ class Boundary:
     def damaged(self) -> bool:
         """A floor that damage may have made (or a recorded floor that is
         missing): it blocks window reads and retrieval until repair."""
-        return self.seq == fmt.FLOOR_DAMAGED
+        return self.seq == ffmt.FLOOR_DAMAGED
 
 
 def classify_reset(row: dict[str, Any], next_row: dict[str, Any] | None) -> str:
@@ -101,7 +102,7 @@ def boundaries(entries: Iterable[Entry]) -> Iterator[Boundary]:
                 else:
                     yield Boundary(last_seq, entry.segment, entry.offset, "manual")
         elif entry.candidate:
-            seq = fmt.FLOOR_DAMAGED if entry.damaged else UNKNOWN_SEQ
+            seq = ffmt.FLOOR_DAMAGED if entry.damaged else UNKNOWN_SEQ
             yield Boundary(
                 seq, entry.segment, entry.offset, "manual", readable=False, after=last_seq
             )

@@ -20,8 +20,8 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 
-from ledger.core import format as fmt
 from ledger.core import ranking
+from ledger.core.format import rows as fmt
 from ledger.core.searchable import indexed_terms
 from ledger.storage.engine import Candidate
 from ledger.storage.primitives import LAST_SEQ, StoredRow, StoredRows

@@ -356,7 +356,7 @@ def _segment_mode_000(ws: Path) -> None:
 def _deep_stored_row(ws: Path) -> None:
     """A row nested 3000 deep with a valid checksum, written raw (as a writer that
     raised its recursion limit could)."""
-    from ledger.core import format as fmt
+    from ledger.core.format import rows as fmt
 
     last = _segments(ws)[-1]
     seq = 1 + max(int(line.split(b",", 1)[0][len(b'{"seq":'):])

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
-from ledger.core import format as fmt
 from ledger.core.errors import DeletePending
+from ledger.core.format import files as ffmt
 from ledger.core.ids import WORKSPACE_RE, validate_workspace
 from ledger.storage.files import retention
 from ledger.storage.files.workspace import FileWorkspace
@@ -76,5 +76,5 @@ class FileEngine:
 
     def tombstoned(self, workspace: str) -> bool:
         return os.path.lexists(
-            os.path.join(self.root, f".{workspace}{fmt.WORKSPACE_TOMBSTONE_SUFFIX}")
+            os.path.join(self.root, f".{workspace}{ffmt.WORKSPACE_TOMBSTONE_SUFFIX}")
         )

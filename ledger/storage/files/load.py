@@ -16,9 +16,9 @@ import tempfile
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ledger.core import format as fmt
 from ledger.core.checks import Loaded
 from ledger.core.errors import CommitFailed, LedgerError
+from ledger.core.format import files as ffmt
 from ledger.core.rows import Row
 from ledger.storage.files import segments as segs
 
@@ -38,7 +38,7 @@ def load_rows(ws: FileHistory, rows: Iterable[Row]) -> Loaded:
     sync = ws.store.durability != "off"
     count = total = 0
     try:
-        _write(os.path.join(tmp, fmt.FORMAT_NAME), [fmt.FORMAT_TEXT], sync)
+        _write(os.path.join(tmp, ffmt.FORMAT_NAME), [ffmt.FORMAT_TEXT], sync)
         number = 1
         chunk: list[bytes] = []
         size = 0

@@ -1,7 +1,7 @@
 """The recall index of a file workspace: a projection of the log for ranked
 ``session_history`` search, never its source of truth.
 
-One SQLite database (``fmt.RECALL_NAME``) beside the segments, from the
+One SQLite database (``ffmt.RECALL_NAME``) beside the segments, from the
 standard library, holding for every searchable row its window, its length
 in terms and its terms, and for every term its document frequency and its
 postings ordered by impact (``ranking.impact``), newest first among equals,
@@ -54,10 +54,11 @@ from urllib.parse import quote
 
 import xxhash
 
-from ledger.core import format as fmt
 from ledger.core import ranking
 from ledger.core.bounds import LINE_CAP
 from ledger.core.errors import Unavailable
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.searchable import hidden, indexed_terms, row_text
 from ledger.storage.files import segments as segs
 
@@ -136,7 +137,7 @@ _EMPTY = Mark(-1, "", 0, 0, -1, 0, -1, "", 0, 0)
 
 
 def index_path(wsdir: str) -> str:
-    return os.path.join(wsdir, fmt.RECALL_NAME)
+    return os.path.join(wsdir, ffmt.RECALL_NAME)
 
 
 def unsafe(wsdir: str) -> str | None:

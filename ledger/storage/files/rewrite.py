@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import format as fmt
 from ledger.core import rules
 from ledger.core.errors import CommitFailed, LedgerError, RecoveryError, RewriteRefused
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.husks import (  # noqa: F401 (re-exported: their old home)
     QUARANTINE_VERSION,
     husk_line,
@@ -116,7 +117,7 @@ def commit_rewrite(
     if st.floor is not None and st.floor.damaged and not op.startswith("repair"):
         raise RewriteRefused(
             f"workspace {history.workspace!r}: {op} refused: a privacy floor may have been lost "
-            f"to damage ({fmt.segment_name(st.floor.segment)} offset {st.floor.offset}); run "
+            f"to damage ({ffmt.segment_name(st.floor.segment)} offset {st.floor.offset}); run "
             f"`tledger repair {history.workspace}` first; nothing was changed"
         )
     # Always durable, whatever the store's level: a rewrite replaces rows that
@@ -151,7 +152,7 @@ def commit_rewrite(
         else:
             c_text, c_raw = group_digests([segs.segment_path(path, active)])
         final = {
-            fmt.segment_name(n): (None if (c := changes[n]) is None else raw_digest(b"".join(c)))
+            ffmt.segment_name(n): (None if (c := changes[n]) is None else raw_digest(b"".join(c)))
             for n in order
         }
         marker = {
@@ -164,8 +165,8 @@ def commit_rewrite(
             },
             "files": {
                 "version": FILES_VERSION,
-                "archive": [fmt.segment_name(n) for n in archive],
-                "chat": fmt.segment_name(active),
+                "archive": [ffmt.segment_name(n) for n in archive],
+                "chat": ffmt.segment_name(active),
                 "final": final,
             },
             "op": op,
@@ -193,7 +194,7 @@ def commit_rewrite(
             if c is None:
                 os.unlink(segs.segment_path(path, n))
             else:
-                segs.commit_file(path, fmt.segment_name(n), c, durability="full", new_file=False)
+                segs.commit_file(path, ffmt.segment_name(n), c, durability="full", new_file=False)
             _step(f"segment-{n}")
         segments_done = True
         segs.fsync_dir(path)
@@ -231,7 +232,7 @@ def _settle_after_failure(path: str) -> Resolution | None:
         return None
 
 
-def _empty_receipt() -> fmt.Receipt:
+def _empty_receipt() -> ffmt.Receipt:
     return empty_receipt()
 
 
@@ -290,7 +291,7 @@ def reject(history: History, seq_or_seqs: int | Iterable[int]) -> rules.RejectRe
                 e = entries[j]
                 row = e.row
                 assert row is not None
-                where = f" ({fmt.segment_name(number)} offset {e.offset})"
+                where = f" ({ffmt.segment_name(number)} offset {e.offset})"
                 if not rules.rejectable(history.workspace, e.line, row, where):
                     already.append(row["seq"])
                     continue
@@ -354,7 +355,7 @@ def truncate_after(history: History, seq: int) -> rules.TruncateResult:
                 continue
             if n != number and not any(e.candidate for e in tail):
                 seg_path = segs.segment_path(history.path, n)
-                name = fmt.segment_name(n)
+                name = ffmt.segment_name(n)
                 puts.append(partial(quarantine.put_file, seg_path, source=name, offset=0,
                                     reason=reason))
                 changes[n] = None
@@ -375,7 +376,7 @@ def truncate_after(history: History, seq: int) -> rules.TruncateResult:
                             _put(
                                 quarantine,
                                 b"".join(run),
-                                fmt.segment_name(n),
+                                ffmt.segment_name(n),
                                 run_start or 0,
                                 reason,
                             )
@@ -389,7 +390,7 @@ def truncate_after(history: History, seq: int) -> rules.TruncateResult:
                 removed_rows += e.row is not None
             if run:
                 puts.append(
-                    _put(quarantine, b"".join(run), fmt.segment_name(n), run_start or 0, reason)
+                    _put(quarantine, b"".join(run), ffmt.segment_name(n), run_start or 0, reason)
                 )
             changes[n] = kept if kept else None
         entries_out: list[str] = []
@@ -438,7 +439,7 @@ def purge_before_floor(history: History) -> rules.PurgeResult:
             return rules.PurgeResult(0, 0, 0, None, st.epoch, recovered)
         floor = floors[-1]
         where = rules.FloorAt(floor.seq if floor.readable else None,
-                              fmt.segment_name(floor.segment), floor.offset)
+                              ffmt.segment_name(floor.segment), floor.offset)
         changes: dict[int, list[bytes] | None] = {}
         purged_rows = purged_bytes = kept_candidates = 0
         for n in [m for m in st.segments if m <= floor.segment]:

@@ -44,9 +44,9 @@ from typing import Any
 
 import xxhash
 
-from ledger.core import format as fmt
 from ledger.core import ranking
 from ledger.core.errors import CommitFailed, CommitUncertain, Unavailable
+from ledger.core.format import rows as fmt
 from ledger.core.searchable import indexed_terms
 
 VERSION = 2  # of what the tables hold; another value is rebuilt (2: from the floor on)

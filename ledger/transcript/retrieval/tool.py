@@ -19,7 +19,6 @@ from typing import Any, Generic, Protocol
 import msgspec
 
 from ledger.core import cursors, ranking
-from ledger.core import format as fmt
 from ledger.core.bounds import SCAN_ROWS, Budget, Event
 from ledger.core.cursors import SEEKING, CursorData, ListState, Position
 from ledger.core.errors import (
@@ -30,6 +29,7 @@ from ledger.core.errors import (
     RetrievalDisabled,
     Unavailable,
 )
+from ledger.core.format import rows as fmt
 from ledger.core.redact import redact
 from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
 from ledger.core.windows import window_marker

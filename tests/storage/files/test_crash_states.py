@@ -45,8 +45,8 @@ from typing import Any
 import pytest
 
 from ledger import CursorExpired, HistoryDamaged, Store
-from ledger.core import format as fmt
 from ledger.core.errors import DeletePending
+from ledger.core.format import files as ffmt
 from ledger.core.windows import classify_reset
 from ledger.storage.files import merge
 from recovery.check import check
@@ -256,14 +256,14 @@ class Explorer:
 
         self.snapshot, self.ops, self.ends = record(
             str(live), [step_and_keep(i) for i in range(len(steps))],
-            opaque=(fmt.RECALL_NAME,) if sc.recall else ())
+            opaque=(ffmt.RECALL_NAME,) if sc.recall else ())
         self.conts.add(self._continue(Store(live, durability="off")))
         self.ahead: dict[str, bytes] = {}
         if Store(live, durability="off").history(WS).exists():
             ranked_search(Store(live, durability="off"))  # the index of the run's end
             wsdir = live / WS
             self.ahead = {n: (wsdir / n).read_bytes() for n in os.listdir(wsdir)
-                          if n.startswith(fmt.RECALL_NAME)}
+                          if n.startswith(ffmt.RECALL_NAME)}
 
     def _continue(self, store: Store) -> Any:
         if self.cursor is None or not store.history(WS).exists():
@@ -412,7 +412,7 @@ def ranked_search(store: Store) -> Any:
 
 def _drop_recall(wsdir: Path) -> None:
     for name in os.listdir(wsdir):
-        if name.startswith(fmt.RECALL_NAME):
+        if name.startswith(ffmt.RECALL_NAME):
             os.unlink(wsdir / name)
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ledger import Store
-from ledger.core import format as fmt
 from ledger.core import ranking
+from ledger.core.format import files as ffmt
 from tests.helpers import msg
 
 
@@ -69,7 +69,7 @@ def test_index_deleted_or_damaged_is_rebuilt(tmp_path: Path) -> None:
     tool = h.session_history()
     before = ranked(tool, "degree graduate commute")
     wsdir = tmp_path / "w"
-    index = wsdir / fmt.RECALL_NAME
+    index = wsdir / ffmt.RECALL_NAME
     assert index.exists()
     for suffix in ("", "-wal", "-shm"):
         Path(str(index) + suffix).unlink(missing_ok=True)
@@ -96,7 +96,7 @@ def test_a_log_that_lost_its_tail_is_not_served_from_the_index(tmp_path: Path) -
     assert seqs(ranked(tool, "zebra")) == [3]
     tool.reader._recall.close()
     for name in os.listdir(saved):  # the log goes back; the index stays
-        if not name.startswith(fmt.RECALL_NAME):
+        if not name.startswith(ffmt.RECALL_NAME):
             shutil.copy2(saved / name, wsdir / name)
     h2 = history(tmp_path)
     assert ranked(h2.session_history(), "zebra")["items"] == []
@@ -128,7 +128,7 @@ def test_check_reports_and_repair_rebuilds_the_index(tmp_path: Path) -> None:
     before = ranked(tool, "degree graduate commute")
     tool.reader._recall.close()
     assert check(h).ok and not [f for f in check(h).findings if "recall" in f.code]
-    index = tmp_path / "w" / fmt.RECALL_NAME
+    index = tmp_path / "w" / ffmt.RECALL_NAME
     import sqlite3
 
     from ledger.storage.files import recall
@@ -176,7 +176,7 @@ def test_rows_are_found_again_after_a_merge(tmp_path: Path) -> None:
     got = ranked(tool, "otter swims", limit=25)
     tool.reader._recall.close()
     for name in os.listdir(tmp_path / "w"):
-        if name.startswith(fmt.RECALL_NAME):
+        if name.startswith(ffmt.RECALL_NAME):
             os.unlink(tmp_path / "w" / name)
     assert ranked(h.session_history(), "otter swims", limit=25) == got
 
@@ -193,7 +193,7 @@ def test_a_deleted_workspace_made_again_has_a_new_index(tmp_path: Path) -> None:
     assert seqs(ranked(tool, "heron")) == [1]
     assert ranked(tool, "lake nests")["items"] == []
     assert seqs(ranked(tool, "kingfisher"))[0] in (1, 2)
-    assert (tmp_path / "w" / fmt.RECALL_NAME).exists()
+    assert (tmp_path / "w" / ffmt.RECALL_NAME).exists()
 
 
 def test_framework_tools_search_ranked(tmp_path: Path) -> None:

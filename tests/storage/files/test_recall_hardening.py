@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from ledger import Store
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from ledger.storage.files import recall
 from recovery.check import check
 from recovery.repair import repair
@@ -61,7 +61,7 @@ def answers(h: Any, queries: tuple[str, ...] = QUERIES) -> list[str]:
 def index_files(h: Any, root: Path) -> Path:
     """Build the index and close it (its WAL folded in): the database path."""
     answers(h)
-    path = root / "w" / fmt.RECALL_NAME
+    path = root / "w" / ffmt.RECALL_NAME
     assert path.exists() and not Path(str(path) + "-wal").exists()
     return path
 
@@ -116,7 +116,7 @@ def test_a_dangling_symlink_creates_nothing_outside(tmp_path: Path) -> None:
     h = seeded(root)
     target = tmp_path / "elsewhere" / "made.sqlite"
     target.parent.mkdir()
-    os.symlink(target, root / "w" / fmt.RECALL_NAME)
+    os.symlink(target, root / "w" / ffmt.RECALL_NAME)
     assert unavailable(answers(h))
     assert not target.exists() and os.listdir(target.parent) == []
     assert [f.code for f in check(h).findings] == ["recall_index_unsafe"]
