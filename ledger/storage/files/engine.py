@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import KW_ONLY, dataclass
 
 from ledger.core.errors import DeletePending
 from ledger.core.format import files as ffmt
@@ -15,25 +16,17 @@ from ledger.storage.files import retention
 from ledger.storage.files.workspace import FileWorkspace
 
 
+@dataclass(eq=False, repr=False)
 class FileEngine:
-    """Workspaces as directories below ``root``."""
+    """Workspaces as directories below ``root``, with the store's options."""
 
-    def __init__(
-        self,
-        root: str,
-        *,
-        segment_bytes: int,
-        lock_timeout: float,
-        retrieval: bool,
-        durability: str,
-        max_row_bytes: int,
-    ) -> None:
-        self.root = root
-        self.segment_bytes = segment_bytes
-        self.lock_timeout = lock_timeout
-        self.retrieval = retrieval
-        self.durability = durability
-        self.max_row_bytes = max_row_bytes
+    root: str
+    _: KW_ONLY
+    segment_bytes: int
+    lock_timeout: float
+    retrieval: bool
+    durability: str
+    max_row_bytes: int
 
     def __repr__(self) -> str:
         return f"FileEngine({self.root!r})"
