@@ -30,7 +30,6 @@ from typing import TypeVar
 
 from ledger.core import rules
 from ledger.core.errors import CommitFailed, Conflict
-from ledger.core.husks import husk_line
 from ledger.core.rows import Row
 from ledger.storage.primitives import LAST_SEQ, Edit, Put, RowPrimitives
 from ledger.storage.seqpages import decode_row
@@ -78,17 +77,10 @@ def reject(p: RowPrimitives, seq_or_seqs: int | Iterable[int]) -> rules.RejectRe
                 targets[run[j].seq] = run[j]
         if missing:
             raise rules.no_row(p.workspace, missing, "rejected")
-        rejected: list[int] = []
-        already: list[int] = []
-        edits: list[Edit] = []
-        for seq, row in sorted(targets.items()):
-            if not rules.rejectable(p.workspace, row.line, row.data):
-                already.append(seq)
-                continue
-            line = husk_line(row.line, row.data)
-            husk = decode_row(p.workspace, seq, line[:-1] if line.endswith(b"\n") else line)
-            edits.append(Edit(seq, seq, (Put(husk),)))  # a husk is never a reset
-            rejected.append(seq)
+        lines, rejected, already = rules.husks(
+            p.workspace, ((seq, r.line, r.data) for seq, r in sorted(targets.items())))
+        edits = [Edit(seq, seq, (Put(decode_row(p.workspace, seq, line.removesuffix(b"\n"))),))
+                 for seq, line in lines.items()]  # a husk is never a reset
         if not edits:
             return rules.reject_result([], already, head.epoch)
         done = p.replace(head, edits, None)

@@ -245,6 +245,10 @@ def segment_entries(history_path: str, number: int) -> list[Entry]:
     ]
 
 
+def _where(segment: str, offsets: list[int], j: int) -> str:
+    return f" ({segment} offset {offsets[j]})"
+
+
 def _raw_line(e: Entry, data: bytes) -> bytes:
     """The stored bytes of an entry (with its newline when it had one)."""
     end = e.offset + len(e.line)
@@ -286,17 +290,14 @@ def reject(history: History, seq_or_seqs: int | Iterable[int]) -> rules.RejectRe
             if not hits:
                 continue
             found.update(entries[i].row["seq"] for i in hits)  # type: ignore[index]
-            new_lines: dict[int, bytes] = {}
-            for j in rules.reject_targets([e.row for e in entries], hits):
-                e = entries[j]
-                row = e.row
-                assert row is not None
-                where = f" ({ffmt.segment_name(number)} offset {e.offset})"
-                if not rules.rejectable(history.workspace, e.line, row, where):
-                    already.append(row["seq"])
-                    continue
-                new_lines[j] = husk_line(e.line, row)
-                rejected.append(row["seq"])
+            targets = [(j, e.line, e.row) for j in rules.reject_targets(
+                [e.row for e in entries], hits) if (e := entries[j]).row is not None]
+            name = ffmt.segment_name(number)
+            new_lines, done, kept = rules.husks(
+                history.workspace, targets,
+                partial(_where, name, [e.offset for e in entries]))
+            rejected += done
+            already += kept
             if new_lines:
                 data = segs.read_file(seg_path)
                 chunks = [new_lines.get(j, _raw_line(e, data)) for j, e in enumerate(entries)]
