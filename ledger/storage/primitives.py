@@ -62,6 +62,7 @@ class Edit:
     first: int
     last: int
     rows: tuple[Put, ...] = ()
+    restore_floor: bool = False  # a rewind that may undo a clear (``settle``)
 
 
 @dataclass(frozen=True)
@@ -96,12 +97,17 @@ def holds(head: RowState, expect: RowState) -> bool:
 
 
 def settle(
-    old: RowState, window_left: Boundary | None, floor_left: Boundary | None
+    old: RowState, window_left: Boundary | None, floor_left: Boundary | None,
+    edits: Sequence[Edit] = (),
 ) -> tuple[Boundary | None, Boundary | None]:
-    """(window, floor) after a ``replace``, given the newest boundary row and
-    the newest manual reset row left (module doc)."""
+    """(window, floor) after a ``replace`` of ``edits``, given the newest
+    boundary row and the newest manual reset row left (module doc). An edit
+    with ``restore_floor`` (a rewind the caller allowed to undo a clear) lets
+    the floor move back to the newest manual reset left."""
     floor = old.floor
-    if floor_left is not None and (floor is None or floor_left.seq > floor.seq):
+    if any(e.restore_floor for e in edits):
+        floor = floor_left
+    elif floor_left is not None and (floor is None or floor_left.seq > floor.seq):
         floor = floor_left
     window = window_left
     if floor is not None and (window is None or window.seq < floor.seq):

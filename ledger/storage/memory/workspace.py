@@ -21,9 +21,11 @@ from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.errors import Conflict, HistoryDamaged, LedgerError, WorkspaceNotFound
+from ledger.core.forks import ForkRefused
 from ledger.core.rows import Row, now_ms
 from ledger.storage.copydir import write_workspace_dir
 from ledger.storage.engine import BackupResult, StatReport, StoreOptions, WorkspaceHandle
+from ledger.storage.forking import FORK_BATCH_PREFIX, RowForks
 from ledger.storage.memory.space import MemoryRoot, Quarantined, Space, Stored, stored_row
 from ledger.storage.primitives import Edit, Replaced, holds, settle
 from ledger.storage.rewrites import RowRewrites
@@ -40,7 +42,7 @@ def _row(s: Stored, workspace: str) -> Row:
     return decode_row(workspace, s.seq, s.line)
 
 
-class MemWorkspace(RowRewrites, WorkspaceHandle):
+class MemWorkspace(RowRewrites, RowForks, WorkspaceHandle):
     """One workspace of a memory root (module doc)."""
 
     def __init__(self, root: MemoryRoot, store: StoreOptions, workspace: str) -> None:
@@ -208,11 +210,45 @@ class MemWorkspace(RowRewrites, WorkspaceHandle):
                 manual = next((r for r in reversed(new) if r.boundary == "manual"), None)
                 sp.window, sp.floor = settle(
                     expect, boundary(last.seq, last.boundary) if last else None,
-                    boundary(manual.seq, "manual") if manual else None)
+                    boundary(manual.seq, "manual") if manual else None, edits)
                 sp.epoch = rules.new_epoch(sp.epoch)
             return Replaced(sp.epoch, len(gone), sum(len(r.line) + 1 for r in gone),
                             [f"memory quarantine ({len(gone)} rows)"]
                             if put_aside is not None and gone else [])
+
+    # --- the primitives of the fork (ledger.storage.forking) ------------------------
+
+    @property
+    def max_row_bytes(self) -> int:
+        return self.store.max_row_bytes
+
+    def open_sibling(self, workspace: str) -> MemWorkspace:
+        return MemWorkspace(self.root, self.store, workspace)
+
+    def copy_prefix(self, target: str, expect: RowState, at: int, event: Row) -> None:
+        """The fork shares the source's row objects (immutable) up to ``at``."""
+        with self.locked():
+            sp = self.space()
+            if not holds(sp.state(), expect):
+                raise Conflict(f"workspace {self.workspace!r} changed; read it again")
+            if target in self.root.spaces:
+                raise ForkRefused(f"workspace {target!r} already exists in {self.root.label}; "
+                                  "a fork needs a new workspace id; nothing was forked")
+            new = Space(rules.new_epoch())
+            new.replace([*sp.rows[: bisect.bisect_right(sp.seqs, at)],
+                         stored_row(event.line, event.data, str(event.batch.get("id", "")),
+                                    None)])
+            window = next((r for r in reversed(new.rows) if r.boundary is not None), None)
+            floor = next((r for r in reversed(new.rows) if r.boundary == "manual"), None)
+            new.window = boundary(window.seq, window.boundary) if window else None
+            new.floor = boundary(floor.seq, "manual") if floor else None
+            new.next_seq = event.seq + 1
+            self.root.spaces[target] = new
+
+    def origin_seqs(self) -> list[int]:
+        with self.locked():
+            return sorted(first for bid, (first, n) in self.space().batches.items()
+                          if n == 1 and bid.startswith(FORK_BATCH_PREFIX))
 
     # --- verify and repair (verify.py) ----------------------------------------------
 

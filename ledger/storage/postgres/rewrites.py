@@ -96,7 +96,7 @@ def replace(ws: PgHandle, expect: PgState, edits: Sequence[Edit],
                 "SELECT seq FROM tl_rows WHERE workspace = %s AND boundary = 'manual' "
                 "ORDER BY seq DESC LIMIT 1", (ws.workspace,)).fetchone()
             window, floor = settle(st, boundary(*last) if last else None,
-                                   boundary(manual[0], "manual") if manual else None)
+                                   boundary(manual[0], "manual") if manual else None, edits)
             epoch = rules.new_epoch(st.epoch)
             conn.execute(
                 "UPDATE tl_head SET epoch = %s, window_seq = %s, window_reason = %s, "
