@@ -11,7 +11,8 @@ its own way (memory shares the row objects; PostgreSQL copies server-side).
 
 ``origin_seqs()``: the first seq of each one-row batch whose id starts
 ``fork_`` (an engine finds them by batch id, without a scan); the rule here
-reads each and takes the first that is a fork event (a caller may name a
+reads them newest first and takes the first that is a fork event (a fork
+of a fork holds its source's event too, byte for byte) (a caller may name a
 batch ``fork_...``, but cannot write a row of kind ``fork``).
 
 ``RowForks`` gives a row engine's workspace ``fork`` and ``origin`` as its
@@ -88,7 +89,8 @@ def _newest_seq(p: RowPrimitives, head: RowState) -> int:
 
 
 def origin(p: ForkPrimitives) -> forks.Branch | None:
-    for seq in p.origin_seqs():
+    """The newest fork event (a fork of a fork holds its source's too)."""
+    for seq in reversed(p.origin_seqs()):
         got = p.read(seq, seq)
         found = forks.branch_of(p.workspace, got[0].data) if got else None
         if found is not None:

@@ -17,7 +17,7 @@ import msgspec
 
 from ledger.core.batches import AppendResult, PendingBatch
 from ledger.core.errors import InvalidRow, WorkspaceNotFound
-from ledger.core.forks import Branch, RewindResult
+from ledger.core.forks import Branch, ForkRefused, RewindResult
 from ledger.core.husks import QUARANTINE_VERSION
 from ledger.core.ids import validate_workspace
 from ledger.core.rows import Row, check_batch_id, new_id, prepare_bodies
@@ -325,6 +325,9 @@ class History(WorkspaceHandle):
         nothing written) when ``new_id`` exists, ``at`` is no row, does not
         end its batch, or is at or before the privacy floor."""
         target = validate_workspace(new_id)
+        if at is not None and (not isinstance(at, int) or isinstance(at, bool) or at < 1):
+            raise ForkRefused(f"workspace {self.workspace!r}: a fork needs a positive integer "
+                              f"seq, got {at!r}; nothing was forked")
         return History(self.store, target, self.engine.fork(target, at))
 
     @property

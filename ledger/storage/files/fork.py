@@ -100,13 +100,14 @@ def _build(src: FileWorkspace, dst: FileWorkspace, linked: list[tuple[int, fmt.S
         if name.startswith(f"{TEMP_PREFIX}{dst.workspace}-"):
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
     tmp = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{dst.workspace}-", dir=parent)
-    sync = dst.store.durability != "off"
+    sync = True  # always durable, whatever the level (as a rewrite): whole or not at all
     try:
         _write(os.path.join(tmp, fmt.FORMAT_NAME), [fmt.FORMAT_TEXT], sync)
         write_origin_hint(tmp, event_seq, sync)
         for n, _, info in linked:
             path = segs.segment_path(tmp, n)
             os.link(segs.segment_path(src.path, n), path)
+            _fsync_file(path)  # the source may have written it at durability "off"
             stamp = segs.stamp(path)
             if stamp is not None:
                 append_entry(tmp, dataclasses.replace(info, stamp=stamp))
@@ -154,6 +155,14 @@ def origin(ws: FileWorkspace) -> Branch | None:
         return None
     row = ws.get(seq)
     return branch_of(ws.workspace, row.data) if row is not None else None
+
+
+def _fsync_file(path: str) -> None:
+    fd = segs.open_regular(path)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write(path: str, chunks: list[bytes], sync: bool) -> None:
