@@ -12,8 +12,9 @@ An engine stores the workspaces of one root. For each workspace it provides:
 - ``snapshot``: next seq, epoch, the newest boundary (window) and the newest
   manual reset (floor); for a workspace never written, next seq 1, epoch 0,
   no window and no floor, without creating anything;
-- ``reader``: bounded pages for ``session_history`` (positions, what a cursor
-  binds to, carry-over of cursors across moves that change no byte);
+- ``pages``: bounded pages for ``session_history`` (positions, what a cursor
+  binds to, carry-over of cursors across moves that change no byte): the
+  engine hands its ``PageReader`` to the caller's ``PageUse``;
 - rewrites that change stored rows -- ``reject``, ``truncate_after``,
   ``purge_before_floor``, ``rebaseline``, ``rewind`` -- each a transaction
   that bumps the epoch (and only those: a plain append never does);
@@ -54,7 +55,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ledger.core.batches import AppendResult, PendingBatch
 from ledger.core.bounds import Budget, Event, SkipSink
@@ -72,6 +73,8 @@ if TYPE_CHECKING:
 DURABILITY_LEVELS = ("full", "normal", "off")
 
 S = TypeVar("S")  # an engine's page reader state (``PageReader``)
+T_co = TypeVar("T_co", covariant=True)
+T = TypeVar("T")
 
 
 class BackupResult(Result, frozen=True, omit_defaults=True):
@@ -83,6 +86,19 @@ class BackupResult(Result, frozen=True, omit_defaults=True):
     files: int
     bytes: int
     epoch: int | None = None
+
+
+class QuarantineEntry(Result, frozen=True, omit_defaults=True):
+    """One entry of a workspace's quarantine (``list_quarantine``): its name
+    (as ``put_quarantine`` and the rewrites report it), when it was put aside
+    (ms since the epoch), why, its size, and the seq of the row it held (None:
+    bytes that never were a row, or an engine that does not say)."""
+
+    name: str
+    ts_ms: int
+    reason: str
+    bytes: int
+    seq: int | None = None
 
 
 class StatReceipt(Result, frozen=True):
@@ -140,9 +156,9 @@ class StatReport(Result, frozen=True, kw_only=True):
     detail: FileStat | RowStat
     origin: Branch | None = None  # a fork's origin (History.stat fills it in)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         d = self.detail
-        out: dict[str, Any] = {"workspace": self.workspace}
+        out: dict[str, object] = {"workspace": self.workspace}
         if isinstance(d, FileStat):
             receipt, segments = d.receipt, d.segments
         else:
@@ -208,7 +224,7 @@ class Located:
 
     A row that is not there raises ``NotFound``."""
 
-    row: dict[str, Any] | None = None
+    row: dict[str, object] | None = None
     part: int = 0
     offset: int = 0
     resume: Position | None = None
@@ -328,6 +344,14 @@ class PageReader(Protocol[S]):
         ...
 
 
+class PageUse(Protocol[T_co]):
+    """What ``WorkspaceEngine.pages`` hands its page reader to: a function of
+    a ``PageReader`` of any state type ``S`` (it only passes the states on),
+    whose result does not depend on ``S``."""
+
+    def __call__(self, reader: PageReader[S], /) -> T_co: ...
+
+
 class WorkspaceHandle:
     """One workspace of a store: the store's options and the workspace id.
     The base of ``History`` and of the row engines' workspaces; the repr
@@ -360,7 +384,10 @@ class WorkspaceEngine(Protocol):
 
     def window_rows(self) -> list[Row]: ...
 
-    def reader(self) -> PageReader[Any]: ...  # each engine's reader has its own state type
+    def pages(self, use: PageUse[T]) -> T:
+        """``use`` of this workspace's page reader (``PageReader[S]``, ``S``
+        the engine's own state type), for ``session_history``."""
+        ...
 
     def reject(self, seq_or_seqs: int | Iterable[int]) -> RejectResult: ...
 
@@ -420,6 +447,11 @@ class WorkspaceEngine(Protocol):
         refused records) in the workspace's quarantine; returns the entry's
         name. The same bytes from the same source and offset are kept once.
         The workspace must exist."""
+        ...
+
+    def list_quarantine(self) -> list[QuarantineEntry]:
+        """The quarantine's entries, oldest first (what rewrites, repairs and
+        imports put aside); WorkspaceNotFound when nothing was written."""
         ...
 
     def clean_quarantine(self, older_than_s: float) -> QuarantineCleaned:

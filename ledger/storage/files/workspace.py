@@ -35,7 +35,7 @@ from ledger.core.forks import Branch, RewindResult
 from ledger.core.rows import Row
 from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.windows import window_marker
-from ledger.storage.engine import BackupResult, StatReport
+from ledger.storage.engine import BackupResult, PageUse, QuarantineEntry, StatReport, T
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.backup import backup as backup_history
@@ -366,6 +366,12 @@ class FileWorkspace(Publishing):
         """Remove quarantine entries older than ``older_than_s`` seconds."""
         return QuarantineCleaned(**clean_quarantine(self, older_than_s))
 
+    def list_quarantine(self) -> list[QuarantineEntry]:
+        """The entries the quarantine's manifest lists (``retention.py``)."""
+        self.require()
+        return [QuarantineEntry(e.entry, e.time, e.reason, e.length)
+                for e in Quarantine(self.path).entries()]
+
     def put_quarantine(self, data: bytes, *, source: str, offset: int, reason: str) -> str:
         """Put bytes that never entered the log aside (an import's unreadable
         or refused records), under the workspace lock; returns the entry name.
@@ -400,9 +406,9 @@ class FileWorkspace(Publishing):
                 st = self.state()
         return done
 
-    def reader(self) -> FileReader:
-        """The bounded page reader ``session_history`` uses (``reader.py``)."""
-        return FileReader(self)
+    def pages(self, use: PageUse[T]) -> T:
+        """``use`` of the bounded page reader ``session_history`` uses (``reader.py``)."""
+        return use(FileReader(self))
 
     def stat(self) -> StatReport:
         """The ``tledger stat`` document (``stat.py``)."""

@@ -26,7 +26,7 @@ rules written for segment offsets hold unchanged (``reader.py``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
@@ -34,16 +34,21 @@ from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned,
 from ledger.core.errors import HistoryDamaged, LedgerError, WorkspaceNotFound
 from ledger.core.rows import Row, now_ms
 from ledger.core.windows import Boundary
-from ledger.storage.engine import BackupResult, StatReport, StoreOptions, WorkspaceHandle
+from ledger.storage.engine import (
+    BackupResult,
+    PageUse,
+    QuarantineEntry,
+    StatReport,
+    StoreOptions,
+    T,
+    WorkspaceHandle,
+)
 from ledger.storage.forking import RowForks
 from ledger.storage.postgres.connect import Database
 from ledger.storage.primitives import Edit, Replaced
 from ledger.storage.rewrites import RowRewrites
 from ledger.storage.seqpages import RowState as PgState
 from ledger.storage.seqpages import boundary, decode_row
-
-if TYPE_CHECKING:
-    from ledger.storage.postgres.reader import PgReader
 
 PAGE_ROWS = 1000  # rows per round trip when streaming
 
@@ -165,10 +170,10 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
             return self.window_rows()
         return [decode(self.workspace, seq, bytes(raw)) for seq, raw in got if seq is not None]
 
-    def reader(self) -> PgReader:
+    def pages(self, use: PageUse[T]) -> T:
         from ledger.storage.postgres.reader import PgReader
 
-        return PgReader(self)
+        return use(PgReader(self))
 
     # --- append -------------------------------------------------------------------
 
@@ -288,6 +293,17 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
                 (self.workspace, cutoff)).fetchone()
         return QuarantineCleaned(int(got[0]), int(got[1]))
 
+    def list_quarantine(self) -> list[QuarantineEntry]:
+        with self.db.read("list the quarantine") as conn:
+            if self.head_in(conn) is None:
+                raise WorkspaceNotFound(
+                    f"workspace {self.workspace!r} has no history in {self.db.where}")
+            got = conn.execute(
+                "SELECT id, ts_ms, reason, octet_length(raw), seq FROM tl_quarantine WHERE "
+                "workspace = %s ORDER BY id", (self.workspace,)).fetchall()
+        return [QuarantineEntry(f"tl_quarantine:{i}", int(ts), reason, int(n), seq)
+                for i, ts, reason, n, seq in got]
+
     def put_quarantine(self, data: bytes, *, source: str, offset: int, reason: str) -> str:
         """Put bytes that never entered the log aside (an import's unreadable or
         refused records); returns the entry name. The same bytes from the same
@@ -338,10 +354,10 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
         return [decode(self.workspace, seq, bytes(raw)) for seq, raw in got]
 
     def replace(self, expect: PgState, edits: Sequence[Edit],
-                put_aside: str | None) -> Replaced:
+                put_aside: str | None, hold: int = 0) -> Replaced:
         from ledger.storage.postgres.rewrites import replace
 
-        return replace(self, expect, edits, put_aside)
+        return replace(self, expect, edits, put_aside, hold)
 
     # --- the primitives of the fork (ledger.storage.forking; fork.py) ------------------
 
