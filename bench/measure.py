@@ -123,11 +123,3 @@ def _status_field(name: str) -> int | None:
     except OSError:
         return None
     return None
-
-
-def reader_of(tool: Any) -> Any:
-    """The page reader a ``session_history`` tool serves its calls from
-    (``SessionHistory`` keeps it private since the engine seam hands it over
-    through ``WorkspaceEngine.pages``): the recall benches bring its index up
-    to date and close its connection."""
-    return tool._pages.reader

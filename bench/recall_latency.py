@@ -38,7 +38,7 @@ import time
 from typing import Any
 
 from bench.corpus import load_corpus
-from bench.measure import interleave, reader_of
+from bench.measure import interleave
 from ledger import Store
 from ledger.core import format as fmt
 from ledger.core import ranking
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             json.loads(tool.call({"action": "search", "query": qs[0], "mode": "ranked"}))
             first = time.monotonic() - t0
-            reader_of(tool)._recall.close()
+            tool.reader._recall.close()
             tool = h.session_history()
             t0 = time.monotonic()
             json.loads(tool.call({"action": "search", "query": qs[1], "mode": "ranked"}))
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def with_index() -> None:
             h.append_many(batch())
-            reader = reader_of(tool)
+            reader = tool.reader
             with reader.locked():
                 reader.refresh_recall(reader.state())
 

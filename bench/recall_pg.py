@@ -34,7 +34,7 @@ import time
 from typing import Any
 
 from bench.corpus import load_corpus
-from bench.measure import interleave, ratio, reader_of
+from bench.measure import interleave, ratio
 from bench.recall_latency import build, log_bytes, pct, queries
 from ledger import Store
 
@@ -77,8 +77,8 @@ def measure_append(root: str, big: int, log: Any) -> dict[str, Any]:
     eager = Store(root).history("eager")
     for h in (plain, eager):
         h.engine.load_rows(kept.rows())  # type: ignore[attr-defined]
-    reader = reader_of(kept.session_history())
-    eager_reader = reader_of(eager.session_history())
+    reader = kept.session_history().reader
+    eager_reader = eager.session_history().reader
     t0 = time.monotonic()
     eager_reader.prepare_ranked()
     log(f"append: histories ready ({time.monotonic() - t0:.1f}s to index 'eager')")
