@@ -142,3 +142,23 @@ def test_repair_of_one_side_leaves_the_other_as_it_was(tmp_path: Path, guard: li
     for ws in ("src", "fork"):
         store.history(ws).append(msg("after repair"))
         assert store.history(ws).provider_view()[-1].parts[0]["text"] == "after repair"
+
+
+def test_backup_and_migration_keep_the_origin(tmp_path: Path) -> None:
+    import shutil
+
+    store = _grown(tmp_path / "root")
+    fork = store.history("src").fork("fork", at=10)
+    origin = fork.origin
+    assert origin is not None
+    dest = tmp_path / "copy"
+    fork.backup(str(dest))
+    shutil.copytree(dest, tmp_path / "root" / "restored")
+    assert store.history("restored").origin == origin.__class__(
+        "restored", origin.source, origin.seq, origin.epoch, origin.created)
+    mem = Store("memory://", durability="off")
+    mem.history("src").append(msg("hello"))
+    mem_fork = mem.history("src").fork("f")
+    store.history("migrated").engine.load_rows(mem_fork.rows())
+    got = store.history("migrated").origin
+    assert got is not None and (got.source, got.seq) == ("src", 1)
