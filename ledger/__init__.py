@@ -70,12 +70,14 @@ _LAZY = {
     "NotDistributed": "ledger.storage.postgres.citus",
     "MissingExtra": "ledger.integrations",
     "CheckpointConflict": "ledger.integrations.langgraph_log",
+    "BranchError": "ledger.integrations.openai_agents_branches",
 }
 
 __all__ = [
     "AdmissionRefused",
     "AppendResult",
     "BadRequest",
+    "BranchError",
     "BudgetConfigError",
     "BudgetExceeded",
     "CheckpointConflict",
