@@ -250,6 +250,7 @@ class LedgerSession(BranchesMixin, SessionABC):
         if not items:
             return
         rows = [item_row(item) for item in items]
+        await asyncio.to_thread(self.require_branch)
         self._added = {_key(i) for i in items}
         result, settled = await asyncio.to_thread(self._add_rows, rows)
         self._batch_from = result.seqs[settled]

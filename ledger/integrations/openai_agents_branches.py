@@ -202,6 +202,14 @@ class BranchesMixin:
             raise BranchError(f"Branch '{branch_id}' does not exist")
         return history
 
+    def require_branch(self) -> None:
+        """Refuse (``BranchError``) to write to a branch another session
+        object deleted: the write would start a new, empty workspace under
+        its name instead of continuing the fork."""
+        if self.branch != MAIN and not self.history.exists():
+            raise BranchError(f"Branch '{self.branch}' does not exist (deleted by another "
+                              "session object); switch to another branch; nothing was stored")
+
     def turns_of(self, branch_id: str | None = None) -> list[Turn]:
         """The user turns of a branch's current window."""
         return turns(self.branch_history(branch_id).provider_view(), self.items_of)

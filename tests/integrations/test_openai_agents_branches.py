@@ -224,3 +224,51 @@ def test_a_branch_survives_its_source_being_deleted(store: Store) -> None:
     assert asyncio.run(session.get_items()) == [_user("keep me"), _answer("kept", "m1")]
     with pytest.raises(LedgerError):
         asyncio.run(session.delete_branch("main"))
+
+
+def test_turns_are_the_current_windows_and_a_branch_keeps_the_window_structure(
+        store: Store) -> None:
+    session = LedgerSession("rolled", store=store)
+    asyncio.run(session.add_items([_user("the code word is heron"), _answer("noted", "m1")]))
+    session.history.rollover([{"role": "user", "parts": [{"type": "text", "text": "go on"}]}])
+    asyncio.run(session.add_items([_answer("going", "m2")]))
+    asyncio.run(session.add_items([_user("next"), _answer("ok", "m3")]))
+    window = asyncio.run(session.get_items())
+    assert window[0]["role"] == "system"  # the lead-in
+    turns = asyncio.run(session.get_conversation_turns())
+    assert [(t["turn"], t["full_content"]) for t in turns] == [
+        (1, [{"type": "input_text", "text": "go on"}]), (2, "next")]
+    asyncio.run(session.create_branch_from_turn(2, "second"))
+    assert asyncio.run(session.get_items()) == window[:-2]
+    assert session.history.window == store.history("rolled").window  # same boundary
+    # turn 1 is the rollover's copied trigger, inside the rollover's batch
+    asyncio.run(session.switch_to_branch("main"))
+    asyncio.run(session.create_branch_from_turn(1, "first"))
+    assert asyncio.run(session.get_items()) == window[:1]  # the lead-in only
+    found = session.history.session_history().call({"action": "search", "query": "heron"})
+    assert json.loads(found)["items"]  # the sealed window is still reachable, as on main
+
+
+def test_one_name_two_creators_and_a_branch_deleted_under_a_session(store: Store) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    first = LedgerSession("race", store=store)
+    asyncio.run(first.add_items([_user("a"), _answer("b", "m1")]))
+    asyncio.run(first.add_items([_user("c")]))
+    sessions = [LedgerSession("race", store=store) for _ in range(4)]
+
+    def create(s: LedgerSession) -> str:
+        try:
+            return s.branch_from_turn(2, "same")
+        except BranchError as exc:
+            return f"refused: {exc}"
+
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(create, sessions))
+    assert got.count("same") == 1, got
+    assert all("already been used" in g for g in got if g != "same")
+    winner = sessions[got.index("same")]
+    asyncio.run(first.delete_branch("same"))
+    with pytest.raises(BranchError, match="does not exist"):
+        asyncio.run(winner.add_items([_user("lost?")]))
+    assert not store.history(branch_workspace("race", "same")).exists()
