@@ -11,6 +11,7 @@ resumed or forked."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,15 @@ pytestmark = pytest.mark.skipif(not CLI.exists(), reason="claude_agent_sdk ships
                                 "Claude Code CLI on this platform")
 
 
+@pytest.fixture(params=["files", "memory", "postgres"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "files":
+        return str(tmp_path / "ledger")
+    if request.param == "memory":
+        return f"memory://claude-{uuid.uuid4().hex}"
+    return str(request.getfixturevalue("pg_root"))
+
+
 @pytest.fixture
 def fake() -> Iterator[FakeAnthropic]:
     server = FakeAnthropic()
@@ -48,12 +58,12 @@ def fake() -> Iterator[FakeAnthropic]:
 class Claude:
     """``query`` with the ledger as its session store, one prompt per call."""
 
-    def __init__(self, tmp: Path, fake: FakeAnthropic) -> None:
+    def __init__(self, tmp: Path, fake: FakeAnthropic, root: str) -> None:
         self.cwd = str(tmp / "project")
         Path(self.cwd).mkdir()
         self.config = tmp / "config"  # each query its own (another machine): the store
         self.calls = 0                  # is the only place a session is read from
-        self.store = LedgerSessionStore(store=Store(tmp / "ledger", durability="off"))
+        self.store = LedgerSessionStore(store=Store(root, durability="off"))
         self.fake = fake
 
     def ask(self, prompt: str, **options: Any) -> str:
@@ -104,9 +114,9 @@ class Claude:
         return self.store.store.history(session_workspace(key))
 
 
-def test_resume_at_a_message_and_fork_through_the_sdk(tmp_path: Path,
-                                                      fake: FakeAnthropic) -> None:
-    claude = Claude(tmp_path, fake)
+def test_resume_at_a_message_and_fork_through_the_sdk(tmp_path: Path, fake: FakeAnthropic,
+                                                      root: str) -> None:
+    claude = Claude(tmp_path, fake, root)
     sid = claude.ask("first question")
     assert claude.ask("second question", resume=sid) == sid
     assert claude.sent() == ["first question", "second question"]
@@ -138,8 +148,8 @@ def test_resume_at_a_message_and_fork_through_the_sdk(tmp_path: Path,
 
 
 def test_a_manual_reset_is_carried_nothing_before_it_resumes_or_forks(
-        tmp_path: Path, fake: FakeAnthropic) -> None:
-    claude = Claude(tmp_path, fake)
+        tmp_path: Path, fake: FakeAnthropic, root: str) -> None:
+    claude = Claude(tmp_path, fake, root)
     sid = claude.ask("my card number is 4111 1111")
     early = asyncio.run(fork_session_via_store(claude.store, sid, claude.cwd)).session_id
     claude.history(sid).clear_soft()  # the user's manual reset (tledger clear)
