@@ -272,3 +272,22 @@ def test_one_name_two_creators_and_a_branch_deleted_under_a_session(store: Store
     with pytest.raises(BranchError, match="does not exist"):
         asyncio.run(winner.add_items([_user("lost?")]))
     assert not store.history(branch_workspace("race", "same")).exists()
+
+
+def test_the_session_history_tool_follows_the_current_branch(store: Store) -> None:
+    from ledger.integrations.openai_agents import session_history_tool
+
+    session = LedgerSession("tool", store=store)
+    tool = session_history_tool(session)  # made on main, before any branch
+
+    def search(query: str) -> list[Any]:
+        args = json.dumps({"action": "search", "query": query})
+        return list(json.loads(asyncio.run(tool.on_invoke_tool(None, args)))["items"])
+
+    asyncio.run(session.add_items([_user("about owls"), _answer("owls hoot", "m1")]))
+    asyncio.run(session.add_items([_user("about herons"), _answer("herons wade", "m2")]))
+    assert search("herons")
+    asyncio.run(session.create_branch_from_turn(2, "no-herons"))
+    assert search("herons") == [] and search("owls")
+    asyncio.run(session.switch_to_branch("main"))
+    assert search("herons")
