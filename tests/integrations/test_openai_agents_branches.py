@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("agents", reason="the agents extra is not installed "
                     "(pip install 'transcript-ledger[agents]')")
@@ -57,8 +59,10 @@ async def _outcome(coro: Any) -> Any:
 
 
 def _branches(listed: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The listed branches that hold items (the SDK lists no empty branch;
+    ours lists a branch made from turn 1 with ``message_count`` 0)."""
     return sorted((b["branch_id"], b["message_count"], b["user_turns"], b["is_current"])
-                  for b in listed)
+                  for b in listed if b["message_count"])
 
 
 async def _script(session: Any) -> list[Any]:
@@ -291,3 +295,58 @@ def test_the_session_history_tool_follows_the_current_branch(store: Store) -> No
     assert search("herons") == [] and search("owls")
     asyncio.run(session.switch_to_branch("main"))
     assert search("herons")
+
+
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("user"), st.sampled_from(["alpha", "beta", "gamma"])),
+    st.tuples(st.just("answer"), st.sampled_from(["one", "two"])),
+    st.tuples(st.just("turn"), st.sampled_from(["x", "y"])),  # a user message and its answer
+    st.tuples(st.just("branch"), st.integers(2, 5)),
+    st.tuples(st.just("content"), st.sampled_from(["ALPHA", "gam", "zzz"])),
+    st.tuples(st.just("switch"), st.integers(0, 4)),
+    st.tuples(st.just("pop"), st.just(0)),
+), max_size=14)
+
+
+async def _random_script(session: Any, ops: list[tuple[str, Any]]) -> list[Any]:
+    seen: list[Any] = []
+    made: list[str] = ["main"]
+    start = [("turn", "alpha"), ("user", "beta"), ("answer", "one"), ("turn", "gamma")]
+    for n, (op, arg) in enumerate([*start, *ops]):
+        if op == "user":
+            await session.add_items([_user(f"{arg} {n}")])
+        elif op == "answer":
+            await session.add_items([_answer(f"{arg} {n}", f"m{n}")])
+        elif op == "turn":
+            await session.add_items([_user(f"{arg} {n}"), _answer(f"re {arg}", f"t{n}")])
+        elif op == "branch":
+            seen.append(await _outcome(session.create_branch_from_turn(arg, f"b{n}")))
+            if seen[-1] == f"b{n}":
+                made.append(f"b{n}")
+        elif op == "content":
+            got = await _outcome(session.create_branch_from_content(arg, f"c{n}"))
+            seen.append(got)
+            if got == f"c{n}":
+                made.append(f"c{n}")
+        elif op == "switch":
+            target = made[arg % len(made)]
+            if await session.get_items(branch_id=target):  # the SDK has no empty branches
+                await session.switch_to_branch(target)
+        else:
+            seen.append(await session.pop_item())
+        seen.append(await session.get_items())
+    seen.append(_branches(await session.list_branches()))
+    return seen
+
+
+@given(ops=_OPS)
+def test_random_branch_scripts_match_the_sdk(ops: list[tuple[str, Any]]) -> None:
+    """Any script of adds, pops, branches and switches gives what the SDK's
+    ``AdvancedSQLiteSession`` gives (memory engine, in-memory SQLite)."""
+    peer = AdvancedSQLiteSession(session_id="s", create_tables=True)
+    try:
+        expected = asyncio.run(_random_script(peer, ops))
+    finally:
+        peer.close()
+    ours = LedgerSession("s", store=Store(f"memory://rand-{uuid.uuid4().hex}"))
+    assert asyncio.run(_random_script(ours, ops)) == expected
