@@ -11,10 +11,29 @@ from __future__ import annotations
 import importlib
 import inspect
 
+_ROLES = ("class", "func", "meth", "mod", "data", "attr", "exc", "obj", "const")
+
+
+def _register_sphinx_roles() -> None:
+    """Sphinx's cross-reference roles, shown as Sphinx shows them: the
+    target's name as code (``~`` keeps its last part)."""
+    from docutils import nodes
+    from docutils.parsers.rst import roles
+
+    def role(name: str, rawtext: str, text: str, lineno: int, inliner: object,
+             options: dict[str, object] | None = None,
+             content: list[str] | None = None) -> tuple[list[nodes.Node], list[nodes.Node]]:
+        shown = text[1:].rsplit(".", 1)[-1] if text.startswith("~") else text
+        return [nodes.literal(rawtext, shown)], []
+
+    for name in _ROLES:
+        roles.register_local_role(name, role)
+
 
 def module_html(module: str) -> str:
     from docutils.core import publish_parts
 
+    _register_sphinx_roles()
     doc = inspect.getdoc(importlib.import_module(module))
     if not doc:
         raise LookupError(f"{module} has no docstring")
