@@ -451,8 +451,8 @@ class RetrievalContract(ContractBase):
                 break
             args["cursor"] = res["cursor"]
         assert sorted(served) == [1, 2, 3, 4, 5] and skipped == [6]
-        heron = ranked(tool, "heron")
-        assert heron["items"] == [] and [s["seq"] for s in heron["skipped"]] == [6]
+        heron = ranked(tool, "heron")  # row 5 is found by its neighbour's words
+        assert seqs(heron) == [5] and [s["seq"] for s in heron["skipped"]] == [6]
         assert heron["skipped"][0]["bytes"] > 1024 * 1024
         past = ranked(tool, "zebrafinch")
         assert past["items"] == [] and past["skipped"] == []
@@ -472,7 +472,49 @@ class RetrievalContract(ContractBase):
         assert code(res) == "bad_request" and "16" in res["error"]["message"]
         words = " ".join(f"c{i}" for i in range(100)) + " warm"  # past 64 terms
         assert ranked(tool, words)["items"] == []  # "warm" is the 101st distinct term
-        assert seqs(ranked(tool, "warm " + words)) == [2]
+        assert seqs(ranked(tool, "warm " + words)) == [2, 1]  # 1: its neighbour
+
+    def test_ranked_finds_a_turn_by_its_neighbours_never_across_a_floor_or_window(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        """A tool result that never names its call is found by the call's
+        words (the neighbour field), ranked below the call itself; a row
+        before the floor or in another window never lends its words: two
+        histories that differ only before their floors rank alike."""
+        store = make_store()
+
+        def fill(h: History, before: str) -> Any:
+            h.append_many([msg(FILLER[0]), msg(before)])
+            h.clear_soft()
+            h.append_many([
+                msg("launch notes, nothing new", "assistant"),
+                msg("run the thumbnailer port check", "user"),
+                {"kind": "message", "role": "assistant", "parts": [
+                    {"type": "tool_call", "id": "c1", "name": "shell",
+                     "input": {"cmd": "kubectl get svc thumbnailer"}}]},
+                {"kind": "message", "role": "tool", "parts": [
+                    {"type": "tool_result", "id": "c1", "output": "8443/TCP 3d"}]},
+                msg(FILLER[1], "assistant"),
+                msg("the heron report is due", "user")])
+            h.rollover([msg("a fresh window starts here")])
+            return h.session_history()
+
+        tool = fill(store.history(ws), "friday friday launch: codename bluebird on friday")
+        if not self._ranked_or_refused(tool):
+            return
+        got = ranked(tool, "kubectl thumbnailer")["items"]
+        texts = [i["text"] for i in got]
+        result = next(i for i in got if i["text"].startswith("8443/TCP"))
+        assert "kubectl" in texts[0] and result["score"] > 0
+        assert len(got) <= 4  # the hits and their neighbours, nothing else
+        assert ranked(tool, "bluebird codename")["items"] == []
+        quiet = fill(store.history(ws + "q"), FILLER[2])
+        launch = ranked(tool, "launch friday")
+        assert launch["items"][0]["text"].startswith("launch notes")
+        assert launch == ranked(quiet, "launch friday")
+        heron = ranked(tool, "heron report")["items"]
+        assert heron[0]["text"].startswith("the heron")
+        assert all(i["window"] == heron[0]["window"] for i in heron)
 
     # --- ranked search: every engine ranks as the file engine does -----------------
 

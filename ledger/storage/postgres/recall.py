@@ -95,6 +95,29 @@ def _mark(got: Iterable[Any] | None) -> Mark | None:
     return None if got is None else Mark(*(int(v) for v in got))
 
 
+# A query's rows, as the file engine reads them (``files.recall._NEAR_SQL``):
+# the hits, the rows just before and after each within (after, high], the
+# same for those, and the entries of every row named, with (prev, next) for
+# the rows that may be ranked. Every table is read for one workspace (on
+# Citus: one shard).
+_LINK = ("(SELECT seq FROM tl_recall_docs WHERE workspace = %(ws)s AND seq < {s} "
+         "AND seq > %(after)s ORDER BY seq DESC LIMIT 1), "
+         "(SELECT seq FROM tl_recall_docs WHERE workspace = %(ws)s AND seq > {s} "
+         "AND seq <= %(high)s ORDER BY seq LIMIT 1)")
+_NEAR_SQL = (
+    "WITH h AS (SELECT unnest(%(hits)s::bigint[]) AS s), "
+    "l1(s, p, n) AS (SELECT s, " + _LINK.format(s="h.s") + " FROM h), "
+    "r(s) AS (SELECT p FROM l1 WHERE p IS NOT NULL UNION "
+    "SELECT n FROM l1 WHERE n IS NOT NULL EXCEPT SELECT s FROM h), "
+    "l2(s, p, n) AS (SELECT s, " + _LINK.format(s="r.s") + " FROM r), "
+    "l(s, p, n) AS (SELECT * FROM l1 UNION ALL SELECT * FROM l2), "
+    "w(s) AS (SELECT s FROM l UNION SELECT p FROM l WHERE p IS NOT NULL "
+    "UNION SELECT n FROM l WHERE n IS NOT NULL) "
+    "SELECT d.seq, d.win, d.len, d.tids, l.p, l.n FROM w "
+    "JOIN tl_recall_docs d ON d.workspace = %(ws)s AND d.seq = w.s LEFT JOIN l ON l.s = w.s "
+    "ORDER BY d.seq")
+
+
 class _Raced(Exception):
     """A rewrite committed between two statements of one chunk."""
 
@@ -404,10 +427,11 @@ class PgRecall:
         if not found:
             return []
         docs: list[ranking.Doc] = []
-        for seq, win, length, blob in conn.execute(
-                "SELECT seq, win, len, tids FROM tl_recall_docs WHERE workspace = %s AND "
-                "seq = ANY(%s)", (ws, sorted(found)), binary=True).fetchall():
-            tfs = found[seq]
+        hits = sorted(found)
+        for seq, win, length, blob, prev, nxt in conn.execute(
+                _NEAR_SQL, {"ws": ws, "hits": hits, "after": after, "high": high},
+                binary=True).fetchall():
+            tfs = found.get(seq, {})
             if len(tfs) < len(kept):
                 pairs = array("I")
                 pairs.frombytes(bytes(blob))
@@ -417,11 +441,13 @@ class PgRecall:
                     term = term_of.get(pairs[i])
                     if term is not None:
                         tfs[term] = pairs[i + 1]
-            docs.append(ranking.Doc(int(seq), int(win), int(length), tfs))
+            docs.append(ranking.Doc(int(seq), int(win), int(length), tfs,
+                                    int(prev or 0), int(nxt or 0)))
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
         win_of = {d.seq: d.window for d in docs}
         q = ranking.Query(tuple(kept), query.phrases)
-        return [(s, win_of[s], score, (0, 0)) for s, score in ranking.rank(docs, q, corpus)]
+        return [(s, win_of[s], score, (0, 0))
+                for s, score in ranking.rank(docs, q, corpus, found)]
 
 
 def _parts(row: dict[str, Any] | None) -> list[dict[str, Any]]:
