@@ -98,21 +98,26 @@ def _mark(got: Iterable[Any] | None) -> Mark | None:
 # A query's rows, as the file engine reads them (``files.recall._NEAR_SQL``):
 # the hits, the rows just before and after each within (after, high], the
 # same for those, and the entries of every row named, with (prev, next) for
-# the rows that may be ranked. Every table is read for one workspace (on
-# Citus: one shard).
-_LINK = ("(SELECT seq FROM tl_recall_docs WHERE workspace = %(ws)s AND seq < {s} "
-         "AND seq > %(after)s ORDER BY seq DESC LIMIT 1), "
-         "(SELECT seq FROM tl_recall_docs WHERE workspace = %(ws)s AND seq > {s} "
-         "AND seq <= %(high)s ORDER BY seq LIMIT 1)")
-_NEAR_SQL = (
-    "WITH h AS (SELECT unnest(%(hits)s::bigint[]) AS s), "
-    "l1(s, p, n) AS (SELECT s, " + _LINK.format(s="h.s") + " FROM h), "
-    "r(s) AS (SELECT p FROM l1 WHERE p IS NOT NULL UNION "
-    "SELECT n FROM l1 WHERE n IS NOT NULL EXCEPT SELECT s FROM h), "
-    "l2(s, p, n) AS (SELECT s, " + _LINK.format(s="r.s") + " FROM r), "
-    "l(s, p, n) AS (SELECT * FROM l1 UNION ALL SELECT * FROM l2), "
-    "w(s) AS (SELECT s FROM l UNION SELECT p FROM l WHERE p IS NOT NULL "
-    "UNION SELECT n FROM l WHERE n IS NOT NULL) "
+# the rows that may be ranked. Only rows still in ``tl_rows`` count: an index
+# that claims to be current but still holds a removed row (a crash or a bug:
+# the tests' ``pretend_current``) never lends that row's words to another.
+# Every table is read for one workspace (on Citus: one shard).
+_LIVE = ("EXISTS (SELECT 1 FROM tl_rows r WHERE r.workspace = %(ws)s AND r.seq = {s})")
+_LINK = ("(SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s AND d.seq < {s} "
+         "AND d.seq > %(after)s AND " + _LIVE.format(s="d.seq") + " ORDER BY d.seq DESC "
+         "LIMIT 1) AS p, (SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s "
+         "AND d.seq > {s} AND d.seq <= %(high)s AND " + _LIVE.format(s="d.seq")
+         + " ORDER BY d.seq LIMIT 1) AS n")
+_NEAR_SQL = (  # no CTE column lists: Citus's planner loses them
+    "WITH h AS (SELECT x.s FROM unnest(%(hits)s::bigint[]) AS x(s) WHERE "
+    + _LIVE.format(s="x.s") + "), "
+    "l1 AS (SELECT h.s, " + _LINK.format(s="h.s") + " FROM h), "
+    "r AS (SELECT l1.p AS s FROM l1 WHERE l1.p IS NOT NULL UNION "
+    "SELECT l1.n FROM l1 WHERE l1.n IS NOT NULL EXCEPT SELECT h.s FROM h), "
+    "l2 AS (SELECT r.s, " + _LINK.format(s="r.s") + " FROM r), "
+    "l AS (SELECT l1.s, l1.p, l1.n FROM l1 UNION ALL SELECT l2.s, l2.p, l2.n FROM l2), "
+    "w AS (SELECT l.s FROM l UNION SELECT l.p FROM l WHERE l.p IS NOT NULL "
+    "UNION SELECT l.n FROM l WHERE l.n IS NOT NULL) "
     "SELECT d.seq, d.win, d.len, d.tids, l.p, l.n FROM w "
     "JOIN tl_recall_docs d ON d.workspace = %(ws)s AND d.seq = w.s LEFT JOIN l ON l.s = w.s "
     "ORDER BY d.seq")
