@@ -105,8 +105,9 @@ def exact(qs: QuestionSet, weights: ranking.Weights = ranking.Weights()) -> Rank
     return run
 
 
-def tool_ranker(qs: QuestionSet, root: str) -> Ranker:
-    """The real tool: a file store holding the set as windows, ranked mode."""
+def tool_ranker(qs: QuestionSet, root: str, **extra: Any) -> Ranker:
+    """The real tool: a file store holding the set as windows, ranked mode
+    (``extra``: more arguments of each call, e.g. ``current=True``)."""
     import json
 
     import ledger
@@ -140,7 +141,7 @@ def tool_ranker(qs: QuestionSet, root: str) -> Ranker:
     tool = h.session_history()
 
     def run(q: str) -> list[int]:
-        out = json.loads(tool.call({"action": "search", "query": q, "mode": "ranked"}))
+        out = json.loads(tool.call({"action": "search", "query": q, "mode": "ranked", **extra}))
         return [seq_of.get(i["seq"], -1) for i in out.get("items", [])]
 
     return run

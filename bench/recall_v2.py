@@ -47,7 +47,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -496,17 +496,33 @@ def engine_rows(qs: QuestionSet, ix: Index) -> list[Row]:
     import tempfile
 
     from bench.recall_bench import tool_ranker
+    from ledger.transcript.retrieval.args import ALLOWED_ARGS
 
     questions = qs.questions
-    with tempfile.TemporaryDirectory() as d:
-        tool = score(questions, tool_ranker(qs, d))
+    engine: list[Row] = []
+    configs: list[tuple[str, dict[str, Any]]] = [("defaults", {})]
+    if "current" in ALLOWED_ARGS["search"]:  # scope (issue 32) skips the last window
+        configs.insert(0, ("current: true", {"current": True}))
+    for name, extra in configs:
+        with tempfile.TemporaryDirectory() as d:
+            tool = tool_ranker(qs, d, **extra)
+            engine.append((f"engine: session_history ranked, {name} (file store)",
+                           score(questions, tool)))
+            # The tool-output questions quote commands that hold '"': the tool
+            # requires such phrases in the row itself, the pure variants ignore them.
+            engine.append((f"engine, {name}, '\"' dropped from the question",
+                           score(questions, _unquoted(tool))))
     return [
         ("plain BM25 (rank_bm25, white-space tokens)", score(questions, plain_bm25(ix))),
         ("lexical (pure, window 0.3)", score(questions, lexical(ix))),
         ("+neighbours field 0.3 (pure, mean field length 2 x avgdl)",
          score(questions, lexical(ix, Lexical(0.3, ranking.WINDOW, 2.0)))),
-        ("engine: session_history ranked (file store)", tool),
+        *engine,
     ]
+
+
+def _unquoted(tool: Ranker) -> Ranker:
+    return lambda q: tool(q.replace('"', " "))
 
 
 def run_set(qs: QuestionSet, emb: Embedder | None, quick: bool = False,
@@ -520,9 +536,9 @@ def run_set(qs: QuestionSet, emb: Embedder | None, quick: bool = False,
         f"{len(questions)} questions ({qs.skipped} without evidence skipped; {in_last} with "
         f"every evidence turn in the last window)\n")
     if engine_only:
-        rows = engine_rows(qs, ix)
-        out(table(rows))
-        return rows
+        shipped = engine_rows(qs, ix)
+        out(table(shipped))
+        return shipped
     rows: list[Row] = [
         ("plain BM25 (rank_bm25, white-space tokens)", score(questions, plain_bm25(ix))),
         ("lexical (ledger.core.ranking, window 0.3)", score(questions, lexical(ix))),

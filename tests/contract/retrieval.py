@@ -74,6 +74,10 @@ def _seeded(h: History) -> Any:
 
 
 def ranked(tool: Any, query: str, **kw: Any) -> dict[str, Any]:
+    """A ranked search; over the current window too unless ``current=False``
+    (or a ``window``) is given."""
+    if "window" not in kw:
+        kw.setdefault("current", True)
     return call(tool, {"action": "search", "query": query, "mode": "ranked", **kw})
 
 
@@ -379,7 +383,7 @@ class RetrievalContract(ContractBase):
         h.append_many([msg(("kubernetes ingress timeout " * 400) + str(i)) for i in range(30)])
         res = ranked(tool, "ingress timeout", limit=25)
         assert res["items"] and all(len(i["text"]) <= 300 for i in res["items"])
-        args = {"action": "search", "query": "invoice total", "mode": "ranked"}
+        args = {"action": "search", "query": "invoice total", "mode": "ranked", "current": True}
         h.append(msg("the invoice total was 4,210 euros"))
         result = tool.call(args)
         before = h.append_many([
@@ -415,7 +419,8 @@ class RetrievalContract(ContractBase):
             return
         for query in ("bluebird deploy", "rollback cache", '"bluebird deploy" rollback',
                       "bluebird"):
-            args = {"action": "search", "query": query, "mode": "ranked", "limit": 25}
+            args = {"action": "search", "query": query, "mode": "ranked", "limit": 25,
+                    "current": True}
             mine, theirs = a.call(args), b.call(args)
             assert mine == theirs, query
             assert json.loads(mine)["items"] and json.loads(mine)["cursor"] is None
@@ -438,7 +443,7 @@ class RetrievalContract(ContractBase):
         if not self._ranked_or_refused(tool):
             return
         args: dict[str, Any] = {"action": "search", "query": "bluebird", "mode": "ranked",
-                                "limit": 25}
+                                "limit": 25, "current": True}
         served: list[int] = []
         skipped: list[int] = []
         for _ in range(10):
@@ -515,6 +520,35 @@ class RetrievalContract(ContractBase):
         heron = ranked(tool, "heron report")["items"]
         assert heron[0]["text"].startswith("the heron")
         assert all(i["window"] == heron[0]["window"] for i in heron)
+
+    def test_ranked_skips_the_current_window_unless_asked(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        """The rows after the newest boundary are the model's provider view:
+        ranked search skips them by default (the question just asked is not
+        its own answer); ``current`` or naming the window includes them; a
+        cursor keeps the boundary of its first page."""
+        h = make_store().history(ws)
+        h.append(msg("what was the invoice total?"))
+        tool = h.session_history()
+        if not self._ranked_or_refused(tool):
+            return
+        assert ranked(tool, "invoice total", current=False)["items"] == []  # all in view
+        h.append_many([msg(f"the invoice total was {i},210 euros", "assistant")
+                       for i in range(3)])
+        window = h.rollover([msg("so what was the invoice total again?")]).seqs[0]
+        asked = list(h.rows())[-1].seq
+        mine = seqs(ranked(tool, "invoice total", current=False))
+        assert mine and asked not in mine and all(s < window for s in mine)
+        assert asked in seqs(ranked(tool, "invoice total"))  # current: True
+        assert seqs(ranked(tool, "invoice total", window=window)) == [asked]
+        first = ranked(tool, "invoice total", current=False, limit=1)
+        h.rollover([msg("invoice total: none of this is old yet")])
+        rest = ranked(tool, "invoice total", current=False, limit=25, cursor=first["cursor"])
+        assert asked not in seqs(rest) and len(seqs(first) + seqs(rest)) == len(mine)
+        for bad in ({"current": "yes"}, {"current": 1}, {"current": True, "mode": "literal"}):
+            res = call(tool, {"action": "search", "query": "invoice", **bad})
+            assert code(res) == "bad_request" and "current" in res["error"]["message"]
 
     # --- ranked search: every engine ranks as the file engine does -----------------
 
