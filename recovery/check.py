@@ -13,6 +13,7 @@ from ledger.core.checks import CheckReport, Progress
 from ledger.storage.engine import WorkspaceEngine
 from ledger.transcript.history import History
 
+__all__ = ["check", "engine_of"]
 
 def engine_of(history: History | WorkspaceEngine) -> WorkspaceEngine:
     """The workspace engine behind ``history`` (an engine is itself)."""

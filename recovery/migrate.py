@@ -18,6 +18,7 @@ from ledger.core.errors import LedgerError, RecoveryError
 from ledger.transcript.store import Store
 from recovery.check import check
 
+__all__ = ["migrate"]
 
 def migrate(src: Store, dst: Store, workspaces: Sequence[str] | None = None) -> dict[str, Any]:
     """Copy ``workspaces`` (default: all of ``src``) into ``dst``; returns what

@@ -15,6 +15,7 @@ from ledger.storage.engine import WorkspaceEngine
 from ledger.transcript.history import History
 from recovery.check import engine_of
 
+__all__ = ["repair"]
 
 def repair(history: History | WorkspaceEngine, *, policy: str = "salvage",
            dry_run: bool = False, progress: Progress | None = None) -> RepairReport:

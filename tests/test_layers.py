@@ -1,4 +1,4 @@
-"""The layer contract (README "How it is built") holds, and its check fails
+"""The layer contract (docs/explanation/architecture.md) holds, and its check fails
 on an import that runs up a floor or imports another package's private name."""
 
 from __future__ import annotations

@@ -251,6 +251,8 @@ def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
     "The argument after the action is the query of search, the seq of read "
     "(like --seq) or the window of list (like --window).",
     example='tledger history ws-1 search "stack trace"',
+    exits={1: "also when the tool answers an error result (printed on stdout): "
+           "stale_cursor, bad_request, history_unavailable, ..."},
     args=[
         WS,
         arg("action", choices=["list", "search", "read"]),
@@ -303,6 +305,9 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
     description="Create a store, append batches, SIGKILL a writer mid-stream, reopen, "
     "show the rows, windows and a session_history search.",
     example="tledger demo /tmp/tledger-demo",
+    exits={1: "also when the demo's own checks fail (what survived the SIGKILL is not a "
+           "gap-free prefix of whole batches), or DIR already holds a demo workspace",
+           2: "also when DIR (or the root) is a URL: the demo needs a directory"},
     args=[arg("dir", metavar="DIR", nargs="?", default=None)],
 )
 def cmd_demo(args: argparse.Namespace, ctx: Any) -> int:

@@ -39,6 +39,7 @@ def _describe(out: dict[str, Any]) -> str:
     example="tledger --root postgresql://agent@db/transcripts db distribute",
     args=[arg("action", choices=["status", "distribute"])],
     json_help="print the layout as JSON",
+    exits={1: "also when status finds the layout wrong (problems listed)"},
 )
 def cmd_db(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.cli import UsageError

@@ -158,6 +158,7 @@ for _name, _fmt, _what in (
         "in meta.source) or bookkeeping in meta; unreadable bytes go to quarantine with "
         "their offsets. Importing the same file again adds nothing. Prints a report.",
         example=f"tledger {_name} session.jsonl ws-1",
+        exits={1: "also with --strict when any byte would be quarantined (nothing written)"},
         args=[
             arg("file", metavar="FILE"),
             WS,

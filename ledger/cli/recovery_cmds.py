@@ -67,6 +67,7 @@ def _emit(ctx: Any, args: argparse.Namespace, report: Any) -> None:
     "sequences, the receipt and stamps, and stray temp files, without writing anything. "
     "Exit 1 when damage is found (notices alone exit 0).",
     example="tledger check ws-1 --json",
+    exits={0: "no damage (notices alone exit 0)", 1: "damage found"},
     args=[WS],
     json_help="print the report as JSON",
 )
@@ -104,6 +105,9 @@ def _findings_table(ctx: Any, report: Any) -> None:
     "anything is damaged). Removed bytes go to quarantine/. Exit 0 when the history is "
     "consistent afterwards; with --dry-run, 0 when nothing would change.",
     example="tledger repair ws-1 --dry-run --policy tail",
+    exits={0: "the history is consistent afterwards; with --dry-run, nothing would change",
+           1: "the history is still not consistent (a policy refused); with --dry-run, "
+           "something would change"},
     args=[
         WS,
         arg("--policy", choices=["salvage", "tail", "prefix", "strict"], default="salvage"),
@@ -129,6 +133,7 @@ def cmd_repair(args: argparse.Namespace, ctx: Any) -> int:
     "quarantine, a crashed truncation is settled. Importing the same directory again adds "
     "nothing. The source directory is only read.",
     example="tledger import-legacy ~/.mux/sessions/ws-1 ws-1",
+    exits={1: "also when the imported workspace does not check clean afterwards"},
     args=[arg("dir", metavar="DIR"), WS],
     json_help="print the report as JSON",
 )

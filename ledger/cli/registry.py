@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +42,7 @@ def arg(*flags: str, **options: Any) -> Arg:
     return Arg(flags, options)
 
 
-WS = arg("workspace", metavar="WS")
+WS = arg("workspace", metavar="WS", help="the workspace id")
 """The workspace argument (validated while parsing)."""
 
 
@@ -55,6 +55,7 @@ class Command:
     example: str
     args: tuple[Arg, ...]
     json_help: str | None
+    exits: Mapping[int, str] = field(default_factory=dict)
 
 
 _COMMANDS: dict[str, Command] = {}
@@ -68,11 +69,15 @@ def command(
     example: str,
     args: Sequence[Arg] = (),
     json_help: str | None = None,
+    exits: Mapping[int, str] | None = None,
 ) -> Callable[[Handler], Handler]:
     """Declare the decorated function as the handler of ``tledger NAME``.
 
     ``json_help`` says what ``--json`` does for a command that reports to
     people by default; leave it out for commands whose output is JSON anyway.
+    ``exits`` gives what an exit code means for this command beyond what it
+    means for every command (0 ok, 1 failure or damage, 2 usage), for the CLI
+    reference (``docsgen.cli``).
     """
     if not example.startswith("tledger "):
         raise ValueError(f"the example of {name!r} must be a tledger command line")
@@ -81,7 +86,7 @@ def command(
         if name in _COMMANDS:
             raise ValueError(f"command {name!r} is declared twice")
         _COMMANDS[name] = Command(name, handler, help, description, example, tuple(args),
-                                  json_help)
+                                  json_help, dict(exits or {}))
         return handler
 
     return declare

@@ -20,7 +20,7 @@ from ledger.core.errors import RecoveryError
 DAMAGE = "damage"
 NOTICE = "notice"
 
-# How ``repair`` chooses what leaves the log (README "Recovery"): keep every
+# How ``repair`` chooses what leaves the log (docs/how-to/recover.md): keep every
 # verified batch, cut only a damaged tail, keep the prefix before the first
 # damage, or refuse when anything is damaged.
 POLICIES = ("salvage", "tail", "prefix", "strict")

@@ -110,6 +110,7 @@ offset      size  field
 152         96    zero (room for later fields)
 248         8     xxh3-64 of bytes 0..247
 ==========  ====  ======================================================
+
 A torn or partial overwrite fails the checksum and reads as malformed.
 """
 

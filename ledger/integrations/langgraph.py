@@ -7,7 +7,7 @@
 is one workspace, named by the thread id (or ``lg-<hash>`` when the id cannot
 name a workspace or has an encoded name's form: ``thread_workspace``).
 
-How a thread is stored (README "LangGraph"):
+How a thread is stored (docs/how-to/langgraph.md):
 
 - Everything is appended; nothing is rewritten. A ``put`` is one batch: the
   messages new to the thread, then the checkpoint record.

@@ -8,7 +8,7 @@ conversation), and ``meta["openai_agents"]`` holds the item exactly as the SDK
 gave it, which ``get_items`` returns unchanged (ids, reasoning, call ids and
 unknown item types included).
 
-Meanings (README "OpenAI Agents SDK"):
+Meanings (docs/how-to/openai-agents.md):
 
 - ``get_items(limit)``: the current window's provider view as Responses input
   items, oldest first; with ``limit`` (or ``session_settings.limit``) the

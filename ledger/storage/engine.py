@@ -12,8 +12,9 @@ An engine stores the workspaces of one root. For each workspace it provides:
 - ``snapshot``: next seq, epoch, the newest boundary (window) and the newest
   manual reset (floor); for a workspace never written, next seq 1, epoch 0,
   no window and no floor, without creating anything;
-- ``reader``: bounded pages for ``session_history`` (positions, what a cursor
-  binds to, carry-over of cursors across moves that change no byte);
+- ``pages``: bounded pages for ``session_history`` (positions, what a cursor
+  binds to, carry-over of cursors across moves that change no byte): the
+  engine hands its ``PageReader`` to the caller's ``PageUse``;
 - rewrites that change stored rows -- ``reject``, ``truncate_after``,
   ``purge_before_floor``, ``rebaseline`` -- each a transaction that bumps the
   epoch (and only those: a plain append never does);
@@ -51,7 +52,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ledger.core.batches import AppendResult, PendingBatch
 from ledger.core.bounds import Budget, Event, SkipSink
@@ -68,6 +69,8 @@ if TYPE_CHECKING:
 DURABILITY_LEVELS = ("full", "normal", "off")
 
 S = TypeVar("S")  # an engine's page reader state (``PageReader``)
+T_co = TypeVar("T_co", covariant=True)
+T = TypeVar("T")
 
 
 class BackupResult(Result, frozen=True, omit_defaults=True):
@@ -135,9 +138,9 @@ class StatReport(Result, frozen=True, kw_only=True):
     quarantine_bytes: int
     detail: FileStat | RowStat
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         d = self.detail
-        out: dict[str, Any] = {"workspace": self.workspace}
+        out: dict[str, object] = {"workspace": self.workspace}
         if isinstance(d, FileStat):
             receipt, segments = d.receipt, d.segments
         else:
@@ -202,7 +205,7 @@ class Located:
 
     A row that is not there raises ``NotFound``."""
 
-    row: dict[str, Any] | None = None
+    row: dict[str, object] | None = None
     part: int = 0
     offset: int = 0
     resume: Position | None = None
@@ -322,6 +325,14 @@ class PageReader(Protocol[S]):
         ...
 
 
+class PageUse(Protocol[T_co]):
+    """What ``WorkspaceEngine.pages`` hands its page reader to: a function of
+    a ``PageReader`` of any state type ``S`` (it only passes the states on),
+    whose result does not depend on ``S``."""
+
+    def __call__(self, reader: PageReader[S], /) -> T_co: ...
+
+
 class WorkspaceHandle:
     """One workspace of a store: the store's options and the workspace id.
     The base of ``History`` and of the row engines' workspaces; the repr
@@ -354,7 +365,10 @@ class WorkspaceEngine(Protocol):
 
     def window_rows(self) -> list[Row]: ...
 
-    def reader(self) -> PageReader[Any]: ...  # each engine's reader has its own state type
+    def pages(self, use: PageUse[T]) -> T:
+        """``use`` of this workspace's page reader (``PageReader[S]``, ``S``
+        the engine's own state type), for ``session_history``."""
+        ...
 
     def reject(self, seq_or_seqs: int | Iterable[int]) -> RejectResult: ...
 

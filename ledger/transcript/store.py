@@ -28,7 +28,7 @@ class Store:
 
     ``segment_bytes``: the active segment is rewritten by rename while below
     this size; then a batch starts a new segment. ``durability``: ``full``
-    (default), ``normal`` or ``off``, as in the README (the memory engine has
+    (default), ``normal`` or ``off``, as in docs/explanation/durability.md (the memory engine has
     nothing to make durable). Nothing is created until the first write.
     """
 

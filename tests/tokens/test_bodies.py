@@ -104,17 +104,21 @@ def test_media_is_an_allowance_and_anthropic_stays_an_estimate() -> None:
     assert not claude.exact and claude.safety_factor > 1
 
 
-def test_the_session_history_schema_costs_what_the_readme_says() -> None:
+def test_the_session_history_schema_costs_what_the_docs_say() -> None:
     """The schema is advertised in every request: 301 tokens by the rules
     (413 before it was shrunk, 276 before ranked search's ``current``); the
-    README states the number."""
+    runtime facts page states the number, as the site's build counts it
+    (docsgen.tool.cost)."""
+    from docsgen import tool
+
     tokens = num_tokens_for_tools([{"type": "function", "function": HISTORY}])
     assert tokens == 301
     counter = TokenCounter("gpt-4o", cache=None).body_counter()
     counted = counter.tools([{"type": "function", "function": HISTORY}])
     assert counted.exact and counted.tokens == tokens
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    assert f"{tokens} tokens" in readme
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "runtime.md")
+    assert "<!-- generated: tool-cost -->" in page.read_text(encoding="utf-8")
+    assert tool.cost() == f"{tokens} tokens"
 
 
 # --- real transcripts ------------------------------------------------------------

@@ -34,7 +34,7 @@ from ledger.core.errors import CommitFailed, CommitUncertain, DeletePending
 from ledger.core.rows import Row
 from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.windows import window_marker
-from ledger.storage.engine import BackupResult, StatReport
+from ledger.storage.engine import BackupResult, PageUse, StatReport, T
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.backup import backup as backup_history
@@ -382,9 +382,9 @@ class FileWorkspace(Publishing):
                 st = self.state()
         return done
 
-    def reader(self) -> FileReader:
-        """The bounded page reader ``session_history`` uses (``reader.py``)."""
-        return FileReader(self)
+    def pages(self, use: PageUse[T]) -> T:
+        """``use`` of the bounded page reader ``session_history`` uses (``reader.py``)."""
+        return use(FileReader(self))
 
     def stat(self) -> StatReport:
         """The ``tledger stat`` document (``stat.py``)."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
 
 from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
@@ -23,14 +22,18 @@ from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned,
 from ledger.core.errors import Conflict, HistoryDamaged, LedgerError, WorkspaceNotFound
 from ledger.core.rows import Row, now_ms
 from ledger.storage.copydir import write_workspace_dir
-from ledger.storage.engine import BackupResult, StatReport, StoreOptions, WorkspaceHandle
+from ledger.storage.engine import (
+    BackupResult,
+    PageUse,
+    StatReport,
+    StoreOptions,
+    T,
+    WorkspaceHandle,
+)
 from ledger.storage.memory.space import MemoryRoot, Quarantined, Space, Stored, stored_row
 from ledger.storage.primitives import Edit, Replaced, holds, settle
 from ledger.storage.rewrites import RowRewrites
 from ledger.storage.seqpages import RowState, boundary, decode_row
-
-if TYPE_CHECKING:
-    from ledger.storage.memory.reader import MemReader
 
 
 def _row(s: Stored, workspace: str) -> Row:
@@ -106,10 +109,10 @@ class MemWorkspace(RowRewrites, WorkspaceHandle):
             start = bisect.bisect_right(sp.seqs, sp.window.seq) if sp.window is not None else 0
             return [_row(s, self.workspace) for s in sp.rows[start:]]
 
-    def reader(self) -> MemReader:
+    def pages(self, use: PageUse[T]) -> T:
         from ledger.storage.memory.reader import MemReader
 
-        return MemReader(self)
+        return use(MemReader(self))
 
     # --- append ------------------------------------------------------------------
 

@@ -4,7 +4,7 @@
 
 - ``(workspace, seq)`` is the primary key. Workspace leads every key and every
   query names one workspace, so a Citus cluster can distribute every table by
-  ``workspace`` (colocated) and keep each query on one shard (README).
+  ``workspace`` (colocated) and keep each query on one shard (docs/how-to/citus.md).
 - ``raw bytea`` is the stored line exactly as the file engine frames it (JSON
   body with its ``_c`` xxhash checksum, no newline): unknown fields, key order
   and the bytes of imports survive unchanged, and ``check`` verifies each row

@@ -26,7 +26,7 @@ rules written for segment offsets hold unchanged (``reader.py``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
@@ -34,15 +34,19 @@ from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned,
 from ledger.core.errors import HistoryDamaged, LedgerError, WorkspaceNotFound
 from ledger.core.rows import Row, now_ms
 from ledger.core.windows import Boundary
-from ledger.storage.engine import BackupResult, StatReport, StoreOptions, WorkspaceHandle
+from ledger.storage.engine import (
+    BackupResult,
+    PageUse,
+    StatReport,
+    StoreOptions,
+    T,
+    WorkspaceHandle,
+)
 from ledger.storage.postgres.connect import Database
 from ledger.storage.primitives import Edit, Replaced
 from ledger.storage.rewrites import RowRewrites
 from ledger.storage.seqpages import RowState as PgState
 from ledger.storage.seqpages import boundary, decode_row
-
-if TYPE_CHECKING:
-    from ledger.storage.postgres.reader import PgReader
 
 PAGE_ROWS = 1000  # rows per round trip when streaming
 
@@ -164,10 +168,10 @@ class PgWorkspace(RowRewrites, WorkspaceHandle):
             return self.window_rows()
         return [decode(self.workspace, seq, bytes(raw)) for seq, raw in got if seq is not None]
 
-    def reader(self) -> PgReader:
+    def pages(self, use: PageUse[T]) -> T:
         from ledger.storage.postgres.reader import PgReader
 
-        return PgReader(self)
+        return use(PgReader(self))
 
     # --- append -------------------------------------------------------------------
 

@@ -82,15 +82,26 @@ _RANKED = -2  # Position.part of a ranked cursor: offset is the rank reached
 _enc = msgspec.json.Encoder()
 
 
-class SessionHistory(Generic[S]):
-    """The retrieval tool bound to one workspace (DESIGN.md 8 and 12); ``S``
-    is the state type of its engine's page reader, which it only passes on."""
+class Serves(Protocol):
+    """One call's pages, served (``_Pages``, whatever its engine's state type)."""
+
+    def serve(self, c: Call) -> dict[str, Any]: ...
+
+
+class SessionHistory:
+    """The retrieval tool bound to one workspace (DESIGN.md 8 and 12); the
+    pages are ``_Pages``, over its engine's page reader (``WorkspaceEngine.
+    pages``)."""
 
     name = "session_history"
 
     def __init__(self, history: Bound) -> None:
         self.history = history
-        self.reader: PageReader[S] = history.engine.reader()
+
+        def bind(reader: PageReader[S]) -> Serves:
+            return _Pages(history, reader)
+
+        self._pages = history.engine.pages(bind)
 
     def definition(self, api: str = "openai") -> dict[str, Any]:
         """The tool's schema for function calling, from one source."""
@@ -165,7 +176,18 @@ class SessionHistory(Generic[S]):
             raise RetrievalDisabled(
                 "session_history is disabled for this store (retention continues)"
             )
-        c = parse_call(args)
+        return self._pages.serve(parse_call(args))
+
+
+class _Pages(Generic[S]):
+    """The page protocol over one engine's reader: ``S`` is the state type of
+    that reader, which this only passes on."""
+
+    def __init__(self, history: Bound, reader: PageReader[S]) -> None:
+        self.history = history
+        self.reader = reader
+
+    def serve(self, c: Call) -> dict[str, Any]:
         return self._run(c.action, c.key, c.cursor, self._page(c), ranked=c.ranked)
 
     def _page(self, c: Call) -> Page[S]:

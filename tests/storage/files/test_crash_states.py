@@ -10,7 +10,7 @@ every crash state the model allows (deduplicated) and check:
   history before the operation or after it (after it once the operation had
   returned: acknowledged); at ``normal`` a whole-batch prefix of the history
   after it, at least the history before it minus the active segment's newest
-  batches (README "Durability"); at ``off`` nothing before repair;
+  batches (docs/explanation/durability.md); at ``off`` nothing before repair;
 - no row at or before the newest surviving manual reset is in the provider
   view or found by ``session_history``;
 - a cursor taken before the crash expires or returns exactly the rows of the
@@ -27,7 +27,7 @@ every crash state the model allows (deduplicated) and check:
   as opaque files: ``tests/helpers/crashfs.py``), so a crash leaves it torn.
 
 The figures (states explored, time) are printed with ``-s`` and recorded in
-the README "Reliability" section.
+docs/explanation/durability.md ("Reliability").
 """
 
 from __future__ import annotations
@@ -309,8 +309,8 @@ class Explorer:
         return None
 
     def allowed(self, done: int) -> list[list[bytes]]:
-        """What the log may hold when ``done`` steps had returned (README
-        "Durability"): full keeps every returned step; normal may lose the
+        """What the log may hold when ``done`` steps had returned (docs/
+        explanation/durability.md): full keeps every returned step; normal may lose the
         newest batches of the active segment, whole; a rewrite is atomic."""
         acked, next_ = self.states[done], self.states[min(done + 1, len(self.states) - 1)]
         if self.sc.durability == "full" or self.sc.rewrite:
@@ -340,7 +340,7 @@ class Explorer:
         blocked = False
         if got:
             rows = [r.to_dict() for r in h.rows()]
-            # At "off" a lost active segment may leave a gap (README "Durability").
+            # At "off" a lost active segment may leave a gap (docs/explanation/durability.md).
             assert sc.durability == "off" or whole_batches(rows), f"{where}: torn batch or gap"
             floor = floor_of(rows)
             try:

@@ -82,7 +82,8 @@ def flip_a_byte_same_size(p: Path) -> None:
     data[len(data) // 2] ^= 0x01
     with open(p, "r+b") as f:
         f.write(bytes(data))
-    _bump_mtime(p)  # so it is not a same-size rewrite inside one tick (see README)
+    # so it is not a same-size rewrite inside one tick (docs/explanation/storage.md)
+    _bump_mtime(p)
 
 
 def replace_with_copy(p: Path) -> None:
