@@ -34,7 +34,7 @@ def call(tool: Any, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def ranked(tool: Any, query: str, **kw: Any) -> dict[str, Any]:
-    return call(tool, {"action": "search", "query": query, "mode": "ranked", **kw})
+    return call(tool, {"action": "search", "query": query, "mode": "ranked", "current": True, **kw})
 
 
 def seqs(res: dict[str, Any]) -> list[int]:
@@ -209,7 +209,8 @@ def test_framework_tools_search_ranked(tmp_path: Path) -> None:
     store = Store(str(tmp_path), durability="off")
     store.history("lc").append(msg("The standup moved to 9:45 on Thursdays."))
     store.history("oa").append(msg("The standup moved to 9:45 on Thursdays."))
-    question = {"action": "search", "query": "when is the standup now?", "mode": "ranked"}
+    question = {"action": "search", "query": "when is the standup now?", "mode": "ranked",
+                "current": True}
     tool = lc.session_history_tool(lc.LedgerChatMessageHistory("lc", store=store))
     assert "ranked" in json.dumps(tool.args)
     got = json.loads(tool.invoke(question))
@@ -228,7 +229,8 @@ def test_cli_ranked_search(tmp_path: Path) -> None:
     del h
     out = subprocess.run(
         [sys.executable, "-m", "ledger", "--root", str(tmp_path), "history", "w", "search",
-         "what degree did I graduate with?", "--mode", "ranked", "--limit", "1"],
+         "what degree did I graduate with?", "--mode", "ranked", "--limit", "1",
+         "--current"],
         capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert "Business Administration" in json.loads(out.stdout)["items"][0]["text"]

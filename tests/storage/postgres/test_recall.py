@@ -48,7 +48,7 @@ def call(tool: Any, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def ranked(tool: Any, query: str, **kw: Any) -> dict[str, Any]:
-    return call(tool, {"action": "search", "query": query, "mode": "ranked", **kw})
+    return call(tool, {"action": "search", "query": query, "mode": "ranked", "current": True, **kw})
 
 
 def seqs(res: dict[str, Any]) -> list[int]:
@@ -87,7 +87,7 @@ def story(seed: int = 11, n: int = 260) -> list[list[dict[str, Any]]]:
         if i % 37 == 36:
             out.append([{"rollover": True}, msg(f"window {i}: {words}")])
         elif i % 23 == 5:
-            args = {"action": "search", "query": words[:40], "mode": "ranked"}
+            args = {"action": "search", "query": words[:40], "mode": "ranked", "current": True}
             out.append([
                 {"role": "assistant", "parts": [{"type": "tool_call", "id": f"h{i}",
                                                  "name": "session_history", "input": args}]},
@@ -158,7 +158,7 @@ def test_ranked_finds_what_literal_cannot_and_never_its_own_calls(pg_root: str) 
     top = res["items"][0]
     assert "Business Administration" in top["text"] and top["score"] > 0
     assert set(top) == {"seq", "window", "role", "text", "truncated", "score"}
-    args = {"action": "search", "query": "degree", "mode": "ranked"}
+    args = {"action": "search", "query": "degree", "mode": "ranked", "current": True}
     h.append_many([
         {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1",
                                          "name": "session_history", "input": args}]},
@@ -466,7 +466,8 @@ def test_cursors_and_the_cli_on_a_postgres_root(pg_root: str) -> None:
     h.append(msg("I finally graduated! My degree is in Business Administration."))
     out = subprocess.run(
         [sys.executable, "-m", "ledger", "--root", pg_root, "history", "w", "search",
-         "what degree did I graduate with?", "--mode", "ranked", "--limit", "1"],
+         "what degree did I graduate with?", "--mode", "ranked", "--limit", "1",
+         "--current"],
         capture_output=True, text=True, timeout=120, check=False, env=subprocess_env())
     assert out.returncode == 0, out.stderr
     assert "Business Administration" in json.loads(out.stdout)["items"][0]["text"]
