@@ -84,6 +84,19 @@ class BackupResult(Result, frozen=True, omit_defaults=True):
     epoch: int | None = None
 
 
+class QuarantineEntry(Result, frozen=True, omit_defaults=True):
+    """One entry of a workspace's quarantine (``list_quarantine``): its name
+    (as ``put_quarantine`` and the rewrites report it), when it was put aside
+    (ms since the epoch), why, its size, and the seq of the row it held (None:
+    bytes that never were a row, or an engine that does not say)."""
+
+    name: str
+    ts_ms: int
+    reason: str
+    bytes: int
+    seq: int | None = None
+
+
 class StatReceipt(Result, frozen=True):
     """The receipt as ``stat`` reads it (the row engines: always stable)."""
 
@@ -412,6 +425,11 @@ class WorkspaceEngine(Protocol):
         refused records) in the workspace's quarantine; returns the entry's
         name. The same bytes from the same source and offset are kept once.
         The workspace must exist."""
+        ...
+
+    def list_quarantine(self) -> list[QuarantineEntry]:
+        """The quarantine's entries, oldest first (what rewrites, repairs and
+        imports put aside); WorkspaceNotFound when nothing was written."""
         ...
 
     def clean_quarantine(self, older_than_s: float) -> QuarantineCleaned:

@@ -7,19 +7,26 @@ nothing else of the rewrites: what ``reject``, ``truncate_after``,
   floor); WorkspaceNotFound when nothing was written;
 - ``read(first, last)``: the stored rows with ``first <= seq <= last``, in
   seq order, verified (HistoryDamaged for a row whose bytes fail);
-- ``replace(expect, edits, put_aside)``: one atomic change under a
+- ``replace(expect, edits, put_aside, hold=0)``: one atomic change under a
   condition. When the epoch or the floor is no longer ``expect``'s (a
   rewrite, or an append of a manual reset, came first) it raises
   ``Conflict`` and changes nothing; otherwise each
   ``Edit`` takes out the rows of its seq range and puts its own rows in
-  their place (same seqs), the rows taken out go to the workspace's
-  quarantine under the reason ``put_aside`` (None: they are deleted for
-  good), and batch ids of which no row is left are forgotten. The head
-  after it (``settle``): next seq unchanged (seqs are identities: a row
-  taken out keeps its seq in quarantine), the floor never moves back (a
-  floor whose row is gone stays: fail closed), the window is the newest
-  boundary left or that floor, and a new epoch when any row changed --
-  always for an empty ``edits`` (a rebaseline).
+  their place (same seqs), the rows taken out and not put back go to the
+  workspace's quarantine under the reason ``put_aside`` (None: they are
+  deleted for good), and batch ids of which no row is left are forgotten.
+  The head after it (``settle``): next seq past every row left and never
+  lower (seqs are identities: a row taken out keeps its seq in quarantine),
+  the floor never moves back (a floor whose row is gone stays: fail closed)
+  and is at least ``hold`` (repair: a damaged row that may have been a
+  reset), the window is the newest boundary left or that floor, and a new
+  epoch when any row changed -- always for an empty ``edits`` (a
+  rebaseline, or a repair of the head alone).
+
+The memory engine also implements ``StoredRows`` (its rows as stored, the
+boundary lookup, its quarantine listed, a lock under which reads are one
+consistent view): with those, ``ledger.storage.rowspace`` gives it every
+other ``WorkspaceEngine`` operation (reads, pages, verify, repair, backup).
 
 Every change of a stored row is a new epoch, so the rows a rule read are
 the rows it changes unless ``replace`` refuses; the rule then reads again
@@ -35,11 +42,13 @@ engine protocol's (``ledger.storage.engine``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
 from ledger.core.rows import Row
 from ledger.core.windows import Boundary
+from ledger.storage.engine import QuarantineEntry
 from ledger.storage.seqpages import RowState
 
 LAST_SEQ = 2**63 - 1  # an Edit's ``last`` for "to the end of the log"
@@ -66,14 +75,25 @@ class Edit:
 
 @dataclass(frozen=True)
 class Replaced:
-    """What a ``replace`` did: the epoch after it, the rows it took out (and
-    their bytes, with newlines; rows put back in their place count too), and
-    the quarantine entries they went to (empty when deleted or none)."""
+    """What a ``replace`` did: the epoch after it, the rows it took out and
+    did not put back (and their bytes, with newlines), and the quarantine
+    entries they went to (empty when deleted or none)."""
 
     epoch: int
     removed_rows: int
     removed_bytes: int
     put_aside: list[str]
+
+
+@dataclass(frozen=True)
+class StoredRow:
+    """A row as a row engine stores it, unverified: its seq, batch id,
+    boundary reason (None: it opens no window) and bytes (no newline)."""
+
+    seq: int
+    batch_id: str
+    boundary: str | None
+    raw: bytes
 
 
 class RowPrimitives(Protocol):
@@ -87,7 +107,27 @@ class RowPrimitives(Protocol):
     def read(self, first: int, last: int) -> list[Row]: ...
 
     def replace(self, expect: RowState, edits: Sequence[Edit],
-                put_aside: str | None) -> Replaced: ...
+                put_aside: str | None, hold: int = 0) -> Replaced: ...
+
+
+class StoredRows(RowPrimitives, Protocol):
+    """A row engine whose reads under ``locked()`` are one consistent view
+    (module doc)."""
+
+    def exists(self) -> bool: ...
+
+    def locked(self) -> AbstractContextManager[None]: ...
+
+    def stored(self, first: int, last: int, limit: int = LAST_SEQ) -> list[StoredRow]:
+        """The rows with ``first <= seq <= last`` as stored, in seq order, at
+        most ``limit``."""
+        ...
+
+    def boundary_before(self, seq: int) -> int:
+        """The seq of the newest boundary row before ``seq`` (0: none)."""
+        ...
+
+    def list_quarantine(self) -> list[QuarantineEntry]: ...
 
 
 def holds(head: RowState, expect: RowState) -> bool:
@@ -96,13 +136,15 @@ def holds(head: RowState, expect: RowState) -> bool:
 
 
 def settle(
-    old: RowState, window_left: Boundary | None, floor_left: Boundary | None
+    old: RowState, window_left: Boundary | None, floor_left: Boundary | None, hold: int = 0
 ) -> tuple[Boundary | None, Boundary | None]:
     """(window, floor) after a ``replace``, given the newest boundary row and
-    the newest manual reset row left (module doc)."""
+    the newest manual reset row left, and the seq the floor holds at least
+    (module doc)."""
     floor = old.floor
-    if floor_left is not None and (floor is None or floor_left.seq > floor.seq):
-        floor = floor_left
+    for b in (floor_left, Boundary(hold, hold, 0, "manual") if hold > 0 else None):
+        if b is not None and (floor is None or b.seq > floor.seq):
+            floor = b
     window = window_left
     if floor is not None and (window is None or window.seq < floor.seq):
         window = floor

@@ -1,26 +1,34 @@
-"""Check and repair reports of the engines that keep rows by seq (PostgreSQL,
-memory): what their ``verify`` finds (``Problem``), the findings it becomes,
-and their ``repair`` report (``RowRepair``).
+"""Check and repair of the engines that keep rows by seq (PostgreSQL,
+memory), written once: what their ``verify`` finds in the stored rows
+(``verify_rows``), the head (``check_head``) and the gaps (``explain_gaps``),
+the findings it becomes (``report``), and their ``repair`` report
+(``RowRepair``).
 
-The codes: ``bad-row`` (a row whose bytes fail their checksum, do not decode
-or carry another seq than their key), ``torn-batch`` (a batch whose rows are
-not ``i = 0 .. n-1`` side by side), ``seq-gap`` (missing seqs the quarantine
-does not account for: a notice, nothing can bring them back),
-``projection`` (a stored boundary reason that disagrees with the row),
-``head`` (next seq, window or floor that disagree with the rows); each engine
-may add its own (notices about the recall index, the quarantine).
+The codes: ``bad-row`` (a row whose bytes fail their checksum, do not decode,
+carry another seq than their key, or do not follow the row before it),
+``torn-batch`` (a batch whose rows are not ``i = 0 .. n-1`` side by side),
+``seq-gap`` (missing seqs the quarantine does not account for: a notice,
+nothing can bring them back; before the first row is fine, a purge removes a
+prefix), ``projection`` (a stored boundary reason that disagrees with the
+row), ``head`` (next seq, window or floor that disagree with the rows; a
+floor whose row is gone stays, fail closed); each engine may add its own
+(notices about the recall index).
 """
 
 from __future__ import annotations
 
 import builtins  # Verified has a field named bytes
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.core import format as fmt
 from ledger.core.checks import DAMAGE, NOTICE, CheckReport, Finding, RepairReport
+from ledger.core.rules import fold
 from ledger.core.toolpairs import pair
+from ledger.core.windows import Boundary, batch_boundaries
+from ledger.storage.primitives import StoredRow
+from ledger.storage.seqpages import RowState
 
 
 @dataclass
@@ -44,6 +52,13 @@ class Verified:
     bad_batches: set[str] = field(default_factory=set)
     may_be_reset: list[int] = field(default_factory=list)
     tool_rows: list[dict[str, Any]] = field(default_factory=list)  # since the newest reset
+    projection: dict[int, str | None] = field(default_factory=dict)  # seq -> right boundary
+    window: Boundary | None = None  # the newest boundary the rows show
+    floor: Boundary | None = None  # the newest manual reset the rows show
+    last: int | None = None  # the last seq
+    gaps: list[tuple[int, int]] = field(default_factory=list)  # (seq before, seq after)
+    bad_seqs: list[int] = field(default_factory=list)  # the rows of the bad batches
+    recall_index: bool = False  # (PostgreSQL) the workspace has a recall index
 
     def open_calls(self) -> list[Problem]:
         """``open_tool_call`` notices: calls of the active window without a
@@ -88,6 +103,89 @@ class Verified:
                                          f"whole ({len(ok)} rows side by side)"))
             self.bad_batches.add(batch_id)
         return ok
+
+
+def verify_rows(rows: Iterable[StoredRow], out: Verified | None = None) -> Verified:
+    """What the stored ``rows`` (seq order) show (module doc): each row and
+    batch checked, the boundary reasons they should have, the window and floor
+    they fold to, the gaps between them."""
+    out = out if out is not None else Verified()
+    run: list[StoredRow] = []
+    for r in rows:
+        if run and run[-1].batch_id != r.batch_id:
+            _run(out, run)
+            run = []
+        if out.last is not None and r.seq <= out.last:
+            out.problems.append(Problem("bad-row", r.seq, f"seq {r.seq} follows seq "
+                                        f"{out.last}", len(r.raw)))
+            out.bad_batches.add(r.batch_id)
+        elif out.last is not None and r.seq != out.last + 1:
+            out.gaps.append((out.last, r.seq))
+        out.last = max(r.seq, out.last or 0)
+        run.append(r)
+    if run:
+        _run(out, run)
+    return out
+
+
+def _run(out: Verified, run: list[StoredRow]) -> None:
+    """One run of rows of one batch id (``verify_rows``)."""
+    bid = run[0].batch_id
+    ok = out.batch(bid, run[0].seq, [out.row(r.seq, bid, r.raw) for r in run])
+    right = {run[i].seq: reason for i, reason in batch_boundaries(ok)} if ok else {}
+    for r in run:
+        want = right.get(r.seq)
+        if r.boundary != want and bid not in out.bad_batches:
+            out.problems.append(Problem("projection", r.seq, f"boundary {r.boundary!r}, the "
+                                        f"row says {want!r}"))
+            out.projection[r.seq] = want
+        if want is not None:
+            out.window, out.floor = fold(out.window, out.floor, [Boundary(r.seq, r.seq, 0, want)])
+    if bid in out.bad_batches:
+        out.bad_seqs += [r.seq for r in run]
+
+
+def explain_gaps(out: Verified, held: Callable[[int, int], int], quarantine: str) -> None:
+    """A ``seq-gap`` notice for each gap of which ``held(before, after)`` (how
+    many seqs strictly between are in the quarantine, named ``quarantine``)
+    does not account for every seq; nothing can fill it."""
+    for before, after in out.gaps:
+        if held(before, after) < after - before - 1:
+            missing = f"seq {before + 1}" if after == before + 2 else \
+                f"seqs {before + 1}..{after - 1}"
+            out.problems.append(Problem(
+                "seq-gap", after, f"seq {after} follows seq {before}: {missing} missing and "
+                f"not in {quarantine} (deleted outside transcript-ledger, or their "
+                "quarantine entries were removed); nothing to repair", notice=True))
+
+
+def check_head(out: Verified, head: RowState) -> None:
+    """``head`` problems: next seq, window and floor against what the rows show
+    (the floor may stay past them, fail closed: its row may have been purged)."""
+    if out.last is not None and head.next_seq <= out.last:
+        out.problems.append(Problem("head", None, f"head next seq {head.next_seq} is not "
+                                    f"past the last row {out.last}"))
+    floor = out.floor.seq if out.floor is not None else None
+    if head.floor is not None and (floor is None or floor < head.floor.seq):
+        floor = head.floor.seq
+    if (head.floor.seq if head.floor else None) != floor:
+        out.problems.append(Problem("head", None, f"head floor {head.floor}, the rows say "
+                                    f"{floor}"))
+    window = max(out.window.seq if out.window is not None else 0, floor or 0)
+    if head.window_seq != window:
+        out.problems.append(Problem("head", None, f"head window {head.window_seq}, the rows "
+                                    f"say {window}"))
+
+
+def actions(quarantine: str) -> dict[str, str]:
+    """What to do per code (``report``), repair putting rows in ``quarantine``."""
+    return {
+        "bad-row": f"tledger repair {{ws}} (its batch goes to {quarantine})",
+        "torn-batch": f"tledger repair {{ws}} (the batch goes to {quarantine})",
+        "seq-gap": f"none: {quarantine} does not hold the missing rows",
+        "projection": "tledger repair {ws} (rewrites the row's boundary reason)",
+        "head": "tledger repair {ws} (recomputes next seq, window and floor)",
+    }
 
 
 def report(workspace: str, problems: Iterable[Problem], actions: dict[str, str], rows: int,

@@ -1,5 +1,5 @@
 """Contract: the engine operations recovery and the CLI drive -- ``backup``,
-``load_rows``, ``put_quarantine``, ``clean_quarantine``, and ``verify`` /
+``load_rows``, ``put_quarantine``, ``list_quarantine``, ``clean_quarantine``, and ``verify`` /
 ``repair`` on a healthy workspace and on one with a damaged row (the runner's
 ``corrupt`` fixture damages a row's stored bytes the way its engine can hold
 them: a segment line on files, a stored row in memory or in ``tl_rows``).
@@ -9,6 +9,7 @@ as ``recovery`` and the CLI do."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -133,6 +134,9 @@ class OperationsContract(ContractBase):
         again = h.engine.put_quarantine(data, source="import.jsonl", offset=17, reason="refused")
         assert again == name
         assert h.engine.stat().quarantine_bytes == held  # kept once
+        [entry] = h.engine.list_quarantine()
+        assert (entry.name, entry.bytes, entry.seq) == (name, len(data), None)
+        assert "refused" in entry.reason and abs(entry.ts_ms - time.time() * 1000) < 60_000
         assert lines(h) == before  # the log is untouched
         kept = h.engine.clean_quarantine(3600)
         assert (kept.removed, kept.bytes) == (0, 0)
@@ -140,7 +144,25 @@ class OperationsContract(ContractBase):
         gone = h.engine.clean_quarantine(-1)
         assert (gone.removed, gone.bytes) == (1, len(data))
         assert h.engine.stat().quarantine_bytes == 0
+        assert h.engine.list_quarantine() == []
         assert lines(h) == before
+
+    def test_list_quarantine_shows_what_a_truncation_put_aside(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        h = make_store(durability="off").history(ws)
+        with pytest.raises(WorkspaceNotFound):
+            h.engine.list_quarantine()
+        h.append(msg("kept"))
+        h.append_many([msg("dropped"), msg("also", "assistant")])
+        assert h.engine.list_quarantine() == []
+        h.truncate_after(1)
+        entries = h.engine.list_quarantine()
+        assert entries and all("truncat" in e.reason for e in entries)
+        assert sum(e.bytes for e in entries) >= sum(len(line) for line in [
+            b'"dropped"', b'"also"'])
+        assert h.engine.clean_quarantine(-1).removed == len(entries)
+        assert h.engine.list_quarantine() == []
 
     def test_put_quarantine_needs_the_workspace(self, make_store: MakeStore, ws: str) -> None:
         h = make_store(durability="off").history(ws)

@@ -141,3 +141,37 @@ def test_every_skip_reason_of_the_suite_is_written_down() -> None:
     assert not missing, f"skip reasons not on docs/how-to/run-the-tests.md: {missing}"
     for reason in ("../shared/real-transcripts", "root", "setpriv", "Citus", "PostgreSQL"):
         assert reason in page, reason
+
+
+REQUIRED = {  # what the issue asks a newcomer to find, by the page that holds it
+    "tutorial.md",
+    "how-to/openai-agents.md", "how-to/langgraph.md", "how-to/langchain.md",
+    "how-to/claude-agent-sdk.md", "how-to/mcp.md", "how-to/postgresql.md", "how-to/citus.md",
+    "how-to/recover.md", "how-to/import-transcripts.md", "how-to/benchmarks.md",
+    "reference/api/ledger.md", "reference/cli-commands.md", "reference/errors.md",
+    "reference/format.md", "reference/session-history.md", "reference/runtime.md",
+    "explanation/windows.md", "explanation/durability.md", "explanation/security.md",
+    "explanation/performance.md", "explanation/comparisons.md",
+}
+
+
+def test_each_thing_is_two_clicks_from_the_navigation() -> None:
+    """A top tab, then the page in its sidebar (sections below a tab are shown
+    expanded, navigation.sections): no required page sits deeper."""
+    yaml = pytest.importorskip("yaml", reason="mkdocs not installed (pip install -e '.[docs]')")
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
+    assert "navigation.sections" in config["theme"]["features"]
+    depth: dict[str, int] = {}
+
+    def walk(items: list[object], level: int) -> None:
+        for item in items:
+            value = next(iter(item.values())) if isinstance(item, dict) else item
+            if isinstance(value, list):
+                walk(value, level + 1)
+            else:
+                depth[str(value)] = level
+
+    walk(config["nav"], 1)
+    for page in REQUIRED:
+        assert page in depth, f"{page} is not in the navigation"
+        assert depth[page] <= 3, f"{page} is {depth[page]} levels deep"

@@ -34,7 +34,7 @@ from ledger.core.errors import CommitFailed, CommitUncertain, DeletePending
 from ledger.core.rows import Row
 from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.windows import window_marker
-from ledger.storage.engine import BackupResult, PageUse, StatReport, T
+from ledger.storage.engine import BackupResult, PageUse, QuarantineEntry, StatReport, T
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.backup import backup as backup_history
@@ -347,6 +347,12 @@ class FileWorkspace(Publishing):
     def clean_quarantine(self, older_than_s: float) -> QuarantineCleaned:
         """Remove quarantine entries older than ``older_than_s`` seconds."""
         return QuarantineCleaned(**clean_quarantine(self, older_than_s))
+
+    def list_quarantine(self) -> list[QuarantineEntry]:
+        """The entries the quarantine's manifest lists (``retention.py``)."""
+        self.require()
+        return [QuarantineEntry(e.entry, e.time, e.reason, e.length)
+                for e in Quarantine(self.path).entries()]
 
     def put_quarantine(self, data: bytes, *, source: str, offset: int, reason: str) -> str:
         """Put bytes that never entered the log aside (an import's unreadable

@@ -4,8 +4,9 @@ Every workspace is a list of rows in this process's memory, under one lock
 per root (eventsourcing's in-memory recorder is the model). It keeps the
 whole history contract -- atomic batches, gap-free seqs, conditional and
 idempotent appends, windows and floors, rewrites with new epochs, cursors,
-bounded and ranked ``session_history`` -- with the rules every engine
-shares (``ledger.core.rules``, ``ledger.storage.seqpages``), and nothing is
+bounded and ranked ``session_history`` -- by implementing the primitives
+of a row engine only (``ledger.storage.primitives``): everything else is
+written once above them (``ledger.storage.rowspace``), and nothing is
 durable: the rows die with the process. For fast tests and throwaway
 sessions. ``memory://`` is a store of its own for each ``Store``;
 ``memory://NAME`` is one store shared by every ``Store`` of this process

@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import TYPE_CHECKING
 
 from ledger.core.errors import InvalidRoot
 from ledger.core.ids import validate_workspace
 from ledger.storage.engine import StoreOptions
-from ledger.storage.memory.space import MemoryRoot
-
-if TYPE_CHECKING:
-    from ledger.storage.memory.workspace import MemWorkspace
+from ledger.storage.memory.workspace import MemoryRoot, MemWorkspace
 
 SCHEME = "memory://"
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
@@ -70,8 +66,6 @@ class MemoryEngine:
         return f"MemoryEngine({self.root.label!r})"
 
     def open(self, workspace: str) -> MemWorkspace:
-        from ledger.storage.memory.workspace import MemWorkspace
-
         return MemWorkspace(self.root, self.options, validate_workspace(workspace))
 
     def workspaces(self) -> list[str]:
@@ -82,5 +76,4 @@ class MemoryEngine:
         """Delete a workspace at once (under the root's lock, so a writer
         either committed before, and its rows go too, or starts a new history)."""
         with self.root.locked(self.options.lock_timeout, workspace):
-            self.root.quarantine.pop(workspace, None)
             return self.root.spaces.pop(workspace, None) is not None

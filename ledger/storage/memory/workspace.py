@@ -1,50 +1,113 @@
-"""One workspace of the in-memory engine: its rows, the append, reads and
-the rewrite primitives (``ledger.storage.engine.WorkspaceEngine``; the
-rewrites over the primitives are ``ledger.storage.rewrites``).
+"""One workspace of the in-memory engine: its data (``Space``) and the
+primitives (``ledger.storage.primitives``); every other operation is
+``ledger.storage.rowspace``'s, written once above them.
 
-A workspace (``Space``) is a list of stored rows in seq order, the head
-(next seq, epoch, window, floor), the batch ids with their seqs, and a
-quarantine. Every operation holds the root's lock. An append extends the
-list; ``replace`` builds a new list and swaps it in with a new epoch (so a
-stream over the old list sees a rewrite and says "read again", as the other
-engines do).
+A workspace is a list of stored rows in seq order, the head (next seq, epoch,
+window, floor), the batch ids with their seqs, and a quarantine. Every
+operation holds the lock of its root (``MemoryRoot``: a root's workspaces).
+An append extends the list; ``replace`` builds a new list and swaps it in
+with a new epoch.
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
-from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
-from ledger.core.errors import Conflict, HistoryDamaged, LedgerError, WorkspaceNotFound
+from ledger.core.checks import Loaded, QuarantineCleaned
+from ledger.core.errors import Conflict, LedgerError, LockTimeout, WorkspaceNotFound
 from ledger.core.rows import Row, now_ms
-from ledger.storage.copydir import write_workspace_dir
-from ledger.storage.engine import (
-    BackupResult,
-    PageUse,
-    StatReport,
-    StoreOptions,
-    T,
-    WorkspaceHandle,
-)
-from ledger.storage.memory.space import MemoryRoot, Quarantined, Space, Stored, stored_row
-from ledger.storage.primitives import Edit, Replaced, holds, settle
-from ledger.storage.rewrites import RowRewrites
-from ledger.storage.seqpages import RowState, boundary, decode_row
+from ledger.core.windows import Boundary
+from ledger.storage.engine import QuarantineEntry, RowStat, StoreOptions, WorkspaceHandle
+from ledger.storage.primitives import LAST_SEQ, Edit, Replaced, StoredRow, holds, settle
+from ledger.storage.rowrecall import Recall
+from ledger.storage.rowspace import RowWorkspace
+from ledger.storage.seqpages import RowState, boundary
 
 
-def _row(s: Stored, workspace: str) -> Row:
-    """A reader's row: decoded afresh, as the other engines do, so nothing a
-    caller does to it reaches the stored row (HistoryDamaged when its bytes
-    fail verification)."""
-    return decode_row(workspace, s.seq, s.line)
+@dataclass
+class Space:
+    """One workspace's rows, head, batch ids and quarantine (module doc)."""
+
+    epoch: int
+    rows: list[StoredRow] = field(default_factory=list)
+    seqs: list[int] = field(default_factory=list)  # the rows' seqs, for bisect
+    bounds: list[int] = field(default_factory=list)  # the seqs of the boundary rows
+    next_seq: int = 1
+    window: Boundary | None = None
+    floor: Boundary | None = None
+    batches: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (first seq, n)
+    quarantine: list[tuple[QuarantineEntry, bytes]] = field(default_factory=list)
+    put_aside: int = 0  # quarantine entries ever made (their names' numbers)
+    recall: Recall | None = None
+
+    def state(self) -> RowState:
+        return RowState(self.next_seq, self.epoch, self.window, self.floor)
+
+    def add(self, rows: list[StoredRow], dicts: Sequence[dict[str, Any]]) -> None:
+        """Append one batch's rows (after every row here); ``dicts`` are their
+        decoded rows, which say the boundaries."""
+        bounds = rules.batch_bounds(dicts, [(r.seq, 0) for r in rows])
+        self.window, self.floor = rules.fold(self.window, self.floor, bounds)
+        reasons = {b.seq: b.reason for b in bounds}
+        for r in rows:
+            r = StoredRow(r.seq, r.batch_id, reasons.get(r.seq), r.raw)
+            self.rows.append(r)
+            self.seqs.append(r.seq)
+            if r.boundary is not None:
+                self.bounds.append(r.seq)
+        self.batches[rows[0].batch_id] = (rows[0].seq, len(rows))
+        self.next_seq = max(self.next_seq, rows[-1].seq + 1)
+
+    def swap(self, rows: list[StoredRow]) -> None:
+        """Swap in a rewritten list, the batch index rebuilt from its runs."""
+        self.rows, self.seqs = rows, [r.seq for r in rows]
+        self.bounds = [r.seq for r in rows if r.boundary is not None]
+        self.batches = {}
+        for i, r in enumerate(rows):
+            if i and rows[i - 1].batch_id == r.batch_id:
+                first, n = self.batches[r.batch_id]
+                self.batches[r.batch_id] = (first, n + 1)
+            else:
+                self.batches[r.batch_id] = (r.seq, 1)
+
+    def put(self, seq: int | None, reason: str, data: bytes) -> str:
+        self.put_aside += 1
+        name = f"memory-quarantine:{self.put_aside}"
+        self.quarantine.append((QuarantineEntry(name, now_ms(), reason, len(data), seq), data))
+        return name
 
 
-class MemWorkspace(RowRewrites, WorkspaceHandle):
-    """One workspace of a memory root (module doc)."""
+class MemoryRoot:
+    """The workspaces of one root and the lock every operation on them takes."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.lock = threading.RLock()
+        self.spaces: dict[str, Space] = {}
+
+    @contextmanager
+    def locked(self, timeout: float, workspace: str) -> Iterator[None]:
+        if not (self.lock.acquire(timeout=timeout) if timeout > 0 else self.lock.acquire(False)):
+            raise LockTimeout(
+                f"workspace {workspace!r}: lock not acquired within {timeout:g} s ({self.label}); "
+                "another writer holds it -- retry, or raise Store(lock_timeout=...)")
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+
+class MemWorkspace(RowWorkspace, WorkspaceHandle):
+    """One workspace of a memory root: the primitives (module doc)."""
+
+    engine, tag, quarantine_name = "memory", "m", "the memory quarantine"
 
     def __init__(self, root: MemoryRoot, store: StoreOptions, workspace: str) -> None:
         super().__init__(store, workspace)
@@ -54,73 +117,44 @@ class MemWorkspace(RowRewrites, WorkspaceHandle):
         return self.root.locked(self.store.lock_timeout, self.workspace)
 
     def space(self) -> Space:
-        """The workspace's data (call under the lock); WorkspaceNotFound when
-        nothing was written."""
+        """The workspace's data (under the lock); WorkspaceNotFound when none."""
         sp = self.root.spaces.get(self.workspace)
         if sp is None:
-            raise WorkspaceNotFound(
-                f"workspace {self.workspace!r} has no history in {self.root.label} (nothing "
-                "has been written to it)"
-            )
+            raise WorkspaceNotFound(f"workspace {self.workspace!r} has no history in "
+                                    f"{self.root.label} (nothing has been written to it)")
         return sp
-
-    # --- state and reads -----------------------------------------------------------
 
     def exists(self) -> bool:
         return self.workspace in self.root.spaces
 
-    def require(self) -> None:
+    def head(self) -> RowState:
         with self.locked():
-            self.space()
+            return self.space().state()
 
-    def snapshot(self) -> RowState:
-        with self.locked():
-            sp = self.root.spaces.get(self.workspace)
-            return sp.state() if sp is not None else RowState(1, 0, None, None)
-
-    def rows(self, after_seq: int | None = None) -> Iterator[Row]:
-        """Every row after ``after_seq``; a rewrite while streaming raises
-        HistoryDamaged ("read again"), as on the other engines."""
+    def stored(self, first: int, last: int, limit: int = LAST_SEQ) -> list[StoredRow]:
         with self.locked():
             sp = self.space()
-            rows, epoch = sp.rows, sp.epoch
-            start = bisect.bisect_right(sp.seqs, after_seq) if after_seq else 0
-        return self._stream(sp, rows, epoch, start)
+            lo = bisect.bisect_left(sp.seqs, first)
+            return sp.rows[lo:min(bisect.bisect_right(sp.seqs, last), lo + limit)]
 
-    def _stream(self, sp: Space, rows: list[Stored], epoch: int, i: int) -> Iterator[Row]:
-        while i < len(rows):  # appends extend the list; a rewrite replaces it
-            if sp.rows is not rows or sp.epoch != epoch:
-                raise HistoryDamaged(
-                    f"workspace {self.workspace!r}: a rewrite ran while reading (new epoch); "
-                    "read again"
-                )
-            yield _row(rows[i], self.workspace)
-            i += 1
-
-    def get(self, seq: int) -> Row | None:
+    def boundary_before(self, seq: int) -> int:
         with self.locked():
-            sp = self.space()
-            i = sp.index_of(seq)
-            return _row(sp.rows[i], self.workspace) if i is not None else None
+            bounds = self.space().bounds
+            i = bisect.bisect_left(bounds, seq)
+            return bounds[i - 1] if i else 0
 
-    def window_rows(self) -> list[Row]:
-        with self.locked():
-            sp = self.space()
-            start = bisect.bisect_right(sp.seqs, sp.window.seq) if sp.window is not None else 0
-            return [_row(s, self.workspace) for s in sp.rows[start:]]
+    def recall_index(self) -> Recall:
+        sp = self.space()
+        sp.recall = sp.recall or Recall()
+        return sp.recall
 
-    def pages(self, use: PageUse[T]) -> T:
-        from ledger.storage.memory.reader import MemReader
-
-        return use(MemReader(self))
-
-    # --- append ------------------------------------------------------------------
+    def where(self) -> RowStat:
+        return RowStat(root=self.root.label)
 
     def append_batch(self, batch: PendingBatch) -> AppendResult:
         bid = batch.batch_id
         with self.locked():
             sp = self.root.spaces.get(self.workspace)
-            new = sp is None
             if sp is None:
                 refuse_on_empty(self.workspace, batch)
                 sp = Space(rules.new_epoch())  # kept only if the batch commits
@@ -129,44 +163,26 @@ class MemWorkspace(RowRewrites, WorkspaceHandle):
                 return AppendResult(list(range(first, first + n)), sp.epoch,
                                     sp.state().window_seq, bid)
             check_expectations(self.workspace, batch, sp.next_seq, sp.state().window_seq)
-            stored, lines = batch.encode(sp.next_seq, self.store.max_row_bytes)
-            bounds = rules.batch_bounds(stored, [(int(r["seq"]), 0) for r in stored])
-            sp.window, sp.floor = rules.fold(sp.window, sp.floor, bounds)
-            reasons = {b.seq: b.reason for b in bounds}
-            sp.add(stored_row(line, row, bid, reasons.get(int(row["seq"])))
-                   for row, line in zip(stored, lines, strict=True))
-            sp.batches[bid] = (sp.next_seq, len(lines))
-            sp.next_seq += len(lines)
-            if new:
-                self.root.spaces[self.workspace] = sp
-            return AppendResult([int(r["seq"]) for r in stored], sp.epoch,
+            dicts, lines = batch.encode(sp.next_seq, self.store.max_row_bytes)
+            sp.add([StoredRow(int(d["seq"]), bid, None, line.removesuffix(b"\n"))
+                    for d, line in zip(dicts, lines, strict=True)], dicts)
+            self.root.spaces[self.workspace] = sp
+            return AppendResult([int(d["seq"]) for d in dicts], sp.epoch,
                                 sp.state().window_seq, bid)
 
     def load_rows(self, rows: Iterable[Row]) -> Loaded:
         """Take verified rows byte for byte as this new workspace (``tledger
         migrate``'s destination side); all or nothing."""
+        sp, run = Space(rules.new_epoch()), list[Row]()
         count = total = 0
-        sp = Space(rules.new_epoch())
-        run: list[Row] = []
-
-        def flush() -> None:
-            bounds = rules.batch_bounds([r.data for r in run], [(r.seq, 0) for r in run])
-            sp.window, sp.floor = rules.fold(sp.window, sp.floor, bounds)
-            reasons = {b.seq: b.reason for b in bounds}
-            bid = str(run[0].batch.get("id", ""))
-            sp.add(stored_row(r.line, r.data, bid, reasons.get(r.seq)) for r in run)
-            sp.batches[bid] = (run[0].seq, len(run))
-            run.clear()
-
-        for row in rows:
-            if run and row.batch.get("id") != run[-1].batch.get("id"):
-                flush()
-            run.append(row)
-            count += 1
-            total += len(row.line) + 1
-        if run:
-            flush()
-        sp.next_seq = (sp.seqs[-1] if sp.seqs else 0) + 1
+        for row in [*rows, None]:
+            if run and (row is None or row.batch.get("id") != run[-1].batch.get("id")):
+                bid = str(run[0].batch.get("id", ""))
+                sp.add([StoredRow(r.seq, bid, None, r.line) for r in run], [r.data for r in run])
+                run = []
+            if row is not None:
+                run.append(row)
+                count, total = count + 1, total + len(row.line) + 1
         with self.locked():
             if self.workspace in self.root.spaces:
                 raise LedgerError(f"workspace {self.workspace!r} already exists in "
@@ -174,105 +190,52 @@ class MemWorkspace(RowRewrites, WorkspaceHandle):
             self.root.spaces[self.workspace] = sp
         return Loaded(count, total)
 
-    # --- the primitives of the rewrites (ledger.storage.rewrites) --------------------
-
-    def head(self) -> RowState:
-        with self.locked():
-            return self.space().state()
-
-    def read(self, first: int, last: int) -> list[Row]:
-        with self.locked():
-            sp = self.space()
-            lo, hi = bisect.bisect_left(sp.seqs, first), bisect.bisect_right(sp.seqs, last)
-            return [_row(s, self.workspace) for s in sp.rows[lo:hi]]
-
-    def replace(self, expect: RowState, edits: Sequence[Edit],
-                put_aside: str | None) -> Replaced:
+    def replace(self, expect: RowState, edits: Sequence[Edit], put_aside: str | None,
+                hold: int = 0) -> Replaced:
         with self.locked():
             sp = self.space()
             if not holds(sp.state(), expect):
                 raise Conflict(f"workspace {self.workspace!r} changed; read it again")
-            new = list(sp.rows)
-            gone: list[Stored] = []
-            changed = False
+            new, gone, changed = list(sp.rows), list[StoredRow](), not edits
             for e in sorted(edits, key=lambda e: e.first, reverse=True):  # indexes stay valid
-                lo = bisect.bisect_left(sp.seqs, e.first)
-                hi = bisect.bisect_right(sp.seqs, e.last)
-                gone += new[lo:hi]
-                new[lo:hi] = [stored_row(p.row.line, p.row.data, str(p.row.batch.get("id", "")),
-                                      p.boundary) for p in e.rows]
+                lo, hi = bisect.bisect_left(sp.seqs, e.first), bisect.bisect_right(sp.seqs, e.last)
+                back = {p.row.seq for p in e.rows}
+                gone += [r for r in new[lo:hi] if r.seq not in back]
+                new[lo:hi] = [StoredRow(p.row.seq, str(p.row.batch.get("id", "")), p.boundary,
+                                        p.row.line) for p in e.rows]
                 changed = changed or lo < hi or bool(e.rows)
-            if put_aside is not None and gone:
-                ts = now_ms()
-                self.quarantine().extend((ts, r.seq, put_aside, r.line) for r in gone)
-            if changed or not edits:
-                sp.replace(new)
+            for r in gone:
+                if put_aside is not None:
+                    sp.put(r.seq, put_aside, r.raw)
+            if changed:
+                sp.swap(new)
                 last = next((r for r in reversed(new) if r.boundary is not None), None)
-                manual = next((r for r in reversed(new) if r.boundary == "manual"), None)
-                sp.window, sp.floor = settle(
-                    expect, boundary(last.seq, last.boundary) if last else None,
-                    boundary(manual.seq, "manual") if manual else None)
+                manual = next((r.seq for r in reversed(new) if r.boundary == "manual"), None)
+                sp.window, sp.floor = settle(expect, boundary(last.seq, last.boundary)
+                                             if last else None, boundary(manual, "manual"), hold)
+                sp.next_seq = max(sp.next_seq, new[-1].seq + 1 if new else 1)
                 sp.epoch = rules.new_epoch(sp.epoch)
-            return Replaced(sp.epoch, len(gone), sum(len(r.line) + 1 for r in gone),
+            return Replaced(sp.epoch, len(gone), sum(len(r.raw) + 1 for r in gone),
                             [f"memory quarantine ({len(gone)} rows)"]
                             if put_aside is not None and gone else [])
 
-    # --- verify and repair (verify.py) ----------------------------------------------
-
-    def verify(self, progress: Progress | None = None) -> CheckReport:
-        from ledger.storage.memory.verify import check
-
-        return check(self)
-
-    def repair(self, policy: str = "salvage", dry_run: bool = False,
-               progress: Progress | None = None) -> RepairReport:
-        from ledger.storage.memory.verify import repair
-
-        return repair(self, policy, dry_run)
-
-    # --- quarantine, backup, stat -----------------------------------------------------
-
-    def quarantine(self) -> list[Quarantined]:
-        """What rewrites and imports put aside here (call under the lock); it
-        goes with the workspace's delete."""
-        return self.root.quarantine.setdefault(self.workspace, [])
-
-    def clean_quarantine(self, older_than_s: float) -> QuarantineCleaned:
-        """Remove quarantine entries older than ``older_than_s`` seconds."""
-        cutoff = now_ms() - int(older_than_s * 1000)
+    def list_quarantine(self) -> list[QuarantineEntry]:
         with self.locked():
-            self.space()
-            q = self.quarantine()
-            gone = [e for e in q if e[0] < cutoff]
-            q[:] = [e for e in q if e[0] >= cutoff]
-        return QuarantineCleaned(len(gone), sum(len(e[3]) for e in gone))
+            return [e for e, _ in self.space().quarantine]
 
     def put_quarantine(self, data: bytes, *, source: str, offset: int, reason: str) -> str:
         """Put bytes that never entered the log aside (an import's refused
         records); the same bytes from the same place are kept once."""
         why = f"{source} offset {offset}: {reason}"
         with self.locked():
-            self.space()
-            q = self.quarantine()
-            for i, e in enumerate(q):
-                if e[2] == why and e[3] == data:
-                    return f"memory-quarantine:{i + 1}"
-            q.append((now_ms(), None, why, data))
-            return f"memory-quarantine:{len(q)}"
+            sp = self.space()
+            return next((e.name for e, d in sp.quarantine if e.reason == why and d == data),
+                        None) or sp.put(None, why, data)
 
-    def backup(self, dest: str) -> BackupResult:
-        """This workspace as a file-engine directory ``dest`` (new), from one
-        consistent copy of its rows (``ledger.storage.copydir``)."""
-        with self.locked():
-            rows = list(self.space().rows)
-        total = write_workspace_dir(dest, (r.line for r in rows))
-        return BackupResult(self.workspace, dest, 2, total)
-
-    def stat(self) -> StatReport:
+    def clean_quarantine(self, older_than_s: float) -> QuarantineCleaned:
+        cutoff = now_ms() - int(older_than_s * 1000)
         with self.locked():
             sp = self.space()
-            return sp.state().stat(
-                self.workspace, engine="memory", root=self.root.label,
-                boundaries=len(sp.bounds), rows=len(sp.rows),
-                nbytes=sum(len(r.line) + 1 for r in sp.rows),
-                quarantine_bytes=sum(len(e[3]) for e in self.quarantine()))
+            gone = [e for e, _ in sp.quarantine if e.ts_ms < cutoff]
+            sp.quarantine = [(e, d) for e, d in sp.quarantine if e.ts_ms >= cutoff]
+        return QuarantineCleaned(len(gone), sum(e.bytes for e in gone))

@@ -1,6 +1,7 @@
 """What the PostgreSQL engine's helpers -- the page reader, the rewrite
 primitive with backup and stat, verify and repair -- use of a workspace:
-``PgHandle``, a typed protocol. ``workspace.PgWorkspace`` imports them and
+``PgHandle``, a typed protocol (with the rewrite primitives, which the
+shared repair uses). ``workspace.PgWorkspace`` imports them and
 hands itself over; they see only this, so none imports the workspace class.
 """
 
@@ -9,10 +10,11 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ledger.storage.postgres.connect import Database
+from ledger.storage.primitives import RowPrimitives
 from ledger.storage.seqpages import RowState
 
 
-class PgHandle(Protocol):
+class PgHandle(RowPrimitives, Protocol):
     """One workspace of the PostgreSQL engine as its helpers use it."""
 
     workspace: str

@@ -4,7 +4,8 @@ head against the rule's, takes out each edit's seq range (to
 ``tl_quarantine``, or for good), puts the edit's rows in, forgets the batch
 ids left without rows, and writes the settled head with a new epoch (so every
 open cursor expires). The rules over it -- reject, truncate, purge,
-rebaseline -- are ``ledger.storage.rewrites``, shared with the memory engine.
+rebaseline, and repair -- are ``ledger.storage.rewrites`` and
+``ledger.storage.rowspace``, shared with the memory engine.
 
 Plus ``backup`` (a file-engine directory: the same bytes, readable anywhere)
 and ``stat``.
@@ -50,7 +51,7 @@ def quarantine(conn: Any, workspace: str, condition: str, params: dict[str, Any]
 
 
 def replace(ws: PgHandle, expect: PgState, edits: Sequence[Edit],
-            put_aside: str | None) -> Replaced:
+            put_aside: str | None, hold: int = 0) -> Replaced:
     """``replace`` (module doc); Conflict when the head is not ``expect``."""
     with ws.db.write(f"rewrite workspace {ws.workspace!r}") as conn:
         st = ws.head_in(conn, lock=True)
@@ -63,6 +64,10 @@ def replace(ws: PgHandle, expect: PgState, edits: Sequence[Edit],
         gone_batches: set[str] = set()
         kept_batches: set[str] = set()
         for e in edits:
+            back = [p.row.seq for p in e.rows]  # taken out and put back: not put aside
+            if back:
+                conn.execute("DELETE FROM tl_rows WHERE workspace = %s AND seq = ANY(%s)",
+                             (ws.workspace, back))
             cond, args = "seq BETWEEN %(first)s AND %(last)s", {"first": e.first, "last": e.last}
             if put_aside is not None:
                 n, b, bids = quarantine(conn, ws.workspace, cond, args, put_aside)
@@ -96,13 +101,16 @@ def replace(ws: PgHandle, expect: PgState, edits: Sequence[Edit],
                 "SELECT seq FROM tl_rows WHERE workspace = %s AND boundary = 'manual' "
                 "ORDER BY seq DESC LIMIT 1", (ws.workspace,)).fetchone()
             window, floor = settle(st, boundary(*last) if last else None,
-                                   boundary(manual[0], "manual") if manual else None)
+                                   boundary(manual[0], "manual") if manual else None, hold)
+            top = conn.execute("SELECT max(seq) FROM tl_rows WHERE workspace = %s",
+                               (ws.workspace,)).fetchone()[0]
             epoch = rules.new_epoch(st.epoch)
             conn.execute(
                 "UPDATE tl_head SET epoch = %s, window_seq = %s, window_reason = %s, "
-                "floor_seq = %s, updated_ms = %s WHERE workspace = %s",
+                "floor_seq = %s, next_seq = %s, updated_ms = %s WHERE workspace = %s",
                 (epoch, window.seq if window else 0, window.reason if window else None,
-                 floor.seq if floor else None, now_ms(), ws.workspace))
+                 floor.seq if floor else None, max(st.next_seq, (top or 0) + 1), now_ms(),
+                 ws.workspace))
     return Replaced(epoch, removed, nbytes,
                     [f"tl_quarantine ({removed} rows)"] if put_aside is not None and removed
                     else [])

@@ -37,6 +37,7 @@ from ledger.core.windows import Boundary
 from ledger.storage.engine import (
     BackupResult,
     PageUse,
+    QuarantineEntry,
     StatReport,
     StoreOptions,
     T,
@@ -291,6 +292,17 @@ class PgWorkspace(RowRewrites, WorkspaceHandle):
                 (self.workspace, cutoff)).fetchone()
         return QuarantineCleaned(int(got[0]), int(got[1]))
 
+    def list_quarantine(self) -> list[QuarantineEntry]:
+        with self.db.read("list the quarantine") as conn:
+            if self.head_in(conn) is None:
+                raise WorkspaceNotFound(
+                    f"workspace {self.workspace!r} has no history in {self.db.where}")
+            got = conn.execute(
+                "SELECT id, ts_ms, reason, octet_length(raw), seq FROM tl_quarantine WHERE "
+                "workspace = %s ORDER BY id", (self.workspace,)).fetchall()
+        return [QuarantineEntry(f"tl_quarantine:{i}", int(ts), reason, int(n), seq)
+                for i, ts, reason, n, seq in got]
+
     def put_quarantine(self, data: bytes, *, source: str, offset: int, reason: str) -> str:
         """Put bytes that never entered the log aside (an import's unreadable or
         refused records); returns the entry name. The same bytes from the same
@@ -341,10 +353,10 @@ class PgWorkspace(RowRewrites, WorkspaceHandle):
         return [decode(self.workspace, seq, bytes(raw)) for seq, raw in got]
 
     def replace(self, expect: PgState, edits: Sequence[Edit],
-                put_aside: str | None) -> Replaced:
+                put_aside: str | None, hold: int = 0) -> Replaced:
         from ledger.storage.postgres.rewrites import replace
 
-        return replace(self, expect, edits, put_aside)
+        return replace(self, expect, edits, put_aside, hold)
 
     def backup(self, dest: str) -> BackupResult:
         from ledger.storage.postgres.rewrites import backup

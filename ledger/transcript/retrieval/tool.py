@@ -87,6 +87,11 @@ class Serves(Protocol):
 
     def serve(self, c: Call) -> dict[str, Any]: ...
 
+    @property
+    def reader(self) -> object:
+        """The engine's page reader."""
+        ...
+
 
 class SessionHistory:
     """The retrieval tool bound to one workspace (DESIGN.md 8 and 12); the
@@ -102,6 +107,12 @@ class SessionHistory:
             return _Pages(history, reader)
 
         self._pages = history.engine.pages(bind)
+
+    @property
+    def reader(self) -> object:
+        """The engine's page reader this tool reads with (its type is the
+        engine's: for tests and benchmarks that look inside)."""
+        return self._pages.reader
 
     def definition(self, api: str = "openai") -> dict[str, Any]:
         """The tool's schema for function calling, from one source."""

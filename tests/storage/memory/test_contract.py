@@ -40,7 +40,7 @@ def corrupt() -> Corrupt:
     def damage(h: History, seq: int) -> None:
         rows = h.engine.root.spaces[h.workspace].rows  # type: ignore[attr-defined]
         i = next(i for i, s in enumerate(rows) if s.seq == seq)
-        rows[i] = dataclasses.replace(rows[i], line=damaged(rows[i].line))
+        rows[i] = dataclasses.replace(rows[i], raw=damaged(rows[i].raw))
 
     return damage
 

@@ -207,7 +207,7 @@ def test_a_reader_changing_a_row_changes_nothing_stored() -> None:
     assert [r.to_dict()["parts"] for r in h.rows()] == [[{"type": "text", "text": "original"}]]
 
 
-# --- verify and repair (ledger/storage/memory/verify.py) -------------------------------
+# --- verify and repair (ledger/storage/rowspace.py over the memory primitives) -------
 
 
 def _space(h: Any) -> Any:
@@ -244,8 +244,8 @@ def test_repair_moves_a_damaged_batch_to_the_quarantine_and_keeps_the_floor() ->
     reset = h.clear_soft().seqs[0]
     h.append_many([msg("x"), msg("y", "assistant")])
     sp = _space(h)
-    bad = sp.rows[reset - 1].line.replace(b'"role":"system"', b'"role":"systex"')
-    sp.rows[reset - 1] = dataclasses.replace(sp.rows[reset - 1], line=bad)
+    bad = sp.rows[reset - 1].raw.replace(b'"role":"system"', b'"role":"systex"')
+    sp.rows[reset - 1] = dataclasses.replace(sp.rows[reset - 1], raw=bad)
     sp.next_seq = 2
     report = check(h)
     codes = sorted({f.code for f in report.findings})
@@ -277,7 +277,7 @@ def test_check_finds_a_wrong_boundary_and_a_gap_nothing_explains() -> None:
     h.append(msg("a"))
     sp = _space(h)
     sp.rows[1] = dataclasses.replace(sp.rows[1], boundary=None)
-    assert [f.code for f in check(h).findings] == ["projection", "projection"]
+    assert [f.code for f in check(h).findings] == ["projection"]
     repair(h)
     assert check(h).ok and h.snapshot().floor.seq == 2  # type: ignore[union-attr]
     gap = Store("memory://").history("ws")

@@ -1,44 +1,45 @@
-"""The in-memory engine's recall index for ranked ``session_history``: the
-file engine's index (``ledger.storage.files.recall``) without SQLite, so both
-rank alike. For every searchable row: its window, length and term counts;
-for every term its document frequency and postings; the ranking itself is
-``ledger.core.ranking``.
+"""A recall index kept in this process for ranked ``session_history`` over a
+row engine's stored rows (``ledger.storage.primitives.StoredRows``; the
+memory engine's): the file engine's index (``ledger.storage.files.recall``)
+without SQLite, so both rank alike. For every searchable row: its window,
+length and term counts; for every term its document frequency and postings;
+the ranking itself is ``ledger.core.ranking``.
 
 Kept per workspace and brought up to date by the first ranked search after
-appends (the rows it has not seen); a rewrite (a new epoch, a new list) or a
-new privacy floor starts it again, from the floor's row: it holds nothing
-before the floor, not even in its statistics (as the file engine's). A query
-reads, for each of its rarest terms, the best postings by impact (newest first
-among equals) with seq in (after, high], ``SCAN_ROWS`` in all: the same
-candidates the file engine takes.
+appends (the rows after the newest it saw); a rewrite (a new epoch) or a new
+privacy floor starts it again, from the floor's row: it holds nothing before
+the floor, not even in its statistics (as the file engine's). A row whose
+bytes fail verification is not indexed. A query reads, for each of its
+rarest terms, the best postings by impact (newest first among equals) with
+seq in (after, high], ``SCAN_ROWS`` in all: the same candidates the file
+engine takes.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from ledger.core import format as fmt
 from ledger.core import ranking
 from ledger.core.searchable import indexed_terms
+from ledger.storage.engine import Candidate
+from ledger.storage.primitives import LAST_SEQ, StoredRow, StoredRows
+from ledger.storage.seqpages import RowState
 
-if TYPE_CHECKING:
-    from ledger.storage.memory.space import Stored
+STEP = 1024  # rows read per step while catching up
 
 
 class Recall:
     """One workspace's index (module doc)."""
 
     def __init__(self) -> None:
-        self._start(None, 0)
+        self._start(0, 0)
 
-    def _start(self, rows: object, epoch: int, floor: int = 0, first: int = 0) -> None:
-        self.rows_of: object = rows  # the list indexed (a rewrite swaps in another)
+    def _start(self, epoch: int, floor: int) -> None:
         self.epoch = epoch
         self.floor = floor  # the seq of the floor it starts at (0: none)
-        self.upto = first  # rows of that list indexed (or before the floor)
+        self.upto = max(floor - 1, 0)  # the newest seq seen
         self.window = 0
         self.calls: set[str] = set()
         self.wins: list[int] = []
@@ -50,23 +51,26 @@ class Recall:
         self.postings: dict[str, list[tuple[int, int, int]]] = {}
         self.dirty: set[str] = set()
 
-    def refresh(self, rows: Sequence[Stored], epoch: int, floor: int = 0) -> None:
-        """Index the rows not yet seen (all of them after the floor after a
-        rewrite or a new floor)."""
-        if (rows is not self.rows_of or epoch != self.epoch or len(rows) < self.upto
-                or floor != self.floor):
-            self._start(rows, epoch, floor, bisect.bisect_left(rows, floor, key=_seq_of))
-        for s in rows[self.upto :]:
-            self._add(s)
-        self.upto = len(rows)
+    def refresh(self, rows: StoredRows, head: RowState) -> None:
+        """Index the rows not yet seen (all of them from the floor after a
+        rewrite or a new floor); call under ``rows.locked()``."""
+        floor = head.floor.seq if head.floor is not None else 0
+        if head.epoch != self.epoch or floor != self.floor:
+            self._start(head.epoch, floor)
+        while got := rows.stored(self.upto + 1, LAST_SEQ, STEP):
+            for s in got:
+                self._add(s)
+            self.upto = got[-1].seq
 
-    def _add(self, s: Stored) -> None:
-        row, seq = s.data, s.seq
-        if row.get("kind") == "reset" or fmt.readable_row_is_reset(s.line, row):
+    def _add(self, s: StoredRow) -> None:
+        row, seq = fmt.decode_line(s.raw), s.seq
+        if row is None:
+            return
+        if row.get("kind") == "reset" or fmt.readable_row_is_reset(s.raw, row):
             self.window = seq
             self.wins.append(seq)
             return
-        indexed = indexed_terms(row, self.calls, None, len(s.line))
+        indexed = indexed_terms(row, self.calls, None, len(s.raw))
         if indexed is None:
             return
         tfs, length = indexed
@@ -81,7 +85,7 @@ class Recall:
 
     def candidates(
         self, query: ranking.Query, after: int, high: int, window: int | None
-    ) -> list[tuple[int, int, float, tuple[int, int]]]:
+    ) -> list[Candidate]:
         """Ranked candidates (seq, window, score, (seq, 0)), best first."""
         dfs = {t: self.df[t] for t in query.terms if self.df.get(t)}
         if not dfs:
@@ -131,6 +135,3 @@ class Recall:
         return [(s, self.docs[s][0], score, (s, 0))
                 for s, score in ranking.rank(docs, q, corpus, found)]
 
-
-def _seq_of(s: Stored) -> int:
-    return s.seq
