@@ -66,6 +66,10 @@ INVOCATIONS: dict[str, list[list[str]]] = {
     "purge": [["purge", WS], ["purge", WS, "--quarantine-older-than", "0"]],
     "truncate": [["truncate", WS, "--after", "4"]],
     "reject": [["reject", WS, "2"]],
+    "fork": [["fork", WS, "ws-fork"], ["fork", WS, "ws-fork-2", "--at", "4"]],
+    "rewind": [["rewind", WS, "--to", "4"], ["rewind", WS, "--to", "1",
+                                               "--restore-cleared"]],
+    "branches": [["branches", WS]],
     "delete": [["delete", WS, "--yes"]],
     "backup": [["backup", WS, "{out}"], ["backup", WS, "/proc/self/tledger-zoo"]],
     "count": [],  # reads no workspace: run once (ONCE)
