@@ -273,6 +273,8 @@ def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
         arg("--offset", type=int, default=None),
         arg("--mode", choices=["literal", "ranked"], default=None,
             help="search: literal text (default) or ranked (best matches first)"),
+        arg("--current", action="store_true", default=None,
+            help="ranked search: the current window too (skipped by default)"),
     ],
 )
 def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
@@ -296,7 +298,7 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
                 raise UsageError(f"history {args.action}: {key.upper()} {number} and "
                                  f"--{key} {getattr(args, key)} disagree")
             setattr(args, key, number)
-    for key in ("window", "seq", "cursor", "limit", "offset", "mode"):
+    for key in ("window", "seq", "cursor", "limit", "offset", "mode", "current"):
         value = getattr(args, key)
         if value is not None:
             call[key] = value

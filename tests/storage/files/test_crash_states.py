@@ -414,7 +414,7 @@ def ranked_search(store: Store) -> Any:
     tool = store.history(WS).session_history()
     try:
         return json.loads(tool.call({"action": "search", "query": "needle question answer",
-                                     "mode": "ranked", "limit": 25}))
+                                     "mode": "ranked", "current": True, "limit": 25}))
     finally:
         if tool.reader._recall is not None:
             tool.reader._recall.close()
