@@ -17,6 +17,7 @@ from ledger.core.errors import (
     Conflict,
     CursorExpired,
     DeletePending,
+    EpochChanged,
     FormatError,
     HistoryDamaged,
     InvalidCursor,
@@ -40,6 +41,7 @@ from ledger.core.errors import (
     WorkspaceNotFound,
     WorkspaceOutsideRoot,
 )
+from ledger.core.forks import Branch, ForkRefused, RewindResult
 from ledger.core.rows import Row
 from ledger.transcript.history import History, OpenToolCalls
 from ledger.transcript.store import Store
@@ -76,6 +78,7 @@ __all__ = [
     "AdmissionRefused",
     "AppendResult",
     "BadRequest",
+    "Branch",
     "BudgetConfigError",
     "BudgetExceeded",
     "CheckpointConflict",
@@ -87,6 +90,8 @@ __all__ = [
     "CursorExpired",
     "DeletePending",
     "DeliveryFailed",
+    "EpochChanged",
+    "ForkRefused",
     "FormatError",
     "History",
     "HistoryDamaged",
@@ -113,6 +118,7 @@ __all__ = [
     "RecoveryError",
     "RequestTooLarge",
     "RetrievalDisabled",
+    "RewindResult",
     "RewriteRefused",
     "RolloverCancelled",
     "RolloverError",

@@ -151,7 +151,8 @@ WORKSPACE_TOMBSTONE_SUFFIX = ".deleting"  # .<ws>.deleting beside a workspace be
 
 CANONICAL_KEYS = ("seq", "id", "kind", "role", "parts", "partial", "meta", "ts", "batch")
 CHECKSUM_KEY = "_c"
-KINDS = frozenset({"message", "reset", "lead_in", "warning", "truncation"})
+KINDS = frozenset({"message", "reset", "lead_in", "warning", "truncation", "fork"})
+FORK_KIND = "fork"  # a fork's origin event (ledger.core.forks): internal, never shown
 ROLES = frozenset({"user", "assistant", "system", "tool"})
 RESET_REASONS = frozenset({"manual", "rollover", "compaction"})
 

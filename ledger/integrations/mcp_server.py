@@ -156,14 +156,16 @@ def build_server(root: str, workspace: str, *, allow_write: bool = False,
         query: Annotated[str | None, Field(description=_desc(spec, "query"))] = None,
         mode: Annotated[str | None, Field(description=_desc(spec, "mode"))] = None,
         window: Annotated[int | None, Field(description=_desc(spec, "window"))] = None,
+        current: Annotated[bool | None, Field(description=_desc(spec, "current"))] = None,
         seq: Annotated[int | None, Field(description=_desc(spec, "seq"))] = None,
         offset: Annotated[int | None, Field(description=_desc(spec, "offset"))] = None,
         cursor: Annotated[str | None, Field(description=_desc(spec, "cursor"))] = None,
         limit: Annotated[int | None, Field(description=_desc(spec, "limit"))] = None,
     ) -> CallToolResult:
         # Only describes the tool (tools/list): calls go to history_call below.
-        given = {"action": action, "query": query, "mode": mode, "window": window, "seq": seq,
-                 "offset": offset, "cursor": cursor, "limit": limit}
+        given = {"action": action, "query": query, "mode": mode, "window": window,
+                 "current": current, "seq": seq, "offset": offset, "cursor": cursor,
+                 "limit": limit}
         return history_call({k: v for k, v in given.items() if v is not None})
 
     def history_call(arguments: dict[str, Any]) -> CallToolResult:
