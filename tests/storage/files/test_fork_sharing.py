@@ -85,7 +85,11 @@ def test_a_fork_links_what_it_can_and_copies_only_a_prefix(tmp_path: Path) -> No
     assert shared == [fmt.segment_name(n) for n in sorted(ends) if n < seg]  # linked
     assert all((fork_dir / n).stat().st_nlink == 2 for n in shared)
     own = [n for n in mine if n not in shared]
-    assert own == [fmt.segment_name(seg)]
+    assert own == [fmt.segment_name(seg), fmt.segment_name(seg + 1)]  # prefix, event
+    # the prefix's INDEX entry, written by the fork, is what a scan of its bytes says
+    from ledger.storage.files.index import read_entries, scan_segment
+    recorded = read_entries(str(fork_dir)).sealed[seg]
+    assert recorded == scan_segment(str(fork_dir), seg, recorded.stamp)
     assert mine[own[0]][1].startswith(before[own[0]][1][: mine[own[0]][1].index(b"\n") + 1])
     # the source's receipt was republished: same epoch, still verified
     assert store.history("src").engine.state().verified
