@@ -49,8 +49,14 @@ END = "/nonexistent-tledger-turn-costs-end"
 WARMUP = 3
 
 CONTENDERS = ("by hand", "ledger agents", "sdk SQLiteSession", "ledger langchain",
-              "SQLChatMessageHistory", "FileChatMessageHistory", "Conversation",
-              "RolloverMiddleware")
+              "SQLChatMessageHistory", "FileChatMessageHistory", "by hand, 3 steps",
+              "Conversation", "by hand, 3 steps (messages)", "RolloverMiddleware")
+
+#: The floor each contender's ratio is over: the same durable steps, views
+#: and counts, done by hand on the engine (module doc).
+FLOOR_OF = {"ledger agents": "by hand", "ledger langchain": "by hand",
+            "Conversation": "by hand, 3 steps",
+            "RolloverMiddleware": "by hand, 3 steps (messages)"}
 
 
 def _preload(name: str, directory: str, turns: int) -> None:
@@ -63,9 +69,10 @@ def _preload(name: str, directory: str, turns: int) -> None:
     from ledger.storage.files.bulk import bulk_load
 
     ws = {"by hand": "hand", "ledger agents": "agents", "ledger langchain": "langchain",
-          "Conversation": "conv", "RolloverMiddleware": "mw"}[name]
+          "Conversation": "conv", "RolloverMiddleware": "mw", "by hand, 3 steps": "hand",
+          "by hand, 3 steps (messages)": "hand"}[name]
     h = Store(directory).history(ws)
-    if name in ("ledger langchain", "RolloverMiddleware"):
+    if name in ("ledger langchain", "RolloverMiddleware", "by hand, 3 steps (messages)"):
         bulk_load(h, _windowed(turns, lambda k: [message_row(m) for m in turn_messages(k)]),
                   internal=True, durability="off")
     else:
@@ -88,6 +95,48 @@ def _turn_fn(name: str, directory: str) -> Callable[[int], Any]:
             h.append_many([item_row(i) for i in turn_items(k)])
             return h.provider_view()
         return hand
+    if name.startswith("by hand, 3 steps"):
+        from bench.conversation_bench import BASH, _rows
+        from ledger import Store
+        from ledger.integrations.langchain import message_row
+        from ledger.policy import HISTORY_TOOL
+        from ledger.rollover.guards import check_request
+        from ledger.rollover.request import tool_schema
+        from ledger.transcript.retrieval.tool import DESCRIPTION, PARAMETERS
+
+        h3 = Store(directory).history("hand")
+        tools = [BASH, tool_schema(HISTORY_TOOL, DESCRIPTION, PARAMETERS)]
+
+        def budgeted_view() -> Any:
+            view = [r.to_dict() for r in h3.provider_view()]
+            check_request("gpt-4o", rows=view, system="You are an agent.", tools=tools,
+                          context_limit=16000)
+            return view
+
+        if name == "by hand, 3 steps":
+            def steps(k: int) -> Any:
+                # Conversation's turn: send(user), record(call), send(result).
+                user, call, result = _rows(k)
+                h3.append_many([user])
+                budgeted_view()
+                h3.append_many([call])
+                h3.append_many([result])
+                return budgeted_view()
+            return steps
+
+        from langchain_core.messages import AIMessage
+
+        def message_steps(k: int) -> Any:
+            # The middleware's turn: [user] before the first model call,
+            # [call, result] before the second, the answer at the run's end.
+            user, call, result = (message_row(m) for m in turn_messages(k))
+            h3.append_many([user])
+            budgeted_view()
+            h3.append_many([call, result])
+            view = budgeted_view()
+            h3.append_many([message_row(AIMessage(f"done {k}"))])
+            return view
+        return message_steps
     if name == "ledger agents" or name == "sdk SQLiteSession":
         if name == "ledger agents":
             from ledger import Store
@@ -138,29 +187,31 @@ def _turn_fn(name: str, directory: str) -> Callable[[int], Any]:
             return conv.send(result)
         return conversation
     if name == "RolloverMiddleware":
+        from langchain.agents.middleware import ModelRequest
         from langchain_core.messages import AIMessage
 
+        from bench.conversation_bench import BASH
         from ledger import Store
         from ledger.integrations.langchain_middleware import RolloverMiddleware
 
         mw = RolloverMiddleware(Store(directory), workspace="mw", context_limit=16000)
         state: dict[str, list[Any]] = {"messages": []}
+        tools = [BASH, *mw.tools]  # the agent's tools, session_history among them
 
-        class Request:  # the two things wrap_model_call reads of a ModelRequest
-            def __init__(self, messages: list[Any]) -> None:
-                self.messages = messages
-
-            def override(self, messages: list[Any]) -> Request:
-                return Request(messages)
+        def request(messages: list[Any]) -> Any:
+            # What create_agent hands wrap_model_call (no model is called).
+            return ModelRequest(model=None, messages=messages,  # type: ignore[arg-type]
+                                system_prompt="You are an agent.", tools=tools)
 
         def middleware(k: int) -> Any:
             user, call, result = turn_messages(k)
             state["messages"] += [user]
-            mw.wrap_model_call(Request(list(state["messages"])), lambda r: call)
+            mw.wrap_model_call(request(list(state["messages"])), lambda r: call)
             state["messages"] += [call, result]
             answer = AIMessage(f"done {k}")
-            mw.wrap_model_call(Request(list(state["messages"])), lambda r: answer)
+            mw.wrap_model_call(request(list(state["messages"])), lambda r: answer)
             state["messages"] += [answer]
+            mw.after_agent(state, None)  # the run ends (create_agent's after_agent node)
             return state
         return middleware
     raise SystemExit(f"unknown contender {name!r}")
@@ -220,12 +271,14 @@ def count(name: str, turns: int) -> dict[str, Any]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-TIMED = ("by hand", "ledger agents", "ledger langchain", "Conversation", "RolloverMiddleware")
+TIMED = ("by hand", "ledger agents", "ledger langchain", "by hand, 3 steps", "Conversation",
+         "by hand, 3 steps (messages)", "RolloverMiddleware")
 
 
 def timed(names: list[str], turns: int, sizes: list[int]) -> dict[str, Any]:
     """Median wall and CPU ms per turn of each contender at each size,
-    round-robin in one process; ratios over ``by hand``."""
+    round-robin in one process; each ratio over the contender's floor
+    (``FLOOR_OF``)."""
     import statistics
     import time
 
@@ -254,11 +307,13 @@ def timed(names: list[str], turns: int, sizes: list[int]) -> dict[str, Any]:
                         cpu[name].append(c1 - c0)
             rec = {n: {"wall_ms": round(statistics.median(wall[n]) * 1e3, 3),
                        "cpu_ms": round(statistics.median(cpu[n]) * 1e3, 3)} for n in names}
-            if "by hand" in rec:
-                floor = rec["by hand"]
-                for n in names:
-                    rec[n]["wall_over_floor"] = round(rec[n]["wall_ms"] / floor["wall_ms"], 2)
-                    rec[n]["cpu_over_floor"] = round(rec[n]["cpu_ms"] / floor["cpu_ms"], 2)
+            for n in names:
+                floor = rec.get(FLOOR_OF.get(n, n))
+                if floor is None:
+                    continue
+                rec[n]["floor"] = FLOOR_OF.get(n, n)
+                rec[n]["wall_over_floor"] = round(rec[n]["wall_ms"] / floor["wall_ms"], 2)
+                rec[n]["cpu_over_floor"] = round(rec[n]["cpu_ms"] / floor["cpu_ms"], 2)
             out[str(mib)] = rec
             print(f"{mib} MiB: {rec}", file=sys.stderr, flush=True)
         finally:
@@ -267,12 +322,14 @@ def timed(names: list[str], turns: int, sizes: list[int]) -> dict[str, Any]:
 
 
 def timed_markdown(doc: dict[str, Any]) -> str:
-    lines = ["| contender | history | wall ms | CPU ms | wall / by hand | CPU / by hand |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| contender | history | wall ms | CPU ms | floor | wall / floor | CPU / floor |",
+             "|---|---|---|---|---|---|---|"]
     for mib, rec in doc.items():
         for name, r in rec.items():
+            floor = "itself" if r.get("floor", name) == name else r["floor"]
             lines.append(f"| {name} | {mib} MiB | {r['wall_ms']:.2f} | {r['cpu_ms']:.2f} | "
-                         f"{r.get('wall_over_floor', '—')} | {r.get('cpu_over_floor', '—')} |")
+                         f"{floor} | {r.get('wall_over_floor', '—')} | "
+                         f"{r.get('cpu_over_floor', '—')} |")
     return "\n".join(lines)
 
 

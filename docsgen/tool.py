@@ -4,12 +4,28 @@ from ``ledger.transcript.retrieval`` (the schema every adapter advertises)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ledger.transcript.retrieval import args, results
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+def _kind(spec: dict[str, Any]) -> str:
+    """A JSON schema's type as a cell: ``string``, ``integer: 1, 2``,
+    ``string or array of string`` (``type`` lists, ``anyOf`` / ``oneOf``)."""
+    if "anyOf" in spec or "oneOf" in spec:
+        return " or ".join(_kind(s) for s in spec.get("anyOf", spec.get("oneOf", [])))
+    kind = spec.get("type", "")
+    if isinstance(kind, list):
+        kind = " or ".join(kind)
+    if kind == "array" and isinstance(spec.get("items"), dict):
+        kind = "array of " + _kind(spec["items"])
+    if "enum" in spec:
+        kind += ": " + ", ".join(f"`{v}`" for v in spec["enum"])
+    return str(kind)
 
 
 def arguments() -> str:
@@ -19,9 +35,7 @@ def arguments() -> str:
            + " | description |",
            "|---|---|" + "---|" * len(args.ACTIONS) + "---|"]
     for name, spec in props.items():
-        kind = spec.get("type", "")
-        if "enum" in spec:
-            kind += ": " + ", ".join(f"`{v}`" for v in spec["enum"])
+        kind = _kind(spec)
         used = ["required" if name in required else
                 ("yes" if name in args.ALLOWED_ARGS[a] else "") for a in args.ACTIONS]
         out.append(f"| `{name}` | {_cell(kind)} | " + " | ".join(used)

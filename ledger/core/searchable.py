@@ -50,9 +50,10 @@ def row_text(row: dict[str, Any]) -> str:
 
 
 def hidden(row: dict[str, Any]) -> bool:
-    """Rows never returned as content: resets, lead-ins, rejected requests."""
+    """Rows never returned as content: resets, lead-ins, fork events,
+    rejected and rewound records."""
     kind = row.get("kind")
-    if kind in ("reset", "lead_in"):
+    if kind in ("reset", "lead_in", fmt.FORK_KIND):
         return True
     meta = row.get("meta")
     if isinstance(meta, dict) and "quarantine" in meta:

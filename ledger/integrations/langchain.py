@@ -10,7 +10,9 @@ from which ``messages`` rebuilds it unchanged: type, id, name,
 
 - ``messages``: the current window, oldest first (a rolled-over window starts
   with its lead-in as a ``SystemMessage``). It reads the window, never the
-  whole history.
+  whole history. Each read returns new message objects; those of rows read
+  before are shallow copies of the ones kept per stored line
+  (``MessageCache``), so a turn rebuilds only its new rows.
 - ``add_messages``: one all-or-nothing batch.
 - ``clear``: a manual reset (``History.clear_soft``), the privacy floor; the
   rows stay retained. ``delete`` removes the workspace (``Store.delete``).
@@ -101,10 +103,34 @@ def message_row(message: BaseMessage) -> dict[str, Any]:
     return {"kind": "message", "role": role, "parts": parts, "meta": {META_KEY: kept}}
 
 
-def _row_message(row: Row) -> BaseMessage | None:
+class MessageCache:
+    """The LangChain message of each stored row, rebuilt once per stored
+    line: the key is the row's line as read (its bytes, checksum included),
+    so a rewritten row is a new key. A message kept is handed out again as a
+    shallow copy (``model_copy``: fields reassigned on it stay its own).
+    Bounded: the oldest entries go first."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._kept: dict[bytes, BaseMessage] = {}
+
+    def message(self, row: Row) -> BaseMessage:
+        kept = row.meta[META_KEY]
+        key = bytes(row.line)
+        if not key:  # an engine that keeps no line: nothing to key on
+            return messages_from_dict([kept])[0]
+        found = self._kept.get(key)
+        if found is None:
+            found = self._kept[key] = messages_from_dict([kept])[0]
+            while len(self._kept) > self.size:
+                del self._kept[next(iter(self._kept))]
+        return found.model_copy()
+
+
+def _row_message(row: Row, cache: MessageCache | None = None) -> BaseMessage | None:
     kept = row.meta.get(META_KEY)
     if isinstance(kept, dict):
-        return messages_from_dict([kept])[0]
+        return cache.message(row) if cache is not None else messages_from_dict([kept])[0]
     if row.kind not in ("message", "lead_in") or is_empty_assistant(row.data):
         return None
     text = "\n".join(p["text"] for p in row.parts
@@ -135,6 +161,7 @@ class LedgerChatMessageHistory(BaseChatMessageHistory):
         self.store = open_store(store, root)
         self.history: History = self.store.history(validate_session(session_id))
         self.session_id = self.history.workspace
+        self._cache = MessageCache()
 
     def __repr__(self) -> str:
         return f"LedgerChatMessageHistory({self.session_id!r}, root={redact(self.store.root)!r})"
@@ -145,7 +172,7 @@ class LedgerChatMessageHistory(BaseChatMessageHistory):
             rows = self.history.window_rows()
         except WorkspaceNotFound:
             return []
-        return [m for m in (_row_message(r) for r in rows) if m is not None]
+        return [m for m in (_row_message(r, self._cache) for r in rows) if m is not None]
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         if messages:

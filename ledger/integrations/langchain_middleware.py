@@ -28,7 +28,16 @@ thread so the event loop is never blocked):
    warning and a lead-in are appended to the system prompt of that call, except
    a lead-in before a carried tool step (a window that would start with an
    assistant message), which is sent as the first, user-side message;
-4. the model's answer is stored (``Conversation.record``).
+4. the model's answer is kept in the agent's state, not stored on its own:
+   it rides with the next durable step of the run -- the next model call's
+   send, which stores it together with the tool results that answer it (one
+   batch where there were two) -- and ``after_agent`` stores what is left
+   (the final answer) when the agent ends (``Conversation.record``). The
+   user's message and tool results are stored before the model sees them;
+   an answer is stored by the next step or the run's end (a run that dies
+   before either loses that answer on the ledger's side only: the graph's
+   state, e.g. ``LedgerSaver``, has it, and the next run's first call
+   stores it).
 
 The agent's own state still holds every message (LangGraph keeps it, e.g. in
 ``LedgerSaver``); only what the model is sent is bounded. The workspace is
@@ -45,6 +54,8 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
+
+import msgspec
 
 from ledger.integrations import open_store, require
 from ledger.transcript.store import Store
@@ -71,7 +82,34 @@ from ledger.tokens.shapes import neutral_tool  # noqa: E402
 __all__ = ["RolloverMiddleware", "model_messages", "row_message"]
 
 
-def row_message(row: Mapping[str, Any]) -> BaseMessage | None:
+class KeptMessages:
+    """The LangChain message of each kept message dict, rebuilt once (keyed
+    by its JSON): each model call of a run sends the whole window again, and
+    rebuilding every message each time was most of a call's cost. Handed out
+    as shallow copies (``model_copy``). Bounded: the oldest go first."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._kept: dict[bytes, BaseMessage] = {}
+
+    def message(self, kept: dict[str, Any]) -> BaseMessage:
+        try:
+            key = _encode(kept)
+        except (TypeError, ValueError, OverflowError):
+            return messages_from_dict([kept])[0]
+        found = self._kept.get(key)
+        if found is None:
+            found = self._kept[key] = messages_from_dict([kept])[0]
+            while len(self._kept) > self.size:
+                del self._kept[next(iter(self._kept))]
+        return found.model_copy()
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+def row_message(row: Mapping[str, Any],
+                kept_messages: KeptMessages | None = None) -> BaseMessage | None:
     """The LangChain message for a provider-view row: the kept message when
     the row holds one, else its text (the lead-in and warnings are written
     by the ledger) as a system, AI or human message."""
@@ -80,7 +118,8 @@ def row_message(row: Mapping[str, Any]) -> BaseMessage | None:
     parts = [p for p in row.get("parts", []) if isinstance(p, Mapping)]
     results = [p for p in parts if p.get("type") == "tool_result"]
     if isinstance(kept, dict):
-        message = messages_from_dict([kept])[0]
+        message = (kept_messages.message(kept) if kept_messages is not None
+                   else messages_from_dict([kept])[0])
         if isinstance(message, ToolMessage) and not results:
             kept = None  # served as text: its call is settled already, or sealed
         elif isinstance(message, AIMessage) and message.tool_calls:
@@ -112,7 +151,8 @@ def _row_text(row: Mapping[str, Any]) -> str:
                      and isinstance(p.get("text"), str))
 
 
-def model_messages(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[BaseMessage]]:
+def model_messages(rows: Sequence[Mapping[str, Any]], kept_messages: KeptMessages | None = None,
+                   ) -> tuple[list[str], list[BaseMessage]]:
     """``(notes, messages)`` for a request's rows: the messages the model is
     sent, with no system message among them, and the texts of the ledger's
     system-role rows (lead-in, budget warning) as notes for the system prompt.
@@ -128,7 +168,7 @@ def model_messages(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[B
             if text.strip():
                 (leads if row.get("kind") == "lead_in" and not messages else notes).append(text)
             continue
-        message = row_message(row)
+        message = row_message(row, kept_messages)
         if message is not None:
             messages.append(message)
     if leads and messages and isinstance(messages[0], AIMessage):
@@ -144,11 +184,31 @@ def _tool_schema(tool: Any) -> dict[str, Any]:
     return neutral_tool(tool)
 
 
-def _budget_for(conv: Conversation, system: str, tools: Sequence[Any]) -> None:
+class _Schemas:
+    """Each tool object's schema, rendered once (``convert_to_openai_tool``
+    costs more than the rest of a call's bookkeeping); a dict tool is
+    rendered each time (the caller may change it)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Any, dict[str, Any]]] = {}
+
+    def __call__(self, tool: Any) -> dict[str, Any]:
+        if isinstance(tool, Mapping):
+            return _tool_schema(tool)
+        found = self._by_id.get(id(tool))
+        if found is None or found[0] is not tool:
+            if len(self._by_id) > 256:
+                self._by_id.clear()
+            found = self._by_id[id(tool)] = (tool, _tool_schema(tool))
+        return dict(found[1])
+
+
+def _budget_for(conv: Conversation, system: str, tools: Sequence[Any],
+                render: Callable[[Any], dict[str, Any]] = _tool_schema) -> None:
     """Count what this model call sends: the call's system prompt and tools."""
     schemas: dict[str, dict[str, Any]] = {}
     for tool in tools:
-        schema = _tool_schema(tool)
+        schema = render(tool)
         schemas[str(schema.get("name", schema.get("type", len(schemas))))] = schema
     conv.parts.system = system
     conv.tools = conv.parts.tools = schemas
@@ -170,13 +230,21 @@ def _thread_workspace() -> str:
     return thread_workspace(str(thread))
 
 
+def _name_answer(response: Any) -> None:
+    """Give the model's answer messages ids (kept in the agent's state), so
+    the next call's send knows them as not stored yet, and stores them once."""
+    for m in getattr(response, "result", [response]):
+        if isinstance(m, BaseMessage) and m.id is None:
+            m.id = str(uuid.uuid4())
+
+
 class RolloverMiddleware(AgentMiddleware):
     """Roll the model's window over instead of summarising (module doc).
 
     ``model`` names the tokenizer and window (the model registry of
     ``ledger.rollover.guards``); ``context_limit`` the budget in tokens. Other keyword
     arguments go to :class:`~ledger.rollover.conversation.Conversation`
-    (``warn_fraction``, ``rollover_fraction``, ``hard_ceiling``, ``policy``...).
+    (``budget=BudgetConfig(...)`` for the thresholds, ``policy``...).
     """
 
     def __init__(
@@ -197,6 +265,8 @@ class RolloverMiddleware(AgentMiddleware):
         self._conversations: dict[str, Conversation] = {}
         self._stored: dict[str, set[str]] = {}
         self._lock = threading.RLock()
+        self._kept_messages = KeptMessages()
+        self._schemas = _Schemas()
         self.tools = [self._history_tool()]
 
     def _ws(self) -> str:
@@ -228,9 +298,9 @@ class RolloverMiddleware(AgentMiddleware):
     # --- one implementation, sync and async ---------------------------------------
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        conv, prepared = self._prepare(request)
+        _, prepared = self._prepare(request)
         response = handler(prepared)
-        self._store_answer(conv, response)
+        _name_answer(response)
         return response
 
     async def awrap_model_call(
@@ -238,17 +308,43 @@ class RolloverMiddleware(AgentMiddleware):
     ) -> Any:
         # The store work blocks on files and locks: a worker thread (which
         # sees the run's config, since to_thread copies the context).
-        conv, prepared = await asyncio.to_thread(self._prepare, request)
+        _, prepared = await asyncio.to_thread(self._prepare, request)
         response = await handler(prepared)
-        await asyncio.to_thread(self._store_answer, conv, response)
+        _name_answer(response)
         return response
+
+    def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """The run ends: store the messages no model call stored (the final
+        answer), as one batch."""
+        self._flush(state)
+        return None
+
+    async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        await asyncio.to_thread(self._flush, state)
+        return None
+
+    def _flush(self, state: Any) -> None:
+        messages = state.get("messages") if isinstance(state, Mapping) else None
+        if not messages:
+            return
+        with self._lock:
+            conv = self.conversation()
+            stored = self._stored_ids(conv)
+            fresh = [m for m in messages if isinstance(m, BaseMessage)
+                     and (m.id is None or m.id not in stored)]
+            for m in fresh:
+                if m.id is None:
+                    m.id = str(uuid.uuid4())
+            if fresh:
+                conv.record([message_row(m) for m in fresh])
+                stored.update(str(m.id) for m in fresh)
 
     def _prepare(self, request: Any) -> tuple[Conversation, Any]:
         """Store the new messages and return the request the model gets."""
         with self._lock:
             conv = self.conversation()
             system = request.system_prompt or ""
-            _budget_for(conv, system, request.tools)
+            _budget_for(conv, system, request.tools, self._schemas)
             stored = self._stored_ids(conv)
             new = [m for m in request.messages if m.id is None or m.id not in stored]
             for m in new:
@@ -256,24 +352,11 @@ class RolloverMiddleware(AgentMiddleware):
                     m.id = str(uuid.uuid4())
             sent = conv.send([message_row(m) for m in new]) if new else conv.request()
             stored.update(str(m.id) for m in new)
-            notes, messages = model_messages(sent.messages)
+            notes, messages = model_messages(sent.messages, self._kept_messages)
         if not notes:
             return conv, request.override(messages=messages)
         text = "\n\n".join([system, *notes]) if system else "\n\n".join(notes)
         return conv, request.override(messages=messages, system_message=SystemMessage(text))
-
-    def _store_answer(self, conv: Conversation, response: Any) -> None:
-        answer = [m for m in getattr(response, "result", [response])
-                  if isinstance(m, BaseMessage)]
-        with self._lock:
-            stored = self._stored_ids(conv)
-            for m in answer:
-                if m.id is None:
-                    m.id = str(uuid.uuid4())
-            fresh = [m for m in answer if m.id not in stored]
-            if fresh:
-                conv.record([message_row(m) for m in fresh])
-                stored.update(str(m.id) for m in fresh)
 
     def _history_tool(self) -> StructuredTool:
         from ledger.transcript.retrieval.tool import DESCRIPTION, PARAMETERS

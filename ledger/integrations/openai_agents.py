@@ -68,6 +68,7 @@ from ledger.core.redact import redact
 from ledger.core.rows import Row, check_depth, too_deep_error
 from ledger.core.toolpairs import pair
 from ledger.integrations import open_store, require
+from ledger.integrations.openai_agents_branches import BranchesMixin
 from ledger.policy import ToolPolicy, ToolRule
 from ledger.rollover.conversation import (
     MOVED_ON,
@@ -75,8 +76,9 @@ from ledger.rollover.conversation import (
     SendConflict,
     SendRefused,
 )
-from ledger.rollover.engine import Action, Decision
+from ledger.rollover.engine import Action, BudgetConfig, Decision
 from ledger.rollover.request import tool_schema
+from ledger.tokens.models import resolve
 from ledger.transcript.history import History
 from ledger.transcript.store import Store
 
@@ -149,7 +151,7 @@ def rows_to_items(rows: Sequence[Row | Mapping[str, Any]]) -> list[dict[str, Any
     return items
 
 
-class LedgerSession(SessionABC):
+class LedgerSession(BranchesMixin, SessionABC):
     """An Agents SDK session kept in the ledger workspace ``session_id``.
 
     ``store`` or ``root`` pick the store (default ``$TLEDGER_ROOT``, else
@@ -163,6 +165,11 @@ class LedgerSession(SessionABC):
     ``warn_fraction``, ``rollover_fraction``, ``hard_ceiling`` and
     ``automatic`` are the budget of :class:`~ledger.rollover.conversation.Conversation`,
     which :meth:`run_config`'s input filter applies before every model call.
+
+    The ``AdvancedSQLiteSession`` branch calls (``create_branch_from_turn``,
+    ``switch_to_branch``, ...) keep each branch as a fork of the workspace
+    (:mod:`ledger.integrations.openai_agents_branches`); every other call acts
+    on the current branch.
     """
 
     session_settings: SessionSettings | None = None
@@ -194,18 +201,26 @@ class LedgerSession(SessionABC):
         self.session_id = self.history.workspace
         self.session_settings = session_settings or SessionSettings()
         self.model = model
-        self._budget: dict[str, Any] = {
-            "model": model, "context_limit": context_limit, "warn_fraction": warn_fraction,
-            "rollover_fraction": rollover_fraction, "hard_ceiling": hard_ceiling,
-            "automatic": automatic,
-        }
+        if context_limit is None:
+            spec = resolve(model)
+            context_limit = spec.context_limit - spec.output_reserve
+        self._budget: dict[str, Any] = {"model": model, "budget": BudgetConfig(
+            context_limit, warn_fraction=warn_fraction, rollover_fraction=rollover_fraction,
+            hard_ceiling=hard_ceiling, automatic=automatic)}
         # Checks the budget now: a bad limit or an unknown model fails here.
         self._conv = Conversation(self.history, **self._budget)
         self._agent_parts: tuple[str, dict[str, Any]] = ("", {})
         self._sent_seq = -1  # the newest row the last model request held
         self._batch_from: int | None = None  # the first seq of the newest add_items batch
         self._prestored: list[str] = []  # input the filter stored before the SDK did
-        self._added: set[str] = set()  # keys of the items of the newest add_items
+        self._added_items: list[Any] = []  # the items of the newest add_items
+        self._added_keys: set[str] | None = set()  # their keys, made when first needed
+        # The window's open calls as this session last knew them, with the
+        # state they are of: the ids, or the window's rows to pair when they
+        # are first needed. A batch appended at that state updates them; any
+        # other write (another process, a rewrite) changes the state, and the
+        # window is read again.
+        self._seen: _Seen | None = None
         self._async = AsyncStore(store=self.store).history(self.session_id)
         self._pop_lock = asyncio.Lock()
         self._lock = threading.Lock()
@@ -220,17 +235,22 @@ class LedgerSession(SessionABC):
 
     # --- the Session protocol ----------------------------------------------------------
 
-    def items(self, limit: int | None = None) -> list[dict[str, Any]]:
+    def items(self, limit: int | None = None, branch_id: str | None = None) -> list[dict[str, Any]]:
         """``get_items`` without the event loop. Reads only."""
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
-        items = rows_to_items(self.history.provider_view())
+        if branch_id is None or branch_id == self.branch:
+            items = rows_to_items(self._read_view())
+        else:
+            items = rows_to_items(self.branch_history(branch_id).provider_view())
         if limit is None:
             return items
         return items[-limit:] if limit > 0 else []
 
-    async def get_items(self, limit: int | None = None) -> list[Any]:
-        return await asyncio.to_thread(self.items, limit)
+    async def get_items(self, limit: int | None = None,
+                        branch_id: str | None = None) -> list[Any]:
+        """The current branch's items (``branch_id``: another branch's)."""
+        return await asyncio.to_thread(self.items, limit, branch_id)
 
     async def add_items(self, items: list[Any]) -> None:
         if not items:
@@ -242,7 +262,9 @@ class LedgerSession(SessionABC):
         if not items:
             return
         rows = [item_row(item) for item in items]
-        self._added = {_key(i) for i in items}
+        if self.branch != "main":
+            await asyncio.to_thread(self.require_branch)
+        self._added_items, self._added_keys = items, None
         result, settled = await asyncio.to_thread(self._add_rows, rows)
         self._batch_from = result.seqs[settled]
 
@@ -253,19 +275,28 @@ class LedgerSession(SessionABC):
         from ledger.core.errors import Conflict
 
         for _ in range(5):
-            window = self.history.window
-            view = self.history.provider_view()
+            snap = self.history.snapshot()
+            state = _state(snap)
             k = next((i for i, r in enumerate(rows) if _is_user_item(r)), None)
             batch = rows
+            seen = self._seen if self._seen is not None and self._seen.state == state else None
             if k is not None:
-                open_ = pair([*(r.data for r in view), *rows[:k]]).open_calls()
-                settle = [item_row({"type": "function_call_output", "call_id": c.id,
-                                    "output": MOVED_ON}) for c in open_]
+                if seen is None:
+                    seen = _Seen(state, None, [r.data for r in self.history.provider_view()])
+                open_ = _open_after(seen.open_ids(), rows[:k])
+                settle = [item_row({"type": "function_call_output", "call_id": cid,
+                                    "output": MOVED_ON}) for cid in open_]
                 batch = [*rows[:k], *settle, *rows[k:]]
             try:
-                result = self.history.append_many(batch, expect_window=window)
+                result = self.history.append_many(batch, expect_window=snap.window_seq)
             except Conflict:
                 continue
+            self._seen = None
+            if seen is not None and result.seqs[0] == snap.next_seq and (
+                    result.epoch == snap.epoch):
+                # Nothing was written between the read and this batch.
+                self._seen = _Seen((result.epoch, result.seqs[-1] + 1, result.window),
+                                   _open_after(seen.open_ids(), batch), None)
             # The SDK's own items start after results that settle calls first.
             return result, (len(batch) - len(rows) if k == 0 else 0)
         raise SendConflict(
@@ -273,6 +304,22 @@ class LedgerSession(SessionABC):
             "5 tries to store the run's items (several runs on one session at once); nothing "
             "was stored", Decision(Action.REJECT, "conflict", "window changed", 0, False, 0,
                                    continuation=False), rows)
+
+    def _read_view(self) -> list[Row]:
+        """The provider view, remembered with the state it was read at (the
+        state is read first, so a write in between makes it older, never
+        newer, than the rows: the next batch then reads the view again)."""
+        state = _state(self.history.snapshot())
+        view = self.history.provider_view()
+        if self._seen is None or self._seen.state != state:
+            self._seen = _Seen(state, None, [r.data for r in view])
+        return view
+
+    def _added(self) -> set[str]:
+        """The keys of the newest ``add_items`` batch's items."""
+        if self._added_keys is None:
+            self._added_keys = {_key(i) for i in self._added_items}
+        return self._added_keys
 
     def pop(self) -> Any:
         """One try of ``pop_item`` without the event loop: the popped item,
@@ -339,8 +386,57 @@ class LedgerSession(SessionABC):
         await self._async.clear_soft()
 
     async def delete_session(self) -> bool:
-        """Delete the whole workspace (retention ends). False if there was none."""
-        return await asyncio.to_thread(self.store.delete, self.session_id)
+        """Delete the whole workspace and every branch of it (retention
+        ends); the session is on ``main`` after. False if there was none."""
+        def delete() -> bool:
+            self.drop_all_branches()
+            return bool(self.store.delete(self.session_id))
+        return await asyncio.to_thread(delete)
+
+    # --- branches (AdvancedSQLiteSession's API; openai_agents_branches) -----------------
+
+    items_of = staticmethod(rows_to_items)
+
+    def _use(self, workspace: str) -> None:
+        """Point the session at ``workspace`` (a branch switch): a fresh
+        budget state, since what was sent belongs to the other branch."""
+        with self._lock:
+            self.history = self.store.history(workspace)
+            self._conv = Conversation(self.history, **self._budget)
+            self._agent_parts = ("", {})
+            self._sent_seq, self._batch_from = -1, None
+            self._prestored, self._added_items, self._added_keys = [], [], set()
+            self._seen = None
+            self._async = AsyncStore(store=self.store).history(workspace)
+
+    async def create_branch_from_turn(self, turn_number: int,
+                                      branch_name: str | None = None) -> str:
+        """A branch holding everything before user turn ``turn_number`` of
+        the current branch's window (a fork), switched to; returns its id."""
+        return await asyncio.to_thread(self.branch_from_turn, turn_number, branch_name)
+
+    async def create_branch_from_content(self, search_term: str,
+                                         branch_name: str | None = None) -> str:
+        """``create_branch_from_turn`` at the first turn holding ``search_term``."""
+        return await asyncio.to_thread(self.branch_from_content, search_term, branch_name)
+
+    async def switch_to_branch(self, branch_id: str) -> None:
+        await asyncio.to_thread(self.switch, branch_id)
+
+    async def delete_branch(self, branch_id: str, force: bool = False) -> None:
+        await asyncio.to_thread(self.drop_branch, branch_id, force)
+
+    async def list_branches(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.branches)
+
+    async def get_conversation_turns(self, branch_id: str | None = None) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(
+            lambda: [t.info(100) for t in self.turns_of(branch_id)])
+
+    async def find_turns_by_content(self, search_term: str,
+                                    branch_id: str | None = None) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(
+            lambda: [t.info(None) for t in self.turns_of(branch_id) if t.matches(search_term)])
 
     # --- the budget: run_config and run_compaction --------------------------------------
 
@@ -467,7 +563,7 @@ class LedgerSession(SessionABC):
         stay: they settle their calls. Rows another run stored meanwhile stay."""
         seqs = [r.seq for r in self.history.provider_view()
                 if r.seq >= first and not _only_outputs(r.data)
-                and _key(r.meta.get(META_KEY)) in self._added]  # this run's, not another's
+                and _key(r.meta.get(META_KEY)) in self._added()]  # this run's, not another's
         if seqs:
             self.history.reject(seqs)
 
@@ -485,7 +581,7 @@ class LedgerSession(SessionABC):
             if key in keys:
                 last = len(keys) - 1 - keys[::-1].index(key)
                 return list(given[last + 1:])
-        if window and any(_key(i) in self._added for i in given):
+        if window and any(_key(i) in self._added() for i in given):
             return []  # stored by this session; other runs moved the window on since
         if window:
             raise LedgerError(
@@ -530,6 +626,40 @@ def _is_user_item(row: Mapping[str, Any]) -> bool:
     parts = row.get("parts")
     return row.get("role") == "user" and isinstance(parts, list) and any(
         isinstance(p, Mapping) and p.get("type") != "tool_result" for p in parts)
+
+
+class _Seen:
+    """The open calls of the window at ``state``: their ids, or the window's
+    rows, paired when the ids are first asked for."""
+
+    __slots__ = ("_ids", "_rows", "state")
+
+    def __init__(self, state: tuple[int, int, int], ids: list[str] | None,
+                 rows: list[Mapping[str, Any]] | None) -> None:
+        self.state, self._ids, self._rows = state, ids, rows
+
+    def open_ids(self) -> list[str]:
+        if self._ids is None:
+            self._ids = [c.id for c in pair(self._rows or ()).open_calls()]
+            self._rows = None
+        return self._ids
+
+
+def _open_after(open_ids: list[str], rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ids of the calls open after ``rows`` are added to a window whose
+    open calls are ``open_ids`` (pairing: a result answers the newest open
+    call with its id, so only the open calls matter)."""
+    if not rows:
+        return list(open_ids)
+    head = [{"role": "assistant", "parts": [{"type": "tool_call", "id": i}
+                                            for i in open_ids]}] if open_ids else []
+    return [c.id for c in pair([*head, *rows]).open_calls()]
+
+
+def _state(snap: Any) -> tuple[int, int, int]:
+    """What identifies a window's contents: epoch (every rewrite changes it),
+    next seq (every append) and window marker."""
+    return (snap.epoch, snap.next_seq, snap.window_seq)
 
 
 def _key(item: Any) -> str:
@@ -580,6 +710,7 @@ def session_history_tool(session: LedgerSession) -> Any:
     tool = session.history.session_history()
     spec = tool.definition("openai")["function"]
     lock = asyncio.Lock()
+    tools = {session.history.workspace: tool}  # one per branch the session visits
 
     async def invoke(_ctx: Any, arguments: str) -> str:
         import msgspec
@@ -590,8 +721,11 @@ def session_history_tool(session: LedgerSession) -> Any:
             args = None
         if not isinstance(args, dict):
             return tool.call({"action": None})  # the tool's own bad_request result
+        history = session.history  # the current branch's
+        current = tools.get(history.workspace) or tools.setdefault(
+            history.workspace, history.session_history())
         async with lock:  # the tool keeps per-query state: one call at a time
-            return await asyncio.to_thread(tool.call, args)
+            return await asyncio.to_thread(current.call, args)
 
     return _agents.FunctionTool(
         name=spec["name"], description=spec["description"],

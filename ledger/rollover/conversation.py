@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ledger.admission import AdmissionRefused, MiddlewareRegistry, apply_live
 from ledger.core.errors import Conflict, InvalidRow, LedgerError
@@ -66,6 +66,7 @@ from ledger.rollover.engine import (
     RolloverHooks,
     RolloverParts,
     RolloverState,
+    SendInputs,
     StepBudgetExceeded,
     carried_rows,
     check_step,
@@ -94,6 +95,8 @@ __all__ = [
     "settle_rows",
     "tool_schema",
 ]
+
+_T = TypeVar("_T")
 
 #: The output of the error result that settles a call still open when a user
 #: message arrives (the call, an approval that waits, a run that died).
@@ -214,6 +217,31 @@ def settle_before_user(view: Sequence[Mapping[str, Any]],
     return [*trigger[:k], *settle_rows(open_, MOVED_ON, "user_moved_on"), *trigger[k:]]
 
 
+def _messages(messages: Sequence[Mapping[str, Any]], *, viewed: bool,
+              settled: bool) -> tuple[dict[str, Any], ...]:
+    """A request's messages as canonical rows without open calls."""
+    rows = [_canonical(m) for m in (messages if viewed else provider_rows(messages))]
+    return tuple(rows) if settled else _without_open_calls(rows)
+
+
+def _last_counted(count: Callable[[ProviderRequest], tuple[int, bool]],
+                  ) -> Callable[[ProviderRequest], tuple[int, bool]]:
+    """``count`` that answers the request it counted last without counting it
+    again: a send counts its request for the decision and checks the same
+    request (its rows the same objects) against the hard ceiling."""
+    last: list[Any] = [None, None]
+
+    def counted(request: ProviderRequest) -> tuple[int, bool]:
+        if last[0] is not None and (last[0] is request or last[0] == request):
+            result: tuple[int, bool] = last[1]
+            return result
+        result = count(request)
+        last[0], last[1] = request, result
+        return result
+
+    return counted
+
+
 def _history_tool() -> dict[str, Any]:
     from ledger.transcript.retrieval.tool import DESCRIPTION, PARAMETERS
 
@@ -270,11 +298,12 @@ def _input(rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> list[dict[s
 class Conversation:
     """One workspace's conversation with one model under one token budget.
 
-    ``context_limit`` is the caller's budget, at most the model's window minus
-    its output reserve (the model registry's numbers, also the default); the
-    thresholds are fractions of it as in
-    :class:`~ledger.rollover.engine.BudgetConfig` (warn 70%, roll over 85%, hard
-    ceiling 95% unless given). ``tools`` maps names to neutral schemas
+    ``budget`` is the caller's :class:`~ledger.rollover.engine.BudgetConfig`
+    (its ``context_limit`` at most the model's window minus its output
+    reserve, the model registry's numbers; thresholds warn 70%, roll over 85%,
+    hard ceiling 95% unless given); ``context_limit=N`` is short for
+    ``budget=BudgetConfig(N)``, and with neither the budget is the model's
+    whole input room. ``tools`` maps names to neutral schemas
     (:func:`tool_schema`); ``session_history`` is added when absent, since a
     rollover needs it. ``policy`` (default: every tool granted) decides what
     is advertised and whether rollover may seal a window. ``registry``,
@@ -291,14 +320,11 @@ class Conversation:
         history: History,
         *,
         model: str,
+        budget: BudgetConfig | None = None,
         context_limit: int | None = None,
         system: str = "",
         tools: Mapping[str, Mapping[str, Any]] | None = None,
         policy: ToolPolicy | Callable[[], ToolPolicy] | None = None,
-        warn_fraction: float = 0.70,
-        rollover_fraction: float = 0.85,
-        hard_ceiling: int | None = None,
-        automatic: bool = True,
         registry: MiddlewareRegistry | None = None,
         memory: Callable[[], MemoryContext] | None = None,
         hooks: RolloverHooks | None = None,
@@ -309,7 +335,12 @@ class Conversation:
     ) -> None:
         spec = resolve(model, models)
         room = spec.context_limit - spec.output_reserve
-        limit = room if context_limit is None else context_limit
+        if budget is not None and context_limit is not None:
+            raise BudgetConfigError("give budget= or context_limit=, not both")
+        if budget is not None and not isinstance(budget, BudgetConfig):
+            raise BudgetConfigError(f"budget must be a BudgetConfig, got {type(budget).__name__}")
+        limit = budget.context_limit if budget is not None else (
+            room if context_limit is None else context_limit)
         if isinstance(limit, int) and not isinstance(limit, bool) and limit > room:
             raise BudgetConfigError(
                 f"context_limit {limit} is above what model {model!r} can take as input "
@@ -317,19 +348,13 @@ class Conversation:
             )
         self.history = history
         self.model = model
-        self.config = BudgetConfig(
-            context_limit=limit,
-            warn_fraction=warn_fraction,
-            rollover_fraction=rollover_fraction,
-            hard_ceiling=hard_ceiling,
-            automatic=automatic,
-        )
+        self.config = budget if budget is not None else BudgetConfig(context_limit=limit)
         all_tools = {name: dict(schema) for name, schema in (tools or {}).items()}
         all_tools.setdefault(HISTORY_TOOL, _history_tool())
         self.tools = all_tools
         self.hooks = hooks if hooks is not None else RolloverHooks()
         self.notes_writable = notes_writable
-        self._count = request_counter(registry=models)
+        self._count = _last_counted(request_counter(registry=models))
         self.parts = RolloverParts(
             workspace=history.workspace,
             model=model,
@@ -344,6 +369,7 @@ class Conversation:
             precedence=precedence,
         )
         self.pinned = PinnedModel.pin(model, self.config)
+        self._next_seq = 0  # the history's next seq as the newest _follow read it
         self.state = RolloverState.after_restart(history.window)
 
     @classmethod
@@ -371,7 +397,7 @@ class Conversation:
         """The request for the window as it is, without new rows (e.g. to retry
         a model call). Checked against the hard ceiling."""
         self._follow()
-        view = [_plain(r) for r in self.history.provider_view()]
+        view = self._view()
         with self._memory() as memory:  # one memory context per request
             provider = self._request_for(view, memory)
         counted = check_step(provider, self.pinned, self._count)
@@ -397,28 +423,25 @@ class Conversation:
         send an error result for the call instead.
         """
         given = _input(rows)
-        for _ in range(SEND_ATTEMPTS):
-            self._follow()
-            view = [_plain(r) for r in self.history.provider_view()]
-            trigger = settle_before_user(view, given)
-            with self._memory() as memory:  # one memory context per request
-                lead = lead_in_message(lead_in_for(self.history.next_seq,
-                                                   self.parts.lead_in_text))
-                fresh = _count(self._count, self._request_for([lead, *trigger], memory))
-            if fresh.tokens > self.config.ceiling:
-                est = "" if fresh.exact else " (estimate)"
-                self._refuse(Decision(
-                    Action.REJECT, "B5",
-                    f"the rows count {fresh.tokens} tokens{est} even in a fresh window, above "
-                    f"the hard ceiling {self.config.ceiling}; no request could hold them",
-                    fresh.tokens, fresh.exact, self.config.ceiling, quarantine=True,
-                    continuation=False,
-                ), given, quarantine)
-            try:
-                return self.history.append_many(trigger, expect_window=self.state.window)
-            except Conflict:
-                continue  # another writer changed the window: read it again
-        raise self._conflict(given)
+        return self._attempts(given, lambda memory: self._record(given, quarantine, memory))
+
+    def _record(self, given: list[dict[str, Any]], quarantine: bool,
+                memory: str) -> AppendResult:
+        # Only a user message settles open calls: the window is read for it.
+        trigger = settle_before_user(self._view(), given) if any(
+            _is_user_message(r) for r in given) else given
+        lead = lead_in_message(lead_in_for(self._next_seq, self.parts.lead_in_text))
+        fresh = _count(self._count, self._request_for([lead, *trigger], memory))
+        if fresh.tokens > self.config.ceiling:
+            est = "" if fresh.exact else " (estimate)"
+            self._refuse(Decision(
+                Action.REJECT, "B5",
+                f"the rows count {fresh.tokens} tokens{est} even in a fresh window, above "
+                f"the hard ceiling {self.config.ceiling}; no request could hold them",
+                fresh.tokens, fresh.exact, self.config.ceiling, quarantine=True,
+                continuation=False,
+            ), given, quarantine)
+        return self.history.append_many(trigger, expect_window=self.state.window)
 
     # --- tool calls left open -------------------------------------------------------
 
@@ -437,17 +460,14 @@ class Conversation:
         as text, never as a second result of the call."""
         if not isinstance(reason, str) or not reason:
             raise InvalidRow("cancel_open_calls needs a reason (a non-empty string)")
-        for _ in range(SEND_ATTEMPTS):
-            self._follow()
-            open_ = self.open_calls()
-            if not open_:
-                return None
-            rows = settle_rows(open_, f"error: {reason}", "cancelled")
-            try:
-                return self.history.append_many(rows, expect_window=self.state.window)
-            except Conflict:
-                continue
-        raise self._conflict([])
+        return self._attempts([], lambda _: self._cancel(reason), memory=False)
+
+    def _cancel(self, reason: str) -> AppendResult | None:
+        open_ = self.open_calls()
+        if not open_:
+            return None
+        rows = settle_rows(open_, f"error: {reason}", "cancelled")
+        return self.history.append_many(rows, expect_window=self.state.window)
 
     def clear(self) -> AppendResult:
         """A manual clear (``History.clear_soft``): the new window starts empty
@@ -478,16 +498,21 @@ class Conversation:
             raise InvalidRow("send needs at least one row; request() rebuilds the stored window")
         return self._attempts(trigger, lambda memory: self._send(trigger, quarantine, memory))
 
-    def _attempts(self, given: list[dict[str, Any]],
-                  once: Callable[[str], Request]) -> Request:
-        """Run one send, again (up to ``SEND_ATTEMPTS``) while another writer
-        changes the window under it; each failed try stored nothing. Every
-        refusal is a :class:`SendRefused`."""
+    def _attempts(self, given: list[dict[str, Any]], once: Callable[[str], _T], *,
+                  memory: bool = True) -> _T:
+        """Run one write (a send, a record, settling open calls) over the
+        persisted window, again (up to ``SEND_ATTEMPTS``) while another writer
+        changes the window under it; each failed try stored nothing.
+        ``once`` gets the memory context's text of this try (with ``memory``).
+        Every refusal is a :class:`SendRefused`, a conflict on every try a
+        :class:`SendConflict`."""
         for _ in range(SEND_ATTEMPTS):
             self._follow()
             try:
-                with self._memory() as memory:  # one memory context per request
-                    return once(memory)
+                if not memory:
+                    return once("")
+                with self._memory() as text:  # one memory context per request
+                    return once(text)
             except Conflict:
                 continue
             except AdmissionRefused as exc:
@@ -533,8 +558,9 @@ class Conversation:
         memory: str,
         carry: Sequence[Mapping[str, Any]] | None = None,
     ) -> tuple[int, Decision, RolloverState, Callable[[Sequence[Mapping[str, Any]]],
-                                                      ProviderRequest]]:
-        """The window, decision and next state of one send, and its request builder."""
+                                                      ProviderRequest], SendInputs]:
+        """The window, decision and next state of one send, its request
+        builder, and the inputs decided on."""
         policy = self.parts.current_policy()
 
         def request_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
@@ -551,9 +577,10 @@ class Conversation:
             lead_in_text=self.parts.lead_in_text,
             carry=carry,
             view=view,
+            window=self.state.window,
         )
         decision, state = step(self.state, inputs, self.config)
-        return window, decision, state, request_for
+        return window, decision, state, request_for, inputs
 
     def _rollover_or_wait(
         self, decision: Decision, state: RolloverState, trigger: list[dict[str, Any]]
@@ -583,14 +610,15 @@ class Conversation:
             ), state.queue()
 
     def _send(self, given: list[dict[str, Any]], quarantine: bool, memory: str) -> Request:
-        view = [_plain(r) for r in self.history.provider_view()]
+        view = self._view()
         trigger = settle_before_user(view, given)
         settle: list[dict[str, Any]] = []
         if len(trigger) > len(given) and _is_user_message(given[0]):
             # The calls the user left open close the window they are in: the
             # settling results count as window rows, never as a step to carry.
             settle, trigger = trigger[: len(trigger) - len(given)], given
-        window, decision, state, request_for = self._decide(trigger, [*view, *settle], memory)
+        window, decision, state, request_for, inputs = self._decide(
+            trigger, [*view, *settle], memory)
         if decision.action is Action.REJECT:
             self._refuse(decision, given, quarantine)
         if decision.action is Action.ROLLOVER:
@@ -605,12 +633,14 @@ class Conversation:
         extra = [warning_row(decision)] if decision.action is Action.WARN else []
         # The request over the rows as the store will serve them, checked
         # against the hard ceiling before anything is appended.
+        # (Counted once: when it is the request the decision counted, the
+        # counter gives that count again.)
         provider = request_for(provider_rows([*view, *settle, *trigger, *extra]))
         counted = check_step(provider, self.pinned, self._count)
         self.history.append_many([*settle, *trigger, *extra], expect_window=window)
         self.state = state
         return self._wrap(provider, counted, decision, warned=bool(extra),
-                          blocked=decision.blocked)
+                          blocked=decision.blocked, viewed=True, settled=inputs.settled)
 
     def send_stored(self, first_seq: int, *, quarantine: bool = True) -> Request:
         """``send`` for a trigger that is already stored: the window's rows from
@@ -634,7 +664,7 @@ class Conversation:
         stored = [r for r in rows if r.seq >= first_seq]
         trigger = [_stored_copy(r) for r in stored]
         carry = carried_rows(view, trigger)
-        window, decision, state, request_for = self._decide(trigger, view, memory, carry)
+        window, decision, state, request_for, inputs = self._decide(trigger, view, memory, carry)
         if decision.action is Action.REJECT:
             seqs: list[int] = []
             if decision.quarantine and quarantine and stored:
@@ -673,7 +703,7 @@ class Conversation:
             self.history.append_many(extra, expect_window=window)
         self.state = state
         return self._wrap(provider, counted, decision, warned=bool(extra),
-                          blocked=decision.blocked)
+                          blocked=decision.blocked, viewed=True, settled=inputs.settled)
 
     def rollover(self) -> Request:
         """Roll over now, whatever the budget says (a manual rollover, e.g. the
@@ -682,7 +712,7 @@ class Conversation:
         Refused like any rollover (``AdmissionRefused``: an open tool call, no
         conversation to seal, no ``session_history`` access)."""
         self._follow()
-        rows = [_plain(r) for r in self.history.provider_view()]
+        rows = self._view()
         with self._memory() as memory:  # one memory context per request
             tokens, exact = self._count(self._request_for(rows, memory))
         decision = Decision(Action.ROLLOVER, "manual", "a rollover was asked for",
@@ -692,8 +722,15 @@ class Conversation:
     # --- internals ------------------------------------------------------------------
 
     def _follow(self) -> None:
-        """Adopt the persisted window (a clear or rollover elsewhere, a restart)."""
-        self.state = self.state.observe(self.history.window)
+        """Adopt the persisted window (a clear or rollover elsewhere, a restart):
+        one read of the workspace's state, kept for this try."""
+        snap = self.history.snapshot()
+        self._next_seq = snap.next_seq
+        self.state = self.state.observe(snap.window_seq)
+
+    def _view(self) -> list[dict[str, Any]]:
+        """The provider view as plain dicts (one read per try)."""
+        return [_plain(r) for r in self.history.provider_view()]
 
     def _request_for(self, messages: Sequence[Mapping[str, Any]], memory: str) -> ProviderRequest:
         """An ordinary request over ``messages``: live middleware, the send's
@@ -758,7 +795,12 @@ class Conversation:
         warned: bool = False,
         carried: int = 0,
         blocked: str | None = None,
+        viewed: bool = False,
+        settled: bool = False,
     ) -> Request:
+        """The ``Request`` of ``provider``. ``viewed``: its messages are a
+        provider view already (``provider_rows`` was run over them);
+        ``settled``: they hold no open call (the decision's pairing said so)."""
         system = provider.system
         if provider.memory:
             system = f"{system}\n\n{provider.memory}" if system else provider.memory
@@ -766,7 +808,7 @@ class Conversation:
             model=provider.model,
             system=system,
             tools=tuple(provider.tools),
-            messages=_without_open_calls([_canonical(m) for m in provider_rows(provider.messages)]),
+            messages=_messages(provider.messages, viewed=viewed, settled=settled),
             tokens=counted.tokens,
             exact=counted.exact,
             ceiling=self.config.ceiling,

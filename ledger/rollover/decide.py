@@ -34,6 +34,7 @@ __all__ = [
     "Decision",
     "FileSnapshot",
     "FileTracker",
+    "LazyCount",
     "NotesOffer",
     "OverflowAction",
     "OverflowVerdict",
@@ -67,19 +68,47 @@ class NotesOffer:
     max_bytes: int = NOTES_MAX_BYTES
 
 
+class LazyCount:
+    """A count made when first asked for (``SendInputs.fresh``); equal to
+    another count of the same tokens and exactness."""
+
+    __slots__ = ("_count", "_make")
+
+    def __init__(self, make: Callable[[], Count]) -> None:
+        self._make: Callable[[], Count] | None = make
+        self._count: Count | None = None
+
+    def __call__(self) -> Count:
+        if self._count is None:
+            assert self._make is not None
+            self._count, self._make = self._make(), None
+        return self._count
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyCount):
+            return self() == other()
+        return self() == other if isinstance(other, Count) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"LazyCount({self._count!r})" if self._count is not None else "LazyCount(...)"
+
+
 @dataclass(frozen=True)
 class SendInputs:
     """Everything one send decision depends on.
 
     ``current`` counts the request in the current window (persisted view plus
     the trigger), ``fresh`` the same trigger in a fresh window (lead-in plus
-    trigger). ``precedence`` names an active mode that takes precedence
-    (one of ``PRECEDENCE_MODES`` or any other mode the runtime ranks above
-    rollover).
+    trigger): a ``Count``, or a :class:`LazyCount` counting it when a decision
+    first needs it (:meth:`fresh_count`; only a due rollover does). ``precedence``
+    names an active mode that takes precedence (one of ``PRECEDENCE_MODES``
+    or any other mode the runtime ranks above rollover).
     """
 
     current: Count
-    fresh: Count
+    fresh: Count | LazyCount
     has_context: bool
     settled: bool
     history_access: bool
@@ -87,6 +116,10 @@ class SendInputs:
     notes_writable: bool = False
     precedence: str | None = None
     pending: bool = False
+
+    def fresh_count(self) -> Count:
+        """``fresh``, counted now if it was left to be counted."""
+        return self.fresh() if isinstance(self.fresh, LazyCount) else self.fresh
 
 
 @dataclass(frozen=True)
@@ -167,11 +200,12 @@ def decide(inputs: SendInputs, config: BudgetConfig) -> Decision:
                 quarantine=True,
             )
         return make(Action.SEND, "A6", "nothing to seal: a fitting first request is sent")
-    if inputs.fresh.tokens > ceiling:
+    fresh = inputs.fresh_count()
+    if fresh.tokens > ceiling:
         return make(
             Action.REJECT, "B5",
-            f"the payload counts {inputs.fresh.tokens} tokens"
-            f"{'' if inputs.fresh.exact else ' (estimate)'} even in a fresh window, above the "
+            f"the payload counts {fresh.tokens} tokens"
+            f"{'' if fresh.exact else ' (estimate)'} even in a fresh window, above the "
             f"hard ceiling {ceiling}; it is rejected before any provider request",
             quarantine=True,
         )
@@ -274,6 +308,7 @@ def send_inputs(
     lead_in_text: str = LEAD_IN_TEXT,
     carry: Sequence[Mapping[str, Any]] | None = None,
     view: Sequence[Any] | None = None,
+    window: int | None = None,
 ) -> tuple[int, SendInputs]:
     """The window marker and decision inputs, derived from persisted history.
 
@@ -282,20 +317,25 @@ def send_inputs(
     is the window rows a rollover at this step carries with the trigger
     (default: ``carried_rows(view, trigger)``, what ``prepare_rollover``
     carries): they count in the fresh window, not twice in the current one.
-    ``view`` is the provider view when the caller already read it.
+    ``view`` is the provider view when the caller already read it, and
+    ``window`` the window marker it read it at. The fresh-window count (and
+    the carry it needs) is made only when the decision asks for it.
     """
-    window = history.window
+    if window is None:
+        window = history.window
     rows = history.provider_view() if view is None else view
     view = [_d(r) for r in rows]
     trigger = list(trigger_rows)
     current = _count(count, request_for([*view, *trigger]))
-    lead = lead_in_message(lead_in_for(history.next_seq, lead_in_text))
-    if carry is None:
-        carry = carried_rows(view, trigger)
-    fresh = _count(count, request_for([lead, *carry, *trigger]))
+
+    def fresh() -> Count:
+        lead = lead_in_message(lead_in_for(history.next_seq, lead_in_text))
+        rows = carried_rows(view, trigger) if carry is None else carry
+        return _count(count, request_for([lead, *rows, *trigger]))
+
     return window, SendInputs(
         current=current,
-        fresh=fresh,
+        fresh=LazyCount(fresh),
         has_context=has_sealable_context(view),
         settled=is_settled([*view, *trigger]),
         history_access=history_access,

@@ -220,6 +220,9 @@ class SeqReader(ABC):
     def floor(self, st: RowState) -> Boundary | None:
         return st.floor
 
+    def window_seq(self, st: RowState) -> int:
+        return st.window_seq
+
     def fresh_pos(self, st: RowState) -> Position:
         if st.floor is not None:
             return Position(st.floor.seq, 0, True)

@@ -323,6 +323,25 @@ def test_context_limit_defaults_to_the_models_input_room_and_never_exceeds_it(
         Conversation.open(store, WS, model="gpt-4o", context_limit=0)
 
 
+def test_the_budget_is_one_config_object(tmp_path: Path) -> None:
+    from ledger.rollover.engine import BudgetConfig, BudgetConfigError
+    from ledger.tokens.models import resolve
+
+    store = Store(tmp_path, durability="off")
+    budget = BudgetConfig(2000, warn_fraction=0.3, rollover_fraction=0.6, hard_ceiling=1500)
+    conv = Conversation.open(store, WS, model="gpt-4o", budget=budget, tools={"bash": BASH})
+    assert conv.config is budget and conv.pinned.hard_ceiling == 1500
+    req = conv.send(user("hello " * 500))  # above 30% of 2000, below 60%: the warning
+    assert req.warned and req.ceiling == 1500
+    with pytest.raises(BudgetConfigError, match="not both"):
+        Conversation.open(store, WS, model="gpt-4o", budget=budget, context_limit=2000)
+    spec = resolve("gpt-4o")
+    with pytest.raises(BudgetConfigError, match="output reserve"):
+        Conversation.open(store, WS, model="gpt-4o", budget=BudgetConfig(spec.context_limit))
+    with pytest.raises(TypeError):  # the thresholds are the config's, not keywords
+        Conversation.open(store, WS, model="gpt-4o", warn_fraction=0.5)  # type: ignore[call-arg]
+
+
 @pytest.mark.parametrize("bad", [
     {"role": "robot", "parts": []},
     {"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "manual"}},

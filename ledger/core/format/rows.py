@@ -20,7 +20,8 @@ from ledger.core.nesting import too_deep, with_headroom
 
 CANONICAL_KEYS = ("seq", "id", "kind", "role", "parts", "partial", "meta", "ts", "batch")
 CHECKSUM_KEY = "_c"
-KINDS = frozenset({"message", "reset", "lead_in", "warning", "truncation"})
+KINDS = frozenset({"message", "reset", "lead_in", "warning", "truncation", "fork"})
+FORK_KIND = "fork"  # a fork's origin event (ledger.core.forks): internal, never shown
 ROLES = frozenset({"user", "assistant", "system", "tool"})
 RESET_REASONS = frozenset({"manual", "rollover", "compaction"})
 

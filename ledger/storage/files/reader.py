@@ -246,6 +246,9 @@ class FileReader:
     def floor(self, st: State) -> Boundary | None:
         return st.floor
 
+    def window_seq(self, st: State) -> int:
+        return st.window_seq
+
     def after_floor(self, st: State, part: int, offset: int) -> bool:
         return st.floor is None or _after(part, offset, st.floor)
 

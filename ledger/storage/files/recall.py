@@ -91,6 +91,23 @@ _POST_H = "(({t} * 1000003 + {i} * 7919 + {n} * 104729 + {f} * 15485863 + 12345)
 _POST_INSERT = ("INSERT OR REPLACE INTO post VALUES (?1, ?2, ?3, ?4, "
                 + _POST_H.format(t="?1", i="?2", n="?3", f="?4") + ")")
 _POST_CHECK = _POST_H.format(t="tid", i="imp", n="neg", f="tf")
+# A query's rows: the hits (``h``), the rows just before and after each within
+# the query's range (``l1``: its neighbours, ``?2``/``?3`` being after and
+# high), the same for those neighbours (``l2``), and every row named: their
+# entries, with (prev, next) for the rows that may be ranked (ranking.Doc).
+_LINK = ("(SELECT seq FROM docs WHERE seq < {s} AND seq > ? ORDER BY seq DESC LIMIT 1), "
+         "(SELECT seq FROM docs WHERE seq > {s} AND seq <= ? ORDER BY seq LIMIT 1)")
+_NEAR_SQL = (
+    "WITH h(s) AS (VALUES {hits}), "
+    "l1(s, p, n) AS (SELECT s, " + _LINK.format(s="h.s") + " FROM h), "
+    "r(s) AS (SELECT p FROM l1 WHERE p IS NOT NULL UNION SELECT n FROM l1 WHERE n IS NOT NULL "
+    "EXCEPT SELECT s FROM h), "
+    "l2(s, p, n) AS (SELECT s, " + _LINK.format(s="r.s") + " FROM r), "
+    "l(s, p, n) AS (SELECT * FROM l1 UNION ALL SELECT * FROM l2), "
+    "w(s) AS (SELECT s FROM l UNION SELECT p FROM l WHERE p IS NOT NULL "
+    "UNION SELECT n FROM l WHERE n IS NOT NULL) "
+    "SELECT d.*, l.p, l.n FROM w JOIN docs d ON d.seq = w.s LEFT JOIN l ON l.s = w.s "
+    "ORDER BY d.seq")
 # What a damaged file can make SQLite or the decoding of its values raise.
 DAMAGE_ERRORS = (sqlite3.DatabaseError, TypeError, ValueError, KeyError, IndexError,
                  OverflowError, UnicodeError)
@@ -650,11 +667,12 @@ class RecallIndex:
         if not found:
             return []
         docs: list[ranking.Doc] = []
-        marks = ",".join("?" * len(found))
         term_of = {tid[t]: t for t in kept}
         where: dict[int, tuple[int, int]] = {}
-        for seq, win, length, size, blob, seg, off, h in db.execute(
-            f"SELECT * FROM docs WHERE seq IN ({marks})", sorted(found),
+        hits = sorted(found)
+        for seq, win, length, size, blob, seg, off, h, prev, nxt in db.execute(
+            _NEAR_SQL.format(hits=",".join(["(?)"] * len(hits))),
+            [*hits, after, high, after, high],
         ):
             if len(blob) % 8 or not isinstance(h, int):
                 raise Damaged(f"the entry of row {seq} is malformed")
@@ -662,19 +680,20 @@ class RecallIndex:
             self.sizes[seq] = size
             pairs = array("I")
             pairs.frombytes(blob)
-            tfs = found[seq]
+            tfs = found.get(seq, {})
             if len(tfs) < len(kept):
                 for i in range(0, len(pairs), 2):
                     named = term_of.get(pairs[i])
                     if named is not None:
                         tfs[named] = pairs[i + 1]
-            docs.append(ranking.Doc(seq, win, length, tfs))
-        if len(docs) != len(found):
+            docs.append(ranking.Doc(seq, win, length, tfs, prev or 0, nxt or 0))
+        if not found.keys() <= where.keys():
             raise Damaged("a posting names a row the index has no entry for")
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
         win_of = {d.seq: d.window for d in docs}
         q = ranking.Query(tuple(kept), query.phrases)
-        return [(s, win_of[s], score, where[s]) for s, score in ranking.rank(docs, q, corpus)]
+        return [(s, win_of[s], score, where[s])
+                for s, score in ranking.rank(docs, q, corpus, found)]
 
     def stats(self) -> dict[str, int]:
         db = self._open()

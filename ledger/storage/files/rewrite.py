@@ -39,8 +39,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import rules
-from ledger.core.errors import CommitFailed, LedgerError, RecoveryError, RewriteRefused
+from ledger.core import forks, rules
+from ledger.core.errors import (
+    CommitFailed,
+    EpochChanged,
+    LedgerError,
+    RecoveryError,
+    RewriteRefused,
+)
 from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.husks import (  # noqa: F401 (re-exported: their old home)
@@ -308,6 +314,62 @@ def reject(history: History, seq_or_seqs: int | Iterable[int]) -> rules.RejectRe
         out = commit_rewrite(history, history.state(), changes, op="reject") if changes else None
     return rules.reject_result(rejected, already, out.epoch if out else st.epoch,
                                settled.to_dict() if settled else None)
+
+
+# --- rewind ------------------------------------------------------------------------
+
+
+def rewind(history: History, to: int, expect_epoch: int | None = None,
+           restore_cleared: bool = False) -> forks.RewindResult:
+    """Hide every row after ``to`` (``ledger.core.forks``): each becomes a
+    record keeping the original byte for byte; unreadable lines stay as they
+    are (they may be resets: fail closed). A rewrite with a marker and a new
+    epoch; conditional on ``expect_epoch`` when given."""
+    history = unwrap(history)
+    to = forks.rewind_seq(to)
+    with _locked_rewrite(history):
+        settled = _settle(history)
+        st = history.state()
+        if expect_epoch is not None and st.epoch != expect_epoch:
+            raise EpochChanged(
+                f"workspace {history.workspace!r}: rewind expected epoch {expect_epoch}, the "
+                f"workspace is at epoch {st.epoch} (a rewrite came first); nothing was rewound")
+        scanned: list[tuple[int, list[Entry]]] = []
+        row_to: dict[str, Any] | None = None
+        for number in reversed(st.segments):
+            entries = segment_entries(history.path, number)
+            scanned.append((number, entries))
+            hit = [e.row for e in entries if e.row is not None and e.row.get("seq") == to]
+            if hit:
+                row_to = hit[-1]
+                break
+            first = next((e.row["seq"] for e in entries if e.row is not None
+                          and isinstance(e.row.get("seq"), int)), None)
+            if first is not None and first < to:
+                break  # no row `to`, and the rows before it begin here
+        forks.check_rewind(history.workspace, to, row_to, st.floor, restore_cleared)
+        changes: dict[int, list[bytes] | None] = {}
+        rewound: list[int] = []
+        already: list[int] = []
+        for number, entries in scanned:
+            new_lines: dict[int, bytes] = {}
+            for j, e in enumerate(entries):
+                row = e.row
+                if row is None or not isinstance(row.get("seq"), int) or row["seq"] <= to:
+                    continue
+                if not forks.rewindable(row):
+                    already.append(row["seq"])
+                    continue
+                new_lines[j] = forks.rewind_line(e.line, row, to)
+                rewound.append(row["seq"])
+            if new_lines:
+                data = segs.read_file(segs.segment_path(history.path, number))
+                changes[number] = [new_lines.get(j, _raw_line(e, data))
+                                   for j, e in enumerate(entries)]
+        out = commit_rewrite(history, st, changes, op="rewind") if changes else None
+    return forks.RewindResult(to, sorted(rewound), sorted(already),
+                              out.epoch if out else st.epoch,
+                              settled.to_dict() if settled else None)
 
 
 # --- truncate ------------------------------------------------------------------------

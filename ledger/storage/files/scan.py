@@ -167,7 +167,10 @@ def may_hide_reset(data: bytes) -> bool:
 
 _decode_lines = msgspec.json.Decoder(CheckRow).decode_lines
 _decode_pair_lines = msgspec.json.Decoder(PairCheckRow).decode_lines
-CHUNK = 4 << 20
+# Read and verified a chunk at a time: 1 MiB stays in the CPU caches across
+# the chunk's passes (split, checksums, bracket count, decode, UTF-8); 4 MiB
+# chunks made check about 10% slower (bench/RESULTS.md, issue 31).
+CHUNK = 1 << 20
 
 
 class _Slow(Exception):

@@ -30,6 +30,7 @@ from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.errors import CommitFailed, CommitUncertain, DeletePending
+from ledger.core.forks import Branch, RewindResult
 from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.rows import Row
@@ -317,6 +318,23 @@ class FileWorkspace(Publishing):
     def purge_before_floor(self) -> PurgeResult:
         """Really delete the rows at or before the newest manual reset."""
         return rewrite.purge_before_floor(self)
+
+    def rewind(self, to: int, expect_epoch: int | None = None,
+               restore_cleared: bool = False) -> RewindResult:
+        return rewrite.rewind(self, to, expect_epoch, restore_cleared)
+
+    def fork(self, target: str, at: int | None = None) -> FileWorkspace:
+        """A fork of this workspace as ``target`` (``ledger.storage.files.fork``)."""
+        from ledger.storage.files import fork
+
+        dst = self.store.open(target)
+        fork.fork(self, dst, at)
+        return dst
+
+    def origin(self) -> Branch | None:
+        from ledger.storage.files import fork
+
+        return fork.origin(self)
 
     def backup(self, dest: str) -> BackupResult:
         """A consistent copy of this history, taken under the lock."""

@@ -22,9 +22,11 @@ from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.checks import Loaded, QuarantineCleaned
 from ledger.core.errors import Conflict, LedgerError, LockTimeout, WorkspaceNotFound
+from ledger.core.forks import ForkRefused
 from ledger.core.rows import Row, now_ms
 from ledger.core.windows import Boundary
 from ledger.storage.engine import QuarantineEntry, RowStat, StoreOptions, WorkspaceHandle
+from ledger.storage.forking import FORK_BATCH_PREFIX, RowForks
 from ledger.storage.primitives import LAST_SEQ, Edit, Replaced, StoredRow, holds, settle
 from ledger.storage.rowrecall import Recall
 from ledger.storage.rowspace import RowWorkspace
@@ -104,7 +106,7 @@ class MemoryRoot:
             self.lock.release()
 
 
-class MemWorkspace(RowWorkspace, WorkspaceHandle):
+class MemWorkspace(RowWorkspace, RowForks, WorkspaceHandle):
     """One workspace of a memory root: the primitives (module doc)."""
 
     engine, tag, quarantine_name = "memory", "m", "the memory quarantine"
@@ -212,12 +214,46 @@ class MemWorkspace(RowWorkspace, WorkspaceHandle):
                 last = next((r for r in reversed(new) if r.boundary is not None), None)
                 manual = next((r.seq for r in reversed(new) if r.boundary == "manual"), None)
                 sp.window, sp.floor = settle(expect, boundary(last.seq, last.boundary)
-                                             if last else None, boundary(manual, "manual"), hold)
+                                             if last else None, boundary(manual, "manual"), hold,
+                                             edits=edits)
                 sp.next_seq = max(sp.next_seq, new[-1].seq + 1 if new else 1)
                 sp.epoch = rules.new_epoch(sp.epoch)
             return Replaced(sp.epoch, len(gone), sum(len(r.raw) + 1 for r in gone),
                             [f"memory quarantine ({len(gone)} rows)"]
                             if put_aside is not None and gone else [])
+
+    # --- the primitives of the fork (ledger.storage.forking) ------------------------
+
+    @property
+    def max_row_bytes(self) -> int:
+        return self.store.max_row_bytes
+
+    def open_sibling(self, workspace: str) -> MemWorkspace:
+        return MemWorkspace(self.root, self.store, workspace)
+
+    def copy_prefix(self, target: str, expect: RowState, at: int, event: Row) -> None:
+        """The fork shares the source's stored rows (immutable) up to ``at``."""
+        with self.locked():
+            sp = self.space()
+            if not holds(sp.state(), expect):
+                raise Conflict(f"workspace {self.workspace!r} changed; read it again")
+            if target in self.root.spaces:
+                raise ForkRefused(f"workspace {target!r} already exists in {self.root.label}; "
+                                  "a fork needs a new workspace id; nothing was forked")
+            new = Space(rules.new_epoch())
+            new.swap([*sp.rows[: bisect.bisect_right(sp.seqs, at)],
+                      StoredRow(event.seq, str(event.batch.get("id", "")), None, event.line)])
+            last = next((r for r in reversed(new.rows) if r.boundary is not None), None)
+            manual = next((r.seq for r in reversed(new.rows) if r.boundary == "manual"), None)
+            new.window = boundary(last.seq, last.boundary) if last else None
+            new.floor = boundary(manual, "manual")
+            new.next_seq = event.seq + 1
+            self.root.spaces[target] = new
+
+    def origin_seqs(self) -> list[int]:
+        with self.locked():
+            return sorted(first for bid, (first, n) in self.space().batches.items()
+                          if n == 1 and bid.startswith(FORK_BATCH_PREFIX))
 
     def list_quarantine(self) -> list[QuarantineEntry]:
         with self.locked():

@@ -85,6 +85,12 @@ def grow(store: Store, batches: int, *, start: int = 0, clear_at: int | None = N
         h.append_many([msg(f"needle {i} question"), msg(f"answer {i} " + "x" * 40, "assistant")])
 
 
+def _rolled(store: Store) -> None:
+    grow(store, 4)
+    store.history(WS).rollover([msg("needle after the rollover")])
+    grow(store, 2, start=4)
+
+
 def _legacy(store: Store) -> Any:
     return import_legacy(store.history(WS), str(REPO / "fixtures/legacy-histories/basic"))
 
@@ -168,6 +174,10 @@ def _scenarios() -> list[Scenario]:
         Scenario("purge-many-full", "full", lambda s: grow(s, 8, clear_at=6),
                  [lambda s: s.history(WS).purge_before_floor()], rewrite=True,
                  segment_bytes=600),
+        Scenario("rewind-full", "full", lambda s: grow(s, 6, clear_at=1),
+                 [lambda s: s.history(WS).rewind(to=9)], rewrite=True, segment_bytes=600),
+        Scenario("rewind-rollover-off", "off", _rolled,
+                 [lambda s: s.history(WS).rewind(to=8)], rewrite=True, segment_bytes=600),
         Scenario("purge-full", "full", lambda s: grow(s, 6, clear_at=3),
                  [lambda s: s.history(WS).purge_before_floor()], rewrite=True),
         Scenario("repair-full", "full", _damaged, [lambda s: repair(s.history(WS))],
@@ -404,7 +414,7 @@ def ranked_search(store: Store) -> Any:
     tool = store.history(WS).session_history()
     try:
         return json.loads(tool.call({"action": "search", "query": "needle question answer",
-                                     "mode": "ranked", "limit": 25}))
+                                     "mode": "ranked", "current": True, "limit": 25}))
     finally:
         if tool.reader._recall is not None:
             tool.reader._recall.close()

@@ -34,7 +34,7 @@ def call(tool: Any, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def ranked(tool: Any, query: str, **kw: Any) -> dict[str, Any]:
-    return call(tool, {"action": "search", "query": query, "mode": "ranked", **kw})
+    return call(tool, {"action": "search", "query": query, "mode": "ranked", "current": True, **kw})
 
 
 def seqs(res: dict[str, Any]) -> list[int]:
@@ -93,7 +93,7 @@ def test_a_log_that_lost_its_tail_is_not_served_from_the_index(tmp_path: Path) -
     shutil.copytree(wsdir, saved)
     h.append(msg("zebra lost in the crash"))
     tool = h.session_history()
-    assert seqs(ranked(tool, "zebra")) == [3]
+    assert seqs(ranked(tool, "zebra")) == [3, 2]
     tool.reader._recall.close()
     for name in os.listdir(saved):  # the log goes back; the index stays
         if not name.startswith(ffmt.RECALL_NAME):
@@ -101,7 +101,7 @@ def test_a_log_that_lost_its_tail_is_not_served_from_the_index(tmp_path: Path) -
     h2 = history(tmp_path)
     assert ranked(h2.session_history(), "zebra")["items"] == []
     h2.append(msg("a yak at seq three"))
-    assert seqs(ranked(h2.session_history(), "yak")) == [3]
+    assert seqs(ranked(h2.session_history(), "yak")) == [3, 2]  # 2: the yak's neighbour
     assert ranked(h2.session_history(), "zebra")["items"] == []
 
 
@@ -190,7 +190,7 @@ def test_a_deleted_workspace_made_again_has_a_new_index(tmp_path: Path) -> None:
     assert store.delete("w")
     h.append(msg("a kingfisher, not a heron"))
     h.append(msg("another kingfisher"))
-    assert seqs(ranked(tool, "heron")) == [1]
+    assert seqs(ranked(tool, "heron")) == [1, 2]  # 2: the new heron's neighbour
     assert ranked(tool, "lake nests")["items"] == []
     assert seqs(ranked(tool, "kingfisher"))[0] in (1, 2)
     assert (tmp_path / "w" / ffmt.RECALL_NAME).exists()
@@ -209,7 +209,8 @@ def test_framework_tools_search_ranked(tmp_path: Path) -> None:
     store = Store(str(tmp_path), durability="off")
     store.history("lc").append(msg("The standup moved to 9:45 on Thursdays."))
     store.history("oa").append(msg("The standup moved to 9:45 on Thursdays."))
-    question = {"action": "search", "query": "when is the standup now?", "mode": "ranked"}
+    question = {"action": "search", "query": "when is the standup now?", "mode": "ranked",
+                "current": True}
     tool = lc.session_history_tool(lc.LedgerChatMessageHistory("lc", store=store))
     assert "ranked" in json.dumps(tool.args)
     got = json.loads(tool.invoke(question))
@@ -228,7 +229,8 @@ def test_cli_ranked_search(tmp_path: Path) -> None:
     del h
     out = subprocess.run(
         [sys.executable, "-m", "ledger", "--root", str(tmp_path), "history", "w", "search",
-         "what degree did I graduate with?", "--mode", "ranked", "--limit", "1"],
+         "what degree did I graduate with?", "--mode", "ranked", "--limit", "1",
+         "--current"],
         capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert "Business Administration" in json.loads(out.stdout)["items"][0]["text"]
