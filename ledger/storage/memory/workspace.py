@@ -1,12 +1,9 @@
 """One workspace of the in-memory engine: its data (``Space``) and the
-primitives (``ledger.storage.primitives``); every other operation is
-``ledger.storage.rowspace``'s, written once above them.
-
-A workspace is a list of stored rows in seq order, the head (next seq, epoch,
-window, floor), the batch ids with their seqs, and a quarantine. Every
-operation holds the lock of its root (``MemoryRoot``: a root's workspaces).
-An append extends the list; ``replace`` builds a new list and swaps it in
-with a new epoch.
+primitives (``ledger.storage.primitives``, ``ledger.storage.forking``);
+everything else is ``ledger.storage.rowspace``'s. A workspace is a list of
+stored rows in seq order, the head, the batch ids with their seqs and a
+quarantine, under the lock of its root (``MemoryRoot``); an append extends
+the list, ``replace`` swaps in a new one with a new epoch.
 """
 
 from __future__ import annotations
@@ -78,6 +75,12 @@ class Space:
                 self.batches[r.batch_id] = (first, n + 1)
             else:
                 self.batches[r.batch_id] = (r.seq, 1)
+
+    def newest(self) -> tuple[Boundary | None, Boundary | None]:
+        """The newest boundary row and the newest manual one (the floor)."""
+        last = next((r for r in reversed(self.rows) if r.boundary is not None), None)
+        manual = next((r.seq for r in reversed(self.rows) if r.boundary == "manual"), None)
+        return (boundary(last.seq, last.boundary) if last else None), boundary(manual, "manual")
 
     def put(self, seq: int | None, reason: str, data: bytes) -> str:
         self.put_aside += 1
@@ -211,11 +214,7 @@ class MemWorkspace(RowWorkspace, RowForks, WorkspaceHandle):
                     sp.put(r.seq, put_aside, r.raw)
             if changed:
                 sp.swap(new)
-                last = next((r for r in reversed(new) if r.boundary is not None), None)
-                manual = next((r.seq for r in reversed(new) if r.boundary == "manual"), None)
-                sp.window, sp.floor = settle(expect, boundary(last.seq, last.boundary)
-                                             if last else None, boundary(manual, "manual"), hold,
-                                             edits=edits)
+                sp.window, sp.floor = settle(expect, *sp.newest(), hold, edits=edits)
                 sp.next_seq = max(sp.next_seq, new[-1].seq + 1 if new else 1)
                 sp.epoch = rules.new_epoch(sp.epoch)
             return Replaced(sp.epoch, len(gone), sum(len(r.raw) + 1 for r in gone),
@@ -243,10 +242,7 @@ class MemWorkspace(RowWorkspace, RowForks, WorkspaceHandle):
             new = Space(rules.new_epoch())
             new.swap([*sp.rows[: bisect.bisect_right(sp.seqs, at)],
                       StoredRow(event.seq, str(event.batch.get("id", "")), None, event.line)])
-            last = next((r for r in reversed(new.rows) if r.boundary is not None), None)
-            manual = next((r.seq for r in reversed(new.rows) if r.boundary == "manual"), None)
-            new.window = boundary(last.seq, last.boundary) if last else None
-            new.floor = boundary(manual, "manual")
+            new.window, new.floor = new.newest()
             new.next_seq = event.seq + 1
             self.root.spaces[target] = new
 
