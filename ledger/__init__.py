@@ -72,6 +72,7 @@ _LAZY = {
     "NotDistributed": "ledger.storage.postgres.citus",
     "MissingExtra": "ledger.integrations",
     "CheckpointConflict": "ledger.integrations.langgraph_log",
+    "BranchError": "ledger.integrations.openai_agents_branches",
 }
 
 __all__ = [
@@ -79,6 +80,7 @@ __all__ = [
     "AppendResult",
     "BadRequest",
     "Branch",
+    "BranchError",
     "BudgetConfigError",
     "BudgetExceeded",
     "CheckpointConflict",

@@ -11,6 +11,7 @@ from ledger.core import format as fmt
 from ledger.core.errors import LedgerError
 from ledger.storage.engine import BackupResult
 from ledger.storage.files import segments as segs
+from ledger.storage.files.fork import ORIGIN_NAME
 from ledger.storage.files.lock import locked
 from ledger.storage.files.ports import unwrap
 from ledger.storage.files.retention import quarantine_dir
@@ -61,7 +62,8 @@ def _backup(history: Any, dest: str) -> BackupResult:
             # stamps will not match the copies, so it is re-baselined below.
             numbers = segs.list_segments(history.path)
             segs.stamps(history.path, numbers)  # UnsafePath for a segment that is no file
-            names = [fmt.FORMAT_NAME, fmt.RECEIPT_NAME] + [fmt.segment_name(n) for n in numbers]
+            names = [fmt.FORMAT_NAME, fmt.RECEIPT_NAME, ORIGIN_NAME] + [
+                fmt.segment_name(n) for n in numbers]
             for name in names:
                 src = os.path.join(history.path, name)
                 if not os.path.lexists(src):

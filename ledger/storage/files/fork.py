@@ -8,8 +8,8 @@ workspace, and the next fork into the same id removes it).
 
 Cost: every segment that lies wholly at or before the fork point is
 hard-linked, never copied; only the prefix of the segment holding the fork
-point (when it is not that segment's last row) is copied, and the origin
-event is written after it (or as a segment of its own). No path of the
+point (when it is not that segment's last row) is copied, with its INDEX
+entry; the origin event is a segment of its own. No path of the
 engine writes a segment file in place -- appends, rewrites, merges and
 repair replace a segment by temp + rename, a delete unlinks -- so a shared
 inode is never changed through either name and neither side ever loses a
@@ -72,8 +72,10 @@ def fork(src: FileWorkspace, dst: FileWorkspace, at: int | None) -> None:
         cut = -1
         if spot is not None:
             lines = list(segs.iter_lines(segs.segment_path(src.path, spot[1])))
+            key = b'{"seq":%d,' % at  # every stored line starts so: decode only candidates
             for j, line in enumerate(lines):
-                got = fmt.decode_line(line.data) if line.complete else None
+                got = fmt.decode_line(line.data) if line.complete and \
+                    line.data.startswith(key) else None
                 if got is not None and got.get("seq") == at:
                     row, cut = got, j
         check_fork_point(src.workspace, dst.workspace, at, row, st.floor)
@@ -83,9 +85,24 @@ def fork(src: FileWorkspace, dst: FileWorkspace, at: int | None) -> None:
         k, number = spot
         whole = cut == len(lines) - 1
         linked = infos[: k + 1] if whole else infos[:k]
-        _build(src, dst, linked, number, lines[: cut + 1], whole, event_lines[0], at + 1)
+        prefix = None if whole else _prefix_info(infos[k][2], lines, cut, at)
+        _build(src, dst, linked, number, lines[: cut + 1], whole, event_lines[0], at + 1,
+               prefix)
         _restamp(src, st, infos)
     dst.rebaseline()
+
+
+def _prefix_info(info: SegmentInfo, lines: list[segs.Line], cut: int, at: int
+                 ) -> SegmentInfo | None:
+    """The INDEX entry of the first ``cut + 1`` lines of a segment whose entry
+    is ``info`` (so the fork need not read them again), when every line of it
+    is a readable row (else None: the fork's first reader scans it)."""
+    if info.rows != len(lines) or not all(ln.complete for ln in lines) or info.max_seq != \
+            info.last_seq:
+        return None
+    end = lines[cut].offset + len(lines[cut].data) + 1
+    bounds = tuple(b for b in info.bounds if b.offset < end)
+    return SegmentInfo(info.number, info.stamp, info.first_seq, at, cut + 1, bounds, at)
 
 
 def _stamps(st: State) -> list[tuple[int, fmt.Stamp]]:
@@ -94,7 +111,7 @@ def _stamps(st: State) -> list[tuple[int, fmt.Stamp]]:
 
 def _build(src: FileWorkspace, dst: FileWorkspace, linked: list[tuple[int, fmt.Stamp,
            SegmentInfo]], number: int, prefix: list[segs.Line], whole: bool,
-           event: bytes, event_seq: int) -> None:
+           event: bytes, event_seq: int, prefix_info: SegmentInfo | None) -> None:
     parent = os.path.dirname(dst.path)
     for name in os.listdir(parent):  # a crashed fork into this id left its temp dir
         if name.startswith(f"{TEMP_PREFIX}{dst.workspace}-"):
@@ -111,11 +128,13 @@ def _build(src: FileWorkspace, dst: FileWorkspace, linked: list[tuple[int, fmt.S
             stamp = segs.stamp(path)
             if stamp is not None:
                 append_entry(tmp, dataclasses.replace(info, stamp=stamp))
-        if whole:
-            _write(segs.segment_path(tmp, number + 1), [event], sync)
-        else:
-            _write(segs.segment_path(tmp, number), [*(ln.data + b"\n" for ln in prefix), event],
-                   sync)
+        if not whole:  # the prefix of segment `number`, sealed in the fork
+            path = segs.segment_path(tmp, number)
+            _write(path, [ln.data + b"\n" for ln in prefix], sync)
+            stamp = segs.stamp(path)
+            if prefix_info is not None and stamp is not None:
+                append_entry(tmp, dataclasses.replace(prefix_info, stamp=stamp))
+        _write(segs.segment_path(tmp, number + 1), [event], sync)
         if sync:
             segs.fsync_dir(tmp)
         os.rename(tmp, dst.path)  # fails when the workspace appeared meanwhile
