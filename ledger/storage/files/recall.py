@@ -91,23 +91,11 @@ _POST_H = "(({t} * 1000003 + {i} * 7919 + {n} * 104729 + {f} * 15485863 + 12345)
 _POST_INSERT = ("INSERT OR REPLACE INTO post VALUES (?1, ?2, ?3, ?4, "
                 + _POST_H.format(t="?1", i="?2", n="?3", f="?4") + ")")
 _POST_CHECK = _POST_H.format(t="tid", i="imp", n="neg", f="tf")
-# A query's rows: the hits (``h``), the rows just before and after each within
-# the query's range (``l1``: its neighbours, ``?2``/``?3`` being after and
-# high), the same for those neighbours (``l2``), and every row named: their
-# entries, with (prev, next) for the rows that may be ranked (ranking.Doc).
-_LINK = ("(SELECT seq FROM docs WHERE seq < {s} AND seq > ? ORDER BY seq DESC LIMIT 1), "
-         "(SELECT seq FROM docs WHERE seq > {s} AND seq <= ? ORDER BY seq LIMIT 1)")
-_NEAR_SQL = (
-    "WITH h(s) AS (VALUES {hits}), "
-    "l1(s, p, n) AS (SELECT s, " + _LINK.format(s="h.s") + " FROM h), "
-    "r(s) AS (SELECT p FROM l1 WHERE p IS NOT NULL UNION SELECT n FROM l1 WHERE n IS NOT NULL "
-    "EXCEPT SELECT s FROM h), "
-    "l2(s, p, n) AS (SELECT s, " + _LINK.format(s="r.s") + " FROM r), "
-    "l(s, p, n) AS (SELECT * FROM l1 UNION ALL SELECT * FROM l2), "
-    "w(s) AS (SELECT s FROM l UNION SELECT p FROM l WHERE p IS NOT NULL "
-    "UNION SELECT n FROM l WHERE n IS NOT NULL) "
-    "SELECT d.*, l.p, l.n FROM w JOIN docs d ON d.seq = w.s LEFT JOIN l ON l.s = w.s "
-    "ORDER BY d.seq")
+# The rows just before and after each of some rows within the query's range
+# (``?`` after, ``?`` high): their neighbours (ranking.Doc's prev and next).
+_LINKS_SQL = ("WITH h(s) AS (VALUES {rows}) SELECT s, "
+              "(SELECT seq FROM docs WHERE seq < h.s AND seq > ? ORDER BY seq DESC LIMIT 1), "
+              "(SELECT seq FROM docs WHERE seq > h.s AND seq <= ? ORDER BY seq LIMIT 1) FROM h")
 # What a damaged file can make SQLite or the decoding of its values raise.
 DAMAGE_ERRORS = (sqlite3.DatabaseError, TypeError, ValueError, KeyError, IndexError,
                  OverflowError, UnicodeError)
@@ -669,11 +657,22 @@ class RecallIndex:
         docs: list[ranking.Doc] = []
         term_of = {tid[t]: t for t in kept}
         where: dict[int, tuple[int, int]] = {}
-        hits = sorted(found)
-        for seq, win, length, size, blob, seg, off, h, prev, nxt in db.execute(
-            _NEAR_SQL.format(hits=",".join(["(?)"] * len(hits))),
-            [*hits, after, high, after, high],
+        # The hits, the rows just before and after each in range (their
+        # neighbours) and theirs, as the other engines read them.
+        near: dict[int, tuple[int, int]] = {}
+        ring = sorted(found)
+        for _ in range(2):
+            for seq, prev, nxt in db.execute(
+                    _LINKS_SQL.format(rows=",".join(["(?)"] * len(ring))), [*ring, after, high]):
+                near[seq] = (prev or 0, nxt or 0)
+            ring = sorted({n for pair in near.values() for n in pair if n} - near.keys())
+            if not ring:
+                break
+        wanted = sorted(near.keys() | {n for pair in near.values() for n in pair if n})
+        for seq, win, length, size, blob, seg, off, h in db.execute(
+            f"SELECT * FROM docs WHERE seq IN ({','.join('?' * len(wanted))})", wanted,
         ):
+            prev, nxt = near.get(seq, (0, 0))
             if len(blob) % 8 or not isinstance(h, int):
                 raise Damaged(f"the entry of row {seq} is malformed")
             where[seq] = (seg, off)
@@ -682,11 +681,12 @@ class RecallIndex:
             pairs.frombytes(blob)
             tfs = found.get(seq, {})
             if len(tfs) < len(kept):
-                for i in range(0, len(pairs), 2):
-                    named = term_of.get(pairs[i])
-                    if named is not None:
-                        tfs[named] = pairs[i + 1]
-            docs.append(ranking.Doc(seq, win, length, tfs, prev or 0, nxt or 0))
+                counts = dict(zip(pairs[::2], pairs[1::2], strict=True))
+                for t_id, named in term_of.items():
+                    n = counts.get(t_id)
+                    if n:
+                        tfs[named] = n
+            docs.append(ranking.Doc(seq, win, length, tfs, prev, nxt))
         if not found.keys() <= where.keys():
             raise Damaged("a posting names a row the index has no entry for")
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
