@@ -34,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 
 _dec = msgspec.json.Decoder()
 _enc = msgspec.json.Encoder()
@@ -69,20 +69,20 @@ class SyscallReplica:
         self.dir = directory
         self.cap = cap
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        self.names = [fmt.segment_name(i) for i in range(1, max(segments, 1) + 1)]
+        self.names = [ffmt.segment_name(i) for i in range(1, max(segments, 1) + 1)]
         for name in self.names:
             with open(os.path.join(directory, name), "wb") as f:
                 f.write(b"{}\n")
-        for name in (fmt.LOCK_NAME, fmt.FORMAT_NAME, fmt.INDEX_NAME):
+        for name in (ffmt.LOCK_NAME, ffmt.FORMAT_NAME, ffmt.INDEX_NAME):
             open(os.path.join(directory, name), "wb").close()
-        with open(os.path.join(directory, fmt.RECEIPT_NAME), "wb") as f:
-            f.write(bytes(fmt.RECEIPT_SIZE))
+        with open(os.path.join(directory, ffmt.RECEIPT_NAME), "wb") as f:
+            f.write(bytes(ffmt.RECEIPT_SIZE))
         self.active = os.path.join(directory, self.names[-1])
 
     def __call__(self, data: Sequence[bytes]) -> None:
         d = self.dir
         os.path.isdir(d)
-        lock = os.open(os.path.join(d, fmt.LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+        lock = os.open(os.path.join(d, ffmt.LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
                        0o600)
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.path.lexists(os.path.join(os.path.dirname(d), ".replica.deleting"))
@@ -91,17 +91,17 @@ class SyscallReplica:
         for name in self.names:
             os.stat(name, dir_fd=dfd, follow_symlinks=False)
         os.close(dfd)
-        rfd = os.open(os.path.join(d, fmt.RECEIPT_NAME), os.O_RDWR | os.O_CLOEXEC)
+        rfd = os.open(os.path.join(d, ffmt.RECEIPT_NAME), os.O_RDWR | os.O_CLOEXEC)
         os.fstat(rfd)
-        os.pread(rfd, fmt.RECEIPT_SIZE + 1, 0)
-        os.pwrite(rfd, b"\1" * fmt.RECEIPT_SIZE, 0)
+        os.pread(rfd, ffmt.RECEIPT_SIZE + 1, 0)
+        os.pwrite(rfd, b"\1" * ffmt.RECEIPT_SIZE, 0)
         sfd = os.open(self.active, os.O_RDONLY | os.O_CLOEXEC)
         size = os.fstat(sfd).st_size
         old = os.read(sfd, size + 1)
         os.close(sfd)
         if len(old) >= self.cap:
             old = b""
-        tmp = os.path.join(d, f"{fmt.TEMP_PREFIX}{secrets.token_hex(6)}")
+        tmp = os.path.join(d, f"{ffmt.TEMP_PREFIX}{secrets.token_hex(6)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)
         os.writev(fd, [old, *data] if old else list(data))
@@ -112,7 +112,7 @@ class SyscallReplica:
         dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         os.fsync(dfd)
         os.close(dfd)
-        os.pwrite(rfd, b"\2" * fmt.RECEIPT_SIZE, 0)
+        os.pwrite(rfd, b"\2" * ffmt.RECEIPT_SIZE, 0)
         os.close(rfd)
         fcntl.flock(lock, fcntl.LOCK_UN)
         os.close(lock)

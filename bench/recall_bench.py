@@ -78,12 +78,17 @@ def bm25_our_terms(qs: QuestionSet) -> Ranker:
 
 
 def exact(qs: QuestionSet, weights: ranking.Weights = ranking.Weights()) -> Ranker:
+    """``ranking.rank`` over every row holding a query term and their
+    neighbours (the turns before and after in the same window)."""
     docs = []
     df: Counter[str] = Counter()
     total = 0
-    for t in qs.turns:
+    turns = qs.turns
+    for i, t in enumerate(turns):
         tfs, n = ranking.term_counts(t.text)
-        docs.append(ranking.Doc(t.seq, t.window, n, dict(tfs)))
+        prev = turns[i - 1].seq if i > 0 else 0
+        nxt = turns[i + 1].seq if i + 1 < len(turns) else 0
+        docs.append(ranking.Doc(t.seq, t.window, n, dict(tfs), prev, nxt))
         df.update(tfs.keys())
         total += n
     corpus = ranking.Corpus(len(docs), total, df)
@@ -94,17 +99,15 @@ def exact(qs: QuestionSet, weights: ranking.Weights = ranking.Weights()) -> Rank
 
     def run(q: str) -> list[int]:
         query = ranking.parse_query(q)
-        cands: dict[int, ranking.Doc] = {}
-        for term in query.terms:
-            for d in by_term.get(term, ()):
-                cands[d.seq] = d
-        return [s for s, _ in ranking.rank(list(cands.values()), query, corpus, None, weights)]
+        hits = {d.seq for term in query.terms for d in by_term.get(term, ())}
+        return [s for s, _ in ranking.rank(docs, query, corpus, hits, weights)]
 
     return run
 
 
-def tool_ranker(qs: QuestionSet, root: str) -> Ranker:
-    """The real tool: a file store holding the set as windows, ranked mode."""
+def tool_ranker(qs: QuestionSet, root: str, **extra: Any) -> Ranker:
+    """The real tool: a file store holding the set as windows, ranked mode
+    (``extra``: more arguments of each call, e.g. ``current=True``)."""
     import json
 
     import ledger
@@ -138,7 +141,7 @@ def tool_ranker(qs: QuestionSet, root: str) -> Ranker:
     tool = h.session_history()
 
     def run(q: str) -> list[int]:
-        out = json.loads(tool.call({"action": "search", "query": q, "mode": "ranked"}))
+        out = json.loads(tool.call({"action": "search", "query": q, "mode": "ranked", **extra}))
         return [seq_of.get(i["seq"], -1) for i in out.get("items", [])]
 
     return run

@@ -40,13 +40,18 @@ from typing import Any
 from bench.corpus import load_corpus
 from bench.measure import interleave
 from ledger import Store
-from ledger.core import format as fmt
 from ledger.core import ranking
+from ledger.core.format import files as ffmt
 from ledger.core.searchable import row_text
 from ledger.storage.files import segments as segs
 from ledger.storage.files.bulk import bulk_load
+from ledger.transcript.retrieval.args import ALLOWED_ARGS
 
 MIB = 1 << 20
+# Every ranked call searches the whole history, the current window included
+# (``current``, issue 32) where the tool has the argument (so older trees compare).
+RANKED: dict[str, Any] = {"mode": "ranked", **({"current": True}
+                                                if "current" in ALLOWED_ARGS["search"] else {})}
 
 
 def queries(n: int, seed: int = 3) -> list[str]:
@@ -67,7 +72,7 @@ def pathological(h: Any, seed: int = 5) -> dict[str, str]:
     long_q = ""
     while len(long_q) < 990:
         long_q += rnd.choice(words) + " "
-    db = sqlite3.connect(os.path.join(h.engine.path, fmt.RECALL_NAME))
+    db = sqlite3.connect(os.path.join(h.engine.path, ffmt.RECALL_NAME))
     common = db.execute("SELECT term FROM df ORDER BY n DESC LIMIT 1").fetchone()[0]
     db.close()
     return {
@@ -97,7 +102,7 @@ def log_bytes(path: str) -> int:
 def index_bytes(path: str) -> int:
     total = 0
     for suffix in ("", "-wal", "-shm"):
-        p = os.path.join(path, fmt.RECALL_NAME + suffix)
+        p = os.path.join(path, ffmt.RECALL_NAME + suffix)
         if os.path.exists(p):
             total += os.path.getsize(p)
     return total
@@ -138,12 +143,12 @@ def main(argv: list[str] | None = None) -> int:
             built = time.monotonic() - t0
             tool = h.session_history()
             t0 = time.monotonic()
-            json.loads(tool.call({"action": "search", "query": qs[0], "mode": "ranked"}))
+            json.loads(tool.call({"action": "search", "query": qs[0], **RANKED}))
             first = time.monotonic() - t0
             tool.reader._recall.close()
             tool = h.session_history()
             t0 = time.monotonic()
-            json.loads(tool.call({"action": "search", "query": qs[1], "mode": "ranked"}))
+            json.loads(tool.call({"action": "search", "query": qs[1], **RANKED}))
             reopen = time.monotonic() - t0
             rec = {"log_bytes": log_bytes(h.engine.path), "index_bytes": index_bytes(h.engine.path),
                    "build_log_s": round(built, 1), "first_search_s": round(first, 2),
@@ -161,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             for s in order:
                 t0 = time.perf_counter()
                 res = json.loads(tools[s].call({"action": "search", "query": q,
-                                                "mode": "ranked"}))
+                                                **RANKED}))
                 times[s].append(time.perf_counter() - t0)
                 hits[s] += bool(res.get("items"))
             if i < 30:
@@ -180,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                 for s in order:
                     t0 = time.perf_counter()
                     res = json.loads(tools[s].call({"action": "search", "query": bad[s][k],
-                                                    "mode": "ranked"}))
+                                                    **RANKED}))
                     ptimes[s, k].append(time.perf_counter() - t0)
                     pcode[s, k] = res["error"]["code"] if "error" in res else \
                         f"{len(res['items'])} items"
@@ -216,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                     q = bad[big]["1000 chars"]
                 else:
                     q = f'"{rnd.choice(words)} {rnd.choice(words)}" {rnd.choice(words)}'
-                tools[big].call({"action": "search", "query": q, "mode": "ranked"})
+                tools[big].call({"action": "search", "query": q, **RANKED})
             out["rss"] = {"size_mib": big, "calls": args.rss_calls,
                           "before_mib": round(before, 1), "after_mib": round(rss_mib(), 1),
                           "seconds": round(time.monotonic() - t0, 1)}

@@ -35,7 +35,7 @@ from typing import Any
 
 from bench.corpus import load_corpus
 from bench.measure import interleave, ratio
-from bench.recall_latency import build, log_bytes, pct, queries
+from bench.recall_latency import RANKED, build, log_bytes, pct, queries
 from ledger import Store
 
 RECALL_TABLES = ("tl_recall_state", "tl_recall_terms", "tl_recall_docs", "tl_recall_post",
@@ -57,7 +57,7 @@ def pg_sizes(root: str) -> dict[str, int]:
 
 def ranked(tool: Any, q: str, limit: int = 10) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(tool.call({"action": "search", "query": q,
-                                                "mode": "ranked", "limit": limit}))
+                                                **RANKED, "limit": limit}))
     return out
 
 

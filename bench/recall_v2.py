@@ -47,7 +47,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -489,8 +489,44 @@ ALPHA_GRID = (0.5, 0.7, 0.8, 0.9, 0.95)
 ALPHA_GRID_QUICK = (0.8, 0.9)
 
 
+def engine_rows(qs: QuestionSet, ix: Index) -> list[Row]:
+    """The engines' ranked search as shipped (the ``session_history`` tool
+    over a file store holding the set, ``bench.recall_bench.tool_ranker``;
+    every engine ranks alike) beside plain BM25 and the pure variants."""
+    import tempfile
+
+    from bench.recall_bench import tool_ranker
+    from ledger.transcript.retrieval.args import ALLOWED_ARGS
+
+    questions = qs.questions
+    engine: list[Row] = []
+    configs: list[tuple[str, dict[str, Any]]] = [("defaults", {})]
+    if "current" in ALLOWED_ARGS["search"]:  # scope (issue 32) skips the last window
+        configs.insert(0, ("current: true", {"current": True}))
+    for name, extra in configs:
+        with tempfile.TemporaryDirectory() as d:
+            tool = tool_ranker(qs, d, **extra)
+            engine.append((f"engine: session_history ranked, {name} (file store)",
+                           score(questions, tool)))
+            # The tool-output questions quote commands that hold '"': the tool
+            # requires such phrases in the row itself, the pure variants ignore them.
+            engine.append((f"engine, {name}, '\"' dropped from the question",
+                           score(questions, _unquoted(tool))))
+    return [
+        ("plain BM25 (rank_bm25, white-space tokens)", score(questions, plain_bm25(ix))),
+        ("lexical (pure, window 0.3)", score(questions, lexical(ix))),
+        ("+neighbours field 0.3 (pure, mean field length 2 x avgdl)",
+         score(questions, lexical(ix, Lexical(0.3, ranking.WINDOW, 2.0)))),
+        *engine,
+    ]
+
+
+def _unquoted(tool: Ranker) -> Ranker:
+    return lambda q: tool(q.replace('"', " "))
+
+
 def run_set(qs: QuestionSet, emb: Embedder | None, quick: bool = False,
-            out: Callable[[str], None] = print) -> list[Row]:
+            out: Callable[[str], None] = print, engine_only: bool = False) -> list[Row]:
     """Every variant on one set; returns the rows printed."""
     ix = build_index(qs.turns)
     questions = qs.questions
@@ -499,6 +535,10 @@ def run_set(qs: QuestionSet, emb: Embedder | None, quick: bool = False,
     out(f"\n### {qs.name}\n\nsource: {qs.source}; {'; '.join(qs.notes)}; "
         f"{len(questions)} questions ({qs.skipped} without evidence skipped; {in_last} with "
         f"every evidence turn in the last window)\n")
+    if engine_only:
+        shipped = engine_rows(qs, ix)
+        out(table(shipped))
+        return shipped
     rows: list[Row] = [
         ("plain BM25 (rank_bm25, white-space tokens)", score(questions, plain_bm25(ix))),
         ("lexical (ledger.core.ranking, window 0.3)", score(questions, lexical(ix))),
@@ -578,16 +618,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sets", default="longmemeval,agent,transcripts",
                    help="comma-separated: longmemeval, agent, transcripts")
     p.add_argument("--dim", type=int, default=256, help="wordllama dimension: 256, 128 or 64")
+    p.add_argument("--engine", action="store_true",
+                   help="only plain BM25, the pure lexical rows and the engines' ranked search")
     args = p.parse_args(argv)
     from bench import recall_data
 
-    emb = wordllama_embedder(args.dim)
+    emb = None if args.engine else wordllama_embedder(args.dim)
     for name in args.sets.split(","):
         qs, why = recall_data.by_name(name.strip())
         if qs is None:
             print(f"\n### {name}: skipped: {why}")
             continue
-        run_set(qs, emb, args.quick)
+        run_set(qs, emb, args.quick, engine_only=args.engine)
     return 0
 
 

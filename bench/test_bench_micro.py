@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bench.corpus import load_corpus
-from ledger.core import format as fmt
+from ledger.core.format import rows as fmt
 from ledger.core.rows import prepare_batch
 from ledger.storage.files.bulk import bulk_load
 from ledger.storage.files.index import scan_segment

@@ -18,6 +18,7 @@ import pytest
 
 from bench import recall_bench, recall_v2
 from bench.recall_data import QuestionSet, Turn, agent_set
+from ledger.core import ranking
 
 
 def _mini() -> QuestionSet:
@@ -67,13 +68,18 @@ def test_score_arithmetic() -> None:
     assert m["all@10"] == pytest.approx(4 / 5)
 
 
-def test_lexical_equals_todays_ranking() -> None:
+def test_lexical_equals_the_shipped_ranking() -> None:
+    """The pure variants are ``ranking.rank`` as the engines call it: the
+    neighbour field at the shipped weights, and without it (the variant
+    ``lexical``) at field weight 0."""
     qs = agent_set(questions=24, windows=4, turns_per_window=40, seed=3)
     ix = recall_v2.build_index(qs.turns)
-    ours = recall_v2.lexical(ix)
-    theirs = recall_bench.exact(qs)
-    for q, _ in qs.questions:
-        assert ours(q) == theirs(q)[:10], q
+    shipped = recall_v2.Lexical(ranking.FIELD, ranking.WINDOW, ranking.NB_AVG)
+    pairs = [(recall_v2.lexical(ix, shipped), recall_bench.exact(qs)),
+             (recall_v2.lexical(ix), recall_bench.exact(qs, ranking.Weights(0.0)))]
+    for ours, theirs in pairs:
+        for q, _ in qs.questions:
+            assert ours(q) == theirs(q)[:10], q
 
 
 def test_neighbour_field_finds_a_turn_by_its_context() -> None:

@@ -23,6 +23,7 @@ PAGES: dict[str, list[str]] = {
     "aio": ["ledger.aio"],
     "adapters": ["ledger.adapters", "ledger.adapters.validate"],
     "integrations": ["ledger.integrations", "ledger.integrations.openai_agents",
+                     "ledger.integrations.openai_agents_branches",
                      "ledger.integrations.langchain", "ledger.integrations.langchain_middleware",
                      "ledger.integrations.langgraph", "ledger.integrations.claude",
                      "ledger.integrations.mcp_server"],

@@ -17,6 +17,7 @@ from ledger.core.errors import (
     Conflict,
     CursorExpired,
     DeletePending,
+    EpochChanged,
     FormatError,
     HistoryDamaged,
     InvalidCursor,
@@ -40,6 +41,7 @@ from ledger.core.errors import (
     WorkspaceNotFound,
     WorkspaceOutsideRoot,
 )
+from ledger.core.forks import Branch, ForkRefused, RewindResult
 from ledger.core.rows import Row
 from ledger.transcript.history import History, OpenToolCalls
 from ledger.transcript.store import Store
@@ -70,12 +72,15 @@ _LAZY = {
     "NotDistributed": "ledger.storage.postgres.citus",
     "MissingExtra": "ledger.integrations",
     "CheckpointConflict": "ledger.integrations.langgraph_log",
+    "BranchError": "ledger.integrations.openai_agents_branches",
 }
 
 __all__ = [
     "AdmissionRefused",
     "AppendResult",
     "BadRequest",
+    "Branch",
+    "BranchError",
     "BudgetConfigError",
     "BudgetExceeded",
     "CheckpointConflict",
@@ -87,6 +92,8 @@ __all__ = [
     "CursorExpired",
     "DeletePending",
     "DeliveryFailed",
+    "EpochChanged",
+    "ForkRefused",
     "FormatError",
     "History",
     "HistoryDamaged",
@@ -113,6 +120,7 @@ __all__ = [
     "RecoveryError",
     "RequestTooLarge",
     "RetrievalDisabled",
+    "RewindResult",
     "RewriteRefused",
     "RolloverCancelled",
     "RolloverError",

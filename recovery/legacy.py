@@ -60,9 +60,9 @@ from typing import Any, Protocol
 
 import xxhash
 
-from ledger.core import format as fmt
 from ledger.core.batches import PendingBatch
 from ledger.core.errors import InvalidRow, LedgerError, RecoveryError
+from ledger.core.format import rows as fmt
 from ledger.core.husks import QUARANTINE_VERSION
 from ledger.core.rows import new_id, now_ms, prepare_batch, prepare_bodies
 from ledger.storage.files.legacy import (

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ledger import CommitFailed, Store
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.storage.files import segments as segs
 
 
@@ -44,7 +45,7 @@ def test_failed_auto_merge_does_not_fail_the_append(tmp_path: Path, monkeypatch)
     seqs = [r.seq for r in h.rows()]
     assert seqs == list(range(1, 91))
     h.append(text("next"))  # the next writer settles whatever the merge left
-    assert not (tmp_path / "ws" / fmt.MERGE_NAME).exists()
+    assert not (tmp_path / "ws" / ffmt.MERGE_NAME).exists()
     assert [r.seq for r in h.rows()] == list(range(1, 92))
 
 

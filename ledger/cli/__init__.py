@@ -87,7 +87,16 @@ def durable_root(root: str) -> str:
 def _load_commands() -> None:
     """Import the command modules: each declares its commands with
     ``ledger.cli.registry.command`` (help lists them in this order)."""
-    from ledger.cli import core, db, interop, mcp, migrate, recovery_cmds, tokens  # noqa: F401
+    from ledger.cli import (  # noqa: F401
+        core,
+        db,
+        forks,
+        interop,
+        mcp,
+        migrate,
+        recovery_cmds,
+        tokens,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,8 +10,8 @@ import msgspec
 
 from ledger.cli.registry import WS, arg, command
 from ledger.cli.tables import is_terminal, print_table
-from ledger.core import format as fmt
 from ledger.core.errors import InvalidRow, LedgerError
+from ledger.core.format import rows as fmt
 from ledger.core.redact import redact
 from ledger.storage.engine import DURABILITY_LEVELS
 
@@ -182,6 +182,8 @@ def _stat_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
                                            else "")),
         ("receipt", f"{receipt['status']}, stamps match: {receipt['stamps_match']}"),
         ("quarantine bytes", str(report["quarantine_bytes"])),
+        ("origin", "none" if not report.get("origin") else
+         f"fork of {report['origin']['source']} at seq {report['origin']['seq']}"),
     ]
 
 
@@ -233,11 +235,17 @@ def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
         try:
             snap = store.history(ws).snapshot()
         except LedgerError as exc:
-            rows.append([ws, None, None, None, f"{type(exc).__name__}: tledger check {ws}"])
+            rows.append([ws, None, None, None, None, f"{type(exc).__name__}: tledger check {ws}"])
             continue
         floor = snap.floor.seq if snap.floor is not None else None
-        rows.append([ws, snap.next_seq - 1, snap.window_seq, floor, None])
-    print_table(ctx.stdout, ["workspace", "last seq", "window", "floor", "problem"], rows,
+        try:
+            got = store.history(ws).origin
+        except LedgerError:
+            got = None  # the snapshot read it; a damaged fork event is `check`'s to report
+        origin = f"{got.source}@{got.seq}" if got is not None else None
+        rows.append([ws, snap.next_seq - 1, snap.window_seq, floor, origin, None])
+    print_table(ctx.stdout, ["workspace", "last seq", "window", "floor", "fork of", "problem"],
+                rows,
                 caption=f"{len(names)} workspace{'' if len(names) == 1 else 's'} under "
                 f"{redact(ctx.root)}",
                 numeric=["last seq", "window", "floor"])
@@ -265,6 +273,8 @@ def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
         arg("--offset", type=int, default=None),
         arg("--mode", choices=["literal", "ranked"], default=None,
             help="search: literal text (default) or ranked (best matches first)"),
+        arg("--current", action="store_true", default=None,
+            help="ranked search: the current window too (skipped by default)"),
     ],
 )
 def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
@@ -288,7 +298,7 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
                 raise UsageError(f"history {args.action}: {key.upper()} {number} and "
                                  f"--{key} {getattr(args, key)} disagree")
             setattr(args, key, number)
-    for key in ("window", "seq", "cursor", "limit", "offset", "mode"):
+    for key in ("window", "seq", "cursor", "limit", "offset", "mode", "current"):
         value = getattr(args, key)
         if value is not None:
             call[key] = value

@@ -14,7 +14,8 @@ from ledger.cli.registry import arg, command, non_negative
     help="serve session_history over MCP (stdio)",
     description="Serve the session_history tool (list, search, read) and the current "
     "window (resource ledger://window) of one workspace over MCP on stdio. Read-only "
-    "unless --allow-write adds the append and clear tools. Needs the mcp extra: "
+    "unless --allow-write adds the append and clear tools; --allow-branches adds fork, "
+    "rewind and branches (never a rewind past the privacy floor). Needs the mcp extra: "
     "pip install 'transcript-ledger[mcp]'.",
     example="tledger mcp --root ./.tledger --workspace ws-1",
     args=[
@@ -23,6 +24,9 @@ from ledger.cli.registry import arg, command, non_negative
         arg("--workspace", dest="workspace", required=True, metavar="WS"),
         arg("--allow-write", action="store_true",
             help="also offer the append and clear tools (off by default)"),
+        arg("--allow-branches", action="store_true",
+            help="also offer the fork, rewind and branches tools (off by default: a model "
+            "must not fork or rewind its own history unless the operator allows it)"),
         arg("--http", type=int, default=None, metavar="PORT",
             help="serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio"),
         arg("--no-retrieval", action="store_true",
@@ -38,6 +42,7 @@ def cmd_mcp(args: argparse.Namespace, ctx: Any) -> int:
 
     root = durable_root(args.mcp_root or ctx.root)
     server = build_server(root, args.workspace, allow_write=args.allow_write,
+                          allow_branches=args.allow_branches,
                           retrieval=not args.no_retrieval, lock_timeout=args.lock_timeout)
     if args.http is None:
         server.run("stdio")

@@ -69,6 +69,11 @@ class WindowChanged(Conflict):
     rollover or compaction happened since the caller looked."""
 
 
+class EpochChanged(Conflict):
+    """A rewrite conditional on an epoch (``rewind(expect_epoch=...)``) whose
+    epoch is no longer the workspace's: a rewrite came first; nothing changed."""
+
+
 class CursorExpired(LedgerError):
     """A retrieval cursor that can no longer be trusted (``stale_cursor``)."""
 

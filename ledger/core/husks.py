@@ -9,8 +9,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from ledger.core import format as fmt
 from ledger.core.errors import RewriteRefused
+from ledger.core.format import rows as fmt
 from ledger.core.rows import new_id, now_ms
 
 QUARANTINE_VERSION = 1

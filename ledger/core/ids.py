@@ -30,11 +30,12 @@ def validate_workspace(ws: object) -> str:
 
 
 # The names the framework stores (ledger.integrations) give the ids they
-# encode: LangGraph's hashed thread names and every Claude session workspace.
+# encode: LangGraph's hashed thread names, every Claude session workspace and
+# the Agents SDK session's branches (ab-<32 hex of the session id>-<branch>).
 # No raw id of any framework store takes one (LangGraph hashes such a thread
 # id, the Agents SDK and LangChain histories refuse such a session id), so no
 # framework id reaches data another id was stored under.
-ENCODED_RE = re.compile(r"lg-[0-9a-f]{32}|cc-[0-9a-f]{16}-.+")
+ENCODED_RE = re.compile(r"lg-[0-9a-f]{32}|cc-[0-9a-f]{16}-.+|ab-[0-9a-f]{32}-.+")
 
 
 def is_encoded(ws: str) -> bool:
@@ -48,7 +49,8 @@ def validate_session(ws: object, what: str = "session id") -> str:
     name = validate_workspace(ws)
     if is_encoded(name):
         raise InvalidWorkspace(
-            f"invalid {what} {name!r}: names of the form lg-<32 hex> and "
-            "cc-<16 hex>-... are reserved for the LangGraph and Claude stores' encoded ids"
+            f"invalid {what} {name!r}: names of the form lg-<32 hex>, "
+            "cc-<16 hex>-... and ab-<32 hex>-... are reserved for the LangGraph, Claude "
+            "and Agents SDK branch stores' encoded ids"
         )
     return name

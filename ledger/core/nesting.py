@@ -6,7 +6,7 @@ deeper than that is damage (unreadable: check reports it, repair quarantines
 it). ``too_deep`` decides it on the bytes without recursing. msgspec recurses
 once per level and counts against Python's recursion limit, so a reader
 already deep in its own call stack gets headroom for this many levels
-(``with_headroom``). ``ledger.core.format`` applies both to every line it
+(``with_headroom``). ``ledger.core.format.rows`` applies both to every line it
 decodes; its callers reach these names through it too (``fmt.too_deep``).
 """
 

@@ -9,10 +9,14 @@ measures every choice below against plain BM25.
   "cafe" meet), words split at anything that is not a letter or a digit
   (``snake_case`` and ``camelCase`` identifiers give their parts too), a short
   English stop list, then the Snowball English stemmer (PyStemmer).
-- Scoring: BM25 (k1, b below) per row; a row is scored together with its
-  neighbouring turns in the same window (``NEIGHBOUR`` times their scores),
-  and with the best row of its window (``WINDOW`` times it): evidence sits
-  in a conversation about the topic. Quoted phrases in the query must occur
+- Scoring: BM25F (k1, b below) over two fields of a row: its own terms and
+  its neighbours' terms, the indexed rows just before and just after it in
+  the same window and the query's range (``FIELD`` is the neighbour field's
+  weight, its mean length is taken as ``NB_AVG`` times the rows'; idf is the
+  own field's), plus ``WINDOW`` times the best own score of its window:
+  evidence sits in a conversation about the topic (bench/RESULTS.md, "Recall
+  v2"). So a row can be found by the words around it: the rows ranked are the
+  posting hits and their neighbours. Quoted phrases in the query must occur
   (case- and accent-folded) in the row's text. Ties go to the newer row.
 """
 
@@ -22,7 +26,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -33,7 +37,8 @@ from ledger.core.errors import BadRequest
 
 K1 = 1.2
 B = 0.75
-NEIGHBOUR = 0.0  # weight of each neighbouring turn's own score (measured: no gain)
+FIELD = 0.3  # weight of the neighbour field (measured: bench/RESULTS.md, "Recall v2")
+NB_AVG = 2.0  # the neighbour field's mean length, as this times the rows' mean length
 WINDOW = 0.3  # weight of the best own score in the row's window
 AVGDL_IMPACT = 64.0  # the fixed length that orders a term's postings by impact
 MAX_TERMS = 32  # query terms kept (the rarest when there are more)
@@ -169,12 +174,18 @@ def impact(tf: int, dl: int) -> float:
 
 @dataclass
 class Doc:
-    """What ranking needs of one candidate row."""
+    """What ranking needs of one candidate row: its frequencies of the query
+    terms and, for a row that may be ranked, the indexed rows just before
+    and after it within the query's seq range (``prev``, ``next``; 0: none or
+    not known). An engine names them from its index: its rows are those after
+    the floor, so a row before the floor is never a neighbour."""
 
     seq: int
     window: int
     length: int
     tfs: dict[str, int] = field(default_factory=dict)
+    prev: int = 0
+    next: int = 0
 
 
 @dataclass(frozen=True)
@@ -201,37 +212,78 @@ def bm25(doc: Doc, query: Query, corpus: Corpus) -> float:
     return score
 
 
+def bm25f(doc: Doc, near: Sequence[Doc], query: Query, corpus: Corpus, weight: float) -> float:
+    """BM25F over the row's own field and its neighbours' (``near``) field:
+    per term the pseudo frequency ``tf/norm + weight * tf_near/norm_near``
+    (each field normalised by its length against its mean), saturated once;
+    without neighbours, ``bm25``."""
+    if not near or not weight:
+        return bm25(doc, query, corpus)
+    avgdl = corpus.avgdl or 1.0
+    norm = 1 - B + B * doc.length / avgdl
+    norm_near = 1 - B + B * sum(n.length for n in near) / (NB_AVG * avgdl)
+    score = 0.0
+    for t in query.terms:
+        pseudo = doc.tfs.get(t, 0) / norm + weight * sum(
+            n.tfs.get(t, 0) for n in near) / norm_near
+        if pseudo:
+            score += idf(corpus.df.get(t, 0), corpus.docs) * pseudo * (K1 + 1) / (pseudo + K1)
+    return score
+
+
 @dataclass(frozen=True)
 class Weights:
-    neighbour: float = NEIGHBOUR
+    field: float = FIELD
     window: float = WINDOW
+
+
+def neighbours(doc: Doc, by: Mapping[int, Doc]) -> list[Doc]:
+    """The row's neighbours among ``by``: its ``prev`` and ``next`` when
+    they are in its window."""
+    out = []
+    for s in (doc.prev, doc.next):
+        n = by.get(s) if s else None
+        if n is not None and n.window == doc.window:
+            out.append(n)
+    return out
+
+
+def ranked_rows(docs: Sequence[Doc], hits: Collection[int] | None = None) -> list[Doc]:
+    """The rows ``rank`` scores: the hits (every doc when None) and their
+    neighbours, in seq order."""
+    by = {d.seq: d for d in docs}
+    chosen = {s: by[s] for s in (by if hits is None else hits) if s in by}
+    for d in list(chosen.values()):
+        for n in neighbours(d, by):
+            chosen.setdefault(n.seq, n)
+    return [chosen[s] for s in sorted(chosen)]
 
 
 def rank(
     docs: Sequence[Doc],
     query: Query,
     corpus: Corpus,
-    neighbours: Mapping[int, Iterable[int]] | None = None,
+    hits: Collection[int] | None = None,
     weights: Weights = Weights(),
 ) -> list[tuple[int, float]]:
-    """Candidate rows best first as (seq, score). ``neighbours`` names each
-    row's neighbouring turns (same window); by default seq +-1 in the same
-    window among ``docs``. Rows of score 0 are dropped; ties go to the newer
-    row."""
-    own = {d.seq: bm25(d, query, corpus) for d in docs}
-    window_of = {d.seq: d.window for d in docs}
+    """Rows best first as (seq, score): the ``hits`` (the rows an index's
+    postings found; every doc when None) and their neighbours, each scored
+    by ``bm25f`` with its neighbours among ``docs`` plus ``weights.window``
+    times the best own score in its window among them. Rows of score 0 are
+    dropped; ties go to the newer row."""
+    by = {d.seq: d for d in docs}
+    rows = ranked_rows(docs, hits)
+    own = {d.seq: bm25(d, query, corpus) for d in rows}
     best: dict[int, float] = {}
-    for d in docs:
+    for d in rows:
         if own[d.seq] > best.get(d.window, 0.0):
             best[d.window] = own[d.seq]
     out: list[tuple[int, float]] = []
-    for d in docs:
-        s = own[d.seq]
+    for d in rows:
+        s = bm25f(d, neighbours(d, by), query, corpus, weights.field)
         if s <= 0.0:
             continue
-        near = neighbours.get(d.seq, ()) if neighbours is not None else (d.seq - 1, d.seq + 1)
-        ctx = sum(own.get(n, 0.0) for n in near if window_of.get(n) == d.window)
-        total = s + weights.neighbour * ctx + weights.window * best.get(d.window, 0.0)
+        total = s + weights.window * best.get(d.window, 0.0)
         out.append((d.seq, round(total, 6)))
     out.sort(key=lambda p: (-p[1], -p[0]))
     return out

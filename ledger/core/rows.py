@@ -16,8 +16,8 @@ from typing import Any
 
 import msgspec
 
-from ledger.core import format as fmt
 from ledger.core.errors import InvalidRow, RowTooLarge
+from ledger.core.format import rows as fmt
 from ledger.core.nesting import nests_deeper
 
 _STORE_ASSIGNED = ("seq", "batch", fmt.CHECKSUM_KEY)

@@ -19,14 +19,14 @@ reject / truncate / purge --json``.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
 
-from ledger.core import format as fmt
 from ledger.core.errors import RewriteRefused
-from ledger.core.husks import is_husk, owns
+from ledger.core.format import rows as fmt
+from ledger.core.husks import husk_line, is_husk, owns
 from ledger.core.windows import Boundary, batch_boundaries
 
 # --- results ---------------------------------------------------------------------
@@ -196,6 +196,26 @@ def rejectable(workspace: str, line: bytes, row: dict[str, Any], where: str = ""
             "only requests (kind 'message') are rejected"
         )
     return not is_husk(row)
+
+
+def husks(
+    workspace: str, targets: Iterable[tuple[int, bytes, dict[str, Any]]],
+    where: Callable[[int], str] = lambda key: "",
+) -> tuple[dict[int, bytes], list[int], list[int]]:
+    """What a rejection writes for each target ``(key, stored line, row)``
+    (``reject_targets``, on any engine): the husk line by key, the seqs
+    rejected, and the seqs already rejected (left as they are); refused as
+    ``rejectable`` refuses (``where(key)`` names the place)."""
+    lines: dict[int, bytes] = {}
+    rejected: list[int] = []
+    already: list[int] = []
+    for key, line, row in targets:
+        if rejectable(workspace, line, row, where(key)):
+            lines[key] = husk_line(line, row)
+            rejected.append(row["seq"])
+        else:
+            already.append(row["seq"])
+    return lines, rejected, already
 
 
 def no_row(workspace: str, seqs: int | Sequence[int], verb: str) -> RewriteRefused:

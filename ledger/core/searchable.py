@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
-from ledger.core import format as fmt
 from ledger.core import ranking
 from ledger.core.bounds import LINE_CAP
+from ledger.core.format import rows as fmt
 from ledger.core.rows import is_empty_assistant
 
 TOOL_NAME = "session_history"
@@ -50,9 +50,10 @@ def row_text(row: dict[str, Any]) -> str:
 
 
 def hidden(row: dict[str, Any]) -> bool:
-    """Rows never returned as content: resets, lead-ins, rejected requests."""
+    """Rows never returned as content: resets, lead-ins, fork events,
+    rejected and rewound records."""
     kind = row.get("kind")
-    if kind in ("reset", "lead_in"):
+    if kind in ("reset", "lead_in", fmt.FORK_KIND):
         return True
     meta = row.get("meta")
     if isinstance(meta, dict) and "quarantine" in meta:

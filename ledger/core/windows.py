@@ -16,10 +16,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.rows import Row
 
-UNKNOWN_SEQ = fmt.FLOOR_UNREADABLE
+UNKNOWN_SEQ = ffmt.FLOOR_UNREADABLE
 PROVIDER_KINDS = frozenset({"message", "lead_in", "warning"})
 
 
@@ -42,7 +43,7 @@ class Boundary:
     def damaged(self) -> bool:
         """A floor that damage may have made (or a recorded floor that is
         missing): it blocks window reads and retrieval until repair."""
-        return self.seq == fmt.FLOOR_DAMAGED
+        return self.seq == ffmt.FLOOR_DAMAGED
 
 
 def classify_reset(row: dict[str, Any], next_row: dict[str, Any] | None) -> str:
@@ -101,7 +102,7 @@ def boundaries(entries: Iterable[Entry]) -> Iterator[Boundary]:
                 else:
                     yield Boundary(last_seq, entry.segment, entry.offset, "manual")
         elif entry.candidate:
-            seq = fmt.FLOOR_DAMAGED if entry.damaged else UNKNOWN_SEQ
+            seq = ffmt.FLOOR_DAMAGED if entry.damaged else UNKNOWN_SEQ
             yield Boundary(
                 seq, entry.segment, entry.offset, "manual", readable=False, after=last_seq
             )
@@ -157,6 +158,7 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
     (:func:`orphan_result_text`) in a copy of its row -- never dropped.
     """
     out: list[Any] = []
+    append = out.append
     waiting: dict[str, int] = {}  # call id -> calls with that id that have no result yet
     answered: set[str] = set()
     kinds = PROVIDER_KINDS
@@ -166,42 +168,62 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
         if kind not in kinds:
             continue
         parts = row.get("parts")
-        if (not parts and kind == "message" and row.get("role") == "assistant"
-                and not row.get("partial", False)):
-            continue  # is_empty_assistant, inlined: this loop runs for every row of a view
+        if not parts:
+            if (kind == "message" and row.get("role") == "assistant"
+                    and not row.get("partial", False)):
+                continue  # is_empty_assistant, inlined: this loop runs for every row of a view
+            append(item)
+            continue
         if not isinstance(parts, list):
-            out.append(item)
+            append(item)
             continue
         # One pass over the parts: the results that answer no waiting call,
-        # and the calls this row adds (after its own results).
-        orphans: dict[int, bool] = {}  # part index -> its call was answered already
-        added: list[str] = []
-        for i, p in enumerate(parts):
-            if isinstance(p, dict):
-                t = p.get("type")
-                if t == "tool_result":
-                    pid = str(p.get("id"))
-                    if waiting.get(pid):
-                        waiting[pid] -= 1  # a result answers one call (ledger.core.toolpairs)
-                        answered.add(pid)
-                    else:
-                        orphans[i] = pid in answered
-                elif t == "tool_call":
-                    added.append(str(p.get("id")))
-        if orphans:
-            new_parts = [orphan_result_text(p, late=orphans[i]) if i in orphans else p
-                         for i, p in enumerate(parts)]
-            row = {**row, "parts": new_parts}
-            if row.get("role") == "tool" and all(
-                not (isinstance(p, dict) and p.get("type") == "tool_result") for p in new_parts
-            ):
-                row["role"] = "user"
-            row.pop(fmt.CHECKSUM_KEY, None)
-            item = row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
-        for pid in added:
-            waiting[pid] = waiting.get(pid, 0) + 1
-        out.append(item)
+        # and the calls this row adds (after its own results). Most rows
+        # hold neither, and allocate nothing here.
+        orphans: dict[int, bool] | None = None  # part index -> its call was answered already
+        added: list[str] | None = None
+        i = -1
+        for p in parts:
+            i += 1
+            if not isinstance(p, dict):
+                continue
+            t = p.get("type")
+            if t == "tool_result":
+                pid = str(p.get("id"))
+                if waiting.get(pid):
+                    waiting[pid] -= 1  # a result answers one call (ledger.core.toolpairs)
+                    answered.add(pid)
+                else:
+                    if orphans is None:
+                        orphans = {}
+                    orphans[i] = pid in answered
+            elif t == "tool_call":
+                if added is None:
+                    added = []
+                added.append(str(p.get("id")))
+        if orphans is not None:
+            item = _served_as_text(item, row, parts, orphans)
+        if added is not None:
+            for pid in added:
+                waiting[pid] = waiting.get(pid, 0) + 1
+        append(item)
     return out
+
+
+def _served_as_text(item: Any, row: dict[str, Any], parts: list[Any],
+                    orphans: dict[int, bool]) -> Any:
+    """A copy of ``item`` whose orphan results (part index -> answered
+    already) are text parts (:func:`orphan_result_text`); a tool row left
+    without any result becomes a user row."""
+    new_parts = [orphan_result_text(p, late=orphans[i]) if i in orphans else p
+                 for i, p in enumerate(parts)]
+    row = {**row, "parts": new_parts}
+    if row.get("role") == "tool" and not any(
+        [isinstance(p, dict) and p.get("type") == "tool_result" for p in new_parts]
+    ):
+        row["role"] = "user"
+    row.pop(fmt.CHECKSUM_KEY, None)
+    return row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
 
 
 def window_marker(b: Boundary | None) -> int:

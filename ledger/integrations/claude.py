@@ -17,6 +17,11 @@
   and the exports read a Claude Code session as a conversation; the other
   entries (titles, tags, queue operations...) are bookkeeping records
   (empty assistant records with ``meta.bookkeeping``, never provider-visible).
+- ``load`` returns the entries after the session's privacy floor: once a
+  user resets a session (``tledger clear``, ``History.clear_soft``), nothing
+  before the reset is resumed by Claude Code or copied by the SDK's
+  ``fork_session_via_store``. Entries hidden by a rewind or a reject are not
+  returned either (their originals stay in the log for audit).
 - ``uuid`` is the idempotency key: an entry whose uuid the transcript already
   holds is not stored again (entries without one always are).
 - The session summary is folded at append with the SDK's
@@ -159,6 +164,18 @@ class _Transcript:
             self.summary = claude["summary"]
 
 
+def _floor_seq(history: Any, ws: str) -> int | None:
+    """The seq of the session's privacy floor (its newest manual reset), or
+    None. A floor that cannot be read fails closed (``LedgerError``)."""
+    floor = history.snapshot().floor
+    if floor is None:
+        return None
+    if not floor.readable:
+        raise LedgerError(f"session {ws!r}: its privacy floor cannot be read; nothing is "
+                          "loaded until `tledger repair` settles it")
+    return int(floor.seq)
+
+
 class LedgerSessionStore(SessionStore):
     """A Claude Agent SDK ``SessionStore`` over a ledger store (module doc).
 
@@ -262,7 +279,7 @@ class LedgerSessionStore(SessionStore):
         with self._lock:
             self._owned(ws, key)
         try:
-            rows = history.rows()
+            rows = history.rows(after_seq=_floor_seq(history, ws))
             out = []
             for row in rows:
                 claude = row.meta.get(META_KEY)

@@ -35,6 +35,12 @@ How a thread is stored (docs/how-to/langgraph.md):
   Starting a run from an older checkpoint (time travel) is a deliberate fork
   and is allowed. The first input checkpoint of a thread (``source="input"``,
   ``step=-1``, no parent) is refused when the thread already has one.
+- ``copy_thread`` to a thread that has no workspace yet is a fork
+  (``History.fork``): the source's rows are shared, not copied (hard links
+  on files), so copying a long thread costs about what an empty one does;
+  one ``copy`` record then names the new thread as the owner (the inherited
+  records name the source). Copying into a thread that already has
+  checkpoints appends renumbered copies of the source's rows, as before.
 - ``prune`` and ``delete_for_runs`` append tombstone records (the pruned
   checkpoints disappear from ``get_tuple``/``list``; their bytes stay, as
   the log is append-only); ``prune(strategy="delete")`` and
@@ -290,7 +296,7 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             with self._logs.lock(ws):
                 idx = self._logs.refresh(ws)
             for cp in (c for ns in idx.namespaces() for c in idx.visible(ns)):
-                out.append((str(cp.rec.get("thread", ws)), ws))
+                out.append((idx.thread or str(cp.rec.get("thread", ws)), ws))
                 break
         return out
 
@@ -504,6 +510,20 @@ class LedgerSaver(BaseCheckpointSaver[int]):
             history.require()
         except WorkspaceNotFound:
             return
+        with self._logs.lock(dst):
+            if not self.store.history(dst).exists():
+                with self._logs.lock(src):
+                    _own(self._logs.refresh(src), src_tid, src)
+                    try:
+                        history.fork(dst)
+                    except LedgerError:  # ForkRefused: another writer made it first
+                        if not self.store.history(dst).exists():
+                            raise
+                    else:
+                        self._logs.forget(dst)
+                        self._logs.append(dst, lambda _idx: [_empty_record(
+                            {"t": "copy", "thread": dst_tid, "from": src_tid})])
+                        return
         with self._logs.lock(src):
             _own(self._logs.refresh(src), src_tid, src)
             snap = history.snapshot()

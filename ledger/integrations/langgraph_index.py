@@ -134,14 +134,22 @@ class ThreadIndex:
     def apply(self, seq: int, row: dict[str, Any]) -> None:
         """Fold one row (``to_dict()`` shape, or a caller row given its seq)."""
         self.next_seq = max(self.next_seq, seq + 1)
+        if row.get("kind") == "fork":
+            # ``copy_thread``'s fork: the rows before are the source thread's,
+            # its ``copy`` record (next) names the owner
+            self.thread = None
+            return
         meta = row.get("meta")
         if not isinstance(meta, dict):
             return
         rec = meta.get(META_KEY)
         if isinstance(rec, dict):
+            kind = rec.get("t")
+            if kind == "copy" and isinstance(rec.get("thread"), str):
+                self.thread = rec["thread"]
+                return
             if self.thread is None and isinstance(rec.get("thread"), str):
                 self.thread = rec["thread"]
-            kind = rec.get("t")
             if kind == "cp":
                 self._apply_checkpoint(seq, rec)
             elif kind == "w":

@@ -11,6 +11,14 @@
   list of canonical rows (read-only).
 - with ``allow_write=True`` only: tools ``append`` (canonical rows as one
   batch) and ``clear`` (a manual reset). Without it the server never writes.
+- with ``allow_branches=True`` only: tools ``fork`` (``History.fork`` of the
+  served workspace into ``new_workspace``, at ``at`` or the head), ``rewind``
+  (``History.rewind(to=..., expect_epoch=...)``) and ``branches``
+  (``Store.branches``). Off by default: a model must not fork or rewind its
+  own history unless the operator says so. ``rewind`` never takes
+  ``restore_cleared``: undoing a manual reset (the privacy floor) is a
+  user's decision, made with ``tledger rewind --restore-cleared``, never a
+  model's; a rewind past the floor is a ``rewrite_refused`` error result.
 
 Arguments reach the tools as the client sent them: ``session_history`` checks
 them itself, exactly as ``tool.call()`` in Python does (an unknown argument, a
@@ -128,12 +136,44 @@ def _write_tool(name: str, allowed: set[str], run: Callable[..., Any]) -> RawToo
     return call
 
 
+def _branch_tool(name: str, required: set[str], optional: set[str],
+                 run: Callable[..., Any]) -> RawTool:
+    """A fork/rewind/branches tool: integer and string arguments checked by
+    name and type (never coerced), the result's JSON document returned, a
+    refusal as an error result with its code."""
+    allowed = required | optional
+
+    def call(arguments: dict[str, Any]) -> CallToolResult:
+        unknown = sorted(set(arguments) - allowed)
+        if unknown:
+            return _error("bad_request", f"unknown argument(s) for {name}: "
+                          f"{', '.join(map(repr, unknown))}")
+        missing = sorted(required - set(arguments))
+        if missing:
+            return _error("bad_request", f"{name} needs {', '.join(map(repr, missing))}")
+        given = {k: v for k, v in arguments.items() if v is not None}
+        for key, value in given.items():
+            want = str if key == "new_workspace" else int
+            if isinstance(value, bool) or not isinstance(value, want):
+                return _error("bad_request", f"{name}: {key!r} must be "
+                              f"{'a string' if want is str else 'an integer'}")
+        try:
+            doc = run(**given)
+        except LedgerError as exc:
+            return _error(_code(exc), str(exc))
+        except (OSError, RecursionError, MemoryError) as exc:
+            return _error("failed", f"{type(exc).__name__}: {exc}")
+        return _text(doc)
+
+    return call
+
+
 def _desc(spec: dict[str, Any], name: str) -> str:
     return str(spec["parameters"]["properties"][name]["description"])
 
 
 def build_server(root: str, workspace: str, *, allow_write: bool = False,
-                 **store_options: Any) -> MCPServer:
+                 allow_branches: bool = False, **store_options: Any) -> MCPServer:
     """An MCP server for ``workspace`` under ``root`` (see the module docstring);
     ``store_options`` go to ``Store`` (``retrieval=False`` serves only
     ``retrieval_disabled`` results; ``lock_timeout`` bounds each call's wait)."""
@@ -156,14 +196,16 @@ def build_server(root: str, workspace: str, *, allow_write: bool = False,
         query: Annotated[str | None, Field(description=_desc(spec, "query"))] = None,
         mode: Annotated[str | None, Field(description=_desc(spec, "mode"))] = None,
         window: Annotated[int | None, Field(description=_desc(spec, "window"))] = None,
+        current: Annotated[bool | None, Field(description=_desc(spec, "current"))] = None,
         seq: Annotated[int | None, Field(description=_desc(spec, "seq"))] = None,
         offset: Annotated[int | None, Field(description=_desc(spec, "offset"))] = None,
         cursor: Annotated[str | None, Field(description=_desc(spec, "cursor"))] = None,
         limit: Annotated[int | None, Field(description=_desc(spec, "limit"))] = None,
     ) -> CallToolResult:
         # Only describes the tool (tools/list): calls go to history_call below.
-        given = {"action": action, "query": query, "mode": mode, "window": window, "seq": seq,
-                 "offset": offset, "cursor": cursor, "limit": limit}
+        given = {"action": action, "query": query, "mode": mode, "window": window,
+                 "current": current, "seq": seq, "offset": offset, "cursor": cursor,
+                 "limit": limit}
         return history_call({k: v for k, v in given.items() if v is not None})
 
     def history_call(arguments: dict[str, Any]) -> CallToolResult:
@@ -202,4 +244,44 @@ def build_server(root: str, workspace: str, *, allow_write: bool = False,
         server.raw_tools["append"] = _write_tool("append", {"rows"}, history.append_many)
         server.raw_tools["clear"] = _write_tool("clear", set(), history.clear_soft)
 
+    if allow_branches:
+        _add_branch_tools(server, store, history)
+
     return server
+
+
+def _add_branch_tools(server: _Server, store: Store, history: Any) -> None:
+    """``fork``, ``rewind`` and ``branches`` (module doc)."""
+
+    @server.tool(name="fork", description="Fork this workspace's history into a new "
+                 "workspace: its rows up to seq `at` (default: the newest), shared, not "
+                 "copied, and nothing before the privacy floor becomes visible there.",
+                 structured_output=False)
+    def fork(new_workspace: str, at: int | None = None) -> CallToolResult:
+        return server.raw_tools["fork"]({"new_workspace": new_workspace, "at": at})
+
+    @server.tool(name="rewind", description="Undo the rows after seq `to`: hidden from "
+                 "the view and search, kept for audit. Refused past a manual reset (the "
+                 "privacy floor) and, with `expect_epoch`, when the history changed.",
+                 structured_output=False)
+    def rewind(to: int, expect_epoch: int | None = None) -> CallToolResult:
+        return server.raw_tools["rewind"]({"to": to, "expect_epoch": expect_epoch})
+
+    @server.tool(name="branches", description="The forks of this workspace: each one's "
+                 "workspace, the seq it was forked at and when.", structured_output=False)
+    def branches() -> CallToolResult:
+        return server.raw_tools["branches"]({})
+
+    def do_fork(new_workspace: str, at: int | None = None) -> Any:
+        origin = history.fork(new_workspace, at=at).origin
+        return origin.to_dict() if origin is not None else None
+
+    def do_rewind(to: int, expect_epoch: int | None = None) -> Any:
+        # restore_cleared is never passed: the floor stays where the user put it
+        return history.rewind(to=to, expect_epoch=expect_epoch).to_dict()
+
+    server.raw_tools["fork"] = _branch_tool("fork", {"new_workspace"}, {"at"}, do_fork)
+    server.raw_tools["rewind"] = _branch_tool("rewind", {"to"}, {"expect_epoch"}, do_rewind)
+    server.raw_tools["branches"] = _branch_tool(
+        "branches", set(), set(),
+        lambda: {"branches": [b.to_dict() for b in store.branches(history.workspace)]})

@@ -68,6 +68,7 @@ from ledger.core.redact import redact
 from ledger.core.rows import Row, check_depth, too_deep_error
 from ledger.core.toolpairs import pair
 from ledger.integrations import open_store, require
+from ledger.integrations.openai_agents_branches import BranchesMixin
 from ledger.policy import ToolPolicy, ToolRule
 from ledger.rollover.conversation import (
     MOVED_ON,
@@ -150,7 +151,7 @@ def rows_to_items(rows: Sequence[Row | Mapping[str, Any]]) -> list[dict[str, Any
     return items
 
 
-class LedgerSession(SessionABC):
+class LedgerSession(BranchesMixin, SessionABC):
     """An Agents SDK session kept in the ledger workspace ``session_id``.
 
     ``store`` or ``root`` pick the store (default ``$TLEDGER_ROOT``, else
@@ -164,6 +165,11 @@ class LedgerSession(SessionABC):
     ``warn_fraction``, ``rollover_fraction``, ``hard_ceiling`` and
     ``automatic`` are the budget of :class:`~ledger.rollover.conversation.Conversation`,
     which :meth:`run_config`'s input filter applies before every model call.
+
+    The ``AdvancedSQLiteSession`` branch calls (``create_branch_from_turn``,
+    ``switch_to_branch``, ...) keep each branch as a fork of the workspace
+    (:mod:`ledger.integrations.openai_agents_branches`); every other call acts
+    on the current branch.
     """
 
     session_settings: SessionSettings | None = None
@@ -229,17 +235,22 @@ class LedgerSession(SessionABC):
 
     # --- the Session protocol ----------------------------------------------------------
 
-    def items(self, limit: int | None = None) -> list[dict[str, Any]]:
+    def items(self, limit: int | None = None, branch_id: str | None = None) -> list[dict[str, Any]]:
         """``get_items`` without the event loop. Reads only."""
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
-        items = rows_to_items(self._read_view())
+        if branch_id is None or branch_id == self.branch:
+            items = rows_to_items(self._read_view())
+        else:
+            items = rows_to_items(self.branch_history(branch_id).provider_view())
         if limit is None:
             return items
         return items[-limit:] if limit > 0 else []
 
-    async def get_items(self, limit: int | None = None) -> list[Any]:
-        return await asyncio.to_thread(self.items, limit)
+    async def get_items(self, limit: int | None = None,
+                        branch_id: str | None = None) -> list[Any]:
+        """The current branch's items (``branch_id``: another branch's)."""
+        return await asyncio.to_thread(self.items, limit, branch_id)
 
     async def add_items(self, items: list[Any]) -> None:
         if not items:
@@ -251,6 +262,8 @@ class LedgerSession(SessionABC):
         if not items:
             return
         rows = [item_row(item) for item in items]
+        if self.branch != "main":
+            await asyncio.to_thread(self.require_branch)
         self._added_items, self._added_keys = items, None
         result, settled = await asyncio.to_thread(self._add_rows, rows)
         self._batch_from = result.seqs[settled]
@@ -373,8 +386,57 @@ class LedgerSession(SessionABC):
         await self._async.clear_soft()
 
     async def delete_session(self) -> bool:
-        """Delete the whole workspace (retention ends). False if there was none."""
-        return await asyncio.to_thread(self.store.delete, self.session_id)
+        """Delete the whole workspace and every branch of it (retention
+        ends); the session is on ``main`` after. False if there was none."""
+        def delete() -> bool:
+            self.drop_all_branches()
+            return bool(self.store.delete(self.session_id))
+        return await asyncio.to_thread(delete)
+
+    # --- branches (AdvancedSQLiteSession's API; openai_agents_branches) -----------------
+
+    items_of = staticmethod(rows_to_items)
+
+    def _use(self, workspace: str) -> None:
+        """Point the session at ``workspace`` (a branch switch): a fresh
+        budget state, since what was sent belongs to the other branch."""
+        with self._lock:
+            self.history = self.store.history(workspace)
+            self._conv = Conversation(self.history, **self._budget)
+            self._agent_parts = ("", {})
+            self._sent_seq, self._batch_from = -1, None
+            self._prestored, self._added_items, self._added_keys = [], [], set()
+            self._seen = None
+            self._async = AsyncStore(store=self.store).history(workspace)
+
+    async def create_branch_from_turn(self, turn_number: int,
+                                      branch_name: str | None = None) -> str:
+        """A branch holding everything before user turn ``turn_number`` of
+        the current branch's window (a fork), switched to; returns its id."""
+        return await asyncio.to_thread(self.branch_from_turn, turn_number, branch_name)
+
+    async def create_branch_from_content(self, search_term: str,
+                                         branch_name: str | None = None) -> str:
+        """``create_branch_from_turn`` at the first turn holding ``search_term``."""
+        return await asyncio.to_thread(self.branch_from_content, search_term, branch_name)
+
+    async def switch_to_branch(self, branch_id: str) -> None:
+        await asyncio.to_thread(self.switch, branch_id)
+
+    async def delete_branch(self, branch_id: str, force: bool = False) -> None:
+        await asyncio.to_thread(self.drop_branch, branch_id, force)
+
+    async def list_branches(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.branches)
+
+    async def get_conversation_turns(self, branch_id: str | None = None) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(
+            lambda: [t.info(100) for t in self.turns_of(branch_id)])
+
+    async def find_turns_by_content(self, search_term: str,
+                                    branch_id: str | None = None) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(
+            lambda: [t.info(None) for t in self.turns_of(branch_id) if t.matches(search_term)])
 
     # --- the budget: run_config and run_compaction --------------------------------------
 
@@ -648,6 +710,7 @@ def session_history_tool(session: LedgerSession) -> Any:
     tool = session.history.session_history()
     spec = tool.definition("openai")["function"]
     lock = asyncio.Lock()
+    tools = {session.history.workspace: tool}  # one per branch the session visits
 
     async def invoke(_ctx: Any, arguments: str) -> str:
         import msgspec
@@ -658,8 +721,11 @@ def session_history_tool(session: LedgerSession) -> Any:
             args = None
         if not isinstance(args, dict):
             return tool.call({"action": None})  # the tool's own bad_request result
+        history = session.history  # the current branch's
+        current = tools.get(history.workspace) or tools.setdefault(
+            history.workspace, history.session_history())
         async with lock:  # the tool keeps per-query state: one call at a time
-            return await asyncio.to_thread(tool.call, args)
+            return await asyncio.to_thread(current.call, args)
 
     return _agents.FunctionTool(
         name=spec["name"], description=spec["description"],

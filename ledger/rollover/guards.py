@@ -24,6 +24,10 @@ carrying the verdict):
 - :func:`check_tool_output` / :func:`require_tool_output`: one settled tool
   output as the only row of a fresh window.
 
+Besides the rows, every guard takes the request's fixed parts as keywords,
+typed once (:class:`RequestParts`: ``system``, ``memory``, ``tools``,
+``advertised``, ``output_reserve``, ``registry``, ``context_limit``).
+
 :func:`estimate_request` is the ordinary, cheap estimate (``mode="approx"`` by
 default); it is never a guard. Pure: no I/O besides loading an encoding.
 """
@@ -31,7 +35,7 @@ default); it is never a guard. Pure: no I/O besides loading an encoding.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import msgspec
 
@@ -49,7 +53,11 @@ from ledger.tokens.counting import (
 )
 from ledger.tokens.models import ModelConfigError, ModelRegistry, ModelSpec
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
+
 __all__ = [
+    "RequestParts",
     "RequestTooLarge",
     "Verdict",
     "check_request",
@@ -109,8 +117,17 @@ def _framed_text(counter: TokenCounter, text: str) -> Count:
     return Count(MESSAGE_FRAMING, False) + counter.raw_text(text)
 
 
-class _Fixed(NamedTuple):
-    """What every guard takes besides the rows: the request's fixed parts."""
+class RequestParts(TypedDict, total=False):
+    """The keywords every guard takes besides the rows: the request's fixed
+    parts and how to count them, each optional.
+
+    ``system`` and ``memory``: texts counted as framed rows (default "");
+    ``tools``: the full tool map (a name -> schema map or a list of schemas);
+    ``advertised``: the names the request advertises (tool search; None: all);
+    ``output_reserve``: tokens kept for the answer (None: the model's, or 0
+    under a ``context_limit``); ``registry``: where the model is looked up;
+    ``context_limit``: the caller's token budget, used instead of the model's
+    window."""
 
     system: str
     memory: str
@@ -121,17 +138,26 @@ class _Fixed(NamedTuple):
     context_limit: int | None
 
 
+_PARTS = frozenset(RequestParts.__annotations__)
+
+
 def _verdict(
     check: str,
     model: str | ModelSpec,
     rows: Iterable[Mapping[str, Any]],
-    fixed: _Fixed,
+    fixed: RequestParts,
     *,
     cache: RowTokenCache | None,
     shape: RowShape | None,
     mode: Mode = "encoding",
 ) -> Verdict:
-    system, memory, tools, advertised, output_reserve, registry, context_limit = fixed
+    unknown = sorted(set(fixed) - _PARTS)
+    if unknown:
+        raise TypeError(f"{check} guard got unexpected keyword argument(s) {unknown}")
+    system, memory = fixed.get("system", ""), fixed.get("memory", "")
+    tools, advertised = fixed.get("tools"), fixed.get("advertised")
+    output_reserve, registry = fixed.get("output_reserve"), fixed.get("registry")
+    context_limit = fixed.get("context_limit")
     counter = TokenCounter(model, mode=mode, registry=registry, cache=cache)
     spec = counter.spec
     limit = spec.context_limit
@@ -219,15 +245,9 @@ def check_request(
     model: str | ModelSpec,
     *,
     rows: Iterable[Mapping[str, Any]] = (),
-    system: str = "",
-    memory: str = "",
-    tools: Any = None,
-    advertised: Collection[str] | None = None,
-    output_reserve: int | None = None,
-    registry: ModelRegistry | None = None,
     cache: RowTokenCache | None = DEFAULT_CACHE,
     shape: RowShape | None = None,
-    context_limit: int | None = None,
+    **fixed: Unpack[RequestParts],
 ) -> Verdict:
     """The assembled-request guard: system + memory + advertised tool schemas +
     rows + output reserve against the context limit.
@@ -239,7 +259,6 @@ def check_request(
     the caller's token budget, used instead of the model's window (the output
     reserve then defaults to 0: the budget is the room the request may take).
     """
-    fixed = _Fixed(system, memory, tools, advertised, output_reserve, registry, context_limit)
     return _verdict("request", model, rows, fixed, cache=cache, shape=shape)
 
 
@@ -247,20 +266,13 @@ def fits_fresh_window(
     model: str | ModelSpec,
     rows: Iterable[Mapping[str, Any]],
     *,
-    system: str = "",
-    memory: str = "",
-    tools: Any = None,
-    advertised: Collection[str] | None = None,
-    output_reserve: int | None = None,
-    registry: ModelRegistry | None = None,
     cache: RowTokenCache | None = DEFAULT_CACHE,
     shape: RowShape | None = None,
-    context_limit: int | None = None,
+    **fixed: Unpack[RequestParts],
 ) -> Verdict:
     """Would ``rows`` fit a brand-new window (with the request's fixed parts)?
     ``ok=False`` means no rollover can help: reject before any provider call.
     ``context_limit``: the caller's budget, as in :func:`check_request`."""
-    fixed = _Fixed(system, memory, tools, advertised, output_reserve, registry, context_limit)
     return _verdict("fresh_window", model, rows, fixed, cache=cache, shape=shape)
 
 
@@ -270,13 +282,7 @@ def check_tool_output(
     *,
     call_id: str = "",
     error: bool = False,
-    system: str = "",
-    memory: str = "",
-    tools: Any = None,
-    advertised: Collection[str] | None = None,
-    output_reserve: int | None = None,
-    registry: ModelRegistry | None = None,
-    context_limit: int | None = None,
+    **fixed: Unpack[RequestParts],
 ) -> Verdict:
     """Would one settled tool output fit a fresh window on its own?"""
     row = {
@@ -284,7 +290,6 @@ def check_tool_output(
         "role": "tool",
         "parts": [{"type": "tool_result", "id": call_id, "output": output, "error": error}],
     }
-    fixed = _Fixed(system, memory, tools, advertised, output_reserve, registry, context_limit)
     return _verdict("tool_output", model, [row], fixed, cache=None, shape=CANONICAL)
 
 
@@ -309,18 +314,11 @@ def estimate_request(
     model: str | ModelSpec,
     *,
     rows: Iterable[Mapping[str, Any]] = (),
-    system: str = "",
-    memory: str = "",
-    tools: Any = None,
-    advertised: Collection[str] | None = None,
-    output_reserve: int | None = None,
-    registry: ModelRegistry | None = None,
     mode: Mode = "approx",
     cache: RowTokenCache | None = DEFAULT_CACHE,
-    context_limit: int | None = None,
+    **fixed: Unpack[RequestParts],
 ) -> Verdict:
     """An ordinary estimate (``check="estimate"``); cheap by default. Not a guard."""
-    fixed = _Fixed(system, memory, tools, advertised, output_reserve, registry, context_limit)
     return _verdict("estimate", model, rows, fixed, cache=cache, shape=CANONICAL, mode=mode)
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from ledger.core import format as fmt
 from ledger.core.errors import LedgerError
+from ledger.core.format import files as ffmt
 
 
 def refuse_existing(dest: str) -> None:
@@ -23,7 +23,7 @@ def write_workspace_dir(dest: str, raws: Iterable[bytes]) -> int:
     the directory fsynced. Returns the bytes written."""
     refuse_existing(dest)
     os.makedirs(dest)
-    seg = os.path.join(dest, fmt.segment_name(1))
+    seg = os.path.join(dest, ffmt.segment_name(1))
     total = 0
     with open(seg, "wb") as out:
         for raw in raws:
@@ -31,8 +31,8 @@ def write_workspace_dir(dest: str, raws: Iterable[bytes]) -> int:
             total += len(raw) + 1
         out.flush()
         os.fsync(out.fileno())
-    with open(os.path.join(dest, fmt.FORMAT_NAME), "wb") as f:
-        f.write(fmt.FORMAT_TEXT)
+    with open(os.path.join(dest, ffmt.FORMAT_NAME), "wb") as f:
+        f.write(ffmt.FORMAT_TEXT)
         f.flush()
         os.fsync(f.fileno())
     fd = os.open(dest, os.O_RDONLY)
@@ -40,4 +40,4 @@ def write_workspace_dir(dest: str, raws: Iterable[bytes]) -> int:
         os.fsync(fd)
     finally:
         os.close(fd)
-    return total + len(fmt.FORMAT_TEXT)
+    return total + len(ffmt.FORMAT_TEXT)

@@ -16,8 +16,11 @@ An engine stores the workspaces of one root. For each workspace it provides:
   binds to, carry-over of cursors across moves that change no byte): the
   engine hands its ``PageReader`` to the caller's ``PageUse``;
 - rewrites that change stored rows -- ``reject``, ``truncate_after``,
-  ``purge_before_floor``, ``rebaseline`` -- each a transaction that bumps the
-  epoch (and only those: a plain append never does);
+  ``purge_before_floor``, ``rebaseline``, ``rewind`` -- each a transaction
+  that bumps the epoch (and only those: a plain append never does);
+- ``fork``: a new workspace of the same root holding the rows up to a seq
+  byte for byte and an origin event, all or nothing, cheap (files: hard
+  links; memory: shared rows; PostgreSQL: a server-side copy); ``origin``;
 - ``backup``;
 - the engine operations of recovery (results: ``ledger.core.checks``):
   ``verify`` (read-only; findings with a severity, damage or notice),
@@ -59,6 +62,7 @@ from ledger.core.bounds import Budget, Event, SkipSink
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.cursors import CursorData, Position
 from ledger.core.errors import LedgerError
+from ledger.core.forks import Branch, RewindResult
 from ledger.core.rows import Row
 from ledger.core.rules import FloorAt, PurgeResult, RejectResult, Result, TruncateResult
 from ledger.core.windows import Boundary
@@ -150,6 +154,7 @@ class StatReport(Result, frozen=True, kw_only=True):
     bytes: int
     quarantine_bytes: int
     detail: FileStat | RowStat
+    origin: Branch | None = None  # a fork's origin (History.stat fills it in)
 
     def to_dict(self) -> dict[str, object]:
         d = self.detail
@@ -168,6 +173,7 @@ class StatReport(Result, frozen=True, kw_only=True):
                    bytes=self.bytes, quarantine_bytes=self.quarantine_bytes)
         if isinstance(d, FileStat):
             out["stray_temp_files"] = list(d.stray_temp_files)
+        out["origin"] = None if self.origin is None else self.origin.to_dict()
         return out
 
 
@@ -277,6 +283,11 @@ class PageReader(Protocol[S]):
         ...
 
     def floor(self, st: S) -> Boundary | None: ...
+
+    def window_seq(self, st: S) -> int:
+        """The seq of the newest boundary, where the active window (the
+        provider view) starts (0: none)."""
+        ...
 
     def fresh_pos(self, st: S) -> Position:
         """Where a new query starts: just past the floor, else the log's start."""
@@ -390,6 +401,22 @@ class WorkspaceEngine(Protocol):
     def purge_before_floor(self) -> PurgeResult: ...
 
     def rebaseline(self) -> int: ...
+
+    def rewind(self, to: int, expect_epoch: int | None = None,
+               restore_cleared: bool = False) -> RewindResult:
+        """Hide every row after ``to`` (``ledger.core.forks``): a rewrite,
+        conditional on ``expect_epoch`` (EpochChanged) when given."""
+        ...
+
+    def fork(self, target: str, at: int | None = None) -> WorkspaceEngine:
+        """Make workspace ``target`` of the same root a fork of this one at
+        row ``at`` (None: the newest), all or nothing; returns it. The rows
+        up to ``at`` are shared or copied byte for byte, never changed."""
+        ...
+
+    def origin(self) -> Branch | None:
+        """Where this workspace was forked from (its fork event), else None."""
+        ...
 
     def backup(self, dest: str) -> BackupResult: ...
 

@@ -71,6 +71,7 @@ class Edit:
     first: int
     last: int
     rows: tuple[Put, ...] = ()
+    restore_floor: bool = False  # a rewind that may undo a clear (``settle``)
 
 
 @dataclass(frozen=True)
@@ -136,12 +137,15 @@ def holds(head: RowState, expect: RowState) -> bool:
 
 
 def settle(
-    old: RowState, window_left: Boundary | None, floor_left: Boundary | None, hold: int = 0
+    old: RowState, window_left: Boundary | None, floor_left: Boundary | None, hold: int = 0,
+    edits: Sequence[Edit] = (),
 ) -> tuple[Boundary | None, Boundary | None]:
-    """(window, floor) after a ``replace``, given the newest boundary row and
-    the newest manual reset row left, and the seq the floor holds at least
-    (module doc)."""
-    floor = old.floor
+    """(window, floor) after a ``replace`` of ``edits``, given the newest
+    boundary row and the newest manual reset row left, and the seq the floor
+    holds at least (module doc). An edit with ``restore_floor`` (a rewind the
+    caller allowed to undo a clear) lets the floor move back to the newest
+    manual reset left."""
+    floor = None if any(e.restore_floor for e in edits) else old.floor
     for b in (floor_left, Boundary(hold, hold, 0, "manual") if hold > 0 else None):
         if b is not None and (floor is None or b.seq > floor.seq):
             floor = b

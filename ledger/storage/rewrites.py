@@ -17,9 +17,12 @@ reads again; nothing is changed until the ``replace`` that holds.
 - ``purge_before_floor``: deletes the rows at or before the floor for good
   (the floor row too when it is a batch of its own; a floor inside a larger
   batch keeps that whole batch); the floor stays where it was;
-- ``rebaseline``: a new epoch, the head recomputed from the rows.
+- ``rebaseline``: a new epoch, the head recomputed from the rows;
+- ``rewind``: every row after ``to`` becomes a hidden record keeping the
+  original (``ledger.core.forks``), same seqs; conditional on the epoch when
+  the caller gives one; may undo a clear only when the caller allows it.
 
-``RowRewrites`` gives a row engine's workspace these four as its
+``RowRewrites`` gives a row engine's workspace these five as its
 ``WorkspaceEngine`` methods.
 """
 
@@ -28,9 +31,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from ledger.core import rules
-from ledger.core.errors import CommitFailed, Conflict
-from ledger.core.husks import husk_line
+from ledger.core import forks, rules
+from ledger.core.errors import CommitFailed, Conflict, EpochChanged
 from ledger.core.rows import Row
 from ledger.storage.primitives import LAST_SEQ, Edit, Put, RowPrimitives
 from ledger.storage.seqpages import decode_row
@@ -45,6 +47,8 @@ def _retrying(p: RowPrimitives, op: str, attempt: Callable[[], T]) -> T:
     for _ in range(ATTEMPTS):
         try:
             return attempt()
+        except EpochChanged:
+            raise
         except Conflict:
             continue
     raise CommitFailed(
@@ -78,17 +82,10 @@ def reject(p: RowPrimitives, seq_or_seqs: int | Iterable[int]) -> rules.RejectRe
                 targets[run[j].seq] = run[j]
         if missing:
             raise rules.no_row(p.workspace, missing, "rejected")
-        rejected: list[int] = []
-        already: list[int] = []
-        edits: list[Edit] = []
-        for seq, row in sorted(targets.items()):
-            if not rules.rejectable(p.workspace, row.line, row.data):
-                already.append(seq)
-                continue
-            line = husk_line(row.line, row.data)
-            husk = decode_row(p.workspace, seq, line[:-1] if line.endswith(b"\n") else line)
-            edits.append(Edit(seq, seq, (Put(husk),)))  # a husk is never a reset
-            rejected.append(seq)
+        lines, rejected, already = rules.husks(
+            p.workspace, ((seq, r.line, r.data) for seq, r in sorted(targets.items())))
+        edits = [Edit(seq, seq, (Put(decode_row(p.workspace, seq, line.removesuffix(b"\n"))),))
+                 for seq, line in lines.items()]  # a husk is never a reset
         if not edits:
             return rules.reject_result([], already, head.epoch)
         done = p.replace(head, edits, None)
@@ -136,6 +133,38 @@ def rebaseline(p: RowPrimitives) -> int:
     return _retrying(p, "rebaseline", lambda: p.replace(p.head(), [], None).epoch)
 
 
+def rewind(p: RowPrimitives, to: int, expect_epoch: int | None = None,
+           restore_cleared: bool = False) -> forks.RewindResult:
+    to = forks.rewind_seq(to)
+
+    def attempt() -> forks.RewindResult:
+        head = p.head()
+        if expect_epoch is not None and head.epoch != expect_epoch:
+            raise EpochChanged(
+                f"workspace {p.workspace!r}: rewind expected epoch {expect_epoch}, the "
+                f"workspace is at epoch {head.epoch} (a rewrite came first); nothing was rewound")
+        got = p.read(to, to) if to > 0 else []
+        forks.check_rewind(p.workspace, to, got[0].data if got else None, head.floor,
+                           restore_cleared)
+        edits: list[Edit] = []
+        rewound: list[int] = []
+        already: list[int] = []
+        for row in p.read(to + 1, LAST_SEQ):
+            if not forks.rewindable(row.data):
+                already.append(row.seq)
+                continue
+            line = forks.rewind_line(row.line, row.data, to)
+            hidden = decode_row(p.workspace, row.seq, line[:-1])
+            edits.append(Edit(row.seq, row.seq, (Put(hidden),), restore_cleared))
+            rewound.append(row.seq)
+        if not edits:
+            return forks.RewindResult(to, [], already, head.epoch)
+        done = p.replace(head, edits, None)
+        return forks.RewindResult(to, rewound, already, done.epoch)
+
+    return _retrying(p, "rewind", attempt)
+
+
 class RowRewrites:
     """The four rewrites as ``WorkspaceEngine`` methods of a row engine's
     workspace, which provides the primitives (``RowPrimitives``)."""
@@ -151,3 +180,7 @@ class RowRewrites:
 
     def rebaseline(self: RowPrimitives) -> int:
         return rebaseline(self)
+
+    def rewind(self: RowPrimitives, to: int, expect_epoch: int | None = None,
+               restore_cleared: bool = False) -> forks.RewindResult:
+        return rewind(self, to, expect_epoch, restore_cleared)

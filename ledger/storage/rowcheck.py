@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.core import format as fmt
 from ledger.core.checks import DAMAGE, NOTICE, CheckReport, Finding, RepairReport
+from ledger.core.format import rows as fmt
 from ledger.core.rules import fold
 from ledger.core.toolpairs import pair
 from ledger.core.windows import Boundary, batch_boundaries

@@ -20,8 +20,8 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 
-from ledger.core import format as fmt
 from ledger.core import ranking
+from ledger.core.format import rows as fmt
 from ledger.core.searchable import indexed_terms
 from ledger.storage.engine import Candidate
 from ledger.storage.primitives import LAST_SEQ, StoredRow, StoredRows
@@ -44,6 +44,7 @@ class Recall:
         self.calls: set[str] = set()
         self.wins: list[int] = []
         self.docs: dict[int, tuple[int, int, Counter[str]]] = {}  # seq -> (window, len, tfs)
+        self.order: list[int] = []  # the seqs of ``docs``, ascending
         self.df: Counter[str] = Counter()
         self.total = 0
         # term -> [(-impact in thousandths, -seq, tf)], sorted when ``dirty``
@@ -74,6 +75,7 @@ class Recall:
             return
         tfs, length = indexed
         self.docs[seq] = (self.window, length, tfs)
+        self.order.append(seq)
         self.total += length
         for t, n in tfs.items():
             self.df[t] += 1
@@ -107,14 +109,29 @@ class Recall:
                     taken += 1
                     if taken >= per_term:
                         break
+        # The hits, the rows just before and after each in range (their
+        # neighbours) and theirs: what the file engine reads.
+        def links(seq: int) -> tuple[int, int]:
+            i = bisect.bisect_left(self.order, seq)
+            prev = self.order[i - 1] if i > 0 else 0
+            nxt = self.order[i + 1] if i + 1 < len(self.order) else 0
+            return (prev if prev > after else 0, nxt if nxt <= high else 0)
+
+        near = {seq: links(seq) for seq in found}
+        for seq in {n for pair in near.values() for n in pair if n} - near.keys():
+            near[seq] = links(seq)
+        wanted = near.keys() | {n for pair in near.values() for n in pair if n}
         docs = []
-        for seq, tfs in sorted(found.items()):
+        for seq in sorted(wanted):
             win, length, counts = self.docs[seq]
+            tfs = found.get(seq, {})
             for t in kept:
                 if t not in tfs and counts.get(t):
                     tfs[t] = counts[t]
-            docs.append(ranking.Doc(seq, win, length, tfs))
+            prev, nxt = near.get(seq, (0, 0))
+            docs.append(ranking.Doc(seq, win, length, tfs, prev, nxt))
         corpus = ranking.Corpus(len(self.docs), self.total, dfs)
         q = ranking.Query(tuple(kept), query.phrases)
-        return [(s, self.docs[s][0], score, (s, 0)) for s, score in ranking.rank(docs, q, corpus)]
+        return [(s, self.docs[s][0], score, (s, 0))
+                for s, score in ranking.rank(docs, q, corpus, found)]
 

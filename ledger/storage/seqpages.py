@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ledger.core import cursors
-from ledger.core import format as fmt
 from ledger.core.bounds import LINE_CAP, SCAN_BYTES, SCAN_ROWS, Budget, Event, SkipSink
 from ledger.core.cursors import CursorData, Position
 from ledger.core.errors import CursorExpired, HistoryDamaged, NotFound
+from ledger.core.format import rows as fmt
 from ledger.core.ranking import Query
 from ledger.core.rows import Row
 from ledger.core.rules import FloorAt
@@ -219,6 +219,9 @@ class SeqReader(ABC):
 
     def floor(self, st: RowState) -> Boundary | None:
         return st.floor
+
+    def window_seq(self, st: RowState) -> int:
+        return st.window_seq
 
     def fresh_pos(self, st: RowState) -> Position:
         if st.floor is not None:

@@ -13,9 +13,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ledger.core.batches import AppendResult, PendingBatch
 from ledger.core.errors import InvalidRow, WorkspaceNotFound
+from ledger.core.forks import Branch, ForkRefused, RewindResult
 from ledger.core.husks import QUARANTINE_VERSION
+from ledger.core.ids import validate_workspace
 from ledger.core.rows import Row, check_batch_id, new_id, prepare_bodies
 from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.toolpairs import split_check
@@ -297,6 +301,43 @@ class History(WorkspaceHandle):
         """Really delete the rows at or before the newest manual reset."""
         return self.engine.purge_before_floor()
 
+    def rewind(self, *, to: int, expect_epoch: int | None = None,
+               restore_cleared: bool = False) -> RewindResult:
+        """Undo every row after seq ``to`` without deleting it (docs/fork.md):
+        each becomes a hidden record that keeps the original byte for byte,
+        so the provider view and ``session_history`` are as they were right
+        after ``to`` (a rollover, compaction or clear after it is undone with
+        it) while export and ``rows()`` still show the originals. A rewrite:
+        a new epoch, so cursors issued before it expire. ``expect_epoch``:
+        refused with ``EpochChanged`` unless the epoch is still that one.
+        Refused (``RewriteRefused``, nothing changed) when ``to`` is not a
+        row ending its batch, or when it would bring back rows a manual clear
+        hides -- unless ``restore_cleared=True``, a user's decision that no
+        model-facing tool passes."""
+        return self.engine.rewind(to, expect_epoch, restore_cleared)
+
+    def fork(self, new_id: str, *, at: int | None = None) -> History:
+        """A new workspace ``new_id`` of the same store holding this
+        history's rows up to and including seq ``at`` (default: the newest)
+        byte for byte -- seqs, windows, boundaries and the privacy floor --
+        then an origin event (``origin``); its own appends follow. Nothing
+        of this history changes. All or nothing. Refused (``ForkRefused``,
+        nothing written) when ``new_id`` exists, ``at`` is no row, does not
+        end its batch, or is at or before the privacy floor."""
+        target = validate_workspace(new_id)
+        if at is not None and (not isinstance(at, int) or isinstance(at, bool) or at < 1):
+            raise ForkRefused(f"workspace {self.workspace!r}: a fork needs a positive integer "
+                              f"seq, got {at!r}; nothing was forked")
+        return History(self.store, target, self.engine.fork(target, at))
+
+    @property
+    def origin(self) -> Branch | None:
+        """Where this workspace was forked from (source, seq, the source's
+        epoch then, when), or None when it is not a fork."""
+        if not self.exists():
+            return None
+        return self.engine.origin()
+
     def rebaseline(self) -> int:
         """Publish the state as it is now with a new epoch (after an untracked
         edit or a rewrite). Returns the epoch."""
@@ -307,8 +348,11 @@ class History(WorkspaceHandle):
         return self.engine.backup(dest)
 
     def stat(self) -> StatReport:
-        """The engine's account of this history (``tledger stat``)."""
-        return self.engine.stat()
+        """The engine's account of this history (``tledger stat``), with its
+        origin when it is a fork."""
+        report = self.engine.stat()
+        origin = self.engine.origin()
+        return report if origin is None else msgspec.structs.replace(report, origin=origin)
 
 
 def _write_opts(kwargs: dict[str, Any]) -> WriteOptions:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from ledger.core.forks import Branch
 from ledger.core.ids import validate_workspace
 from ledger.core.redact import redact
 from ledger.storage.engine import Engine, EngineSpec, check_options
@@ -64,6 +65,20 @@ class Store:
     def workspaces(self) -> list[str]:
         """Ids of the histories under the root, sorted."""
         return self.engine.workspaces()
+
+    def branches(self, workspace: str) -> list[Branch]:
+        """The forks made of ``workspace`` (each workspace whose origin names
+        it), oldest first; empty when there are none. A fork outlives its
+        source: deleting the source leaves its forks and their origins."""
+        ws = validate_workspace(workspace)
+        found = []
+        for name in self.engine.workspaces():
+            if name == ws:
+                continue
+            origin = self.engine.open(name).origin()
+            if origin is not None and origin.source == ws:
+                found.append(origin)
+        return sorted(found, key=lambda b: (b.created, b.workspace))
 
     def delete(self, workspace: str) -> bool:
         """Delete a workspace's history (a tombstone first, so a concurrent

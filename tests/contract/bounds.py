@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from ledger import History
-from ledger.core import format as fmt
 from ledger.core.bounds import RESULT_BYTES
+from ledger.core.format import rows as fmt
 from ledger.core.rows import prepare_batch
 from tests.contract.support import ContractBase, MakeStore, call, follow, pages, skipped
 from tests.helpers import msg

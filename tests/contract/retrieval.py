@@ -74,6 +74,10 @@ def _seeded(h: History) -> Any:
 
 
 def ranked(tool: Any, query: str, **kw: Any) -> dict[str, Any]:
+    """A ranked search; over the current window too unless ``current=False``
+    (or a ``window``) is given."""
+    if "window" not in kw:
+        kw.setdefault("current", True)
     return call(tool, {"action": "search", "query": query, "mode": "ranked", **kw})
 
 
@@ -379,7 +383,7 @@ class RetrievalContract(ContractBase):
         h.append_many([msg(("kubernetes ingress timeout " * 400) + str(i)) for i in range(30)])
         res = ranked(tool, "ingress timeout", limit=25)
         assert res["items"] and all(len(i["text"]) <= 300 for i in res["items"])
-        args = {"action": "search", "query": "invoice total", "mode": "ranked"}
+        args = {"action": "search", "query": "invoice total", "mode": "ranked", "current": True}
         h.append(msg("the invoice total was 4,210 euros"))
         result = tool.call(args)
         before = h.append_many([
@@ -415,7 +419,8 @@ class RetrievalContract(ContractBase):
             return
         for query in ("bluebird deploy", "rollback cache", '"bluebird deploy" rollback',
                       "bluebird"):
-            args = {"action": "search", "query": query, "mode": "ranked", "limit": 25}
+            args = {"action": "search", "query": query, "mode": "ranked", "limit": 25,
+                    "current": True}
             mine, theirs = a.call(args), b.call(args)
             assert mine == theirs, query
             assert json.loads(mine)["items"] and json.loads(mine)["cursor"] is None
@@ -438,7 +443,7 @@ class RetrievalContract(ContractBase):
         if not self._ranked_or_refused(tool):
             return
         args: dict[str, Any] = {"action": "search", "query": "bluebird", "mode": "ranked",
-                                "limit": 25}
+                                "limit": 25, "current": True}
         served: list[int] = []
         skipped: list[int] = []
         for _ in range(10):
@@ -451,8 +456,8 @@ class RetrievalContract(ContractBase):
                 break
             args["cursor"] = res["cursor"]
         assert sorted(served) == [1, 2, 3, 4, 5] and skipped == [6]
-        heron = ranked(tool, "heron")
-        assert heron["items"] == [] and [s["seq"] for s in heron["skipped"]] == [6]
+        heron = ranked(tool, "heron")  # row 5 is found by its neighbour's words
+        assert seqs(heron) == [5] and [s["seq"] for s in heron["skipped"]] == [6]
         assert heron["skipped"][0]["bytes"] > 1024 * 1024
         past = ranked(tool, "zebrafinch")
         assert past["items"] == [] and past["skipped"] == []
@@ -472,7 +477,78 @@ class RetrievalContract(ContractBase):
         assert code(res) == "bad_request" and "16" in res["error"]["message"]
         words = " ".join(f"c{i}" for i in range(100)) + " warm"  # past 64 terms
         assert ranked(tool, words)["items"] == []  # "warm" is the 101st distinct term
-        assert seqs(ranked(tool, "warm " + words)) == [2]
+        assert seqs(ranked(tool, "warm " + words)) == [2, 1]  # 1: its neighbour
+
+    def test_ranked_finds_a_turn_by_its_neighbours_never_across_a_floor_or_window(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        """A tool result that never names its call is found by the call's
+        words (the neighbour field), ranked below the call itself; a row
+        before the floor or in another window never lends its words: two
+        histories that differ only before their floors rank alike."""
+        store = make_store()
+
+        def fill(h: History, before: str) -> Any:
+            h.append_many([msg(FILLER[0]), msg(before)])
+            h.clear_soft()
+            h.append_many([
+                msg("launch notes, nothing new", "assistant"),
+                msg("run the thumbnailer port check", "user"),
+                {"kind": "message", "role": "assistant", "parts": [
+                    {"type": "tool_call", "id": "c1", "name": "shell",
+                     "input": {"cmd": "kubectl get svc thumbnailer"}}]},
+                {"kind": "message", "role": "tool", "parts": [
+                    {"type": "tool_result", "id": "c1", "output": "8443/TCP 3d"}]},
+                msg(FILLER[1], "assistant"),
+                msg("the heron report is due", "user")])
+            h.rollover([msg("a fresh window starts here")])
+            return h.session_history()
+
+        tool = fill(store.history(ws), "friday friday launch: codename bluebird on friday")
+        if not self._ranked_or_refused(tool):
+            return
+        got = ranked(tool, "kubectl thumbnailer")["items"]
+        texts = [i["text"] for i in got]
+        result = next(i for i in got if i["text"].startswith("8443/TCP"))
+        assert "kubectl" in texts[0] and result["score"] > 0
+        assert len(got) <= 4  # the hits and their neighbours, nothing else
+        assert ranked(tool, "bluebird codename")["items"] == []
+        quiet = fill(store.history(ws + "q"), FILLER[2])
+        launch = ranked(tool, "launch friday")
+        assert launch["items"][0]["text"].startswith("launch notes")
+        assert launch == ranked(quiet, "launch friday")
+        heron = ranked(tool, "heron report")["items"]
+        assert heron[0]["text"].startswith("the heron")
+        assert all(i["window"] == heron[0]["window"] for i in heron)
+
+    def test_ranked_skips_the_current_window_unless_asked(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        """The rows after the newest boundary are the model's provider view:
+        ranked search skips them by default (the question just asked is not
+        its own answer); ``current`` or naming the window includes them; a
+        cursor keeps the boundary of its first page."""
+        h = make_store().history(ws)
+        h.append(msg("what was the invoice total?"))
+        tool = h.session_history()
+        if not self._ranked_or_refused(tool):
+            return
+        assert ranked(tool, "invoice total", current=False)["items"] == []  # all in view
+        h.append_many([msg(f"the invoice total was {i},210 euros", "assistant")
+                       for i in range(3)])
+        window = h.rollover([msg("so what was the invoice total again?")]).seqs[0]
+        asked = list(h.rows())[-1].seq
+        mine = seqs(ranked(tool, "invoice total", current=False))
+        assert mine and asked not in mine and all(s < window for s in mine)
+        assert asked in seqs(ranked(tool, "invoice total"))  # current: True
+        assert seqs(ranked(tool, "invoice total", window=window)) == [asked]
+        first = ranked(tool, "invoice total", current=False, limit=1)
+        h.rollover([msg("invoice total: none of this is old yet")])
+        rest = ranked(tool, "invoice total", current=False, limit=25, cursor=first["cursor"])
+        assert asked not in seqs(rest) and len(seqs(first) + seqs(rest)) == len(mine)
+        for bad in ({"current": "yes"}, {"current": 1}, {"current": True, "mode": "literal"}):
+            res = call(tool, {"action": "search", "query": "invoice", **bad})
+            assert code(res) == "bad_request" and "current" in res["error"]["message"]
 
     # --- ranked search: every engine ranks as the file engine does -----------------
 

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 
 from ledger import CursorExpired, Store
 from ledger.core import cursors as cur
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.storage.files.receipt import read_receipt, write_receipt
 from tests.helpers import PYTHON, msg, subprocess_env
 
@@ -237,7 +238,7 @@ def test_killed_writer_pending_receipt_expires_cursors(tmp_path: Path) -> None:
     receipt = read_receipt(h.engine.path)
     assert receipt is not None and receipt.stable
     old_epoch = receipt.epoch
-    write_receipt(h.engine.path, dataclasses.replace(receipt, state=fmt.PENDING))
+    write_receipt(h.engine.path, dataclasses.replace(receipt, state=ffmt.PENDING))
 
     assert code(call(tool, {**args, "cursor": held})) == "stale_cursor"
     fresh = call(tool, args)

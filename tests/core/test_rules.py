@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.core import format as fmt
 from ledger.core import rules
 from ledger.core.errors import RewriteRefused
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.rows import prepare_batch
 from ledger.core.windows import Boundary
 
@@ -135,7 +136,7 @@ def test_truncate_never_splits_a_batch_nor_drops_the_floor() -> None:
     rules.check_truncate("ws", 12, rows[2], (12, 0), Boundary(9, 9, 0, "manual"))
     # positions, not seqs, decide: the file engine's (segment, offset)
     rules.check_truncate("ws", 12, rows[2], (4, 500), Boundary(13, 4, 200, "manual"))
-    unreadable = Boundary(fmt.FLOOR_UNREADABLE, 5, 0, "manual", readable=False)
+    unreadable = Boundary(ffmt.FLOOR_UNREADABLE, 5, 0, "manual", readable=False)
     rules.check_truncate("ws", 12, rows[2], (4, 500), unreadable)  # kept in the log anyway
     with pytest.raises(RewriteRefused, match="integer seq"):
         rules.truncate_seq(True)

@@ -148,6 +148,7 @@ REQUIRED = {  # what the issue asks a newcomer to find, by the page that holds i
     "how-to/openai-agents.md", "how-to/langgraph.md", "how-to/langchain.md",
     "how-to/claude-agent-sdk.md", "how-to/mcp.md", "how-to/postgresql.md", "how-to/citus.md",
     "how-to/recover.md", "how-to/import-transcripts.md", "how-to/benchmarks.md",
+    "how-to/fork-and-rewind.md",
     "reference/api/ledger.md", "reference/cli-commands.md", "reference/errors.md",
     "reference/format.md", "reference/session-history.md", "reference/runtime.md",
     "explanation/windows.md", "explanation/durability.md", "explanation/security.md",

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 
 if TYPE_CHECKING:  # pytest is not needed to import this (bench imports pg_cluster)
     import pytest
@@ -79,11 +79,11 @@ def file_bytes(wsdir: Path, *, skip: tuple[str, ...] = ()) -> dict[str, bytes]:
 
 
 def temps(wsdir: Path) -> list[str]:
-    return sorted(n for n in os.listdir(wsdir) if n.startswith(fmt.TEMP_PREFIX))
+    return sorted(n for n in os.listdir(wsdir) if n.startswith(ffmt.TEMP_PREFIX))
 
 
 def segment_files(wsdir: Path) -> list[Path]:
-    return sorted(p for p in wsdir.iterdir() if fmt.segment_number(p.name) is not None)
+    return sorted(p for p in wsdir.iterdir() if ffmt.segment_number(p.name) is not None)
 
 
 def dicts(h: Any, **kwargs: Any) -> list[dict[str, Any]]:
@@ -178,19 +178,19 @@ class Faults:
     def _open(self, path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
         name = os.path.basename(os.fspath(path))
         step = self.step
-        if name == fmt.LOCK_NAME and flags & os.O_CREAT and step == "lock_open" and self._hit("l"):
+        if name == ffmt.LOCK_NAME and flags & os.O_CREAT and step == "lock_open" and self._hit("l"):
             self._fail(f"open {name}")
-        if name == fmt.RECEIPT_NAME and flags & (os.O_WRONLY | os.O_RDWR):
+        if name == ffmt.RECEIPT_NAME and flags & (os.O_WRONLY | os.O_RDWR):
             if step == "pending_receipt_open" and self._hit("ro"):
                 self._fail(f"open {name}")
-        if name.startswith(fmt.TEMP_PREFIX) and step == "open_temp" and self._hit("t"):
+        if name.startswith(ffmt.TEMP_PREFIX) and step == "open_temp" and self._hit("t"):
             self._fail(f"open {name}")
         fd = self._real["open"](path, flags, *args, **kwargs)
-        if name.startswith(fmt.TEMP_PREFIX):
+        if name.startswith(ffmt.TEMP_PREFIX):
             self._tmp.add(fd)
         elif flags & getattr(os, "O_DIRECTORY", 0):
             self._dir.add(fd)
-        elif name == fmt.RECEIPT_NAME:
+        elif name == ffmt.RECEIPT_NAME:
             self._receipt.add(fd)
         return fd
 
@@ -219,7 +219,7 @@ class Faults:
 
     def _rename(self, src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
         if (
-            os.path.basename(os.fspath(src)).startswith(fmt.TEMP_PREFIX)
+            os.path.basename(os.fspath(src)).startswith(ffmt.TEMP_PREFIX)
             and self.step == "rename"
             and self._hit("r")
         ):

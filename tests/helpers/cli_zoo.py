@@ -53,7 +53,7 @@ INVOCATIONS: dict[str, list[list[str]]] = {
     "stat": [["stat", WS]],
     "ls": [["ls"]],
     "history": [["history", WS, "list"], ["history", WS, "search", "answer"],
-                ["history", WS, "search", "answer question", "--mode", "ranked"],
+                ["history", WS, "search", "answer question", "--mode", "ranked", "--limit", "25"],
                 ["history", WS, "read", "2"]],
     "demo": [],  # not about a workspace: run once, in the clean case (CLEAN_ONLY)
     "export": [["export", WS, "--format", "anthropic"], ["export", WS, "--format", "markdown"]],
@@ -66,6 +66,10 @@ INVOCATIONS: dict[str, list[list[str]]] = {
     "purge": [["purge", WS], ["purge", WS, "--quarantine-older-than", "0"]],
     "truncate": [["truncate", WS, "--after", "4"]],
     "reject": [["reject", WS, "2"]],
+    "fork": [["fork", WS, "ws-fork"], ["fork", WS, "ws-fork-2", "--at", "4"]],
+    "rewind": [["rewind", WS, "--to", "4"], ["rewind", WS, "--to", "1",
+                                               "--restore-cleared"]],
+    "branches": [["branches", WS]],
     "delete": [["delete", WS, "--yes"]],
     "backup": [["backup", WS, "{out}"], ["backup", WS, "/proc/self/tledger-zoo"]],
     "count": [],  # reads no workspace: run once (ONCE)
@@ -113,7 +117,7 @@ def build(root: Path) -> None:
     h.reject(h.snapshot().next_seq - 1)
     h.append(_msg("the last answer", "assistant"))
     tool = h.session_history()  # the recall index, built and closed (its WAL folded in)
-    tool.call({"action": "search", "query": "answer", "mode": "ranked"})
+    tool.call({"action": "search", "query": "answer", "mode": "ranked", "current": True})
     tool.reader._recall.close()
 
 
@@ -356,7 +360,7 @@ def _segment_mode_000(ws: Path) -> None:
 def _deep_stored_row(ws: Path) -> None:
     """A row nested 3000 deep with a valid checksum, written raw (as a writer that
     raised its recursion limit could)."""
-    from ledger.core import format as fmt
+    from ledger.core.format import rows as fmt
 
     last = _segments(ws)[-1]
     seq = 1 + max(int(line.split(b",", 1)[0][len(b'{"seq":'):])

@@ -28,6 +28,7 @@ from __future__ import annotations
 from tests.contract.appends import AppendContract
 from tests.contract.bounds import BoundsContract
 from tests.contract.cursors import CursorContract
+from tests.contract.forks import ForkContract
 from tests.contract.inputs import InputContract
 from tests.contract.operations import OperationsContract
 from tests.contract.retrieval import RetrievalContract
@@ -41,6 +42,6 @@ __all__ = ["CAPABILITIES", "RANKED_SEARCH", "EngineContract", "MakeStore", "msg"
 
 class EngineContract(
     AppendContract, WindowContract, RewriteContract, CursorContract, RetrievalContract,
-    BoundsContract, OperationsContract, InputContract,
+    BoundsContract, OperationsContract, InputContract, ForkContract,
 ):
     """Subclass and provide ``make_store`` (module doc)."""

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.storage.files import segments as segs
 from ledger.storage.files.index import scan_segment
 from ledger.storage.files.retention import read_manifest
@@ -80,7 +81,7 @@ def committed_batches(wsdir: Path) -> list[tuple[bytes, ...]]:
 
 
 def seg_files(wsdir: Path) -> dict[str, bytes]:
-    return {fmt.segment_name(n): Path(segs.segment_path(str(wsdir), n)).read_bytes()
+    return {ffmt.segment_name(n): Path(segs.segment_path(str(wsdir), n)).read_bytes()
             for n in segs.list_segments(str(wsdir))}
 
 
@@ -144,7 +145,7 @@ def newest_floor_lines(wsdir: Path, files: dict[str, bytes] | None = None) -> li
     floor = None
     numbers = segs.list_segments(str(wsdir))
     for n in numbers:
-        info = scan_segment(str(wsdir), n, fmt.ZERO_STAMP)
+        info = scan_segment(str(wsdir), n, ffmt.ZERO_STAMP)
         for b in info.bounds:
             if b.is_floor:
                 floor = (n, b.offset)
@@ -162,7 +163,7 @@ def newest_floor_lines(wsdir: Path, files: dict[str, bytes] | None = None) -> li
 def quarantined(wsdir: Path) -> list[tuple[str, int, bytes]]:
     out = []
     for e in read_manifest(str(wsdir)):
-        data = (wsdir / fmt.QUARANTINE_DIR / f"{e.entry}.bin").read_bytes()
+        data = (wsdir / ffmt.QUARANTINE_DIR / f"{e.entry}.bin").read_bytes()
         assert len(data) == e.length
         out.append((e.source, e.offset, data))
     return out

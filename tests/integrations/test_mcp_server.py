@@ -82,7 +82,8 @@ def test_a_read_only_server_serves_session_history_within_its_bounds(tmp_path: P
             tools = (await client.list_tools()).tools
             assert [t.name for t in tools] == ["session_history"]
             assert set(tools[0].input_schema["properties"]) == {
-                "action", "query", "mode", "window", "seq", "offset", "cursor", "limit"}
+                "action", "query", "mode", "window", "current", "seq", "offset", "cursor",
+                "limit"}
             assert "ranked" in tools[0].input_schema["properties"]["mode"]["description"]
             window = await client.read_resource("ledger://window")
             rows = json.loads(window.contents[0].text)
@@ -129,10 +130,10 @@ def test_a_read_only_server_serves_session_history_within_its_bounds(tmp_path: P
 
             # Ranked search (it writes its recall index beside the segments).
             best = await call(client, action="search", query="which note was 7?", mode="ranked",
-                              limit=3)
+                              limit=3, current=True)
             assert best["items"][0]["text"] == "note 7" and best["items"][0]["score"] > 0
             assert (await call(client, action="search", query="secret tulip",
-                               mode="ranked"))["items"] == []  # before the floor
+                               mode="ranked", current=True))["items"] == []  # before the floor
 
             Store(tmp_path, durability="off").history("ws").clear_soft()  # a new floor
             assert code(await call(client, action="search", query="note",

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from ledger.cli import main
-from ledger.core import format as fmt
 from ledger.core.checks import DAMAGE, NOTICE
 from ledger.core.errors import WorkspaceNotFound
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.receipt import read_receipt, write_receipt
@@ -161,8 +162,8 @@ def test_notices_do_not_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     ws = b.path
     receipt = read_receipt(str(ws))
     assert receipt is not None
-    write_receipt(str(ws), replace(receipt, state=fmt.PENDING))
-    (ws / f"{fmt.TEMP_PREFIX}123-abc").write_bytes(b"partial")
+    write_receipt(str(ws), replace(receipt, state=ffmt.PENDING))
+    (ws / f"{ffmt.TEMP_PREFIX}123-abc").write_bytes(b"partial")
     r = check(b.history)
     assert r.ok
     assert _codes(r) == {"receipt_pending": NOTICE, "stray_temp_file": NOTICE}
@@ -181,7 +182,7 @@ def test_receipt_that_disagrees_with_matching_stamps(tmp_path: Path) -> None:
     receipt = read_receipt(b.history.engine.path)
     assert receipt is not None and receipt.has_floor
     write_receipt(b.history.engine.path, replace(receipt, floor_segment=0, floor_offset=0,
-                                          floor_seq=fmt.NO_FLOOR))
+                                          floor_seq=ffmt.NO_FLOOR))
     r = check(b.history)
     assert _codes(r)["receipt_disagrees"] == DAMAGE
     assert "privacy floor" in next(f for f in r.findings if f.code == "receipt_disagrees").message
@@ -200,7 +201,7 @@ def test_check_writes_nothing_and_works_read_only(tmp_path: Path) -> None:
     seg.write_bytes(seg.read_bytes()[:-3])
     copy = tmp_path / "ro" / "ws"
     shutil.copytree(b.path, copy)
-    (copy / fmt.LOCK_NAME).unlink()
+    (copy / ffmt.LOCK_NAME).unlink()
     before = all_files(copy.parent)
     for dirpath, _dirs, files in os.walk(copy.parent):
         for name in files:
@@ -260,7 +261,7 @@ def _split_model(wsdir: Path) -> list[tuple[str, int, int, str]]:
                 elif p.get("type") == "tool_result":
                     cid = str(p["id"])
                     if cid not in calls and cid in earlier:
-                        out.append((fmt.segment_name(n), line.offset, row["seq"], cid))
+                        out.append((ffmt.segment_name(n), line.offset, row["seq"], cid))
     return out
 
 

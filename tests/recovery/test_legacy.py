@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ledger.cli import main
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from ledger.storage.files import rewrite
 from ledger.transcript.store import Store
 from recovery.check import check
@@ -75,7 +75,7 @@ def test_fixture(case: str, tmp_path: Path) -> None:
         shutil.copytree(src / "ws", tmp_path / "root" / "ws")
         rep = repair(h, policy=exp.get("policy", "salvage"))
         assert rep.exit_code() == 0, rep.text()
-        got_q = [{"source": fmt.segment_name(r.segment), "reason": "; ".join(r.reasons),
+        got_q = [{"source": ffmt.segment_name(r.segment), "reason": "; ".join(r.reasons),
                   "reset": r.reset_seq is not None} for r in rep.removals]
     assert len(got_q) == len(exp["quarantined"]), got_q
     for got, want in zip(got_q, exp["quarantined"], strict=True):

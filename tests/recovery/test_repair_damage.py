@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from ledger.transcript.store import Store
 from recovery.check import check
 from recovery.repair import repair
@@ -77,7 +77,7 @@ def scratch(tmp_path: Path) -> Iterator[Path]:
 def _place(tmp: Path, files: dict[str, bytes]) -> Path:
     ws = Path(tempfile.mkdtemp(dir=tmp)) / "ws"
     ws.mkdir()
-    (ws / fmt.FORMAT_NAME).write_bytes(fmt.FORMAT_TEXT)
+    (ws / ffmt.FORMAT_NAME).write_bytes(ffmt.FORMAT_TEXT)
     for name, data in files.items():
         (ws / name).write_bytes(data)
     return ws

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ledger.cli import main
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from ledger.storage.files import segments as segs
 from ledger.storage.files.receipt import read_receipt, write_receipt
 from ledger.storage.files.retention import read_manifest
@@ -118,7 +118,7 @@ def test_dry_run_writes_nothing_and_predicts_the_repair(tmp_path: Path,
     dry = repair(b.history, dry_run=True)
     assert dry.changed and dry.exit_code() == 1
     assert all_files(b.path) == before
-    assert not (b.path / fmt.QUARANTINE_DIR).exists()
+    assert not (b.path / ffmt.QUARANTINE_DIR).exists()
     code = main(["--root", str(tmp_path / "s"), "repair", "ws", "--dry-run", "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 and doc["dry_run"] and doc["changed"]
@@ -145,7 +145,7 @@ def test_half_written_rollover_is_removed_whole_and_sealed(tmp_path: Path) -> No
     entry = reset["meta"]["recovered"]
     (q,) = read_manifest(h.engine.path)
     assert q.entry == entry and "incomplete batch" in q.reason
-    entry_path = Path(h.engine.path) / fmt.QUARANTINE_DIR / f"{entry}.bin"
+    entry_path = Path(h.engine.path) / ffmt.QUARANTINE_DIR / f"{entry}.bin"
     assert b'"kind":"lead_in"' in entry_path.read_bytes()
     assert h.provider_view() == []  # the trigger is not resurrected, no lead-in
     assert h.snapshot().floor is not None and h.snapshot().floor.seq == r.seqs[0]
@@ -180,7 +180,7 @@ def test_pending_receipt_is_rebaselined_without_touching_segments(tmp_path: Path
     b = build(tmp_path / "s", segment_bytes=700)
     receipt = read_receipt(b.history.engine.path)
     assert receipt is not None
-    write_receipt(b.history.engine.path, replace(receipt, state=fmt.PENDING))
+    write_receipt(b.history.engine.path, replace(receipt, state=ffmt.PENDING))
     before = seg_files(b.path)
     rep = repair(b.history)
     assert rep.changed and rep.exit_code() == 0 and rep.receipt == "re-baselined"
@@ -192,7 +192,7 @@ def test_pending_receipt_is_rebaselined_without_touching_segments(tmp_path: Path
 
 def test_stray_temp_files_go_to_quarantine(tmp_path: Path) -> None:
     b = build(tmp_path / "s")
-    tmp = b.path / f"{fmt.TEMP_PREFIX}4242-abcdef"
+    tmp = b.path / f"{ffmt.TEMP_PREFIX}4242-abcdef"
     tmp.write_bytes(b"uncommitted bytes")
     rep = repair(b.history)
     assert rep.temps == [tmp.name] and not tmp.exists()
@@ -202,9 +202,9 @@ def test_stray_temp_files_go_to_quarantine(tmp_path: Path) -> None:
 
 def test_missing_format_is_written(tmp_path: Path) -> None:
     b = build(tmp_path / "s")
-    os.unlink(b.path / fmt.FORMAT_NAME)
+    os.unlink(b.path / ffmt.FORMAT_NAME)
     rep = repair(b.history)
-    assert rep.format_written and (b.path / fmt.FORMAT_NAME).read_bytes() == fmt.FORMAT_TEXT
+    assert rep.format_written and (b.path / ffmt.FORMAT_NAME).read_bytes() == ffmt.FORMAT_TEXT
 
 
 def test_cli_repair_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.core import format as fmt
 from ledger.core.checks import NOTICE
+from ledger.core.format import rows as fmt
 from ledger.storage.files import scan as chk
 from ledger.storage.files import segments as segs
 from ledger.transcript.store import Store

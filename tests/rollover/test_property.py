@@ -25,8 +25,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.core import format as fmt
 from ledger.core.errors import CommitFailed, LedgerError, WindowChanged
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.rows import stored_row
 from ledger.policy import advertised_schemas
 from ledger.rollover.engine import (
@@ -107,7 +108,7 @@ class StoreBackend:
             fmt.encode_line(stored_row(rows[i], seq + i, f"b_prefix{seq}", len(rows), i, 1))
             for i in range(keep)
         )
-        names = sorted(n for n in os.listdir(self.root / WS) if fmt.segment_number(n))
+        names = sorted(n for n in os.listdir(self.root / WS) if ffmt.segment_number(n))
         with open(self.root / WS / names[-1], "ab") as f:
             f.write(lines)
 

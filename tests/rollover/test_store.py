@@ -14,8 +14,9 @@ import msgspec
 import pytest
 
 from ledger.admission import AdmissionRefused
-from ledger.core import format as fmt
 from ledger.core.errors import WindowChanged
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.rows import stored_row
 from ledger.policy import advertised_schemas
 from ledger.rollover.engine import (
@@ -126,7 +127,7 @@ def write_prefix(root: Path, h: History, keep: int, trigger: dict[str, Any]) -> 
         fmt.encode_line(stored_row(rows[i], seq + i, "b_prefix", len(rows), i, 1))
         for i in range(keep)
     )
-    segments = sorted(n for n in os.listdir(root / WS) if fmt.segment_number(n) is not None)
+    segments = sorted(n for n in os.listdir(root / WS) if ffmt.segment_number(n) is not None)
     with open(root / WS / segments[-1], "ab") as f:
         f.write(lines)
     return seq

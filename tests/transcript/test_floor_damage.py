@@ -32,7 +32,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger import History, LedgerError, Store
-from ledger.core import format as fmt
+from ledger.core.format import rows as fmt
 from ledger.storage.files import segments as segs
 from recovery.check import check
 from recovery.repair import repair

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from ledger import History, Store
-from ledger.core import format as fmt
+from ledger.core.format import rows as fmt
 from ledger.storage.files import segments as segs
 from tests.helpers import msg
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ledger import History, Store
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from ledger.storage.files import segments as segs
 from tests.helpers import msg
 
@@ -53,7 +53,7 @@ def test_view_reads_only_the_window(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     real_open = os.open
 
     def spy(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        n = fmt.segment_number(os.path.basename(os.fspath(path)))
+        n = ffmt.segment_number(os.path.basename(os.fspath(path)))
         if n is not None:
             opened.append(n)
         return real_open(path, flags, *args, **kwargs)

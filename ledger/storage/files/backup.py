@@ -7,10 +7,11 @@ import secrets
 import shutil
 from typing import Any
 
-from ledger.core import format as fmt
 from ledger.core.errors import LedgerError
+from ledger.core.format import files as ffmt
 from ledger.storage.engine import BackupResult
 from ledger.storage.files import segments as segs
+from ledger.storage.files.fork import ORIGIN_NAME
 from ledger.storage.files.lock import locked
 from ledger.storage.files.ports import unwrap
 from ledger.storage.files.retention import quarantine_dir
@@ -50,7 +51,7 @@ def _backup(history: Any, dest: str) -> BackupResult:
     copied = 0
     files = 0
     with locked(history.path, history.workspace, history.store.lock_timeout, shared=True):
-        if os.path.lexists(os.path.join(history.path, fmt.REWRITE_MARKER_NAME)):
+        if os.path.lexists(os.path.join(history.path, ffmt.REWRITE_MARKER_NAME)):
             raise LedgerError(
                 f"workspace {history.workspace!r}: an interrupted rewrite waits for recovery; "
                 f"run `tledger repair {history.workspace}` first"
@@ -61,7 +62,8 @@ def _backup(history: Any, dest: str) -> BackupResult:
             # stamps will not match the copies, so it is re-baselined below.
             numbers = segs.list_segments(history.path)
             segs.stamps(history.path, numbers)  # UnsafePath for a segment that is no file
-            names = [fmt.FORMAT_NAME, fmt.RECEIPT_NAME] + [fmt.segment_name(n) for n in numbers]
+            names = [ffmt.FORMAT_NAME, ffmt.RECEIPT_NAME, ORIGIN_NAME] + [
+                ffmt.segment_name(n) for n in numbers]
             for name in names:
                 src = os.path.join(history.path, name)
                 if not os.path.lexists(src):
@@ -70,7 +72,7 @@ def _backup(history: Any, dest: str) -> BackupResult:
                 files += 1
             qsrc = quarantine_dir(history.path)
             if os.path.isdir(qsrc):
-                qdst = os.path.join(staging, fmt.QUARANTINE_DIR)
+                qdst = os.path.join(staging, ffmt.QUARANTINE_DIR)
                 os.mkdir(qdst, 0o700)
                 for name in sorted(os.listdir(qsrc)):
                     src = os.path.join(qsrc, name)

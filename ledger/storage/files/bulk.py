@@ -45,9 +45,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import format as fmt
 from ledger.core import rules
 from ledger.core.errors import CommitFailed, CommitUncertain, InvalidRow, LedgerError
+from ledger.core.format import files as ffmt
 from ledger.core.rows import new_id, prepare_batch
 from ledger.core.windows import Boundary, window_marker
 from ledger.storage.engine import DURABILITY_LEVELS
@@ -228,7 +228,7 @@ class _Loader:
         # the rename leaves a file that the rollback must try to remove.
         self.created.append(number)
         segs.commit_file(
-            self.history.path, fmt.segment_name(number), self.buffer,
+            self.history.path, ffmt.segment_name(number), self.buffer,
             durability=self.durability, new_file=True,
         )
         self.infos.append(
@@ -259,7 +259,7 @@ class _Loader:
         except OSError:
             pass
         if left:
-            names = ", ".join(fmt.segment_name(n) for n in left)
+            names = ", ".join(ffmt.segment_name(n) for n in left)
             raise CommitUncertain(
                 f"workspace {self.history.workspace!r}: bulk load failed ({exc}) and segments "
                 f"{names} could not be removed; run `tledger check` and `tledger repair`",
@@ -287,7 +287,7 @@ class _Loader:
         fresh = []
         for number in self.created:
             s = segs.stamp(segs.segment_path(path, number))
-            fresh.append((number, s if s is not None else fmt.ZERO_STAMP))
+            fresh.append((number, s if s is not None else ffmt.ZERO_STAMP))
         epoch = rules.new_epoch(st.epoch)
         self._index(fresh, epoch)
         sealed.extend(fresh[:-1])
@@ -312,7 +312,7 @@ class _Loader:
             window=window_marker(self.window),
         )
 
-    def _index(self, fresh: list[tuple[int, fmt.Stamp]], epoch: int) -> None:
+    def _index(self, fresh: list[tuple[int, ffmt.Stamp]], epoch: int) -> None:
         """Append INDEX entries (a projection: failures are ignored, readers
         rebuild a missing entry). The new active segment gets a sealed-style
         entry too (valid while its stamp holds, so whoever seals it can find

@@ -3,7 +3,7 @@ of a workspace directory.
 
 What is verified, line by line and streaming (memory is bounded by the
 longest line and the largest batch, never by the history): framing and every
-row's checksum (``ledger.core.format.body_of``), that the body decodes as a row
+row's checksum (``ledger.core.format.rows.body_of``), that the body decodes as a row
 (into :class:`CheckRow`; unknown fields are skipped, not built), UTF-8,
 batch completeness (the ``n`` rows of a batch adjacent, ``i`` = 0..n-1, in
 one segment), exact duplicates of lines and batches, sequences, reset
@@ -34,9 +34,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import format as fmt
 from ledger.core.checks import DAMAGE, NOTICE, CheckReport, Finding, Progress
 from ledger.core.errors import FormatError, LedgerError, Unavailable, WorkspaceNotFound
+from ledger.core.format import files as ffmt
 from ledger.core.windows import Boundary
 from ledger.storage.files import recall, rewrite
 from ledger.storage.files import segments as segs
@@ -74,7 +74,7 @@ def damage_findings(workspace: str, scan: ScanResult) -> Iterator[Finding]:
             continue
         msg = d.reason + ("; may be a reset: it counts as a privacy floor" if d.may_be_reset
                           else "")
-        yield Finding(DAMAGE, d.code, msg, action, fmt.segment_name(d.segment), d.offset,
+        yield Finding(DAMAGE, d.code, msg, action, ffmt.segment_name(d.segment), d.offset,
                       d.length, d.seq)
     for code, n in counts.items():
         if n > MAX_FINDINGS_PER_CODE:
@@ -106,7 +106,7 @@ def _check(history: FileHistory, progress: Progress | None) -> FileReport:
         numbers = segs.list_segments(path)
         odd = odd_segments(path, numbers)
         stamps = dict(segs.stamps(path, [n for n in numbers if n not in odd]))
-        stamps.update((n, fmt.ZERO_STAMP) for n in odd)
+        stamps.update((n, ffmt.ZERO_STAMP) for n in odd)
         receipt = read_receipt(path)
         status = receipt_status(path)
         temps = segs.stray_temps(path)
@@ -114,10 +114,10 @@ def _check(history: FileHistory, progress: Progress | None) -> FileReport:
         tombs = rewrite.native_tombstones(path)
         format_odd = odd_format(path)
         format_text = None if format_odd else _read_format(path)
-    if format_text is not None and format_text != fmt.FORMAT_TEXT:
+    if format_text is not None and format_text != ffmt.FORMAT_TEXT:
         raise FormatError(
             f"workspace {ws!r}: FORMAT is {format_text[:40]!r}, this build checks "
-            f"{fmt.FORMAT_TEXT!r}; use a build that knows that format"
+            f"{ffmt.FORMAT_TEXT!r}; use a build that knows that format"
         )
     total = sum(s.size for s in stamps.values())
     pairs = SplitPairs()
@@ -128,13 +128,13 @@ def _check(history: FileHistory, progress: Progress | None) -> FileReport:
     for n, what in odd.items():
         findings.append(Finding(DAMAGE, "not_a_file",
                                 f"{segs.segment_path(path, n)} is {what}, not a regular file",
-                                f"move {fmt.segment_name(n)} away (or restore the file), then "
-                                f"tledger repair {ws}", fmt.segment_name(n)))
+                                f"move {ffmt.segment_name(n)} away (or restore the file), then "
+                                f"tledger repair {ws}", ffmt.segment_name(n)))
     if format_odd:
         findings.append(Finding(DAMAGE, "not_a_file",
-                                f"{os.path.join(path, fmt.FORMAT_NAME)} is {format_odd}, not a "
+                                f"{os.path.join(path, ffmt.FORMAT_NAME)} is {format_odd}, not a "
                                 "regular file", f"move it away, then tledger repair {ws} "
-                                "(writes FORMAT)", fmt.FORMAT_NAME))
+                                "(writes FORMAT)", ffmt.FORMAT_NAME))
     if marker:
         plan = rewrite.plan_recovery(path)
         would = plan.action if plan is not None else "settled"
@@ -151,13 +151,13 @@ def _check(history: FileHistory, progress: Progress | None) -> FileReport:
     for number in scan.changed_during_scan:
         findings.append(Finding(NOTICE, "changed_during_check",
                                 "segment changed while check ran (a concurrent rewrite)",
-                                "run check again", fmt.segment_name(number)))
+                                "run check again", ffmt.segment_name(number)))
     for number, offset, seq in scan.reused:
         findings.append(Finding(NOTICE, "reused_seq",
                                 f"seq {seq} is not above every seq before it (repaired or "
                                 "imported content, or reordered lines)",
                                 "none needed: such rows are kept",
-                                fmt.segment_name(number), offset, None, seq))
+                                ffmt.segment_name(number), offset, None, seq))
     if scan.reused_count > len(scan.reused):
         findings.append(Finding(NOTICE, "reused_seq",
                                 f"{scan.reused_count - len(scan.reused)} more reused seqs",
@@ -179,7 +179,7 @@ def _check(history: FileHistory, progress: Progress | None) -> FileReport:
             f"{f' (seq {lost.seq})' if lost.readable else ''} that the log no longer holds at "
             "or after its place; window reads and session_history are refused",
             f"tledger repair {ws} (puts a manual reset in its place)",
-            fmt.segment_name(lost.segment), lost.offset))
+            ffmt.segment_name(lost.segment), lost.offset))
     for name in temps:
         findings.append(Finding(NOTICE, "stray_temp_file",
                                 "temp file of a writer that died before its rename "
@@ -211,7 +211,7 @@ def _split_pairs(pairs: SplitPairs) -> Iterator[Finding]:
             "model gets the result as user text",
             "none needed (nothing is lost); runtimes carry the call into the new window "
             "instead (ledger.rollover.engine.carried_rows)",
-            fmt.segment_name(s.segment), s.offset, None, s.seq)
+            ffmt.segment_name(s.segment), s.offset, None, s.seq)
     if pairs.more:
         yield Finding(NOTICE, "tool_pair_split",
                       f"{pairs.more} more split tool pairs not listed", "none needed")
@@ -253,7 +253,7 @@ def odd_segments(path: str, numbers: list[int]) -> dict[int, str]:
 def odd_format(path: str) -> str | None:
     """What FORMAT is when it is there and not a regular file, else None."""
     try:
-        mode = os.lstat(os.path.join(path, fmt.FORMAT_NAME)).st_mode
+        mode = os.lstat(os.path.join(path, ffmt.FORMAT_NAME)).st_mode
     except FileNotFoundError:
         return None
     return None if stat_mod.S_ISREG(mode) else segs.describe_mode(mode)
@@ -262,7 +262,7 @@ def odd_format(path: str) -> str | None:
 def _recall_findings(history: FileHistory) -> Iterator[Finding]:
     """The recall index (a projection for ranked search): notices only, as
     nothing stored is lost with it; repair rebuilds it."""
-    if not any(os.path.lexists(os.path.join(history.path, fmt.RECALL_NAME) + suffix)
+    if not any(os.path.lexists(os.path.join(history.path, ffmt.RECALL_NAME) + suffix)
                for suffix in recall.SUFFIXES):
         return
     with locked(history.path, history.workspace, history.store.lock_timeout, shared=True):
@@ -280,11 +280,11 @@ def _recall_findings(history: FileHistory) -> Iterator[Finding]:
     for code, message in found:
         if code == "recall_index_unsafe":  # ranked search refuses it until it is moved
             yield Finding(DAMAGE, code, message, f"tledger repair {history.workspace} "
-                          "removes it and builds the index again", fmt.RECALL_NAME)
+                          "removes it and builds the index again", ffmt.RECALL_NAME)
             continue
         yield Finding(NOTICE, code, message,
                       f"tledger repair {history.workspace} rebuilds it (so does the next "
-                      "ranked search, for a stale or damaged one)", fmt.RECALL_NAME)
+                      "ranked search, for a stale or damaged one)", ffmt.RECALL_NAME)
 
 
 class _NoSkips:
@@ -294,7 +294,7 @@ class _NoSkips:
 
 def _read_format(path: str) -> bytes | None:
     try:
-        fd = os.open(os.path.join(path, fmt.FORMAT_NAME),
+        fd = os.open(os.path.join(path, ffmt.FORMAT_NAME),
                      os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
@@ -306,7 +306,7 @@ def _read_format(path: str) -> bytes | None:
         os.close(fd)
 
 
-def lost_floor(path: str, receipt: fmt.Receipt | None, scan: ScanResult) -> Boundary | None:
+def lost_floor(path: str, receipt: ffmt.Receipt | None, scan: ScanResult) -> Boundary | None:
     """The newest floor that the receipt, or INDEX for a sealed segment whose
     stamp changed since, recorded and the log no longer holds at or after its
     place (a cut, or damage past recognition), else None."""
@@ -336,30 +336,30 @@ def lost_floor(path: str, receipt: fmt.Receipt | None, scan: ScanResult) -> Boun
     return lost
 
 
-def _receipt_findings(ws: str, receipt: fmt.Receipt | None, status: str, numbers: list[int],
-                      stamps: dict[int, fmt.Stamp], scan: ScanResult) -> Iterator[Finding]:
+def _receipt_findings(ws: str, receipt: ffmt.Receipt | None, status: str, numbers: list[int],
+                      stamps: dict[int, ffmt.Stamp], scan: ScanResult) -> Iterator[Finding]:
     rebase = f"the next write re-baselines it (or tledger repair {ws})"
     if not numbers and receipt is None:
         return
     if status in ("missing", "malformed"):
         yield Finding(NOTICE, f"receipt_{status}", f"receipt is {status}; cursors expire", rebase,
-                      fmt.RECEIPT_NAME)
+                      ffmt.RECEIPT_NAME)
         return
     assert receipt is not None
     if not receipt.stable:
         yield Finding(NOTICE, "receipt_pending",
                       "receipt is pending (a write was interrupted, or its receipt was not "
-                      "published); cursors expire", rebase, fmt.RECEIPT_NAME)
+                      "published); cursors expire", rebase, ffmt.RECEIPT_NAME)
         return
     all_stamps = [(n, stamps[n]) for n in numbers]
-    count, digest = fmt.sealed_digest(all_stamps[:-1])
+    count, digest = ffmt.sealed_digest(all_stamps[:-1])
     active = numbers[-1] if numbers else 0
     if not (receipt.active_segment == active
-            and receipt.active == (stamps[active] if active else fmt.ZERO_STAMP)
+            and receipt.active == (stamps[active] if active else ffmt.ZERO_STAMP)
             and receipt.sealed_count == count and receipt.sealed_digest == digest):
         yield Finding(NOTICE, "receipt_stale",
                       "receipt stamps do not match the segments (an untracked edit, a copy, or "
-                      "a lost write); cursors expire", rebase, fmt.RECEIPT_NAME)
+                      "a lost write); cursors expire", rebase, ffmt.RECEIPT_NAME)
         return
     problems = []
     want_w = scan.last_boundary
@@ -378,13 +378,13 @@ def _receipt_findings(ws: str, receipt: fmt.Receipt | None, status: str, numbers
         yield Finding(NOTICE, "receipt_next_seq",
                       f"receipt's next seq {receipt.next_seq} is not above the highest seq in "
                       f"the log ({scan.max_seq}): the next append would reuse a seq",
-                      f"tledger repair {ws} (raises it)", fmt.RECEIPT_NAME)
+                      f"tledger repair {ws} (raises it)", ffmt.RECEIPT_NAME)
     if problems:
         yield Finding(DAMAGE, "receipt_disagrees",
                       "receipt stamps match but its content disagrees with the log: "
                       + "; ".join(problems),
-                      f"tledger repair {ws} (re-baselines the receipt)", fmt.RECEIPT_NAME)
+                      f"tledger repair {ws} (re-baselines the receipt)", ffmt.RECEIPT_NAME)
 
 
 def _pos(segment: int, offset: int) -> str:
-    return f"{fmt.segment_name(segment)}@{offset}" if segment else "none"
+    return f"{ffmt.segment_name(segment)}@{offset}" if segment else "none"

@@ -7,33 +7,26 @@
 from __future__ import annotations
 
 import os
+from dataclasses import KW_ONLY, dataclass
 
-from ledger.core import format as fmt
 from ledger.core.errors import DeletePending
+from ledger.core.format import files as ffmt
 from ledger.core.ids import WORKSPACE_RE, validate_workspace
 from ledger.storage.files import retention
 from ledger.storage.files.workspace import FileWorkspace
 
 
+@dataclass(eq=False, repr=False)
 class FileEngine:
-    """Workspaces as directories below ``root``."""
+    """Workspaces as directories below ``root``, with the store's options."""
 
-    def __init__(
-        self,
-        root: str,
-        *,
-        segment_bytes: int,
-        lock_timeout: float,
-        retrieval: bool,
-        durability: str,
-        max_row_bytes: int,
-    ) -> None:
-        self.root = root
-        self.segment_bytes = segment_bytes
-        self.lock_timeout = lock_timeout
-        self.retrieval = retrieval
-        self.durability = durability
-        self.max_row_bytes = max_row_bytes
+    root: str
+    _: KW_ONLY
+    segment_bytes: int
+    lock_timeout: float
+    retrieval: bool
+    durability: str
+    max_row_bytes: int
 
     def __repr__(self) -> str:
         return f"FileEngine({self.root!r})"
@@ -76,5 +69,5 @@ class FileEngine:
 
     def tombstoned(self, workspace: str) -> bool:
         return os.path.lexists(
-            os.path.join(self.root, f".{workspace}{fmt.WORKSPACE_TOMBSTONE_SUFFIX}")
+            os.path.join(self.root, f".{workspace}{ffmt.WORKSPACE_TOMBSTONE_SUFFIX}")
         )

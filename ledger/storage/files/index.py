@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ledger.core import format as fmt
 from ledger.core.errors import UnsafePath
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.windows import Boundary, Entry, boundaries
 from ledger.storage.files import segments as segs
 
@@ -34,7 +35,7 @@ def entry_of(segment: int, line: segs.Line) -> Entry:
 @dataclass(frozen=True)
 class SegmentInfo:
     number: int
-    stamp: fmt.Stamp
+    stamp: ffmt.Stamp
     first_seq: int
     last_seq: int
     rows: int
@@ -43,7 +44,7 @@ class SegmentInfo:
     epoch: int = 0
 
 
-def scan_segment(wsdir: str, number: int, stamp: fmt.Stamp) -> SegmentInfo:
+def scan_segment(wsdir: str, number: int, stamp: ffmt.Stamp) -> SegmentInfo:
     """Compute a segment's entry from its bytes."""
     first = last = top = -1
     rows = 0
@@ -61,9 +62,9 @@ def scan_segment(wsdir: str, number: int, stamp: fmt.Stamp) -> SegmentInfo:
     return SegmentInfo(number, stamp, first, last, rows, found, top)
 
 
-def to_entry(info: SegmentInfo) -> fmt.SegmentIndex:
+def to_entry(info: SegmentInfo) -> ffmt.SegmentIndex:
     s = info.stamp
-    return fmt.SegmentIndex(
+    return ffmt.SegmentIndex(
         number=info.number,
         stamp=(s.dev, s.ino, s.size, s.mtime_ns, s.ctime_ns),
         first_seq=info.first_seq,
@@ -75,28 +76,28 @@ def to_entry(info: SegmentInfo) -> fmt.SegmentIndex:
     )
 
 
-def from_entry(e: fmt.SegmentIndex) -> SegmentInfo:
+def from_entry(e: ffmt.SegmentIndex) -> SegmentInfo:
     bounds = tuple(
         Boundary(seq, e.number, off, reason, readable=seq >= 0, after=after)
         for off, seq, reason, after in e.bounds
     )
     top = e.max_seq if e.max_seq >= 0 else e.last_seq
     return SegmentInfo(
-        e.number, fmt.Stamp(*e.stamp), e.first_seq, e.last_seq, e.rows, bounds, top, e.epoch
+        e.number, ffmt.Stamp(*e.stamp), e.first_seq, e.last_seq, e.rows, bounds, top, e.epoch
     )
 
 
-def append_entry(wsdir: str, info: SegmentInfo | fmt.MergeRecord) -> None:
+def append_entry(wsdir: str, info: SegmentInfo | ffmt.MergeRecord) -> None:
     """Record a sealed segment's entry, or a merge (writers, under the lock;
     no fsync: a projection that is rebuilt when missing)."""
-    path = os.path.join(wsdir, fmt.INDEX_NAME)
-    entry = info if isinstance(info, fmt.MergeRecord) else to_entry(info)
+    path = os.path.join(wsdir, ffmt.INDEX_NAME)
+    entry = info if isinstance(info, ffmt.MergeRecord) else to_entry(info)
     try:
         fd = segs.open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     except UnsafePath:
         return  # not a file (a FIFO, a directory): the projection is rebuilt from the log
     try:
-        os.write(fd, fmt.encode_index_entry(entry))
+        os.write(fd, ffmt.encode_index_entry(entry))
     finally:
         os.close(fd)
 
@@ -107,26 +108,26 @@ class Entries:
 
     sealed: dict[int, SegmentInfo]  # by segment number
     active: dict[tuple[int, int], SegmentInfo]  # the newest by (number, epoch)
-    merges: dict[tuple[int, int], fmt.MergeRecord]  # the newest by (epoch, layout)
+    merges: dict[tuple[int, int], ffmt.MergeRecord]  # the newest by (epoch, layout)
     end: int  # just past the last complete line: where an incremental read starts
 
 
 def read_entries(wsdir: str, start: int = 0) -> Entries:
     """The entries of INDEX from byte ``start`` on (lines before it are not read)."""
-    path = os.path.join(wsdir, fmt.INDEX_NAME)
+    path = os.path.join(wsdir, ffmt.INDEX_NAME)
     sealed: dict[int, SegmentInfo] = {}
     active: dict[tuple[int, int], SegmentInfo] = {}
-    merges: dict[tuple[int, int], fmt.MergeRecord] = {}
+    merges: dict[tuple[int, int], ffmt.MergeRecord] = {}
     end = start
     try:
         for line in segs.iter_lines(path, start):
             if not line.complete:
                 continue
             end = line.offset + len(line.data) + 1
-            e = fmt.decode_index_entry(line.data)
+            e = ffmt.decode_index_entry(line.data)
             if e is None:
                 continue
-            if isinstance(e, fmt.MergeRecord):
+            if isinstance(e, ffmt.MergeRecord):
                 merges[(e.epoch, e.layout)] = e
             elif e.epoch:
                 active[(e.number, e.epoch)] = from_entry(e)
@@ -145,10 +146,10 @@ class BoundaryIndex:
         self.wsdir = wsdir
         self._cache: dict[int, SegmentInfo] = {}
         self._active: dict[tuple[int, int], SegmentInfo] = {}
-        self._persisted: set[tuple[int, fmt.Stamp]] = set()
-        self._index_stamp: fmt.Stamp | None = None
+        self._persisted: set[tuple[int, ffmt.Stamp]] = set()
+        self._index_stamp: ffmt.Stamp | None = None
         self._index_read = 0  # offset past the last complete line read
-        self._merges: dict[tuple[int, int], fmt.MergeRecord] = {}
+        self._merges: dict[tuple[int, int], ffmt.MergeRecord] = {}
         # The newest INDEX entry of each sealed segment, whatever its stamp:
         # evidence of the floors a segment held before an untracked change.
         self._recorded: dict[int, SegmentInfo] = {}
@@ -158,7 +159,7 @@ class BoundaryIndex:
         file only grows (writers append), so while it is the same file and
         not shorter, only the lines past the last read are decoded; any other
         change reads it again from the start."""
-        st = segs.stamp(os.path.join(self.wsdir, fmt.INDEX_NAME))
+        st = segs.stamp(os.path.join(self.wsdir, ffmt.INDEX_NAME))
         if st is None or st == self._index_stamp:
             return
         old = self._index_stamp
@@ -183,7 +184,7 @@ class BoundaryIndex:
         self._index_stamp = st
         self._index_read = found.end
 
-    def recorded_floor(self, number: int, stamp: fmt.Stamp) -> Boundary | None:
+    def recorded_floor(self, number: int, stamp: ffmt.Stamp) -> Boundary | None:
         """The newest floor INDEX recorded for sealed segment ``number`` when
         the segment no longer has the stamp it had then (None otherwise)."""
         self._load()
@@ -193,7 +194,7 @@ class BoundaryIndex:
         floors = [b for b in rec.bounds if b.is_floor]
         return floors[-1] if floors else None
 
-    def merge_record(self, epoch: int, layout: int) -> fmt.MergeRecord | None:
+    def merge_record(self, epoch: int, layout: int) -> ffmt.MergeRecord | None:
         """The merge that made receipt layout ``layout`` under ``epoch``."""
         self._load()
         return self._merges.get((epoch, layout))
@@ -205,7 +206,7 @@ class BoundaryIndex:
         if cached is None or cached.stamp != info.stamp:
             self._cache[info.number] = info
 
-    def active_bounds(self, number: int, stamp: fmt.Stamp, epoch: int | None
+    def active_bounds(self, number: int, stamp: ffmt.Stamp, epoch: int | None
                       ) -> tuple[Boundary, ...]:
         """Boundaries of the active segment without reading it, when a writer
         recorded them under ``epoch`` (None: the receipt is not trusted, so
@@ -220,7 +221,7 @@ class BoundaryIndex:
                 return entry.bounds
         return self.info(number, stamp).bounds
 
-    def info(self, number: int, stamp: fmt.Stamp) -> SegmentInfo:
+    def info(self, number: int, stamp: ffmt.Stamp) -> SegmentInfo:
         cached = self._cache.get(number)
         if cached is None or cached.stamp != stamp:
             self._load()
@@ -230,7 +231,7 @@ class BoundaryIndex:
             self._cache[number] = cached
         return cached
 
-    def ensure_persisted(self, number: int, stamp: fmt.Stamp) -> None:
+    def ensure_persisted(self, number: int, stamp: ffmt.Stamp) -> None:
         """Writers: make sure INDEX holds a valid entry for a sealed segment,
         so readers in other processes never scan it inside a call."""
         self._load()
@@ -239,8 +240,8 @@ class BoundaryIndex:
         append_entry(self.wsdir, self.info(number, stamp))
         self._persisted.add((number, stamp))
 
-    def all_bounds(self, sealed: list[tuple[int, fmt.Stamp]],
-                   active: tuple[int, fmt.Stamp] | None, epoch: int | None) -> list[Boundary]:
+    def all_bounds(self, sealed: list[tuple[int, ffmt.Stamp]],
+                   active: tuple[int, ffmt.Stamp] | None, epoch: int | None) -> list[Boundary]:
         """Every boundary in log order: sealed segments from their entries,
         the active one from its active entry when ``epoch`` is trusted."""
         out: list[Boundary] = []
@@ -251,7 +252,7 @@ class BoundaryIndex:
         return out
 
 
-def active_entry(wsdir: str, number: int, stamp: fmt.Stamp, epoch: int,
+def active_entry(wsdir: str, number: int, stamp: ffmt.Stamp, epoch: int,
                  bounds: tuple[Boundary, ...] | None = None, first_seq: int = -1) -> None:
     """Record the active segment's boundaries under ``epoch`` (writers only).
     Without ``bounds`` the segment is scanned (it is at most cap + one batch)."""

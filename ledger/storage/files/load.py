@@ -16,11 +16,13 @@ import tempfile
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ledger.core import format as fmt
 from ledger.core.checks import Loaded
 from ledger.core.errors import CommitFailed, LedgerError
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.rows import Row
 from ledger.storage.files import segments as segs
+from ledger.storage.files.fork import write_origin_hint
 
 if TYPE_CHECKING:
     from ledger.storage.files.ports import FileHistory
@@ -36,9 +38,9 @@ def load_rows(ws: FileHistory, rows: Iterable[Row]) -> Loaded:
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".load-{ws.workspace}-", dir=parent)
     sync = ws.store.durability != "off"
-    count = total = 0
+    count = total = origin = 0
     try:
-        _write(os.path.join(tmp, fmt.FORMAT_NAME), [fmt.FORMAT_TEXT], sync)
+        _write(os.path.join(tmp, ffmt.FORMAT_NAME), [ffmt.FORMAT_TEXT], sync)
         number = 1
         chunk: list[bytes] = []
         size = 0
@@ -47,12 +49,16 @@ def load_rows(ws: FileHistory, rows: Iterable[Row]) -> Loaded:
             if chunk and starts_batch and size >= ws.store.segment_bytes:
                 _write(segs.segment_path(tmp, number), chunk, sync)
                 number, chunk, size = number + 1, [], 0
+            if row.kind == fmt.FORK_KIND:
+                origin = row.seq  # the newest fork event: the workspace's origin
             chunk.append(row.line + b"\n")
             size += len(row.line) + 1
             count += 1
             total += len(row.line) + 1
         if chunk:
             _write(segs.segment_path(tmp, number), chunk, sync)
+        if origin:
+            write_origin_hint(tmp, origin, sync)
         if sync:
             segs.fsync_dir(tmp)
         os.rename(tmp, ws.path)  # fails if the workspace appeared meanwhile

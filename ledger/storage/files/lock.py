@@ -24,8 +24,8 @@ from collections.abc import Iterator
 
 import portalocker
 
-from ledger.core import format as fmt
 from ledger.core.errors import CommitFailed, LockTimeout, Unavailable, UnsafePath
+from ledger.core.format import files as ffmt
 
 _POLL_FIRST = 0.0005
 _POLL_MAX = 0.01
@@ -34,7 +34,7 @@ _POLL_MAX = 0.01
 @contextlib.contextmanager
 def locked(workspace_dir: str, workspace: str, timeout: float, *, shared: bool) -> Iterator[None]:
     """Hold the workspace lock for the body; LockTimeout after ``timeout`` s."""
-    path = os.path.join(workspace_dir, fmt.LOCK_NAME)
+    path = os.path.join(workspace_dir, ffmt.LOCK_NAME)
     # Never follow a symlink, never wait on a FIFO; an fstat below refuses
     # anything but a regular file.
     flags = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK

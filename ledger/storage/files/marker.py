@@ -36,11 +36,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.storage.files import segments as segs
 
-MARKER_NAME = fmt.REWRITE_MARKER_NAME
-TOMBSTONE_SUFFIX = fmt.REWRITE_TOMBSTONE_SUFFIX
+MARKER_NAME = ffmt.REWRITE_MARKER_NAME
+TOMBSTONE_SUFFIX = ffmt.REWRITE_TOMBSTONE_SUFFIX
 RAW_HASH_VERSION = 1
 FILES_VERSION = 1
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
@@ -154,15 +155,15 @@ def parse_marker(data: bytes) -> Marker | None:
         cf = f.get("chat")
         fin = f.get("final")
         if not isinstance(names, list) or not all(
-            isinstance(n, str) and fmt.segment_number(n) is not None for n in names
+            isinstance(n, str) and ffmt.segment_number(n) is not None for n in names
         ):
             return None
-        if cf is not None and not (isinstance(cf, str) and fmt.segment_number(cf) is not None):
+        if cf is not None and not (isinstance(cf, str) and ffmt.segment_number(cf) is not None):
             return None
         if not isinstance(fin, dict):
             return None
         for name in fin:
-            if fmt.segment_number(name) is None:
+            if ffmt.segment_number(name) is None:
                 return None
             ok, h = _hash_field(fin, name)
             if not ok:
@@ -292,7 +293,7 @@ def native_tombstones(history_path: str) -> list[tuple[str, str]]:
     for name in sorted(names):
         if name.endswith(TOMBSTONE_SUFFIX):
             target = name[: -len(TOMBSTONE_SUFFIX)]
-            if fmt.segment_number(target) is not None:
+            if ffmt.segment_number(target) is not None:
                 out.append((os.path.join(history_path, name), os.path.join(history_path, target)))
     return out
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from ledger.core.windows import Boundary
 from ledger.storage.files import segments as segs
 from ledger.storage.files.index import SegmentInfo, append_entry
@@ -56,7 +56,7 @@ AUTO_MAX_MERGE_BYTES = 16 << 20  # the most one append copies (bigger: merge_seg
 
 
 def plan(
-    sealed: list[tuple[int, fmt.Stamp]], cap: int, max_bytes: int = MAX_MERGED
+    sealed: list[tuple[int, ffmt.Stamp]], cap: int, max_bytes: int = MAX_MERGED
 ) -> list[int] | None:
     """The trailing run of sealed segments to merge, or None.
 
@@ -74,7 +74,7 @@ def plan(
     limit = cap * FANOUT
     while limit // FANOUT <= max_bytes:
         full = max_bytes - limit // FANOUT  # bigger: no room for another one
-        run: list[tuple[int, fmt.Stamp]] = []
+        run: list[tuple[int, ffmt.Stamp]] = []
         for number, stamp in reversed(sealed):
             if stamp.size >= limit or stamp.size > full:
                 break
@@ -95,7 +95,7 @@ def plan(
 
 
 def runnable(
-    wsdir: str, sealed: list[tuple[int, fmt.Stamp]], cap: int, max_bytes: int = MAX_MERGED
+    wsdir: str, sealed: list[tuple[int, ffmt.Stamp]], cap: int, max_bytes: int = MAX_MERGED
 ) -> list[int]:
     """The planned run, cut after the last segment that does not end in a
     newline: a torn tail is never glued onto the next segment's first row
@@ -122,7 +122,7 @@ def _ends_in_newline(path: str) -> bool:
 
 def settle(wsdir: str, durability: str) -> None:
     """Finish or drop an interrupted merge (writers, under the lock)."""
-    path = os.path.join(wsdir, fmt.MERGE_NAME)
+    path = os.path.join(wsdir, ffmt.MERGE_NAME)
     if not os.path.lexists(path):
         return
     marker = segs.read_merge_marker(wsdir)
@@ -170,12 +170,12 @@ def merge(history: History, st: State, numbers: list[int]) -> None:
         pos += stamps[n].size
 
     assert st.receipt is not None
-    write_receipt(wsdir, replace(st.receipt, state=fmt.PENDING))
+    write_receipt(wsdir, replace(st.receipt, state=ffmt.PENDING))
     marker = msgspec.json.encode(segs.MergeMarker(into, list(numbers), total))
-    segs.commit_file(wsdir, fmt.MERGE_NAME, [marker], durability=durability, new_file=True)
+    segs.commit_file(wsdir, ffmt.MERGE_NAME, [marker], durability=durability, new_file=True)
     segs.commit_file(
         wsdir,
-        fmt.segment_name(into),
+        ffmt.segment_name(into),
         _chunks([segs.segment_path(wsdir, n) for n in numbers]),
         durability=durability,
         new_file=False,
@@ -183,7 +183,7 @@ def merge(history: History, st: State, numbers: list[int]) -> None:
     for n in numbers[1:]:
         os.unlink(segs.segment_path(wsdir, n))
     segs.fsync_dir(wsdir)
-    os.unlink(os.path.join(wsdir, fmt.MERGE_NAME))
+    os.unlink(os.path.join(wsdir, ffmt.MERGE_NAME))
 
     def moved(b: Boundary | None) -> Boundary | None:
         if b is None or b.segment not in base:
@@ -206,7 +206,7 @@ def merge(history: History, st: State, numbers: list[int]) -> None:
         except OSError:
             pass
     try:
-        append_entry(wsdir, fmt.MergeRecord(st.epoch, st.receipt.layout + 1, into,
+        append_entry(wsdir, ffmt.MergeRecord(st.epoch, st.receipt.layout + 1, into,
                                             [(n, base[n]) for n in numbers]))
     except OSError:
         pass  # cursors of the old layout then expire instead of moving

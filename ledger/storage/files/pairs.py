@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from ledger.core import format as fmt
+from ledger.core.format import rows as fmt
 
 MAX_LISTED = 1000  # the scan's MAX_FINDINGS_PER_CODE
 

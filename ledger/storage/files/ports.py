@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from ledger.core import format as fmt
 from ledger.core.errors import Unsupported
+from ledger.core.format import files as ffmt
 from ledger.core.windows import Boundary
 from ledger.storage.engine import StoreOptions
 from ledger.storage.files.index import BoundaryIndex
@@ -71,7 +71,7 @@ class FileHistory(Protocol):
 
     def publish_state(
         self, window: Boundary | None, floor: Boundary | None, next_seq: int,
-        old_epoch: int, *, layout_of: fmt.Receipt | None = None,
+        old_epoch: int, *, layout_of: ffmt.Receipt | None = None,
     ) -> int: ...
 
     def forget_derived(self) -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import stat as stat_mod
 
-from ledger.core import format as fmt
 from ledger.core.errors import CommitFailed, DeletePending
+from ledger.core.format import files as ffmt
 from ledger.core.rules import new_epoch
 from ledger.core.windows import Boundary
 from ledger.storage.files import segments as segs
@@ -45,7 +45,7 @@ class Publishing(WorkspaceBase):
     def ensure_format(self, present: bool | None = None) -> None:
         """Under the exclusive lock: write FORMAT when missing, else check it
         (once per History object: FORMAT never changes under a writer)."""
-        path = os.path.join(self.path, fmt.FORMAT_NAME)
+        path = os.path.join(self.path, ffmt.FORMAT_NAME)
         if present is None:
             present = os.path.lexists(path)
         if present and not self._format_checked:
@@ -61,7 +61,7 @@ class Publishing(WorkspaceBase):
             return
         try:
             segs.commit_file(
-                self.path, fmt.FORMAT_NAME, [fmt.FORMAT_TEXT],
+                self.path, ffmt.FORMAT_NAME, [ffmt.FORMAT_TEXT],
                 durability=self.store.durability, new_file=True,
             )
         except segs.CommitStepError as exc:
@@ -77,9 +77,9 @@ class Publishing(WorkspaceBase):
         base = st.receipt if st.receipt is not None else empty_receipt()
         try:
             if receipt_file is None:
-                write_receipt(self.path, base, fmt.PENDING)
+                write_receipt(self.path, base, ffmt.PENDING)
             else:
-                receipt_file.write(base, fmt.PENDING)
+                receipt_file.write(base, ffmt.PENDING)
         except OSError as exc:
             raise CommitFailed(
                 f"workspace {self.workspace!r}: could not publish the pending receipt: {exc}; "
@@ -107,7 +107,7 @@ class Publishing(WorkspaceBase):
 
     def publish_state(
         self, window: Boundary | None, floor: Boundary | None, next_seq: int,
-        old_epoch: int, *, layout_of: fmt.Receipt | None = None,
+        old_epoch: int, *, layout_of: ffmt.Receipt | None = None,
     ) -> int:
         """Publish a stable receipt for the segments as they are now, with the
         given window, floor and next seq (writers, under the lock). The epoch is
@@ -120,7 +120,7 @@ class Publishing(WorkspaceBase):
             epoch, layout = old_epoch, layout_of.layout + 1
         else:
             epoch, layout = new_epoch(old_epoch), 0
-        active = all_stamps[-1] if all_stamps else (0, fmt.ZERO_STAMP)
+        active = all_stamps[-1] if all_stamps else (0, ffmt.ZERO_STAMP)
         receipt = stable_receipt(epoch, next_seq, window, floor, layout, active, all_stamps[:-1])
         try:
             for number, stamp in all_stamps[:-1]:

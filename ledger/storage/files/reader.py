@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ledger.core import cursors
-from ledger.core import format as fmt
 from ledger.core.bounds import LINE_CAP, SCAN_BYTES, SCAN_ROWS, Budget, Event, SkipSink
 from ledger.core.cursors import SEEKING, CursorData, Position
 from ledger.core.errors import CursorExpired, HistoryDamaged, NotFound, Unavailable
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.ranking import Query
 from ledger.core.windows import Boundary, window_marker
 from ledger.storage.engine import Candidate, Located
@@ -245,6 +246,9 @@ class FileReader:
     def floor(self, st: State) -> Boundary | None:
         return st.floor
 
+    def window_seq(self, st: State) -> int:
+        return st.window_seq
+
     def after_floor(self, st: State, part: int, offset: int) -> bool:
         return st.floor is None or _after(part, offset, st.floor)
 
@@ -270,7 +274,7 @@ class FileReader:
         one -- expires it."""
         old = _layout_of(data.binding)
         new = _layout_of(binding)
-        records: list[fmt.MergeRecord] = []
+        records: list[ffmt.MergeRecord] = []
         if old is not None and new is not None and old[0] == new[0] and old[1] < new[1]:
             for layout in range(old[1] + 1, new[1] + 1):
                 rec = self.ws.index.merge_record(new[0], layout)
@@ -408,7 +412,7 @@ class FileReader:
         """The segment from the index (sealed entries, else the active
         segment), then a bounded search inside it (counted in ``budget``,
         a call's, when given)."""
-        target: tuple[int, fmt.Stamp] | None = None
+        target: tuple[int, ffmt.Stamp] | None = None
         for number, stamp in st.sealed:
             info = self.ws.index.info(number, stamp)
             if info.rows and info.first_seq <= seq <= max(info.last_seq, info.max_seq):

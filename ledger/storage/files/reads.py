@@ -18,7 +18,6 @@ import stat as stat_mod
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from ledger.core import format as fmt
 from ledger.core.errors import (
     DeletePending,
     FormatError,
@@ -27,6 +26,8 @@ from ledger.core.errors import (
     UnsafePath,
     WorkspaceNotFound,
 )
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.rows import Row
 from ledger.core.windows import Boundary
 from ledger.storage.files import segments as segs
@@ -77,7 +78,7 @@ class WorkspaceBase:
         self._derived: dict[bytes, State] = {}
         self.index = BoundaryIndex(path)
         self._format_checked = False
-        self._digest_memo: tuple[list[tuple[int, fmt.Stamp]], tuple[int, bytes]] | None = None
+        self._digest_memo: tuple[list[tuple[int, ffmt.Stamp]], tuple[int, bytes]] | None = None
         self._listing_memo: tuple[list[str], tuple[int, ...]] | None = None
         # This process's account of the active segment, valid for one stamp.
         self._running: SegmentInfo | None = None
@@ -126,7 +127,7 @@ class WorkspaceBase:
         marker means some segments may be new and others old, which no reader
         may see. One ``lstat`` when there is none (tests/storage/files/test_crash_states.py
         found readers served such a mixed log after a power loss)."""
-        if not os.path.lexists(os.path.join(self.path, fmt.REWRITE_MARKER_NAME)):
+        if not os.path.lexists(os.path.join(self.path, ffmt.REWRITE_MARKER_NAME)):
             return
         try:
             with locked(self.path, self.workspace, self.store.lock_timeout, shared=False):
@@ -139,7 +140,7 @@ class WorkspaceBase:
             ) from exc
 
     def _check_format(self) -> None:
-        path = os.path.join(self.path, fmt.FORMAT_NAME)
+        path = os.path.join(self.path, ffmt.FORMAT_NAME)
         try:
             fd = segs.open_regular(path)
         except FileNotFoundError:
@@ -150,10 +151,10 @@ class WorkspaceBase:
             os.close(fd)
         if not text:
             return  # created, then its bytes lost with the power: no claim (writers rewrite it)
-        if text != fmt.FORMAT_TEXT:
+        if text != ffmt.FORMAT_TEXT:
             raise FormatError(
                 f"workspace {self.workspace!r}: FORMAT is {text[:40]!r}, this build reads "
-                f"{fmt.FORMAT_TEXT!r}; use a build that knows that format"
+                f"{ffmt.FORMAT_TEXT!r}; use a build that knows that format"
             )
 
     def state(
@@ -176,7 +177,7 @@ class WorkspaceBase:
             active = numbers[-1] if numbers else 0
             if (
                 receipt.active_segment == active
-                and receipt.active == (active_stamp or fmt.ZERO_STAMP)
+                and receipt.active == (active_stamp or ffmt.ZERO_STAMP)
                 and receipt.sealed_count == count
                 and receipt.sealed_digest == sealed_dg
             ):
@@ -196,7 +197,7 @@ class WorkspaceBase:
                         receipt.floor_after,
                     ),
                 )
-        digest = fmt.sealed_digest(all_stamps)[1]
+        digest = ffmt.sealed_digest(all_stamps)[1]
         cached = self._derived.get(digest)
         if cached is not None and cached.receipt == receipt:
             return cached
@@ -209,28 +210,28 @@ class WorkspaceBase:
         calls the names rarely change, and a list compare is cheaper than
         parsing every name again."""
         memo = self._listing_memo
-        if memo is not None and memo[0] == names and fmt.MERGE_NAME not in names:
+        if memo is not None and memo[0] == names and ffmt.MERGE_NAME not in names:
             return list(memo[1])
         numbers = segs.segments_in(self.path, names)
         self._listing_memo = (names, tuple(numbers))
         return numbers
 
-    def _sealed_digest(self, sealed: list[tuple[int, fmt.Stamp]]) -> tuple[int, bytes]:
-        """``fmt.sealed_digest``, remembered for the last sealed list seen: the
+    def _sealed_digest(self, sealed: list[tuple[int, ffmt.Stamp]]) -> tuple[int, bytes]:
+        """``ffmt.sealed_digest``, remembered for the last sealed list seen: the
         sealed segments rarely change between two appends."""
         memo = self._digest_memo
         if memo is not None and memo[0] == sealed:
             return memo[1]
-        out = fmt.sealed_digest(sealed)
+        out = ffmt.sealed_digest(sealed)
         self._digest_memo = (sealed, out)
         return out
 
     def _derive(
         self,
-        receipt: fmt.Receipt | None,
+        receipt: ffmt.Receipt | None,
         numbers: list[int],
-        active_stamp: fmt.Stamp | None,
-        sealed: list[tuple[int, fmt.Stamp]],
+        active_stamp: ffmt.Stamp | None,
+        sealed: list[tuple[int, ffmt.Stamp]],
         *,
         evidence: bool = True,
     ) -> State:
@@ -285,7 +286,7 @@ class WorkspaceBase:
             floor=floor,
         )
 
-    def _lowest_seq(self, all_stamps: list[tuple[int, fmt.Stamp]]) -> int | None:
+    def _lowest_seq(self, all_stamps: list[tuple[int, ffmt.Stamp]]) -> int | None:
         """The first seq of the oldest segment that holds rows (None: no row)."""
         for number, stamp in all_stamps:
             info = self.index.info(number, stamp)
@@ -301,7 +302,7 @@ class WorkspaceBase:
         if f is None or not f.damaged:
             return
         raise HistoryDamaged(
-            f"workspace {self.workspace!r}: segment {fmt.segment_name(f.segment)} offset "
+            f"workspace {self.workspace!r}: segment {ffmt.segment_name(f.segment)} offset "
             f"{f.offset}: a privacy floor may have been lost to damage (an unreadable line "
             "that may have been a reset, or a floor the receipt recorded that the log no "
             f"longer holds); reads are refused until `tledger repair {self.workspace}`"
@@ -414,7 +415,7 @@ class WorkspaceBase:
         if data is None or not isinstance(data.get("seq"), int):
             what = "torn line (no newline)" if not line.complete else "line fails verification"
             raise HistoryDamaged(
-                f"workspace {self.workspace!r}: segment {fmt.segment_name(number)} offset "
+                f"workspace {self.workspace!r}: segment {ffmt.segment_name(number)} offset "
                 f"{line.offset}: {what}; run `tledger check {self.workspace}` and "
                 f"`tledger repair {self.workspace}`"
             )

@@ -1,7 +1,7 @@
 """The recall index of a file workspace: a projection of the log for ranked
 ``session_history`` search, never its source of truth.
 
-One SQLite database (``fmt.RECALL_NAME``) beside the segments, from the
+One SQLite database (``ffmt.RECALL_NAME``) beside the segments, from the
 standard library, holding for every searchable row its window, its length
 in terms and its terms, and for every term its document frequency and its
 postings ordered by impact (``ranking.impact``), newest first among equals,
@@ -54,10 +54,11 @@ from urllib.parse import quote
 
 import xxhash
 
-from ledger.core import format as fmt
 from ledger.core import ranking
 from ledger.core.bounds import LINE_CAP
 from ledger.core.errors import Unavailable
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.searchable import hidden, indexed_terms, row_text
 from ledger.storage.files import segments as segs
 
@@ -90,6 +91,11 @@ _POST_H = "(({t} * 1000003 + {i} * 7919 + {n} * 104729 + {f} * 15485863 + 12345)
 _POST_INSERT = ("INSERT OR REPLACE INTO post VALUES (?1, ?2, ?3, ?4, "
                 + _POST_H.format(t="?1", i="?2", n="?3", f="?4") + ")")
 _POST_CHECK = _POST_H.format(t="tid", i="imp", n="neg", f="tf")
+# The rows just before and after each of some rows within the query's range
+# (``?`` after, ``?`` high): their neighbours (ranking.Doc's prev and next).
+_LINKS_SQL = ("WITH h(s) AS (VALUES {rows}) SELECT s, "
+              "(SELECT seq FROM docs WHERE seq < h.s AND seq > ? ORDER BY seq DESC LIMIT 1), "
+              "(SELECT seq FROM docs WHERE seq > h.s AND seq <= ? ORDER BY seq LIMIT 1) FROM h")
 # What a damaged file can make SQLite or the decoding of its values raise.
 DAMAGE_ERRORS = (sqlite3.DatabaseError, TypeError, ValueError, KeyError, IndexError,
                  OverflowError, UnicodeError)
@@ -136,7 +142,7 @@ _EMPTY = Mark(-1, "", 0, 0, -1, 0, -1, "", 0, 0)
 
 
 def index_path(wsdir: str) -> str:
-    return os.path.join(wsdir, fmt.RECALL_NAME)
+    return os.path.join(wsdir, ffmt.RECALL_NAME)
 
 
 def unsafe(wsdir: str) -> str | None:
@@ -649,31 +655,45 @@ class RecallIndex:
         if not found:
             return []
         docs: list[ranking.Doc] = []
-        marks = ",".join("?" * len(found))
         term_of = {tid[t]: t for t in kept}
         where: dict[int, tuple[int, int]] = {}
+        # The hits, the rows just before and after each in range (their
+        # neighbours) and theirs, as the other engines read them.
+        near: dict[int, tuple[int, int]] = {}
+        ring = sorted(found)
+        for _ in range(2):
+            for seq, prev, nxt in db.execute(
+                    _LINKS_SQL.format(rows=",".join(["(?)"] * len(ring))), [*ring, after, high]):
+                near[seq] = (prev or 0, nxt or 0)
+            ring = sorted({n for pair in near.values() for n in pair if n} - near.keys())
+            if not ring:
+                break
+        wanted = sorted(near.keys() | {n for pair in near.values() for n in pair if n})
         for seq, win, length, size, blob, seg, off, h in db.execute(
-            f"SELECT * FROM docs WHERE seq IN ({marks})", sorted(found),
+            f"SELECT * FROM docs WHERE seq IN ({','.join('?' * len(wanted))})", wanted,
         ):
+            prev, nxt = near.get(seq, (0, 0))
             if len(blob) % 8 or not isinstance(h, int):
                 raise Damaged(f"the entry of row {seq} is malformed")
             where[seq] = (seg, off)
             self.sizes[seq] = size
             pairs = array("I")
             pairs.frombytes(blob)
-            tfs = found[seq]
+            tfs = found.get(seq, {})
             if len(tfs) < len(kept):
-                for i in range(0, len(pairs), 2):
-                    named = term_of.get(pairs[i])
-                    if named is not None:
-                        tfs[named] = pairs[i + 1]
-            docs.append(ranking.Doc(seq, win, length, tfs))
-        if len(docs) != len(found):
+                counts = dict(zip(pairs[::2], pairs[1::2], strict=True))
+                for t_id, named in term_of.items():
+                    n = counts.get(t_id)
+                    if n:
+                        tfs[named] = n
+            docs.append(ranking.Doc(seq, win, length, tfs, prev, nxt))
+        if not found.keys() <= where.keys():
             raise Damaged("a posting names a row the index has no entry for")
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
         win_of = {d.seq: d.window for d in docs}
         q = ranking.Query(tuple(kept), query.phrases)
-        return [(s, win_of[s], score, where[s]) for s, score in ranking.rank(docs, q, corpus)]
+        return [(s, win_of[s], score, where[s])
+                for s, score in ranking.rank(docs, q, corpus, found)]
 
     def stats(self) -> dict[str, int]:
         db = self._open()

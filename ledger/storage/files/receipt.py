@@ -24,28 +24,28 @@ import errno
 import os
 import stat
 
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def read_receipt(wsdir: str) -> fmt.Receipt | None:
+def read_receipt(wsdir: str) -> ffmt.Receipt | None:
     """The receipt of ``wsdir``; None when missing, malformed or not a file."""
-    path = os.path.join(wsdir, fmt.RECEIPT_NAME)
+    path = os.path.join(wsdir, ffmt.RECEIPT_NAME)
     try:
         fd = os.open(path, _READ_FLAGS)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size != fmt.RECEIPT_SIZE:
+        if not stat.S_ISREG(st.st_mode) or st.st_size != ffmt.RECEIPT_SIZE:
             return None
-        data = os.pread(fd, fmt.RECEIPT_SIZE + 1, 0)
+        data = os.pread(fd, ffmt.RECEIPT_SIZE + 1, 0)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return fmt.unpack_receipt(data)
+    return ffmt.unpack_receipt(data)
 
 
 class WriterReceipt:
@@ -66,12 +66,12 @@ class WriterReceipt:
         self.fd = -1
         flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            fd = os.open(os.path.join(wsdir, fmt.RECEIPT_NAME), flags)
+            fd = os.open(os.path.join(wsdir, ffmt.RECEIPT_NAME), flags)
         except OSError:
             return
         try:
             st = os.fstat(fd)
-            ok = (stat.S_ISREG(st.st_mode) and st.st_size == fmt.RECEIPT_SIZE
+            ok = (stat.S_ISREG(st.st_mode) and st.st_size == ffmt.RECEIPT_SIZE
                   and not st.st_mode & 0o077)
         except OSError:
             ok = False
@@ -80,22 +80,22 @@ class WriterReceipt:
         else:
             os.close(fd)
 
-    def read(self) -> fmt.Receipt | None:
+    def read(self) -> ffmt.Receipt | None:
         if self.fd < 0:
             return read_receipt(self.wsdir)
         try:
-            data = os.pread(self.fd, fmt.RECEIPT_SIZE + 1, 0)
+            data = os.pread(self.fd, ffmt.RECEIPT_SIZE + 1, 0)
         except OSError:
             return None
-        return fmt.unpack_receipt(data)
+        return ffmt.unpack_receipt(data)
 
-    def write(self, receipt: fmt.Receipt, state: int | None = None) -> None:
+    def write(self, receipt: ffmt.Receipt, state: int | None = None) -> None:
         if self.fd < 0:
             write_receipt(self.wsdir, receipt, state)
             return
-        data = fmt.pack_receipt(receipt, state)
+        data = ffmt.pack_receipt(receipt, state)
         if os.pwrite(self.fd, data, 0) != len(data):
-            raise OSError(f"short write of {os.path.join(self.wsdir, fmt.RECEIPT_NAME)}")
+            raise OSError(f"short write of {os.path.join(self.wsdir, ffmt.RECEIPT_NAME)}")
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -105,7 +105,7 @@ class WriterReceipt:
 
 def receipt_status(wsdir: str) -> str:
     """'missing', 'malformed', 'pending' or 'stable' (for stat and check)."""
-    path = os.path.join(wsdir, fmt.RECEIPT_NAME)
+    path = os.path.join(wsdir, ffmt.RECEIPT_NAME)
     if not os.path.lexists(path):
         return "missing"
     r = read_receipt(wsdir)
@@ -114,7 +114,7 @@ def receipt_status(wsdir: str) -> str:
     return "stable" if r.stable else "pending"
 
 
-def write_receipt(wsdir: str, receipt: fmt.Receipt, state: int | None = None) -> None:
+def write_receipt(wsdir: str, receipt: ffmt.Receipt, state: int | None = None) -> None:
     """Overwrite the receipt in place (see the module doc for why no fsync);
     with ``state``, ``receipt`` in that state (a writer's pending copy).
 
@@ -122,8 +122,8 @@ def write_receipt(wsdir: str, receipt: fmt.Receipt, state: int | None = None) ->
     directory) is removed first, so nothing is followed or blocked on; a file
     of the wrong size is cut to size.
     """
-    path = os.path.join(wsdir, fmt.RECEIPT_NAME)
-    data = fmt.pack_receipt(receipt, state)
+    path = os.path.join(wsdir, ffmt.RECEIPT_NAME)
+    data = ffmt.pack_receipt(receipt, state)
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, 0o600)
@@ -147,8 +147,8 @@ def write_receipt(wsdir: str, receipt: fmt.Receipt, state: int | None = None) ->
             os.fchmod(fd, 0o600)
         if os.pwrite(fd, data, 0) != len(data):
             raise OSError(f"short write of {path}")
-        if st.st_size != fmt.RECEIPT_SIZE:
-            os.ftruncate(fd, fmt.RECEIPT_SIZE)
+        if st.st_size != ffmt.RECEIPT_SIZE:
+            os.ftruncate(fd, ffmt.RECEIPT_SIZE)
     finally:
         if fd >= 0:
             os.close(fd)

@@ -47,9 +47,9 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import format as fmt
 from ledger.core.checks import Progress, RepairReport, check_policy
 from ledger.core.errors import FormatError, LedgerError, RecoveryError, WorkspaceNotFound
+from ledger.core.format import files as ffmt
 from ledger.core.rows import new_id, prepare_batch
 from ledger.storage.files import check as chk
 from ledger.storage.files import recall, rewrite
@@ -79,7 +79,7 @@ class Removal:
     reset_seq: int | None = None  # seq of the manual reset put in its place
 
     def to_dict(self) -> dict[str, Any]:
-        return {"segment": fmt.segment_name(self.segment), "offset": self.offset,
+        return {"segment": ffmt.segment_name(self.segment), "offset": self.offset,
                 "length": self.length, "reason": "; ".join(self.reasons),
                 "may_be_reset": self.may_be_reset, "quarantine": self.entry,
                 "reset_seq": self.reset_seq}
@@ -111,7 +111,7 @@ class FileRepair(RepairReport):
         if self.resolution is not None:
             out.append(f"interrupted rewrite: {would}{self.resolution['action']}")
         for r in self.removals:
-            where = f"{fmt.segment_name(r.segment)}@{r.offset}"
+            where = f"{ffmt.segment_name(r.segment)}@{r.offset}"
             entry = f" -> quarantine/{r.entry}" if r.entry else ""
             reset = (f"; manual reset seq {r.reset_seq} in its place"
                      if r.reset_seq is not None else "")
@@ -154,12 +154,12 @@ def plan_removals(scan: ScanResult, policy: str) -> tuple[list[Removal], str | N
     if policy == "strict":
         first = scan.damage[0]
         return [], (f"{len(scan.damage)} damaged span(s), the first at "
-                    f"{fmt.segment_name(first.segment)}@{first.offset}: {first.reason} "
+                    f"{ffmt.segment_name(first.segment)}@{first.offset}: {first.reason} "
                     "(strict repairs nothing that is damaged)")
     if policy in ("tail", "prefix"):
         first = scan.damage[0]
         if policy == "tail" and scan.kept_after_first_damage:
-            return [], (f"damage at {fmt.segment_name(first.segment)}@{first.offset} "
+            return [], (f"damage at {ffmt.segment_name(first.segment)}@{first.offset} "
                         f"({first.reason}) is followed by {scan.kept_after_first_damage} "
                         "verified batch(es): not a torn tail; use --policy salvage or prefix")
         size = scan.sizes[first.segment]
@@ -209,7 +209,7 @@ def _keep_floor(removals: list[Removal], lost: Any, scan: ScanResult,
     made at the first line start at or after it. Rows before the recorded
     floor so stay unreachable; nothing is removed for it."""
     reason = (f"privacy floor recorded (receipt or INDEX) at "
-              f"{fmt.segment_name(lost.segment)}@{lost.offset} is missing from the log")
+              f"{ffmt.segment_name(lost.segment)}@{lost.offset} is missing from the log")
     numbers = [n for n, _ in paths if n in scan.sizes]
     if not numbers:
         return removals
@@ -254,7 +254,7 @@ def _virtual_paths(path: str, numbers: list[int],
     current = {n: segs.segment_path(path, n) for n in numbers}
     if res is not None and res.action in ("rolled-back", "settled-tombstones"):
         for target in res.restored:
-            n = fmt.segment_number(os.path.basename(target))
+            n = ffmt.segment_number(os.path.basename(target))
             if n is not None:
                 current[n] = target + rewrite.TOMBSTONE_SUFFIX
     return sorted(current.items())
@@ -277,7 +277,7 @@ def repair(history: FileHistory, *, policy: str = "salvage", dry_run: bool = Fal
         with locked(history.path, history.workspace, history.store.lock_timeout, shared=dry_run):
             _repair_locked(history, report, progress)
             if not dry_run and (recall_stale or report.changed) and any(
-                    os.path.lexists(os.path.join(history.path, fmt.RECALL_NAME) + suffix)
+                    os.path.lexists(os.path.join(history.path, ffmt.RECALL_NAME) + suffix)
                     for suffix in recall.SUFFIXES):
                 # The recall index is a projection: built again from the repaired log.
                 recall.rebuild(history.path, history.state())
@@ -305,14 +305,14 @@ def _repair_locked(history: FileHistory, report: FileRepair,
            for n, what in chk.odd_segments(path, segs.list_segments(path)).items()]
     format_odd = chk.odd_format(path)
     if format_odd:
-        odd.append(f"{os.path.join(path, fmt.FORMAT_NAME)} is {format_odd}")
+        odd.append(f"{os.path.join(path, ffmt.FORMAT_NAME)} is {format_odd}")
     if odd:
         # Not bytes that can be put in quarantine: a person must look at them.
         report.refused = (f"{'; '.join(odd)}, not a regular file; nothing was changed: move "
                           "it away (or restore the file) and run repair again")
         return
     fmt_text = chk._read_format(path)
-    if fmt_text is not None and fmt_text != fmt.FORMAT_TEXT:
+    if fmt_text is not None and fmt_text != ffmt.FORMAT_TEXT:
         raise FormatError(
             f"workspace {history.workspace!r}: FORMAT is {fmt_text[:40]!r}; this build "
             "cannot repair that format"
@@ -328,7 +328,7 @@ def _repair_locked(history: FileHistory, report: FileRepair,
     if dry_run:
         if res is not None:
             numbers = sorted(set(numbers) | {
-                n for n in (fmt.segment_number(os.path.basename(t)) for t in res.restored)
+                n for n in (ffmt.segment_number(os.path.basename(t)) for t in res.restored)
                 if n is not None})
         paths = _virtual_paths(path, numbers, res)
     else:
@@ -343,7 +343,7 @@ def _repair_locked(history: FileHistory, report: FileRepair,
         return
     lost = chk.lost_floor(path, read_receipt(path), scan)
     if lost is not None:
-        where = f"{fmt.segment_name(lost.segment)}@{lost.offset}"
+        where = f"{ffmt.segment_name(lost.segment)}@{lost.offset}"
         if policy == "strict":
             report.refused = (f"the privacy floor recorded at {where} is missing "
                               "from the log (strict repairs nothing); use --policy salvage, "
@@ -381,7 +381,7 @@ def _apply(history: FileHistory, report: FileRepair, scan: ScanResult) -> None:
     durability = history.store.durability
     q = Quarantine(path, durability=durability)
     if report.format_written:
-        segs.commit_file(path, fmt.FORMAT_NAME, [fmt.FORMAT_TEXT], durability=durability,
+        segs.commit_file(path, ffmt.FORMAT_NAME, [ffmt.FORMAT_TEXT], durability=durability,
                          new_file=True)
     for name in report.temps:
         q.put_file(os.path.join(path, name), source=name, offset=0,
@@ -396,7 +396,7 @@ def _apply(history: FileHistory, report: FileRepair, scan: ScanResult) -> None:
     for n, rs in by_segment.items():
         seg_path = segs.segment_path(path, n)
         if len(rs) == 1 and rs[0].whole_segment:
-            rs[0].entry = q.put_file(seg_path, source=fmt.segment_name(n), offset=0,
+            rs[0].entry = q.put_file(seg_path, source=ffmt.segment_name(n), offset=0,
                                      reason="; ".join(rs[0].reasons))
             continue
         data = segs.read_file(seg_path)
@@ -404,7 +404,7 @@ def _apply(history: FileHistory, report: FileRepair, scan: ScanResult) -> None:
         for r in rs:
             if r.length == 0:
                 continue  # an insertion (a lost floor's reset): no bytes to keep
-            r.entry = q.put(data[r.offset : r.offset + r.length], source=fmt.segment_name(n),
+            r.entry = q.put(data[r.offset : r.offset + r.length], source=ffmt.segment_name(n),
                             offset=r.offset, reason="; ".join(r.reasons))
     changes: dict[int, list[bytes] | None] = {}
     prefix_entries = [r.entry for r in report.removals if r.entry]
@@ -418,7 +418,7 @@ def _apply(history: FileHistory, report: FileRepair, scan: ScanResult) -> None:
         for r in sorted(rs, key=lambda r: r.offset):
             out.append(data[pos : r.offset])
             if r.reset_seq is not None:
-                recovered: str | list[str] = r.entry or f"{fmt.RECEIPT_NAME}: {r.reasons[0]}"
+                recovered: str | list[str] = r.entry or f"{ffmt.RECEIPT_NAME}: {r.reasons[0]}"
                 if report.policy in ("tail", "prefix") and len(prefix_entries) > 1:
                     recovered = [e for e in prefix_entries if e is not None]
                 out.append(_reset_line(r.reset_seq, recovered, history.store.max_row_bytes))

@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
-from ledger.core import format as fmt
 from ledger.core.errors import DeletePending, LedgerError, UnsafePath, WorkspaceNotFound
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.ids import validate_workspace
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
@@ -66,7 +67,7 @@ class QuarantineError(LedgerError):
 
 
 def quarantine_dir(history_path: str) -> str:
-    return os.path.join(history_path, fmt.QUARANTINE_DIR)
+    return os.path.join(history_path, ffmt.QUARANTINE_DIR)
 
 
 def digest_hex(data: bytes) -> str:
@@ -361,7 +362,7 @@ def _step(name: str) -> None:
 
 
 def tombstone_path(store: Store, workspace: str) -> str:
-    return os.path.join(store.root, f".{workspace}{fmt.WORKSPACE_TOMBSTONE_SUFFIX}")
+    return os.path.join(store.root, f".{workspace}{ffmt.WORKSPACE_TOMBSTONE_SUFFIX}")
 
 
 def _trash_dirs(store: Store, workspace: str) -> Iterator[str]:
@@ -459,14 +460,14 @@ def _remove_recreated(store: Store, ws: str, path: str) -> None:
         names = set(os.listdir(path))
     except (FileNotFoundError, NotADirectoryError):
         return
-    if not names <= {fmt.LOCK_NAME}:
+    if not names <= {ffmt.LOCK_NAME}:
         raise LedgerError(
             f"workspace {ws!r} was written to while being deleted ({path} holds "
             f"{sorted(names)}); delete it again"
         )
     if names:
         with locked(path, ws, store.lock_timeout, shared=False):
-            segs.unlink_quietly(os.path.join(path, fmt.LOCK_NAME))
+            segs.unlink_quietly(os.path.join(path, ffmt.LOCK_NAME))
     try:
         os.rmdir(path)
     except OSError:

@@ -39,9 +39,16 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ledger.core import format as fmt
-from ledger.core import rules
-from ledger.core.errors import CommitFailed, LedgerError, RecoveryError, RewriteRefused
+from ledger.core import forks, rules
+from ledger.core.errors import (
+    CommitFailed,
+    EpochChanged,
+    LedgerError,
+    RecoveryError,
+    RewriteRefused,
+)
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.husks import (  # noqa: F401 (re-exported: their old home)
     QUARANTINE_VERSION,
     husk_line,
@@ -116,7 +123,7 @@ def commit_rewrite(
     if st.floor is not None and st.floor.damaged and not op.startswith("repair"):
         raise RewriteRefused(
             f"workspace {history.workspace!r}: {op} refused: a privacy floor may have been lost "
-            f"to damage ({fmt.segment_name(st.floor.segment)} offset {st.floor.offset}); run "
+            f"to damage ({ffmt.segment_name(st.floor.segment)} offset {st.floor.offset}); run "
             f"`tledger repair {history.workspace}` first; nothing was changed"
         )
     # Always durable, whatever the store's level: a rewrite replaces rows that
@@ -151,7 +158,7 @@ def commit_rewrite(
         else:
             c_text, c_raw = group_digests([segs.segment_path(path, active)])
         final = {
-            fmt.segment_name(n): (None if (c := changes[n]) is None else raw_digest(b"".join(c)))
+            ffmt.segment_name(n): (None if (c := changes[n]) is None else raw_digest(b"".join(c)))
             for n in order
         }
         marker = {
@@ -164,8 +171,8 @@ def commit_rewrite(
             },
             "files": {
                 "version": FILES_VERSION,
-                "archive": [fmt.segment_name(n) for n in archive],
-                "chat": fmt.segment_name(active),
+                "archive": [ffmt.segment_name(n) for n in archive],
+                "chat": ffmt.segment_name(active),
                 "final": final,
             },
             "op": op,
@@ -193,7 +200,7 @@ def commit_rewrite(
             if c is None:
                 os.unlink(segs.segment_path(path, n))
             else:
-                segs.commit_file(path, fmt.segment_name(n), c, durability="full", new_file=False)
+                segs.commit_file(path, ffmt.segment_name(n), c, durability="full", new_file=False)
             _step(f"segment-{n}")
         segments_done = True
         segs.fsync_dir(path)
@@ -231,7 +238,7 @@ def _settle_after_failure(path: str) -> Resolution | None:
         return None
 
 
-def _empty_receipt() -> fmt.Receipt:
+def _empty_receipt() -> ffmt.Receipt:
     return empty_receipt()
 
 
@@ -242,6 +249,10 @@ def segment_entries(history_path: str, number: int) -> list[Entry]:
     return [
         entry_of(number, line) for line in segs.iter_lines(segs.segment_path(history_path, number))
     ]
+
+
+def _where(segment: str, offsets: list[int], j: int) -> str:
+    return f" ({segment} offset {offsets[j]})"
 
 
 def _raw_line(e: Entry, data: bytes) -> bytes:
@@ -285,17 +296,14 @@ def reject(history: History, seq_or_seqs: int | Iterable[int]) -> rules.RejectRe
             if not hits:
                 continue
             found.update(entries[i].row["seq"] for i in hits)  # type: ignore[index]
-            new_lines: dict[int, bytes] = {}
-            for j in rules.reject_targets([e.row for e in entries], hits):
-                e = entries[j]
-                row = e.row
-                assert row is not None
-                where = f" ({fmt.segment_name(number)} offset {e.offset})"
-                if not rules.rejectable(history.workspace, e.line, row, where):
-                    already.append(row["seq"])
-                    continue
-                new_lines[j] = husk_line(e.line, row)
-                rejected.append(row["seq"])
+            targets = [(j, e.line, e.row) for j in rules.reject_targets(
+                [e.row for e in entries], hits) if (e := entries[j]).row is not None]
+            name = ffmt.segment_name(number)
+            new_lines, done, kept = rules.husks(
+                history.workspace, targets,
+                partial(_where, name, [e.offset for e in entries]))
+            rejected += done
+            already += kept
             if new_lines:
                 data = segs.read_file(seg_path)
                 chunks = [new_lines.get(j, _raw_line(e, data)) for j, e in enumerate(entries)]
@@ -306,6 +314,62 @@ def reject(history: History, seq_or_seqs: int | Iterable[int]) -> rules.RejectRe
         out = commit_rewrite(history, history.state(), changes, op="reject") if changes else None
     return rules.reject_result(rejected, already, out.epoch if out else st.epoch,
                                settled.to_dict() if settled else None)
+
+
+# --- rewind ------------------------------------------------------------------------
+
+
+def rewind(history: History, to: int, expect_epoch: int | None = None,
+           restore_cleared: bool = False) -> forks.RewindResult:
+    """Hide every row after ``to`` (``ledger.core.forks``): each becomes a
+    record keeping the original byte for byte; unreadable lines stay as they
+    are (they may be resets: fail closed). A rewrite with a marker and a new
+    epoch; conditional on ``expect_epoch`` when given."""
+    history = unwrap(history)
+    to = forks.rewind_seq(to)
+    with _locked_rewrite(history):
+        settled = _settle(history)
+        st = history.state()
+        if expect_epoch is not None and st.epoch != expect_epoch:
+            raise EpochChanged(
+                f"workspace {history.workspace!r}: rewind expected epoch {expect_epoch}, the "
+                f"workspace is at epoch {st.epoch} (a rewrite came first); nothing was rewound")
+        scanned: list[tuple[int, list[Entry]]] = []
+        row_to: dict[str, Any] | None = None
+        for number in reversed(st.segments):
+            entries = segment_entries(history.path, number)
+            scanned.append((number, entries))
+            hit = [e.row for e in entries if e.row is not None and e.row.get("seq") == to]
+            if hit:
+                row_to = hit[-1]
+                break
+            first = next((e.row["seq"] for e in entries if e.row is not None
+                          and isinstance(e.row.get("seq"), int)), None)
+            if first is not None and first < to:
+                break  # no row `to`, and the rows before it begin here
+        forks.check_rewind(history.workspace, to, row_to, st.floor, restore_cleared)
+        changes: dict[int, list[bytes] | None] = {}
+        rewound: list[int] = []
+        already: list[int] = []
+        for number, entries in scanned:
+            new_lines: dict[int, bytes] = {}
+            for j, e in enumerate(entries):
+                row = e.row
+                if row is None or not isinstance(row.get("seq"), int) or row["seq"] <= to:
+                    continue
+                if not forks.rewindable(row):
+                    already.append(row["seq"])
+                    continue
+                new_lines[j] = forks.rewind_line(e.line, row, to)
+                rewound.append(row["seq"])
+            if new_lines:
+                data = segs.read_file(segs.segment_path(history.path, number))
+                changes[number] = [new_lines.get(j, _raw_line(e, data))
+                                   for j, e in enumerate(entries)]
+        out = commit_rewrite(history, st, changes, op="rewind") if changes else None
+    return forks.RewindResult(to, sorted(rewound), sorted(already),
+                              out.epoch if out else st.epoch,
+                              settled.to_dict() if settled else None)
 
 
 # --- truncate ------------------------------------------------------------------------
@@ -354,7 +418,7 @@ def truncate_after(history: History, seq: int) -> rules.TruncateResult:
                 continue
             if n != number and not any(e.candidate for e in tail):
                 seg_path = segs.segment_path(history.path, n)
-                name = fmt.segment_name(n)
+                name = ffmt.segment_name(n)
                 puts.append(partial(quarantine.put_file, seg_path, source=name, offset=0,
                                     reason=reason))
                 changes[n] = None
@@ -375,7 +439,7 @@ def truncate_after(history: History, seq: int) -> rules.TruncateResult:
                             _put(
                                 quarantine,
                                 b"".join(run),
-                                fmt.segment_name(n),
+                                ffmt.segment_name(n),
                                 run_start or 0,
                                 reason,
                             )
@@ -389,7 +453,7 @@ def truncate_after(history: History, seq: int) -> rules.TruncateResult:
                 removed_rows += e.row is not None
             if run:
                 puts.append(
-                    _put(quarantine, b"".join(run), fmt.segment_name(n), run_start or 0, reason)
+                    _put(quarantine, b"".join(run), ffmt.segment_name(n), run_start or 0, reason)
                 )
             changes[n] = kept if kept else None
         entries_out: list[str] = []
@@ -438,7 +502,7 @@ def purge_before_floor(history: History) -> rules.PurgeResult:
             return rules.PurgeResult(0, 0, 0, None, st.epoch, recovered)
         floor = floors[-1]
         where = rules.FloorAt(floor.seq if floor.readable else None,
-                              fmt.segment_name(floor.segment), floor.offset)
+                              ffmt.segment_name(floor.segment), floor.offset)
         changes: dict[int, list[bytes] | None] = {}
         purged_rows = purged_bytes = kept_candidates = 0
         for n in [m for m in st.segments if m <= floor.segment]:

@@ -1,7 +1,7 @@
 """The rows of a segment from an offset, read in chunks: what the provider
 view's window read and row lookups decode.
 
-Each line is what :func:`ledger.core.format.decode_line` makes of it (a row
+Each line is what :func:`ledger.core.format.rows.decode_line` makes of it (a row
 dict, or nothing for a line that fails verification, nests deeper than
 ``MAX_DEPTH``, is no JSON object or has no integer seq). Whole chunks take a
 fast path -- every checksum verified in one pass, no line holding more
@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from ledger.core import format as fmt
+from ledger.core.format import rows as fmt
 from ledger.core.rows import Row
 from ledger.storage.files import segments as segs
 

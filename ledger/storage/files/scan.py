@@ -14,8 +14,9 @@ from typing import Any
 
 import msgspec
 
-from ledger.core import format as fmt
 from ledger.core.checks import Progress
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.windows import classify_reset
 from ledger.storage.files import segments as segs
 from ledger.storage.files.pairs import PairPart, SplitPairs
@@ -166,7 +167,10 @@ def may_hide_reset(data: bytes) -> bool:
 
 _decode_lines = msgspec.json.Decoder(CheckRow).decode_lines
 _decode_pair_lines = msgspec.json.Decoder(PairCheckRow).decode_lines
-CHUNK = 4 << 20
+# Read and verified a chunk at a time: 1 MiB stays in the CPU caches across
+# the chunk's passes (split, checksums, bracket count, decode, UTF-8); 4 MiB
+# chunks made check about 10% slower (bench/RESULTS.md, issue 31).
+CHUNK = 1 << 20
 
 
 class _Slow(Exception):
@@ -249,10 +253,10 @@ class _Scanner:
             self._flush_reset(None)
         cand = fmt.raw_may_be_reset(data)
         if cand:
-            self._boundary(off, fmt.FLOOR_UNREADABLE, "manual")
+            self._boundary(off, ffmt.FLOOR_UNREADABLE, "manual")
         elif code != "malformed_row" and fmt.damage_may_hide_reset(data):
             cand = True  # damage may have destroyed a reset's marker: a floor too
-            self._boundary(off, fmt.FLOOR_DAMAGED, "manual")
+            self._boundary(off, ffmt.FLOOR_DAMAGED, "manual")
         self._abort_run()
         self.orphan = None
         self._unit(Damage(self.number, off, ln, code, _CODE_TEXT[code], cand, None, 0))
@@ -336,7 +340,7 @@ class _Scanner:
             self._unit(Damage(
                 self.number, self.run_start, self.run_end - self.run_start, "duplicate_batch",
                 f"exact duplicate of batch {run_id!r} "
-                f"({fmt.segment_name(prior[1])} offset {prior[2]})",
+                f"({ffmt.segment_name(prior[1])} offset {prior[2]})",
                 self._run_reset(), rows[0].seq, len(rows),
             ))
             return
@@ -575,7 +579,7 @@ def _is_reset(line: bytes, kind: str) -> bool:
     )
 
 
-def scan_paths(paths: list[tuple[int, str]], *, expected: dict[int, fmt.Stamp] | None = None,
+def scan_paths(paths: list[tuple[int, str]], *, expected: dict[int, ffmt.Stamp] | None = None,
                progress: Callable[[int], None] | None = None,
                pairs: SplitPairs | None = None) -> ScanResult:
     """Scan segments given as (number, path) in log order; with ``pairs``,
@@ -589,7 +593,8 @@ def scan_paths(paths: list[tuple[int, str]], *, expected: dict[int, fmt.Stamp] |
             continue
         try:
             st = os.fstat(fd)
-            if expected is not None and number in expected and fmt.Stamp.of(st) != expected[number]:
+            if (expected is not None and number in expected
+                    and ffmt.Stamp.of(st) != expected[number]):
                 sc.res.changed_during_scan.append(number)
             sc.res.segments.append(number)
             sc.res.sizes[number] = st.st_size

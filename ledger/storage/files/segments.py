@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import msgspec
 
-from ledger.core import format as fmt
 from ledger.core.errors import UnsafePath
+from ledger.core.format import files as ffmt
 from ledger.core.rows import unique_hex
 
 READ_CHUNK = 1 << 20
@@ -99,7 +99,7 @@ class MergeMarker(msgspec.Struct):
 
 
 def read_merge_marker(wsdir: str) -> MergeMarker | None:
-    path = os.path.join(wsdir, fmt.MERGE_NAME)
+    path = os.path.join(wsdir, ffmt.MERGE_NAME)
     try:
         fd = open_regular(path)
     except (OSError, UnsafePath):
@@ -128,9 +128,9 @@ def list_segments(wsdir: str) -> list[int]:
 
 def segments_in(wsdir: str, names: list[str]) -> list[int]:
     """The segment numbers among a listing of ``wsdir`` (see list_segments)."""
-    numbers = [n for n in map(fmt.segment_number, names) if n is not None]
+    numbers = [n for n in map(ffmt.segment_number, names) if n is not None]
     numbers.sort()
-    if fmt.MERGE_NAME in names:
+    if ffmt.MERGE_NAME in names:
         marker = read_merge_marker(wsdir)
         if marker is not None:
             s = stamp(segment_path(wsdir, marker.into))
@@ -141,17 +141,17 @@ def segments_in(wsdir: str, names: list[str]) -> list[int]:
 
 
 def segment_path(wsdir: str, number: int) -> str:
-    return os.path.join(wsdir, fmt.segment_name(number))
+    return os.path.join(wsdir, ffmt.segment_name(number))
 
 
-def stamp(path: str) -> fmt.Stamp | None:
+def stamp(path: str) -> ffmt.Stamp | None:
     try:
-        return fmt.Stamp.of(os.stat(path, follow_symlinks=False))
+        return ffmt.Stamp.of(os.stat(path, follow_symlinks=False))
     except FileNotFoundError:
         return None
 
 
-def stamps(wsdir: str, numbers: list[int]) -> list[tuple[int, fmt.Stamp]]:
+def stamps(wsdir: str, numbers: list[int]) -> list[tuple[int, ffmt.Stamp]]:
     """Stamps of the given segments (lstat: a symlink is never followed).
     Raises HistoryDamaged for an entry that is not a regular file.
 
@@ -163,10 +163,10 @@ def stamps(wsdir: str, numbers: list[int]) -> list[tuple[int, fmt.Stamp]]:
     try:
         dfd = os.open(wsdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return [(n, fmt.ZERO_STAMP) for n in numbers]
+        return [(n, ffmt.ZERO_STAMP) for n in numbers]
     out = []
     stat, isreg, names, make = os.stat, stat_mod.S_ISREG, _NAMES, tuple.__new__
-    stamp_cls = fmt.Stamp
+    stamp_cls = ffmt.Stamp
     try:
         for n in numbers:
             name = names.get(n)
@@ -175,7 +175,7 @@ def stamps(wsdir: str, numbers: list[int]) -> list[tuple[int, fmt.Stamp]]:
             try:
                 st = stat(name, dir_fd=dfd, follow_symlinks=False)
             except FileNotFoundError:
-                out.append((n, fmt.ZERO_STAMP))
+                out.append((n, ffmt.ZERO_STAMP))
                 continue
             if not isreg(st.st_mode):
                 raise not_regular(segment_path(wsdir, n), describe_mode(st.st_mode))
@@ -191,8 +191,8 @@ _NAMES_MAX = 1 << 16
 
 
 def _name_of(number: int) -> str:
-    """``fmt.segment_name``, remembered (segment numbers repeat on every append)."""
-    name = fmt.segment_name(number)
+    """``ffmt.segment_name``, remembered (segment numbers repeat on every append)."""
+    name = ffmt.segment_name(number)
     if len(_NAMES) >= _NAMES_MAX:
         _NAMES.clear()
     _NAMES[number] = name
@@ -201,7 +201,7 @@ def _name_of(number: int) -> str:
 
 def stray_temps(wsdir: str) -> list[str]:
     try:
-        return sorted(n for n in os.listdir(wsdir) if n.startswith(fmt.TEMP_PREFIX))
+        return sorted(n for n in os.listdir(wsdir) if n.startswith(ffmt.TEMP_PREFIX))
     except FileNotFoundError:
         return []
 
@@ -210,7 +210,7 @@ def remove_stray_temps(wsdir: str, names: list[str] | None = None) -> int:
     """Remove temp files of dead writers; call only under the exclusive lock."""
     removed = 0
     temps = stray_temps(wsdir) if names is None else [
-        n for n in names if n.startswith(fmt.TEMP_PREFIX)
+        n for n in names if n.startswith(ffmt.TEMP_PREFIX)
     ]
     for name in temps:
         try:
@@ -231,12 +231,12 @@ def fsync_dir(path: str) -> None:
 
 def commit_file(
     wsdir: str, target: str, chunks: Iterable[bytes], *, durability: str, new_file: bool
-) -> fmt.Stamp:
+) -> ffmt.Stamp:
     """Atomically make ``wsdir/target`` hold exactly ``chunks`` (see module doc).
     Returns the stamp of the committed file (``fstat`` after the rename, which
     changes its ctime)."""
     # O_EXCL turns a clash of names into a failed open, never a shared file.
-    tmp = os.path.join(wsdir, f"{fmt.TEMP_PREFIX}{os.getpid()}-{unique_hex(12)}")
+    tmp = os.path.join(wsdir, f"{ffmt.TEMP_PREFIX}{os.getpid()}-{unique_hex(12)}")
     step = "open temp file"
     try:
         fd = os.open(
@@ -260,7 +260,7 @@ def commit_file(
             unlink_quietly(tmp, OSError)
             raise CommitStepError("rename", True, exc) from exc
         try:
-            committed = fmt.Stamp.of(os.fstat(fd))
+            committed = ffmt.Stamp.of(os.fstat(fd))
         except OSError as exc:  # pragma: no cover - fstat of an open file
             raise CommitStepError("fstat", True, exc) from exc
     finally:

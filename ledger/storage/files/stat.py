@@ -7,7 +7,7 @@ import os
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from ledger.core.rules import FloorAt
 from ledger.storage.engine import FileStat, SegmentStat, StatReceipt, StatReport
 from ledger.storage.files import segments as segs
@@ -32,12 +32,12 @@ def stat_report(h: FileHistory) -> StatReport:
         path = segs.segment_path(h.path, number)
         with open(path, "rb") as f:
             lines = sum(chunk.count(b"\n") for chunk in iter(partial(f.read, 1 << 20), b""))
-        seg_list.append(SegmentStat(fmt.segment_name(number), stamp.size, lines))
+        seg_list.append(SegmentStat(ffmt.segment_name(number), stamp.size, lines))
         total_bytes += stamp.size
         total_rows += lines
     active = (st.active, st.active_stamp) if st.active_stamp is not None else None
     bounds = h.index.all_bounds(st.sealed, active, st.epoch if st.verified else None)
-    quarantine = os.path.join(h.path, fmt.QUARANTINE_DIR)
+    quarantine = os.path.join(h.path, ffmt.QUARANTINE_DIR)
     q_bytes = 0
     if os.path.isdir(quarantine):
         for name in os.listdir(quarantine):
@@ -50,7 +50,7 @@ def stat_report(h: FileHistory) -> StatReport:
         # damaged: damage that may have been a reset, or a recorded floor the
         # log lost; window reads and session_history are refused until repair
         floor = FloorAt(st.floor.seq if st.floor.seq >= 0 else None,
-                        fmt.segment_name(st.floor.segment), st.floor.offset, st.floor.damaged)
+                        ffmt.segment_name(st.floor.segment), st.floor.offset, st.floor.damaged)
     return StatReport(
         workspace=h.workspace,
         engine="files",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from ledger.core.windows import Boundary, window_marker
 from ledger.storage.files.index import SegmentInfo
 
@@ -18,10 +18,10 @@ from ledger.storage.files.index import SegmentInfo
 class State:
     """What a writer or reader knows after validating receipt and stamps."""
 
-    receipt: fmt.Receipt | None
+    receipt: ffmt.Receipt | None
     segments: list[int]
-    active_stamp: fmt.Stamp | None
-    sealed: list[tuple[int, fmt.Stamp]]
+    active_stamp: ffmt.Stamp | None
+    sealed: list[tuple[int, ffmt.Stamp]]
     verified: bool
     next_seq: int
     epoch: int
@@ -33,7 +33,7 @@ class State:
         """xxh3-128 over every segment's number and stamp (binds queries while
         the receipt is not trusted)."""
         stamps = [*self.sealed, *([(self.active, self.active_stamp)] if self.active_stamp else [])]
-        return fmt.sealed_digest(stamps)[1]
+        return ffmt.sealed_digest(stamps)[1]
 
     @property
     def active(self) -> int:
@@ -60,7 +60,7 @@ def boundary_from_receipt(
     return Boundary(seq, segment, offset, reason, readable=readable, after=after)
 
 
-def recorded_floor(receipt: fmt.Receipt | None) -> Boundary | None:
+def recorded_floor(receipt: ffmt.Receipt | None) -> Boundary | None:
     """The floor a receipt recorded (any state: a pending receipt holds the
     state before the interrupted write, whose floor the log still holds)."""
     if receipt is None:
@@ -95,7 +95,7 @@ def covers(floor: Boundary | None, recorded: Boundary, min_seq: int | None) -> b
 
 def missing_floor(recorded: Boundary) -> Boundary:
     """The damaged floor that stands in for a recorded floor the log lost."""
-    return Boundary(fmt.FLOOR_DAMAGED, recorded.segment, recorded.offset, "manual",
+    return Boundary(ffmt.FLOOR_DAMAGED, recorded.segment, recorded.offset, "manual",
                     readable=False, after=recorded.after if not recorded.readable
                     else max(recorded.seq - 1, 0))
 
@@ -106,22 +106,22 @@ def stable_receipt(
     window: Boundary | None,
     floor: Boundary | None,
     layout: int,
-    active: tuple[int, fmt.Stamp],
-    sealed: list[tuple[int, fmt.Stamp]],
+    active: tuple[int, ffmt.Stamp],
+    sealed: list[tuple[int, ffmt.Stamp]],
     digest: tuple[int, bytes] | None = None,
-) -> fmt.Receipt:
+) -> ffmt.Receipt:
     """The stable receipt for a log whose newest boundary is ``window``, whose
     floor is ``floor``, with these segments (the one place receipts are built).
-    ``digest`` is ``fmt.sealed_digest(sealed)`` when the caller has it."""
-    count, sealed_dg = digest if digest is not None else fmt.sealed_digest(sealed)
-    return fmt.Receipt(
-        state=fmt.STABLE,
+    ``digest`` is ``ffmt.sealed_digest(sealed)`` when the caller has it."""
+    count, sealed_dg = digest if digest is not None else ffmt.sealed_digest(sealed)
+    return ffmt.Receipt(
+        state=ffmt.STABLE,
         epoch=epoch,
         next_seq=next_seq,
         window=window_marker(window),
         window_segment=window.segment if window is not None else 0,
         window_offset=window.offset if window is not None else 0,
-        floor_seq=floor.seq if floor is not None else fmt.NO_FLOOR,
+        floor_seq=floor.seq if floor is not None else ffmt.NO_FLOOR,
         floor_segment=floor.segment if floor is not None else 0,
         floor_offset=floor.offset if floor is not None else 0,
         floor_after=floor.after if floor is not None else 0,
@@ -136,8 +136,8 @@ def stable_receipt(
 def extend_running(
     running: SegmentInfo | None,
     target: int,
-    new_stamp: fmt.Stamp,
-    old_stamp: fmt.Stamp | None,
+    new_stamp: ffmt.Stamp,
+    old_stamp: ffmt.Stamp | None,
     new_file: bool,
     seqs: list[int],
     bounds: list[Boundary],
@@ -155,9 +155,9 @@ def extend_running(
                        running.bounds + tuple(bounds), max(running.max_seq, *seqs))
 
 
-def empty_receipt() -> fmt.Receipt:
-    return fmt.Receipt(
-        state=fmt.PENDING, epoch=0, next_seq=1, window=0, window_segment=0, window_offset=0,
-        floor_seq=fmt.NO_FLOOR, floor_segment=0, floor_offset=0, active_segment=0,
-        active=fmt.ZERO_STAMP, sealed_count=0, sealed_digest=b"\x00" * 16,
+def empty_receipt() -> ffmt.Receipt:
+    return ffmt.Receipt(
+        state=ffmt.PENDING, epoch=0, next_seq=1, window=0, window_segment=0, window_offset=0,
+        floor_seq=ffmt.NO_FLOOR, floor_segment=0, floor_offset=0, active_segment=0,
+        active=ffmt.ZERO_STAMP, sealed_count=0, sealed_digest=b"\x00" * 16,
     )

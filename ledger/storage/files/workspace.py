@@ -26,11 +26,13 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from ledger.core import format as fmt
 from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.errors import CommitFailed, CommitUncertain, DeletePending
+from ledger.core.forks import Branch, RewindResult
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.core.rows import Row
 from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.windows import window_marker
@@ -127,7 +129,7 @@ class FileWorkspace(Publishing):
             self._auto_merge(sealed)
         return result
 
-    def _auto_merge(self, sealed: list[tuple[int, fmt.Stamp]]) -> None:
+    def _auto_merge(self, sealed: list[tuple[int, ffmt.Stamp]]) -> None:
         """Keep file count logarithmic once a history has many segments. The
         append already succeeded; a failed merge is left for the next writer.
         A merge keeps the epoch (no content changes) but bumps the receipt's
@@ -158,8 +160,8 @@ class FileWorkspace(Publishing):
         # One listing serves the sweeps below and the validation.
         names = os.listdir(self.path)
         segs.remove_stray_temps(self.path, names)
-        self.ensure_format(fmt.FORMAT_NAME in names)
-        if fmt.REWRITE_MARKER_NAME in names or fmt.MERGE_NAME in names:
+        self.ensure_format(ffmt.FORMAT_NAME in names)
+        if ffmt.REWRITE_MARKER_NAME in names or ffmt.MERGE_NAME in names:
             try:
                 recover_if_marked(self.path, self.store.durability)
                 settle_merge(self.path, self.store.durability)
@@ -175,7 +177,7 @@ class FileWorkspace(Publishing):
     def _commit(
         self, st: State, stored: list[dict[str, Any]], lines: list[bytes], bid: str,
         rf: WriterReceipt,
-    ) -> tuple[AppendResult, list[tuple[int, fmt.Stamp]] | None]:
+    ) -> tuple[AppendResult, list[tuple[int, ffmt.Stamp]] | None]:
         """Publish pending, commit by rename, publish stable. Returns the
         result and the sealed segments as the stable receipt now records them
         (None when that receipt could not be published)."""
@@ -199,7 +201,7 @@ class FileWorkspace(Publishing):
             target, chunks, offset0, new_file = active + 1, lines, 0, True
         try:
             new_stamp = segs.commit_file(
-                self.path, fmt.segment_name(target), chunks,
+                self.path, ffmt.segment_name(target), chunks,
                 durability=self.store.durability, new_file=new_file,
             )
         except segs.CommitStepError as exc:
@@ -316,6 +318,23 @@ class FileWorkspace(Publishing):
     def purge_before_floor(self) -> PurgeResult:
         """Really delete the rows at or before the newest manual reset."""
         return rewrite.purge_before_floor(self)
+
+    def rewind(self, to: int, expect_epoch: int | None = None,
+               restore_cleared: bool = False) -> RewindResult:
+        return rewrite.rewind(self, to, expect_epoch, restore_cleared)
+
+    def fork(self, target: str, at: int | None = None) -> FileWorkspace:
+        """A fork of this workspace as ``target`` (``ledger.storage.files.fork``)."""
+        from ledger.storage.files import fork
+
+        dst = self.store.open(target)
+        fork.fork(self, dst, at)
+        return dst
+
+    def origin(self) -> Branch | None:
+        from ledger.storage.files import fork
+
+        return fork.origin(self)
 
     def backup(self, dest: str) -> BackupResult:
         """A consistent copy of this history, taken under the lock."""

@@ -1,12 +1,9 @@
 """One workspace of the in-memory engine: its data (``Space``) and the
-primitives (``ledger.storage.primitives``); every other operation is
-``ledger.storage.rowspace``'s, written once above them.
-
-A workspace is a list of stored rows in seq order, the head (next seq, epoch,
-window, floor), the batch ids with their seqs, and a quarantine. Every
-operation holds the lock of its root (``MemoryRoot``: a root's workspaces).
-An append extends the list; ``replace`` builds a new list and swaps it in
-with a new epoch.
+primitives (``ledger.storage.primitives``, ``ledger.storage.forking``);
+everything else is ``ledger.storage.rowspace``'s. A workspace is a list of
+stored rows in seq order, the head, the batch ids with their seqs and a
+quarantine, under the lock of its root (``MemoryRoot``); an append extends
+the list, ``replace`` swaps in a new one with a new epoch.
 """
 
 from __future__ import annotations
@@ -22,9 +19,11 @@ from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.checks import Loaded, QuarantineCleaned
 from ledger.core.errors import Conflict, LedgerError, LockTimeout, WorkspaceNotFound
+from ledger.core.forks import ForkRefused
 from ledger.core.rows import Row, now_ms
 from ledger.core.windows import Boundary
 from ledger.storage.engine import QuarantineEntry, RowStat, StoreOptions, WorkspaceHandle
+from ledger.storage.forking import FORK_BATCH_PREFIX, RowForks
 from ledger.storage.primitives import LAST_SEQ, Edit, Replaced, StoredRow, holds, settle
 from ledger.storage.rowrecall import Recall
 from ledger.storage.rowspace import RowWorkspace
@@ -77,6 +76,12 @@ class Space:
             else:
                 self.batches[r.batch_id] = (r.seq, 1)
 
+    def newest(self) -> tuple[Boundary | None, Boundary | None]:
+        """The newest boundary row and the newest manual one (the floor)."""
+        last = next((r for r in reversed(self.rows) if r.boundary is not None), None)
+        manual = next((r.seq for r in reversed(self.rows) if r.boundary == "manual"), None)
+        return (boundary(last.seq, last.boundary) if last else None), boundary(manual, "manual")
+
     def put(self, seq: int | None, reason: str, data: bytes) -> str:
         self.put_aside += 1
         name = f"memory-quarantine:{self.put_aside}"
@@ -104,7 +109,7 @@ class MemoryRoot:
             self.lock.release()
 
 
-class MemWorkspace(RowWorkspace, WorkspaceHandle):
+class MemWorkspace(RowWorkspace, RowForks, WorkspaceHandle):
     """One workspace of a memory root: the primitives (module doc)."""
 
     engine, tag, quarantine_name = "memory", "m", "the memory quarantine"
@@ -209,15 +214,42 @@ class MemWorkspace(RowWorkspace, WorkspaceHandle):
                     sp.put(r.seq, put_aside, r.raw)
             if changed:
                 sp.swap(new)
-                last = next((r for r in reversed(new) if r.boundary is not None), None)
-                manual = next((r.seq for r in reversed(new) if r.boundary == "manual"), None)
-                sp.window, sp.floor = settle(expect, boundary(last.seq, last.boundary)
-                                             if last else None, boundary(manual, "manual"), hold)
+                sp.window, sp.floor = settle(expect, *sp.newest(), hold, edits=edits)
                 sp.next_seq = max(sp.next_seq, new[-1].seq + 1 if new else 1)
                 sp.epoch = rules.new_epoch(sp.epoch)
             return Replaced(sp.epoch, len(gone), sum(len(r.raw) + 1 for r in gone),
                             [f"memory quarantine ({len(gone)} rows)"]
                             if put_aside is not None and gone else [])
+
+    # --- the primitives of the fork (ledger.storage.forking) ------------------------
+
+    @property
+    def max_row_bytes(self) -> int:
+        return self.store.max_row_bytes
+
+    def open_sibling(self, workspace: str) -> MemWorkspace:
+        return MemWorkspace(self.root, self.store, workspace)
+
+    def copy_prefix(self, target: str, expect: RowState, at: int, event: Row) -> None:
+        """The fork shares the source's stored rows (immutable) up to ``at``."""
+        with self.locked():
+            sp = self.space()
+            if not holds(sp.state(), expect):
+                raise Conflict(f"workspace {self.workspace!r} changed; read it again")
+            if target in self.root.spaces:
+                raise ForkRefused(f"workspace {target!r} already exists in {self.root.label}; "
+                                  "a fork needs a new workspace id; nothing was forked")
+            new = Space(rules.new_epoch())
+            new.swap([*sp.rows[: bisect.bisect_right(sp.seqs, at)],
+                      StoredRow(event.seq, str(event.batch.get("id", "")), None, event.line)])
+            new.window, new.floor = new.newest()
+            new.next_seq = event.seq + 1
+            self.root.spaces[target] = new
+
+    def origin_seqs(self) -> list[int]:
+        with self.locked():
+            return sorted(first for bid, (first, n) in self.space().batches.items()
+                          if n == 1 and bid.startswith(FORK_BATCH_PREFIX))
 
     def list_quarantine(self) -> list[QuarantineEntry]:
         with self.locked():

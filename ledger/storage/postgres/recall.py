@@ -44,9 +44,9 @@ from typing import Any
 
 import xxhash
 
-from ledger.core import format as fmt
 from ledger.core import ranking
 from ledger.core.errors import CommitFailed, CommitUncertain, Unavailable
+from ledger.core.format import rows as fmt
 from ledger.core.searchable import indexed_terms
 
 VERSION = 2  # of what the tables hold; another value is rebuilt (2: from the floor on)
@@ -93,6 +93,34 @@ def row_hash(raw: bytes) -> int:
 
 def _mark(got: Iterable[Any] | None) -> Mark | None:
     return None if got is None else Mark(*(int(v) for v in got))
+
+
+# A query's rows, as the file engine reads them (``files.recall._NEAR_SQL``):
+# the hits, the rows just before and after each within (after, high], the
+# same for those, and the entries of every row named, with (prev, next) for
+# the rows that may be ranked. Only rows still in ``tl_rows`` count: an index
+# that claims to be current but still holds a removed row (a crash or a bug:
+# the tests' ``pretend_current``) never lends that row's words to another.
+# Every table is read for one workspace (on Citus: one shard).
+_LIVE = ("EXISTS (SELECT 1 FROM tl_rows r WHERE r.workspace = %(ws)s AND r.seq = {s})")
+_LINK = ("(SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s AND d.seq < {s} "
+         "AND d.seq > %(after)s AND " + _LIVE.format(s="d.seq") + " ORDER BY d.seq DESC "
+         "LIMIT 1) AS p, (SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s "
+         "AND d.seq > {s} AND d.seq <= %(high)s AND " + _LIVE.format(s="d.seq")
+         + " ORDER BY d.seq LIMIT 1) AS n")
+_NEAR_SQL = (  # no CTE column lists: Citus's planner loses them
+    "WITH h AS (SELECT x.s FROM unnest(%(hits)s::bigint[]) AS x(s) WHERE "
+    + _LIVE.format(s="x.s") + "), "
+    "l1 AS (SELECT h.s, " + _LINK.format(s="h.s") + " FROM h), "
+    "r AS (SELECT l1.p AS s FROM l1 WHERE l1.p IS NOT NULL UNION "
+    "SELECT l1.n FROM l1 WHERE l1.n IS NOT NULL EXCEPT SELECT h.s FROM h), "
+    "l2 AS (SELECT r.s, " + _LINK.format(s="r.s") + " FROM r), "
+    "l AS (SELECT l1.s, l1.p, l1.n FROM l1 UNION ALL SELECT l2.s, l2.p, l2.n FROM l2), "
+    "w AS (SELECT l.s FROM l UNION SELECT l.p FROM l WHERE l.p IS NOT NULL "
+    "UNION SELECT l.n FROM l WHERE l.n IS NOT NULL) "
+    "SELECT d.seq, d.win, d.len, d.tids, l.p, l.n FROM w "
+    "JOIN tl_recall_docs d ON d.workspace = %(ws)s AND d.seq = w.s LEFT JOIN l ON l.s = w.s "
+    "ORDER BY d.seq")
 
 
 class _Raced(Exception):
@@ -404,10 +432,11 @@ class PgRecall:
         if not found:
             return []
         docs: list[ranking.Doc] = []
-        for seq, win, length, blob in conn.execute(
-                "SELECT seq, win, len, tids FROM tl_recall_docs WHERE workspace = %s AND "
-                "seq = ANY(%s)", (ws, sorted(found)), binary=True).fetchall():
-            tfs = found[seq]
+        hits = sorted(found)
+        for seq, win, length, blob, prev, nxt in conn.execute(
+                _NEAR_SQL, {"ws": ws, "hits": hits, "after": after, "high": high},
+                binary=True).fetchall():
+            tfs = found.get(seq, {})
             if len(tfs) < len(kept):
                 pairs = array("I")
                 pairs.frombytes(bytes(blob))
@@ -417,11 +446,13 @@ class PgRecall:
                     term = term_of.get(pairs[i])
                     if term is not None:
                         tfs[term] = pairs[i + 1]
-            docs.append(ranking.Doc(int(seq), int(win), int(length), tfs))
+            docs.append(ranking.Doc(int(seq), int(win), int(length), tfs,
+                                    int(prev or 0), int(nxt or 0)))
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
         win_of = {d.seq: d.window for d in docs}
         q = ranking.Query(tuple(kept), query.phrases)
-        return [(s, win_of[s], score, (0, 0)) for s, score in ranking.rank(docs, q, corpus)]
+        return [(s, win_of[s], score, (0, 0))
+                for s, score in ranking.rank(docs, q, corpus, found)]
 
 
 def _parts(row: dict[str, Any] | None) -> list[dict[str, Any]]:

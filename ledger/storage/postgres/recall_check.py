@@ -24,9 +24,9 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from ledger.core import format as fmt
 from ledger.core import ranking
 from ledger.core.bounds import LINE_CAP
+from ledger.core.format import rows as fmt
 from ledger.core.searchable import hidden, row_text
 from ledger.storage.postgres.recall import SWAP, VERSION, PgRecall, row_hash
 

@@ -101,7 +101,8 @@ def replace(ws: PgHandle, expect: PgState, edits: Sequence[Edit],
                 "SELECT seq FROM tl_rows WHERE workspace = %s AND boundary = 'manual' "
                 "ORDER BY seq DESC LIMIT 1", (ws.workspace,)).fetchone()
             window, floor = settle(st, boundary(*last) if last else None,
-                                   boundary(manual[0], "manual") if manual else None, hold)
+                                   boundary(manual[0], "manual") if manual else None, hold,
+                                   edits)
             top = conn.execute("SELECT max(seq) FROM tl_rows WHERE workspace = %s",
                                (ws.workspace,)).fetchone()[0]
             epoch = rules.new_epoch(st.epoch)

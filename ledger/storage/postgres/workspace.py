@@ -43,6 +43,7 @@ from ledger.storage.engine import (
     T,
     WorkspaceHandle,
 )
+from ledger.storage.forking import RowForks
 from ledger.storage.postgres.connect import Database
 from ledger.storage.primitives import Edit, Replaced
 from ledger.storage.rewrites import RowRewrites
@@ -82,7 +83,7 @@ HEAD_COLUMNS = "next_seq, epoch, window_seq, window_reason, floor_seq"
 decode = decode_row
 
 
-class PgWorkspace(RowRewrites, WorkspaceHandle):
+class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
     """One workspace of the PostgreSQL engine (module doc)."""
 
     def __init__(self, db: Database, store: StoreOptions, workspace: str) -> None:
@@ -357,6 +358,25 @@ class PgWorkspace(RowRewrites, WorkspaceHandle):
         from ledger.storage.postgres.rewrites import replace
 
         return replace(self, expect, edits, put_aside, hold)
+
+    # --- the primitives of the fork (ledger.storage.forking; fork.py) ------------------
+
+    @property
+    def max_row_bytes(self) -> int:
+        return self.store.max_row_bytes
+
+    def open_sibling(self, workspace: str) -> PgWorkspace:
+        return type(self)(self.db, self.store, workspace)
+
+    def copy_prefix(self, target: str, expect: PgState, at: int, event: Row) -> None:
+        from ledger.storage.postgres.fork import copy_prefix
+
+        copy_prefix(self, target, expect, at, event)
+
+    def origin_seqs(self) -> list[int]:
+        from ledger.storage.postgres.fork import origin_seqs
+
+        return origin_seqs(self)
 
     def backup(self, dest: str) -> BackupResult:
         from ledger.storage.postgres.rewrites import backup

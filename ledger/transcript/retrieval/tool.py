@@ -19,7 +19,6 @@ from typing import Any, Generic, Protocol
 import msgspec
 
 from ledger.core import cursors, ranking
-from ledger.core import format as fmt
 from ledger.core.bounds import SCAN_ROWS, Budget, Event
 from ledger.core.cursors import SEEKING, CursorData, ListState, Position
 from ledger.core.errors import (
@@ -30,6 +29,7 @@ from ledger.core.errors import (
     RetrievalDisabled,
     Unavailable,
 )
+from ledger.core.format import rows as fmt
 from ledger.core.redact import redact
 from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
 from ledger.core.windows import window_marker
@@ -149,10 +149,11 @@ class SessionHistory:
         cursor: str | None = None,
         limit: int | None = None,
         mode: str | None = None,
+        current: bool | None = None,
     ) -> dict[str, Any]:
         return self._method(
             {"action": "search", "query": query, "window": window, "cursor": cursor,
-             "limit": limit, "mode": mode}
+             "limit": limit, "mode": mode, "current": current}
         )
 
     def read(
@@ -205,7 +206,8 @@ class _Pages(Generic[S]):
         query, window, limit = c.query, c.window, c.limit
         if c.action == "search":
             if c.ranked:
-                return lambda s, r, d: self._ranked(s, r, d, query, window, limit)
+                current = c.current
+                return lambda s, r, d: self._ranked(s, r, d, query, window, limit, current)
             return lambda s, r, d: self._search(s, r, d, query, window, limit)
         if c.action == "list":
             if window is None:
@@ -327,10 +329,14 @@ class _Pages(Generic[S]):
         query: str,
         window: int | None,
         limit: int,
+        current: bool = False,
     ) -> CursorData | None:
         """One page of a ranked search: the index's candidates (at most
         SCAN_ROWS postings) after the floor and up to the query's high-water
-        mark, best first from the rank the cursor reached; each row is read
+        mark, best first from the rank the cursor reached; without ``window``
+        or ``current``, only up to the newest boundary (the rows after it are
+        the model's provider view: in its context already; the cursor keeps
+        that boundary, so a rollover between pages moves nothing); each row is read
         again from the log (RANKED_READS at most, all of them within one
         budget of SCAN_BYTES and SCAN_ROWS: the page ends before a row that
         would not fit) and must still be there, after the floor, shown
@@ -345,7 +351,12 @@ class _Pages(Generic[S]):
         if window is not None:
             self.reader.window_start(st, window)  # NotFound for no such window
         start = data.pos.offset if data.pos.part == _RANKED else 0
-        ranked = self.reader.ranked(st, q, after, data.high, window)
+        high = data.high
+        if window is None and not current:
+            if data.pos.part != _RANKED:  # the first page: the view starts after this
+                data = msgspec.structs.replace(data, window=self.reader.window_seq(st))
+            high = min(high, data.window)
+        ranked = self.reader.ranked(st, q, after, high, window) if high > after else []
         at = start
         reads = 0
         budget = Budget()

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import Store
-from ledger.core import format as fmt
 from ledger.core.errors import CommitFailed, InvalidRow, LedgerError
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.storage.files import segments as segs
 from ledger.storage.files.bulk import Batch, bulk_load
 from ledger.storage.files.index import read_entries, scan_segment
@@ -53,13 +54,13 @@ def all_bytes(h: History) -> bytes:
 
 def derived_state(h: History) -> Any:
     """The state rebuilt from the segments alone (receipt ignored)."""
-    os.unlink(os.path.join(h.engine.path, fmt.RECEIPT_NAME))
+    os.unlink(os.path.join(h.engine.path, ffmt.RECEIPT_NAME))
     h._derived = {}
     return h.engine.state()
 
 
 def snapshot_files(path: str) -> dict[str, bytes]:
-    return {n: Path(path, n).read_bytes() for n in sorted(os.listdir(path)) if n != fmt.LOCK_NAME}
+    return {n: Path(path, n).read_bytes() for n in sorted(os.listdir(path)) if n != ffmt.LOCK_NAME}
 
 
 @pytest.fixture
@@ -301,7 +302,7 @@ def test_index_entries_match_a_scan(store: Store) -> None:
 def test_fresh_workspace_gets_format(store: Store) -> None:
     h = store.history("ws")
     bulk_load(h, [[bulk_row(0)]])
-    assert Path(h.engine.path, fmt.FORMAT_NAME).read_bytes() == fmt.FORMAT_TEXT
+    assert Path(h.engine.path, ffmt.FORMAT_NAME).read_bytes() == ffmt.FORMAT_TEXT
 
 
 def test_many_small_segments_merge_after_bulk(store_root: Path) -> None:

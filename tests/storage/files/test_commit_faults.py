@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ledger import CommitFailed, CommitUncertain, LedgerError, Store
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from ledger.storage.files.receipt import receipt_status
 from tests.helpers import (
     AT_OR_AFTER_RENAME,
@@ -48,8 +48,8 @@ def test_fault_before_rename_is_commit_failed(
 ) -> None:
     h = _history(store_root, segment_bytes)
     ws = store_root / "ws"
-    before = file_bytes(ws, skip=(fmt.RECEIPT_NAME,))
-    receipt_before = (ws / fmt.RECEIPT_NAME).read_bytes()
+    before = file_bytes(ws, skip=(ffmt.RECEIPT_NAME,))
+    receipt_before = (ws / ffmt.RECEIPT_NAME).read_bytes()
     epoch = h.epoch
     rows_before = dicts(h)
     faults = Faults(monkeypatch, step, err)
@@ -57,7 +57,7 @@ def test_fault_before_rename_is_commit_failed(
         h.append_many(_batch("lost"), batch_id="b-lost")
     assert faults.fired, f"the fault at {step} never fired"
     assert info.value.batch_id == "b-lost"
-    assert file_bytes(ws, skip=(fmt.RECEIPT_NAME,)) == before
+    assert file_bytes(ws, skip=(ffmt.RECEIPT_NAME,)) == before
     assert temps(ws) == []
     assert dicts(h) == rows_before
     # Nothing changed, so the receipt still vouches for the history: same
@@ -66,7 +66,7 @@ def test_fault_before_rename_is_commit_failed(
     assert snap.verified, f"receipt after CommitFailed at {step}: {receipt_status(str(ws))}"
     assert snap.epoch == epoch
     if step.startswith("pending_receipt") or step == "lock_open":
-        assert (ws / fmt.RECEIPT_NAME).read_bytes() == receipt_before
+        assert (ws / ffmt.RECEIPT_NAME).read_bytes() == receipt_before
     r = h.append_many(_batch("next"))
     assert r.seqs == [4, 5, 6]
     check_log(dicts(h))
@@ -144,7 +144,7 @@ def test_fault_on_the_first_write_of_a_workspace(
     rows = dicts(h)
     check_log(rows)
     assert rows[-3:] == [d for d in rows if d["batch"]["id"] == r.batch_id]
-    assert (store_root / "ws" / fmt.FORMAT_NAME).read_bytes() == fmt.FORMAT_TEXT
+    assert (store_root / "ws" / ffmt.FORMAT_NAME).read_bytes() == ffmt.FORMAT_TEXT
     assert temps(store_root / "ws") == []
 
 

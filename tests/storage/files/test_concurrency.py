@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ledger import Store
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from tests.helpers import PYTHON, WRITER, check_log, dicts, msg, subprocess_env, tree
 
 PROCS = 4
@@ -68,7 +68,7 @@ def test_processes_and_threads_append_at_once(store_root: Path, tmp_path: Path) 
     batches = check_log(rows, "after concurrent appends")
     assert batches == acked  # nothing lost, nothing extra, seqs as reported
     assert len({r["id"] for r in rows}) == len(rows)
-    assert len([p for p in (store_root / "ws").iterdir() if fmt.segment_number(p.name)]) > 1
+    assert len([p for p in (store_root / "ws").iterdir() if ffmt.segment_number(p.name)]) > 1
     assert h.snapshot().verified
 
 
@@ -94,7 +94,7 @@ def test_first_writes_race_on_a_new_workspace(store_root: Path) -> None:
         t.join()
     assert errors == []
     check_log(dicts(Store(store_root).history("fresh")))
-    assert (store_root / "fresh" / fmt.FORMAT_NAME).read_bytes() == fmt.FORMAT_TEXT
+    assert (store_root / "fresh" / ffmt.FORMAT_NAME).read_bytes() == ffmt.FORMAT_TEXT
 
 
 def test_format_temp_removed_by_a_concurrent_first_writer(store_root: Path, monkeypatch) -> None:
@@ -110,7 +110,7 @@ def test_format_temp_removed_by_a_concurrent_first_writer(store_root: Path, monk
     fired: list[bool] = []
 
     def rename(src, dst, *a, **k):
-        if os.path.basename(os.fspath(dst)) == fmt.FORMAT_NAME and not fired:
+        if os.path.basename(os.fspath(dst)) == ffmt.FORMAT_NAME and not fired:
             fired.append(True)
             def second() -> None:
                 # FORMAT is written under the lock now, so the second writer
@@ -137,7 +137,7 @@ def test_format_temp_removed_by_a_concurrent_first_writer(store_root: Path, monk
     monkeypatch.setattr(os, "rename", real_rename)
     h.append(msg("c"))
     check_log(dicts(h))
-    assert (store_root / "ws" / fmt.FORMAT_NAME).read_bytes() == fmt.FORMAT_TEXT
+    assert (store_root / "ws" / ffmt.FORMAT_NAME).read_bytes() == ffmt.FORMAT_TEXT
 
 
 def test_readers_never_see_a_torn_batch(store_root: Path) -> None:

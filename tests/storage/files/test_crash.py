@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ledger import Store
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from tests.helpers import (
     PYTHON,
     WRITER,
@@ -135,4 +135,4 @@ def test_interrupted_creation_still_gets_format(store_root: Path) -> None:
     (store_root / "ws").mkdir(parents=True, mode=0o700)
     h = Store(store_root, durability="off").history("ws")
     h.append(msg())
-    assert (store_root / "ws" / fmt.FORMAT_NAME).read_bytes() == fmt.FORMAT_TEXT
+    assert (store_root / "ws" / ffmt.FORMAT_NAME).read_bytes() == ffmt.FORMAT_TEXT

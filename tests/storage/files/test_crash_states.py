@@ -45,8 +45,8 @@ from typing import Any
 import pytest
 
 from ledger import CursorExpired, HistoryDamaged, Store
-from ledger.core import format as fmt
 from ledger.core.errors import DeletePending
+from ledger.core.format import files as ffmt
 from ledger.core.windows import classify_reset
 from ledger.storage.files import merge
 from recovery.check import check
@@ -83,6 +83,12 @@ def grow(store: Store, batches: int, *, start: int = 0, clear_at: int | None = N
         if i == clear_at:
             h.clear_soft()
         h.append_many([msg(f"needle {i} question"), msg(f"answer {i} " + "x" * 40, "assistant")])
+
+
+def _rolled(store: Store) -> None:
+    grow(store, 4)
+    store.history(WS).rollover([msg("needle after the rollover")])
+    grow(store, 2, start=4)
 
 
 def _legacy(store: Store) -> Any:
@@ -168,6 +174,10 @@ def _scenarios() -> list[Scenario]:
         Scenario("purge-many-full", "full", lambda s: grow(s, 8, clear_at=6),
                  [lambda s: s.history(WS).purge_before_floor()], rewrite=True,
                  segment_bytes=600),
+        Scenario("rewind-full", "full", lambda s: grow(s, 6, clear_at=1),
+                 [lambda s: s.history(WS).rewind(to=9)], rewrite=True, segment_bytes=600),
+        Scenario("rewind-rollover-off", "off", _rolled,
+                 [lambda s: s.history(WS).rewind(to=8)], rewrite=True, segment_bytes=600),
         Scenario("purge-full", "full", lambda s: grow(s, 6, clear_at=3),
                  [lambda s: s.history(WS).purge_before_floor()], rewrite=True),
         Scenario("repair-full", "full", _damaged, [lambda s: repair(s.history(WS))],
@@ -256,14 +266,14 @@ class Explorer:
 
         self.snapshot, self.ops, self.ends = record(
             str(live), [step_and_keep(i) for i in range(len(steps))],
-            opaque=(fmt.RECALL_NAME,) if sc.recall else ())
+            opaque=(ffmt.RECALL_NAME,) if sc.recall else ())
         self.conts.add(self._continue(Store(live, durability="off")))
         self.ahead: dict[str, bytes] = {}
         if Store(live, durability="off").history(WS).exists():
             ranked_search(Store(live, durability="off"))  # the index of the run's end
             wsdir = live / WS
             self.ahead = {n: (wsdir / n).read_bytes() for n in os.listdir(wsdir)
-                          if n.startswith(fmt.RECALL_NAME)}
+                          if n.startswith(ffmt.RECALL_NAME)}
 
     def _continue(self, store: Store) -> Any:
         if self.cursor is None or not store.history(WS).exists():
@@ -404,7 +414,7 @@ def ranked_search(store: Store) -> Any:
     tool = store.history(WS).session_history()
     try:
         return json.loads(tool.call({"action": "search", "query": "needle question answer",
-                                     "mode": "ranked", "limit": 25}))
+                                     "mode": "ranked", "current": True, "limit": 25}))
     finally:
         if tool.reader._recall is not None:
             tool.reader._recall.close()
@@ -412,7 +422,7 @@ def ranked_search(store: Store) -> Any:
 
 def _drop_recall(wsdir: Path) -> None:
     for name in os.listdir(wsdir):
-        if name.startswith(fmt.RECALL_NAME):
+        if name.startswith(ffmt.RECALL_NAME):
             os.unlink(wsdir / name)
 
 

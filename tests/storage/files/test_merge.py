@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ledger import Store
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from ledger.storage.files import merge
 from ledger.storage.files import segments as segs
 
@@ -59,7 +59,7 @@ def test_merge_keeps_rows_epoch_floor_and_window(tmp_path: Path, no_auto_merge: 
     assert [r.seq for r in h.provider_view()] == [
         r["seq"] for r in before if r["seq"] > st0.window_seq and r["kind"] != "reset"]
     # The merged positions really are where the boundaries are.
-    data = (tmp_path / "ws" / fmt.segment_name(st1.floor.segment)).read_bytes()
+    data = (tmp_path / "ws" / ffmt.segment_name(st1.floor.segment)).read_bytes()
     line = data[st1.floor.offset: data.index(b"\n", st1.floor.offset)]
     assert json.loads(line)["seq"] == st1.floor.seq
 
@@ -121,7 +121,7 @@ def test_a_cursor_expires_when_a_merge_record_is_missing(tmp_path: Path, no_auto
     first = json.loads(tool.call({"action": "search", "query": "tok", "limit": 5}))
     assert first["cursor"]
     h.engine.merge_segments()
-    (tmp_path / "ws" / fmt.INDEX_NAME).unlink()  # the projection, records included
+    (tmp_path / "ws" / ffmt.INDEX_NAME).unlink()  # the projection, records included
     fresh_tool = Store(tmp_path).history("ws").session_history()
     again = json.loads(fresh_tool.call({"action": "search", "query": "tok", "limit": 5,
                                         "cursor": first["cursor"]}))
@@ -171,23 +171,23 @@ def test_interrupted_merge_is_invisible_and_settled(
     wsdir = str(tmp_path / "ws")
     total = sum(dict(st.sealed)[n].size for n in run)
     marker = {"into": run[0], "from": run, "size": total}
-    (tmp_path / "ws" / fmt.MERGE_NAME).write_text(json.dumps(marker))
+    (tmp_path / "ws" / ffmt.MERGE_NAME).write_text(json.dumps(marker))
     if stage != "marker":
-        blob = b"".join((tmp_path / "ws" / fmt.segment_name(n)).read_bytes() for n in run)
-        (tmp_path / "ws" / fmt.segment_name(run[0])).write_bytes(blob)
+        blob = b"".join((tmp_path / "ws" / ffmt.segment_name(n)).read_bytes() for n in run)
+        (tmp_path / "ws" / ffmt.segment_name(run[0])).write_bytes(blob)
     if stage == "one_unlinked":
         os.unlink(segs.segment_path(wsdir, run[1]))
     # A reader sees the same rows, once each, before any writer settles.
     assert [r.to_dict() for r in h.rows()] == before
     h.append(text("after"))
-    assert not (tmp_path / "ws" / fmt.MERGE_NAME).exists()
+    assert not (tmp_path / "ws" / ffmt.MERGE_NAME).exists()
     assert [r.to_dict() for r in h.rows()][:-1] == before
     if stage != "marker":
         assert all(not os.path.exists(segs.segment_path(wsdir, n)) for n in run[1:])
 
 
 def test_plan_is_tiered() -> None:
-    stamp = lambda size: fmt.Stamp(0, 0, size, 0, 0)  # noqa: E731
+    stamp = lambda size: ffmt.Stamp(0, 0, size, 0, 0)  # noqa: E731
     small = [(i, stamp(300)) for i in range(1, 15)]
     assert merge.plan(small, 256) is None  # 14 of a class: not yet
     full = [(i, stamp(300)) for i in range(1, 17)]
@@ -202,7 +202,7 @@ def test_plan_does_not_stall_behind_a_capped_merge() -> None:
     class's limit. The next run of the class must still merge (it was refused
     for good: the file count then grew with the history, and every append
     stats every segment)."""
-    stamp = lambda size: fmt.Stamp(0, 0, size, 0, 0)  # noqa: E731
+    stamp = lambda size: ffmt.Stamp(0, 0, size, 0, 0)  # noqa: E731
     cap, max_bytes = 256, 256 * merge.FANOUT ** 2
     one_class_up = 256 * merge.FANOUT + 40  # a level-1 merge's product, 1% over its class
     capped = (merge.FANOUT - 1) * one_class_up  # what a capped level-2 merge makes

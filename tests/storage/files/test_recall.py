@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ledger import Store
-from ledger.core import format as fmt
 from ledger.core import ranking
+from ledger.core.format import files as ffmt
 from tests.helpers import msg
 
 
@@ -34,7 +34,7 @@ def call(tool: Any, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def ranked(tool: Any, query: str, **kw: Any) -> dict[str, Any]:
-    return call(tool, {"action": "search", "query": query, "mode": "ranked", **kw})
+    return call(tool, {"action": "search", "query": query, "mode": "ranked", "current": True, **kw})
 
 
 def seqs(res: dict[str, Any]) -> list[int]:
@@ -69,7 +69,7 @@ def test_index_deleted_or_damaged_is_rebuilt(tmp_path: Path) -> None:
     tool = h.session_history()
     before = ranked(tool, "degree graduate commute")
     wsdir = tmp_path / "w"
-    index = wsdir / fmt.RECALL_NAME
+    index = wsdir / ffmt.RECALL_NAME
     assert index.exists()
     for suffix in ("", "-wal", "-shm"):
         Path(str(index) + suffix).unlink(missing_ok=True)
@@ -93,15 +93,15 @@ def test_a_log_that_lost_its_tail_is_not_served_from_the_index(tmp_path: Path) -
     shutil.copytree(wsdir, saved)
     h.append(msg("zebra lost in the crash"))
     tool = h.session_history()
-    assert seqs(ranked(tool, "zebra")) == [3]
+    assert seqs(ranked(tool, "zebra")) == [3, 2]
     tool.reader._recall.close()
     for name in os.listdir(saved):  # the log goes back; the index stays
-        if not name.startswith(fmt.RECALL_NAME):
+        if not name.startswith(ffmt.RECALL_NAME):
             shutil.copy2(saved / name, wsdir / name)
     h2 = history(tmp_path)
     assert ranked(h2.session_history(), "zebra")["items"] == []
     h2.append(msg("a yak at seq three"))
-    assert seqs(ranked(h2.session_history(), "yak")) == [3]
+    assert seqs(ranked(h2.session_history(), "yak")) == [3, 2]  # 2: the yak's neighbour
     assert ranked(h2.session_history(), "zebra")["items"] == []
 
 
@@ -128,7 +128,7 @@ def test_check_reports_and_repair_rebuilds_the_index(tmp_path: Path) -> None:
     before = ranked(tool, "degree graduate commute")
     tool.reader._recall.close()
     assert check(h).ok and not [f for f in check(h).findings if "recall" in f.code]
-    index = tmp_path / "w" / fmt.RECALL_NAME
+    index = tmp_path / "w" / ffmt.RECALL_NAME
     import sqlite3
 
     from ledger.storage.files import recall
@@ -176,7 +176,7 @@ def test_rows_are_found_again_after_a_merge(tmp_path: Path) -> None:
     got = ranked(tool, "otter swims", limit=25)
     tool.reader._recall.close()
     for name in os.listdir(tmp_path / "w"):
-        if name.startswith(fmt.RECALL_NAME):
+        if name.startswith(ffmt.RECALL_NAME):
             os.unlink(tmp_path / "w" / name)
     assert ranked(h.session_history(), "otter swims", limit=25) == got
 
@@ -190,10 +190,10 @@ def test_a_deleted_workspace_made_again_has_a_new_index(tmp_path: Path) -> None:
     assert store.delete("w")
     h.append(msg("a kingfisher, not a heron"))
     h.append(msg("another kingfisher"))
-    assert seqs(ranked(tool, "heron")) == [1]
+    assert seqs(ranked(tool, "heron")) == [1, 2]  # 2: the new heron's neighbour
     assert ranked(tool, "lake nests")["items"] == []
     assert seqs(ranked(tool, "kingfisher"))[0] in (1, 2)
-    assert (tmp_path / "w" / fmt.RECALL_NAME).exists()
+    assert (tmp_path / "w" / ffmt.RECALL_NAME).exists()
 
 
 def test_framework_tools_search_ranked(tmp_path: Path) -> None:
@@ -209,7 +209,8 @@ def test_framework_tools_search_ranked(tmp_path: Path) -> None:
     store = Store(str(tmp_path), durability="off")
     store.history("lc").append(msg("The standup moved to 9:45 on Thursdays."))
     store.history("oa").append(msg("The standup moved to 9:45 on Thursdays."))
-    question = {"action": "search", "query": "when is the standup now?", "mode": "ranked"}
+    question = {"action": "search", "query": "when is the standup now?", "mode": "ranked",
+                "current": True}
     tool = lc.session_history_tool(lc.LedgerChatMessageHistory("lc", store=store))
     assert "ranked" in json.dumps(tool.args)
     got = json.loads(tool.invoke(question))
@@ -228,7 +229,8 @@ def test_cli_ranked_search(tmp_path: Path) -> None:
     del h
     out = subprocess.run(
         [sys.executable, "-m", "ledger", "--root", str(tmp_path), "history", "w", "search",
-         "what degree did I graduate with?", "--mode", "ranked", "--limit", "1"],
+         "what degree did I graduate with?", "--mode", "ranked", "--limit", "1",
+         "--current"],
         capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert "Business Administration" in json.loads(out.stdout)["items"][0]["text"]

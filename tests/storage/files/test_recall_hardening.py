@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from ledger import Store
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from ledger.storage.files import recall
 from recovery.check import check
 from recovery.repair import repair
@@ -51,7 +51,8 @@ def seeded(root: Path) -> Any:
 def answers(h: Any, queries: tuple[str, ...] = QUERIES) -> list[str]:
     tool = h.session_history()
     try:
-        return [tool.call({"action": "search", "query": q, "mode": "ranked", "limit": 25})
+        return [tool.call({"action": "search", "query": q, "mode": "ranked", "current": True,
+                           "limit": 25})
                 for q in queries]
     finally:
         if tool.reader._recall is not None:
@@ -61,7 +62,7 @@ def answers(h: Any, queries: tuple[str, ...] = QUERIES) -> list[str]:
 def index_files(h: Any, root: Path) -> Path:
     """Build the index and close it (its WAL folded in): the database path."""
     answers(h)
-    path = root / "w" / fmt.RECALL_NAME
+    path = root / "w" / ffmt.RECALL_NAME
     assert path.exists() and not Path(str(path) + "-wal").exists()
     return path
 
@@ -116,7 +117,7 @@ def test_a_dangling_symlink_creates_nothing_outside(tmp_path: Path) -> None:
     h = seeded(root)
     target = tmp_path / "elsewhere" / "made.sqlite"
     target.parent.mkdir()
-    os.symlink(target, root / "w" / fmt.RECALL_NAME)
+    os.symlink(target, root / "w" / ffmt.RECALL_NAME)
     assert unavailable(answers(h))
     assert not target.exists() and os.listdir(target.parent) == []
     assert [f.code for f in check(h).findings] == ["recall_index_unsafe"]
@@ -230,7 +231,8 @@ def test_an_error_while_answering_rebuilds_and_answers(
     checksum) is answered by a rebuild too."""
     h, path, _, want = damaged(tmp_path)
     tool = h.session_history()
-    args = {"action": "search", "query": "heron cache", "mode": "ranked", "limit": 25}
+    args = {"action": "search", "query": "heron cache", "mode": "ranked", "current": True,
+            "limit": 25}
     assert tool.call(args) == want[1]
     db = sqlite3.connect(path)
     db.execute("UPDATE post SET tf = tf + 1")
@@ -252,7 +254,8 @@ def test_any_byte_of_the_wal_changed_answers_as_a_fresh_index(
     path = index_files(h, root)
     h.append_many([msg("a heron and a bluebird deploy the cache"), msg("otter cache")])
     tool = h.session_history()
-    want = [tool.call({"action": "search", "query": q, "mode": "ranked", "limit": 25})
+    want = [tool.call({"action": "search", "query": q, "mode": "ranked", "current": True,
+                       "limit": 25})
             for q in QUERIES]
     wal = Path(str(path) + "-wal")
     main_bytes, wal_bytes = path.read_bytes(), wal.read_bytes()  # frames not checkpointed

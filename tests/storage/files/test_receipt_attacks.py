@@ -15,7 +15,7 @@ import pytest
 
 from ledger import Store
 from ledger.cli.core import stat_report
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from ledger.storage.files.receipt import read_receipt, receipt_status
 from tests.helpers import dicts, msg
 
@@ -55,65 +55,65 @@ def _symlink_to_valid_copy(ws: Path, tmp: Path, other: Path) -> Path:
     # The target holds this workspace's own, valid receipt: only following
     # the link would make it verify.
     target = tmp / "elsewhere-RECEIPT"
-    shutil.copyfile(ws / fmt.RECEIPT_NAME, target)
-    (ws / fmt.RECEIPT_NAME).unlink()
-    os.symlink(target, ws / fmt.RECEIPT_NAME)
+    shutil.copyfile(ws / ffmt.RECEIPT_NAME, target)
+    (ws / ffmt.RECEIPT_NAME).unlink()
+    os.symlink(target, ws / ffmt.RECEIPT_NAME)
     return target
 
 
 def _symlink_dangling(ws: Path, tmp: Path, other: Path) -> Path:
-    (ws / fmt.RECEIPT_NAME).unlink()
-    os.symlink(tmp / "nowhere", ws / fmt.RECEIPT_NAME)
+    (ws / ffmt.RECEIPT_NAME).unlink()
+    os.symlink(tmp / "nowhere", ws / ffmt.RECEIPT_NAME)
     return tmp / "nowhere"
 
 
 def _fifo(ws: Path, tmp: Path, other: Path) -> None:
-    (ws / fmt.RECEIPT_NAME).unlink()
-    os.mkfifo(ws / fmt.RECEIPT_NAME, 0o600)
+    (ws / ffmt.RECEIPT_NAME).unlink()
+    os.mkfifo(ws / ffmt.RECEIPT_NAME, 0o600)
 
 
 def _sparse_1gib(ws: Path, tmp: Path, other: Path) -> None:
-    with open(ws / fmt.RECEIPT_NAME, "r+b") as f:  # a valid head, then 1 GiB of holes
+    with open(ws / ffmt.RECEIPT_NAME, "r+b") as f:  # a valid head, then 1 GiB of holes
         f.truncate(1 << 30)
 
 
 def _sparse_new_file(ws: Path, tmp: Path, other: Path) -> None:
-    (ws / fmt.RECEIPT_NAME).unlink()
-    with open(ws / fmt.RECEIPT_NAME, "wb") as f:
+    (ws / ffmt.RECEIPT_NAME).unlink()
+    with open(ws / ffmt.RECEIPT_NAME, "wb") as f:
         f.truncate(1 << 30)
 
 
 def _random_bytes(ws: Path, tmp: Path, other: Path) -> None:
-    (ws / fmt.RECEIPT_NAME).write_bytes(os.urandom(fmt.RECEIPT_SIZE))
+    (ws / ffmt.RECEIPT_NAME).write_bytes(os.urandom(ffmt.RECEIPT_SIZE))
 
 
 def _truncated_copy(ws: Path, tmp: Path, other: Path) -> None:
-    data = (ws / fmt.RECEIPT_NAME).read_bytes()
-    (ws / fmt.RECEIPT_NAME).write_bytes(data[:200])
+    data = (ws / ffmt.RECEIPT_NAME).read_bytes()
+    (ws / ffmt.RECEIPT_NAME).write_bytes(data[:200])
 
 
 def _one_byte_longer(ws: Path, tmp: Path, other: Path) -> None:
-    data = (ws / fmt.RECEIPT_NAME).read_bytes()
-    (ws / fmt.RECEIPT_NAME).write_bytes(data + b"\x00")
+    data = (ws / ffmt.RECEIPT_NAME).read_bytes()
+    (ws / ffmt.RECEIPT_NAME).write_bytes(data + b"\x00")
 
 
 def _bit_flip(ws: Path, tmp: Path, other: Path) -> None:
-    data = bytearray((ws / fmt.RECEIPT_NAME).read_bytes())
+    data = bytearray((ws / ffmt.RECEIPT_NAME).read_bytes())
     data[24] ^= 0x04  # next_seq
-    (ws / fmt.RECEIPT_NAME).write_bytes(bytes(data))
+    (ws / ffmt.RECEIPT_NAME).write_bytes(bytes(data))
 
 
 def _from_other_workspace(ws: Path, tmp: Path, other: Path) -> None:
-    shutil.copyfile(other / fmt.RECEIPT_NAME, ws / fmt.RECEIPT_NAME)
+    shutil.copyfile(other / ffmt.RECEIPT_NAME, ws / ffmt.RECEIPT_NAME)
 
 
 def _empty_directory(ws: Path, tmp: Path, other: Path) -> None:
-    (ws / fmt.RECEIPT_NAME).unlink()
-    (ws / fmt.RECEIPT_NAME).mkdir()
+    (ws / ffmt.RECEIPT_NAME).unlink()
+    (ws / ffmt.RECEIPT_NAME).mkdir()
 
 
 def _zero_length(ws: Path, tmp: Path, other: Path) -> None:
-    (ws / fmt.RECEIPT_NAME).write_bytes(b"")
+    (ws / ffmt.RECEIPT_NAME).write_bytes(b"")
 
 
 ATTACKS = {
@@ -156,9 +156,9 @@ def test_hostile_receipt(store_root: Path, tmp_path: Path, attack: str) -> None:
     r = _bounded(lambda: h.append(msg("d")), "append")
     assert r.seqs == [5]
     assert r.epoch not in (epoch, other_epoch)
-    st = os.lstat(ws / fmt.RECEIPT_NAME)
+    st = os.lstat(ws / ffmt.RECEIPT_NAME)
     assert stat.S_ISREG(st.st_mode), f"{attack}: RECEIPT is not a regular file after the write"
-    assert st.st_size == fmt.RECEIPT_SIZE and st.st_blocks * 512 <= 64 * 1024
+    assert st.st_size == ffmt.RECEIPT_SIZE and st.st_blocks * 512 <= 64 * 1024
     assert receipt_status(str(ws)) == "stable"
     snap = h.snapshot()
     assert snap.verified and snap.epoch == r.epoch and snap.floor.seq == 3
@@ -177,9 +177,9 @@ def test_foreign_receipt_file_gets_mode_0600_back(store_root: Path) -> None:
     """Files are 0600 (DESIGN 4): a RECEIPT replaced by someone else's
     world-readable regular file is not kept world-readable by the re-baseline."""
     h, _ = _setup(store_root)
-    path = store_root / "ws" / fmt.RECEIPT_NAME
+    path = store_root / "ws" / ffmt.RECEIPT_NAME
     path.unlink()
-    path.write_bytes(os.urandom(fmt.RECEIPT_SIZE))
+    path.write_bytes(os.urandom(ffmt.RECEIPT_SIZE))
     os.chmod(path, 0o644)
     h.append(msg("d"))
     assert h.snapshot().verified

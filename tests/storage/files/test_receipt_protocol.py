@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ledger import CommitFailed, Store
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
 from ledger.storage.files.receipt import read_receipt, receipt_status
 from tests.helpers import PYTHON, WRITER, Faults, dicts, file_bytes, msg, subprocess_env
 
@@ -31,7 +31,7 @@ def test_first_write_gets_an_epoch_and_a_stable_receipt(store_root: Path) -> Non
     assert r.epoch != 0 and r.window == 0 and r.seqs == [1]
     rec = read_receipt(str(store_root / "ws"))
     assert rec is not None and rec.stable and rec.epoch == r.epoch and rec.next_seq == 2
-    assert (store_root / "ws" / fmt.RECEIPT_NAME).stat().st_size == fmt.RECEIPT_SIZE
+    assert (store_root / "ws" / ffmt.RECEIPT_NAME).stat().st_size == ffmt.RECEIPT_SIZE
     snap = h.snapshot()
     assert snap.verified and snap.epoch == r.epoch and snap.next_seq == 2
 
@@ -173,7 +173,7 @@ def test_untracked_change_gets_a_new_epoch_on_next_write(store_root: Path) -> No
 def test_rebaseline_after_a_lost_receipt(store_root: Path) -> None:
     h = _h(store_root)
     epoch = h.append_many([msg("a"), msg("b")]).epoch
-    (store_root / "ws" / fmt.RECEIPT_NAME).unlink()
+    (store_root / "ws" / ffmt.RECEIPT_NAME).unlink()
     snap = h.snapshot()
     assert not snap.verified and snap.next_seq == 3
     r = h.append(msg("c"))

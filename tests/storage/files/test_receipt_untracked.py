@@ -17,7 +17,8 @@ import pytest
 
 from ledger import Store
 from ledger.cli.core import stat_report
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from tests.helpers import dicts, msg, segment_files
 
 
@@ -132,7 +133,7 @@ def test_untracked_added_segment(store_root: Path, content: bytes | None) -> Non
     h = _history(store_root)
     segs = segment_files(store_root / "ws")
     snap = h.snapshot()
-    new = segs[-1].with_name(fmt.segment_name(fmt.segment_number(segs[-1].name) + 1))
+    new = segs[-1].with_name(ffmt.segment_name(ffmt.segment_number(segs[-1].name) + 1))
     new.write_bytes(segs[0].read_bytes() if content is None else content)
     _check_rebaseline(h, snap.epoch, snap.next_seq)
 
@@ -142,8 +143,8 @@ def test_untracked_segment_in_a_numbering_gap(store_root: Path) -> None:
     snap = h.snapshot()
     segs = segment_files(store_root / "ws")
     # Renumber the active segment upwards, leaving a gap where a segment "appears".
-    last = fmt.segment_number(segs[-1].name)
-    os.rename(segs[-1], segs[-1].with_name(fmt.segment_name(last + 2)))
+    last = ffmt.segment_number(segs[-1].name)
+    os.rename(segs[-1], segs[-1].with_name(ffmt.segment_name(last + 2)))
     _check_rebaseline(h, snap.epoch, snap.next_seq)
 
 
@@ -174,7 +175,7 @@ def test_reset_candidate_in_the_oldest_sealed_segment_is_the_floor(
         floor = snap.floor
         assert floor is not None, f"{when}: no privacy floor for the candidate"
         assert (floor.segment, floor.offset) == (1, offset), f"{when}: floor at {floor}"
-        assert floor.seq == fmt.FLOOR_UNREADABLE and not floor.readable
+        assert floor.seq == ffmt.FLOOR_UNREADABLE and not floor.readable
         assert stat_report(h)["floor"] == {"seq": None, "segment": oldest.name, "offset": offset,
                                            "damaged": False}
         if when == "immediately":
@@ -235,15 +236,15 @@ def test_newer_candidate_beats_the_receipts_floor(store_root: Path, where: str) 
     segs = segment_files(store_root / "ws")
     receipt_floor = h.snapshot().floor
     target = segs[-1] if where == "active" else segs[-2]
-    assert fmt.segment_number(target.name) > receipt_floor.segment
+    assert ffmt.segment_number(target.name) > receipt_floor.segment
     offset = target.stat().st_size
     with open(target, "ab") as f:
         f.write(CANDIDATES["u-escapes"])
     floor = h.snapshot().floor
-    assert (floor.segment, floor.offset) == (fmt.segment_number(target.name), offset)
+    assert (floor.segment, floor.offset) == (ffmt.segment_number(target.name), offset)
     h.append(msg("tracked"))
     floor = h.snapshot().floor
-    assert (floor.segment, floor.offset) == (fmt.segment_number(target.name), offset)
+    assert (floor.segment, floor.offset) == (ffmt.segment_number(target.name), offset)
 
 
 def test_directory_named_like_a_segment_is_a_ledger_error(store_root: Path) -> None:
@@ -253,7 +254,7 @@ def test_directory_named_like_a_segment_is_a_ledger_error(store_root: Path) -> N
 
     h = _history(store_root)
     last = segment_files(store_root / "ws")[-1]
-    (last.with_name(fmt.segment_name(fmt.segment_number(last.name) + 1))).mkdir()
+    (last.with_name(ffmt.segment_name(ffmt.segment_number(last.name) + 1))).mkdir()
     for what, call in [("snapshot", h.snapshot), ("rows", lambda: list(h.rows())),
                        ("provider_view", h.provider_view),
                        ("append", lambda: h.append(msg("x")))]:

@@ -15,8 +15,8 @@ import pytest
 
 from ledger.cli import main
 from ledger.cli.core import stat_report
-from ledger.core import format as fmt
 from ledger.core.errors import CommitFailed, LedgerError
+from ledger.core.format import files as ffmt
 from ledger.storage.files import retention
 from ledger.transcript.store import Store
 from recovery.check import check
@@ -122,7 +122,7 @@ def test_backup_is_consistent_and_restorable(tmp_path: Path,
     copy = Store(dest.parent).history(dest.name)
     assert check(copy).findings == []
     assert _rows(copy) == _rows(b.history)
-    assert (dest / fmt.QUARANTINE_DIR / retention.MANIFEST_NAME).exists()
+    assert (dest / ffmt.QUARANTINE_DIR / retention.MANIFEST_NAME).exists()
     with pytest.raises(LedgerError, match="exists"):
         b.history.backup(str(dest))
     restored = tmp_path / "restored"
@@ -150,7 +150,7 @@ def test_quarantine_manifest_dedupe_verify_and_clean(tmp_path: Path,
         (e1, "seg-00000001.jsonl", 10, 3, "r1"), (e2, "chat.jsonl", 0, 4, "r2")]
     assert entries[0].digest == retention.digest_hex(b"one") and len(entries[0].digest) == 32
     assert q.read(e2) == b"two!" and q.verify() == []
-    (Path(path) / fmt.QUARANTINE_DIR / f"{e2}.bin").write_bytes(b"tampered")
+    (Path(path) / ffmt.QUARANTINE_DIR / f"{e2}.bin").write_bytes(b"tampered")
     assert [p["entry"] for p in q.verify()] == [e2]
     assert stat_report(b.history)["quarantine_bytes"] > 0
 
@@ -214,7 +214,7 @@ def test_a_writer_that_waited_on_a_deleted_workspace_lock_waits_on_the_new_one(
     store = Store(tmp_path, durability="off")
     store.history("ws").append(msg("old"))
     ws = tmp_path / "ws"
-    old_lock = os.open(ws / fmt.LOCK_NAME, os.O_RDWR)
+    old_lock = os.open(ws / ffmt.LOCK_NAME, os.O_RDWR)
     fcntl.flock(old_lock, fcntl.LOCK_EX)  # as Store.delete holds it while renaming
     waiting = Store(tmp_path, durability="off", lock_timeout=10).history("ws")
     done: list[Any] = []
@@ -223,7 +223,7 @@ def test_a_writer_that_waited_on_a_deleted_workspace_lock_waits_on_the_new_one(
     _wait_until_opened_twice(old_lock, done)  # the writer has opened the old LOCK and polls it
     os.rename(ws, tmp_path / ".ws.trash-test")
     Store(tmp_path, durability="off").history("ws").append(msg("recreated"))
-    new_lock = os.open(ws / fmt.LOCK_NAME, os.O_RDWR)
+    new_lock = os.open(ws / ffmt.LOCK_NAME, os.O_RDWR)
     fcntl.flock(new_lock, fcntl.LOCK_EX)  # the recreated workspace's writer is busy
     fcntl.flock(old_lock, fcntl.LOCK_UN)
     os.close(old_lock)

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.retention import read_manifest
@@ -109,7 +110,7 @@ def test_purge_deletes_at_or_before_the_floor_without_quarantine(tmp_path: Path)
     out = rewrite.purge_before_floor(h)
     assert out.purged_rows == c.seqs[0] and out.floor is not None and out.floor.seq == c.seqs[0]
     assert _rows(h) == after
-    assert not (Path(h.engine.path) / fmt.QUARANTINE_DIR).exists()
+    assert not (Path(h.engine.path) / ffmt.QUARANTINE_DIR).exists()
     assert check(h).findings == []
     assert h.append(msg("x")).seqs == [high]
     assert rewrite.purge_before_floor(h).purged_rows == 0

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger import Store
-from ledger.core import format as fmt
+from ledger.core.format import rows as fmt
 from tests.helpers import segment_files
 
 SPECIAL = ["\u2028", "\u2029", "\x85", "\x00", "\r", "\n", "\r\n", '"', "\\", "/", "\t", "\x1f",

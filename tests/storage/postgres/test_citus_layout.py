@@ -70,7 +70,7 @@ def test_a_version_1_schema_gets_the_recall_tables_distributed(citus_root: str) 
     h = Store(citus_root).history("ws")  # the upgrade: created distributed, colocated
     assert_distributed(citus_root)
     got = json.loads(h.session_history().call({"action": "search", "query": "otter",
-                                               "mode": "ranked"}))
+                                               "mode": "ranked", "current": True}))
     assert [i["seq"] for i in got["items"]] == [1]
 
 

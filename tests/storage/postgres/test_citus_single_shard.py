@@ -68,13 +68,13 @@ def hot_paths(store: Store) -> None:
     # chunk), caught up after an append, then read (terms, postings, docs,
     # the rows read back with their windows), and a page down the ranking.
     first = json.loads(tool.call({"action": "search", "query": "needle late window",
-                                  "mode": "ranked", "limit": 2}))
+                                  "mode": "ranked", "current": True, "limit": 2}))
     assert first["items"] and first["cursor"]
     h.append(msg("needle after the index"))
     again = json.loads(tool.call({"action": "search", "query": "needle", "mode": "ranked",
                                   "window": h.window, "limit": 2}))
     assert again["items"]
-    tool.call({"action": "search", "query": "needle late window", "mode": "ranked",
+    tool.call({"action": "search", "query": "needle late window", "mode": "ranked", "current": True,
                "limit": 2, "cursor": first["cursor"]})
 
     late = h.snapshot().next_seq - 1

@@ -166,8 +166,8 @@ def test_a_nul_batch_id_written_before_the_rule_is_refused_whole(pg_root: str) -
     """A file history written by 0.2 may hold a batch id with a NUL (appends
     refuse it since): moving it to PostgreSQL (``load_rows``, what ``tledger
     migrate`` runs) says which batch and writes nothing, never a half copy."""
-    from ledger.core import format as fmt
     from ledger.core.errors import LedgerError
+    from ledger.core.format import rows as fmt
     from ledger.core.rows import Row
 
     def line(seq: int, bid: str) -> Row:

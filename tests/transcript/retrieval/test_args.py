@@ -128,7 +128,7 @@ def test_missing_workspace_creates_nothing(tmp_path: Path) -> None:
 
 def _raw_row(h: Any, seq_json: bytes, text: str) -> None:
     """A verified line written by another writer, then re-baselined."""
-    from ledger.core import format as fmt
+    from ledger.core.format import rows as fmt
     from ledger.storage.files import segments as segs
 
     body = (

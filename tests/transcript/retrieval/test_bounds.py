@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from ledger import History, Store
-from ledger.core import format as fmt
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
 from ledger.storage.files import segments as segs
 from tests.helpers import msg
 
@@ -71,7 +72,7 @@ def segment_reads() -> Iterator[list[int]]:
             name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
         except OSError:
             name = ""
-        if fmt.segment_number(name) is not None:
+        if ffmt.segment_number(name) is not None:
             box[0] += len(data)
         return data
 

@@ -1,0 +1,255 @@
+"""Forking a long history (issue 33), one run.
+
+    python -m bench.fork_bench [--sizes 100,1024] [--rounds 3] [--json FILE]
+
+At each history size (MiB of stored rows, the corpus of ``bench.corpus``,
+then a rollover and a 200-row window as ``bench.postgres_bench`` builds
+them), in one process, interleaved round by round:
+
+- ``files``: ``History.fork`` at the head of a file-engine history grown
+  with the store's default 64 KiB segments (``bulk_load``, as a long-lived
+  history looks: thousands of sealed segments);
+- ``pg``: ``History.fork`` on PostgreSQL (a private cluster, fsync on), the
+  same rows loaded byte for byte (``load_rows``);
+- ``sdk``: the Agents SDK's ``AdvancedSQLiteSession.create_branch_from_turn``
+  on its newest user turn, over the same rows as SDK items
+  (``{"role", "content"}``), added with its own ``add_items``.
+
+Each fork's wall time and the bytes it added: on files, the fork directory's
+files whose inode the source does not share (hard-linked segments cost
+nothing); on PostgreSQL, ``pg_database_size`` after a ``CHECKPOINT``; for the
+SDK, its database file and WAL. Then a turn (append 3 rows and read the
+provider view) on the newest fork against the same turn on its source,
+interleaved: the ratio should be flat (about 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+import msgspec
+
+from bench.corpus import Corpus, load_corpus
+from bench.measure import interleave, ratio
+from bench.postgres_bench import history_batches
+from ledger.storage.files.bulk import bulk_load
+from ledger.transcript.store import Store
+
+MIB = 1 << 20
+WS = "bench"
+SEGMENT = 64 << 10  # the Store's default segment size
+_enc = msgspec.json.Encoder()
+
+
+def _item(row: dict[str, Any]) -> dict[str, Any]:
+    """The SDK item of a corpus row: the same role and bytes of content."""
+    parts = row.get("parts") or []
+    texts = [p.get("text") for p in parts if isinstance(p, dict)]
+    content = "\n".join(t for t in texts if isinstance(t, str)) if all(
+        isinstance(t, str) for t in texts) else _enc.encode(parts).decode("utf-8")
+    return {"role": "user" if row.get("role") == "user" else "assistant", "content": content}
+
+
+def _new_inode_bytes(source: str, fork: str) -> tuple[int, int]:
+    """(bytes of the fork's files the source does not share, their count)."""
+    shared = set()
+    for base, _dirs, files in os.walk(source):
+        for name in files:
+            shared.add(os.lstat(os.path.join(base, name)).st_ino)
+    added = count = 0
+    for base, _dirs, files in os.walk(fork):
+        for name in files:
+            st = os.lstat(os.path.join(base, name))
+            if st.st_ino not in shared:
+                added += st.st_size
+                count += 1
+    return added, count
+
+
+class World:
+    """One history size on the three contenders."""
+
+    def __init__(self, tmp: str, server: str, corpus: Corpus, size_mib: int, log: Any) -> None:
+        import psycopg
+        from agents.extensions.memory import AdvancedSQLiteSession
+
+        self.size = size_mib
+        self.corpus = corpus
+        self.k = 0
+        db = f"fork_{size_mib}"
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {db}")
+            conn.execute(f"CREATE DATABASE {db}")
+        self.server = server
+        self.db = db
+        self.pg_root = server.replace("/postgres?", f"/{db}?", 1)
+        self.files_root = os.path.join(tmp, f"files-{size_mib}")
+        batches, tail = history_batches(corpus, size_mib)
+        batches = [*batches, *tail]  # a rollover, then a 200-row window
+        t0 = time.monotonic()
+        self.files = Store(self.files_root).history(WS)
+        bulk_load(self.files, batches, SEGMENT, durability="off", internal=True)
+        log(f"{size_mib} MiB: files built in {time.monotonic() - t0:.1f}s "
+            f"({len(os.listdir(os.path.join(self.files_root, WS, 'segments')))} segments)"
+            if os.path.isdir(os.path.join(self.files_root, WS, "segments")) else
+            f"{size_mib} MiB: files built in {time.monotonic() - t0:.1f}s")
+        t0 = time.monotonic()
+        self.pg = Store(self.pg_root).history(WS)
+        self.pg.engine.load_rows(self.files.rows())  # type: ignore[attr-defined]
+        log(f"{size_mib} MiB: PostgreSQL loaded in {time.monotonic() - t0:.1f}s")
+        t0 = time.monotonic()
+        self.sdk_path = os.path.join(tmp, f"sdk-{size_mib}.db")
+        self.sdk = AdvancedSQLiteSession(session_id=WS, db_path=self.sdk_path,
+                                         create_tables=True)
+        items = [_item(row) for b in batches for row in b
+                 if row.get("kind", "message") == "message"]
+        if not any(i["role"] == "user" for i in items):
+            items.append({"role": "user", "content": "a turn"})
+        self.users = sum(i["role"] == "user" for i in items)
+        for i in range(0, len(items), 5000):
+            asyncio.run(self.sdk.add_items(items[i:i + 5000]))
+        log(f"{size_mib} MiB: AdvancedSQLiteSession built in {time.monotonic() - t0:.1f}s "
+            f"({len(items)} items, {self.users} user turns)")
+        self.forks: dict[str, list[Any]] = {"files": [], "pg": [], "sdk": []}
+
+    # --- sizes ------------------------------------------------------------------------
+
+    def pg_size(self) -> int:
+        import psycopg
+
+        with psycopg.connect(self.server, autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+            row = conn.execute("SELECT pg_database_size(%s)", (self.db,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def sdk_size(self) -> int:
+        return sum(os.path.getsize(self.sdk_path + s) for s in ("", "-wal", "-journal")
+                   if os.path.exists(self.sdk_path + s))
+
+    # --- the forks --------------------------------------------------------------------
+
+    def fork_files(self, n: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        fork = self.files.fork(f"{WS}-f{n}")
+        wall = time.perf_counter() - t0
+        added, files = _new_inode_bytes(os.path.join(self.files_root, WS),
+                                        os.path.join(self.files_root, fork.workspace))
+        self.forks["files"].append(fork)
+        return {"ms": wall * 1e3, "added_bytes": added, "new_files": files}
+
+    def fork_pg(self, n: int) -> dict[str, float]:
+        before = self.pg_size()
+        t0 = time.perf_counter()
+        fork = self.pg.fork(f"{WS}-f{n}")
+        wall = time.perf_counter() - t0
+        self.forks["pg"].append(fork)
+        return {"ms": wall * 1e3, "added_bytes": self.pg_size() - before}
+
+    def fork_sdk(self, n: int) -> dict[str, float]:
+        if n:
+            asyncio.run(self.sdk.switch_to_branch("main"))
+        turns = asyncio.run(self.sdk.get_conversation_turns())
+        newest = turns[-1]["turn"]
+        before = self.sdk_size()
+        t0 = time.perf_counter()
+        asyncio.run(self.sdk.create_branch_from_turn(newest, f"b{n}"))
+        wall = time.perf_counter() - t0
+        return {"ms": wall * 1e3, "added_bytes": self.sdk_size() - before}
+
+    # --- a turn -----------------------------------------------------------------------
+
+    def turn(self, h: Any) -> int:
+        self.k += 1
+        h.append_many(self.corpus.sized_batch(3, 400, self.k))
+        return len(h.provider_view())
+
+    def close(self) -> None:
+        from ledger.storage.postgres.connect import close_pools
+
+        self.sdk.close()
+        close_pools(self.pg_root)
+
+
+def run(sizes: list[int], rounds: int, log: Any) -> dict[str, Any]:
+    from tests.helpers.pg_cluster import Cluster
+
+    corpus = load_corpus()
+    tmp = tempfile.mkdtemp(prefix="tledger-forkbench-")
+    cluster = Cluster(fast=False)
+    server = cluster.start()
+    out: dict[str, Any] = {"corpus": corpus.source, "sizes_mib": sizes, "fork": {},
+                           "turn_ms": {}, "ratios": {}}
+    try:
+        for size in sizes:
+            w = World(tmp, server, corpus, size, log)
+            got: dict[str, list[dict[str, float]]] = {"files": [], "pg": [], "sdk": []}
+            for n in range(rounds):  # interleaved: each contender once per round
+                got["files"].append(w.fork_files(n))
+                got["pg"].append(w.fork_pg(n))
+                got["sdk"].append(w.fork_sdk(n))
+                log(f"{size} MiB round {n}: " + ", ".join(
+                    f"{k} {v[-1]['ms']:.1f} ms +{v[-1]['added_bytes'] / MIB:.2f} MiB"
+                    for k, v in got.items()))
+            out["fork"][size] = {
+                k: {"ms_median": round(sorted(r["ms"] for r in v)[len(v) // 2], 2),
+                    "added_bytes_median": int(sorted(r["added_bytes"] for r in v)[len(v) // 2]),
+                    "rounds": v}
+                for k, v in got.items()}
+            f_files, f_pg = w.forks["files"][-1], w.forks["pg"][-1]
+            turns = interleave({
+                "files_source": lambda w=w: w.turn(w.files),
+                "files_fork": lambda w=w, f=f_files: w.turn(f),
+                "pg_source": lambda w=w: w.turn(w.pg),
+                "pg_fork": lambda w=w, f=f_pg: w.turn(f),
+            }, min_runs=30, max_runs=30, budget_s=120)
+            t = {k: round(s.p50 * 1e3, 3) for k, s in turns.items()}
+            out["turn_ms"][size] = t
+            fk = out["fork"][size]
+            out["ratios"][size] = {
+                "sdk_branch_over_files_fork_ms": ratio(fk["sdk"]["ms_median"],
+                                                       fk["files"]["ms_median"]),
+                "sdk_branch_over_pg_fork_ms": ratio(fk["sdk"]["ms_median"],
+                                                    fk["pg"]["ms_median"]),
+                "files_turn_fork_over_source": ratio(t["files_fork"], t["files_source"]),
+                "pg_turn_fork_over_source": ratio(t["pg_fork"], t["pg_source"]),
+            }
+            log(f"{size} MiB: turns {t} ratios {out['ratios'][size]}")
+            w.close()
+    finally:
+        cluster.remove()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.fork_bench",
+                                description=__doc__.split("\n\n")[1])
+    p.add_argument("--sizes", default="100,1024", metavar="MIB,...")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json", metavar="FILE")
+    args = p.parse_args(argv)
+    started = time.monotonic()
+
+    def log(msg: str) -> None:
+        print(f"{time.monotonic() - started:7.1f}s {msg}", file=sys.stderr, flush=True)
+
+    doc = run(sorted({int(x) for x in args.sizes.split(",")}), args.rounds, log)
+    doc["machine"] = {"cpus": os.cpu_count(), "load_at_end": os.getloadavg()}
+    text = json.dumps(doc, indent=2)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,242 @@
+"""A stored row's line, the bytes every engine keeps of a row (the files'
+segments line by line, PostgreSQL and memory one line per row): its framing
+and checksum, the codec, and the reset candidates damage may hide. Specified
+in ``ledger.core.format`` (sections Lines, Batches, Reset candidates).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import msgspec
+import xxhash
+
+# Rows nest at most MAX_DEPTH levels; stored lines deeper than that are damage
+# (the depth scanner and the recursion headroom: ``ledger.core.nesting``).
+from ledger.core.nesting import MAX_DEPTH as MAX_DEPTH
+from ledger.core.nesting import too_deep, with_headroom
+
+CANONICAL_KEYS = ("seq", "id", "kind", "role", "parts", "partial", "meta", "ts", "batch")
+CHECKSUM_KEY = "_c"
+KINDS = frozenset({"message", "reset", "lead_in", "warning", "truncation", "fork"})
+FORK_KIND = "fork"  # a fork's origin event (ledger.core.forks): internal, never shown
+ROLES = frozenset({"user", "assistant", "system", "tool"})
+RESET_REASONS = frozenset({"manual", "rollover", "compaction"})
+
+SUFFIX_HEAD = b',"_c":"'
+LINE_SUFFIX = len(SUFFIX_HEAD) + 16 + 2  # ,"_c":" + 16 hex + "}
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+
+
+# --- lines -----------------------------------------------------------------
+
+
+def checksum_hex(body: bytes) -> bytes:
+    return b"%016x" % xxhash.xxh3_64_intdigest(body)
+
+
+def frame(body: bytes) -> bytes:
+    """Turn an encoded JSON object into a stored line (checksum, newline)."""
+    return body[:-1] + SUFFIX_HEAD + checksum_hex(body) + b'"}\n'
+
+
+def encode_line(row: dict[str, Any]) -> bytes:
+    """Encode one row dict (already in stored key order) as a stored line."""
+    return frame(_encoder.encode(row))
+
+
+def body_of(line: bytes) -> bytes | None:
+    """The checksummed body of a line (without its newline), or None when the
+    framing is missing or the checksum does not match."""
+    if len(line) <= LINE_SUFFIX or not line.endswith(b'"}'):
+        return None
+    cut = len(line) - LINE_SUFFIX
+    if line[cut : cut + len(SUFFIX_HEAD)] != SUFFIX_HEAD:
+        return None
+    body = line[:cut] + b"}"
+    if checksum_hex(body) != line[-18:-2]:
+        return None
+    return body
+
+
+def all_verified(lines: list[bytes]) -> bool:
+    """Whether every line (each without its newline) has its framing and a
+    matching checksum, as :func:`body_of` verifies one line: one pass over a
+    chunk of lines, the fast path of a scan (a False sends it line by line)."""
+    cut, head, x3 = -LINE_SUFFIX, SUFFIX_HEAD, xxhash.xxh3_64_intdigest
+    return all([
+        len(line) > LINE_SUFFIX and line[cut:-18] == head and line[-2:] == b'"}'
+        and b"%016x" % x3(line[:cut] + b"}") == line[-18:-2]
+        for line in lines
+    ])
+
+
+def verified_bodies(lines: list[bytes]) -> list[bytes] | None:
+    """The checksummed bodies of ``lines`` (each without its newline), as
+    :func:`body_of` gives them, or None when any line fails its checks: one
+    pass over a chunk of lines (a None sends the caller line by line)."""
+    cut, head, x3 = -LINE_SUFFIX, SUFFIX_HEAD, xxhash.xxh3_64_intdigest
+    bodies = [line[:cut] + b"}" for line in lines]
+    if all([
+        len(line) > LINE_SUFFIX and line[cut:-18] == head and line[-2:] == b'"}'
+        and b"%016x" % x3(body) == line[-18:-2]
+        for line, body in zip(lines, bodies, strict=True)
+    ]):
+        return bodies
+    return None
+
+
+def decode_line(line: bytes) -> dict[str, Any] | None:
+    """Decode a verified line (no newline) into its row dict without ``_c``;
+    None when the line fails verification, nests deeper than MAX_DEPTH or
+    is not a JSON object."""
+    body = body_of(line)
+    if body is None or too_deep(body):
+        return None
+    try:
+        row = with_headroom(_decoder.decode, body)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(row, dict):
+        return None
+    return row
+
+
+def decode_unframed(line: bytes) -> dict[str, Any] | None:
+    """Decode a line written without a checksum (legacy, imported or edited);
+    None when it is not a JSON object or nests deeper than MAX_DEPTH."""
+    if too_deep(line):
+        return None
+    try:
+        row = with_headroom(_decoder.decode, line)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def encode_json(obj: Any) -> bytes:
+    return with_headroom(_encoder.encode, obj)
+
+
+def decode_json(data: bytes | str) -> Any:
+    return with_headroom(_decoder.decode, data)
+
+
+# --- reset candidates ------------------------------------------------------
+
+
+def _word(word: str) -> bytes:
+    """A bytes pattern for ``word`` with any char written raw or as a \\u + 4 hex
+    escape, and control characters tolerated between its characters."""
+    pieces = []
+    for ch in word:
+        hexcode = f"{ord(ch):04x}"
+        escaped = "".join(f"[{h}{h.upper()}]" if h.isalpha() else h for h in hexcode)
+        pieces.append(f"(?:{re.escape(ch)}|\\\\u{escaped})")
+    return "[\\x00-\\x1f]*".join(pieces).encode("ascii")
+
+
+_WS = b"[\\x00-\\x20]*"
+_CANDIDATE_RE = re.compile(
+    b"(?:^|[{,])"
+    + _WS
+    + b'"'
+    + _WS
+    + b"(?:"
+    + _word("kind")
+    + b"|"
+    + _word("contextBoundaryKind")
+    + b")"
+    + _WS
+    + b'"'
+    + _WS
+    + b":"
+    + _WS
+    + b'"'
+    + _WS
+    + _word("reset")
+    + _WS
+    + b'"'
+)
+_KIND_ONLY_RE = re.compile(
+    b"(?:^|[{,])" + _WS + b'"' + _WS + _word("kind") + _WS + b'"' + _WS + b":" + _WS + b'"'
+    + _WS + _word("reset") + _WS + b'"'
+)
+
+
+def raw_may_be_reset(data: bytes) -> bool:
+    """True when unreadable bytes may hold a reset marker (fail closed)."""
+    return _CANDIDATE_RE.search(data) is not None
+
+
+# A key ``kind`` whose value is a kind other than reset, spelled exactly as the
+# encoder writes it, and a key ``reset`` (which only reset rows carry).
+_NOT_RESET_KIND_RE = re.compile(
+    b'(?:^|[{,])"kind":"(?:' + b"|".join(sorted(k.encode() for k in KINDS if k != "reset"))
+    + b')"[,}]'
+)
+_RESET_KEY_RE = re.compile(
+    b"(?:^|[{,])" + _WS + b'"' + _WS + _word("reset") + _WS + b'"' + _WS + b":"
+)
+
+
+_NOT_RESET_KINDS = KINDS - {"reset"}
+
+
+def damage_may_hide_reset(data: bytes) -> bool:
+    """True when an unreadable stored line may once have been a reset whose
+    marker the damage destroyed (a flipped byte inside ``"kind":"reset"``, a
+    cut before or inside it). A line that still parses as a JSON object is
+    one when it has a key ``reset`` or a ``kind`` that is no known kind; any
+    other line unless its bytes still show an intact key ``kind`` with a
+    known value other than ``reset`` and no key ``reset``.
+    (Not for legacy or imported records: their keys differ.)"""
+    row = decode_unframed(data)
+    if row is not None:
+        kind = row.get("kind")
+        return "reset" in row or (kind is not None and kind not in _NOT_RESET_KINDS)
+    return _NOT_RESET_KIND_RE.search(data) is None or _RESET_KEY_RE.search(data) is not None
+
+
+def line_may_be_reset(data: bytes) -> bool:
+    """An unreadable stored line that counts as a privacy floor: a reset
+    candidate (``raw_may_be_reset``) or damage that may hide one."""
+    return raw_may_be_reset(data) or damage_may_hide_reset(data)
+
+
+def readable_row_is_reset(line: bytes, row: dict[str, Any]) -> bool:
+    """True when a decoded row is a reset, counting a duplicate top-level
+    ``kind`` key with value ``reset`` that a last-wins decoder hid."""
+    if row.get("kind") == "reset":
+        return True
+    # A line that decoded holds no raw control characters, so a key "kind"
+    # with value "reset" needs both words spelled out, or a \u escape.
+    if (b"reset" not in line or b"kind" not in line) and b"\\u" not in line:
+        return False
+    if _KIND_ONLY_RE.search(line) is None:
+        return False
+    pairs: list[tuple[str, Any]] = []
+
+    def hook(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        pairs.clear()
+        pairs.extend(items)
+        return dict(items)
+
+    try:
+        with_headroom(lambda data: json.loads(data, object_pairs_hook=hook), line)
+    except ValueError:
+        return True
+    return any(k == "kind" and v == "reset" for k, v in pairs)
+
+
+SEQ_PREFIX_RE = re.compile(rb'\{"seq":(-?\d{1,19}),')
+
+
+def seq_prefix(line_start: bytes) -> int | None:
+    """The seq at the start of a stored line, read from its first bytes only."""
+    m = SEQ_PREFIX_RE.match(line_start)
+    return int(m.group(1)) if m else None

@@ -1,0 +1,221 @@
+"""A fork of a file workspace (``History.fork``; the rules: ``ledger.core.forks``).
+
+Under the source's exclusive lock the fork is built in a temporary
+directory beside it and appears by one ``rename`` of that directory, as an
+import does (``load.py``): after a crash at any point the fork exists whole
+or not at all (a leftover ``.fork-*`` directory is never listed as a
+workspace, and the next fork into the same id removes it).
+
+Cost: every segment that lies wholly at or before the fork point is
+hard-linked, never copied; only the prefix of the segment holding the fork
+point (when it is not that segment's last row) is copied, with its INDEX
+entry; the origin event is a segment of its own. No path of the
+engine writes a segment file in place -- appends, rewrites, merges and
+repair replace a segment by temp + rename, a delete unlinks -- so a shared
+inode is never changed through either name and neither side ever loses a
+byte to the other's purge, truncate, repair, rewind or delete.
+
+A link changes the shared inode's ctime, which is part of a segment's
+stamp. The fork republishes the source's stable receipt with the new stamps
+under the same epoch and layout (and records its INDEX entries again), so
+the source's cursors, receipt and epoch stay as they were. A later change of
+the link count (another fork, a delete or rewrite of one side, which
+hard-links tombstones) changes the stamp the other side recorded: its next
+reader reads that segment to check it, and its next writer re-baselines
+(a new epoch); no byte changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from typing import TYPE_CHECKING
+
+from ledger.core.errors import CommitFailed, UnsafePath
+from ledger.core.forks import Branch, ForkRefused, branch_of, check_fork_point, fork_event
+from ledger.core.format import files as ffmt
+from ledger.core.format import rows as fmt
+from ledger.core.rows import new_id, prepare_batch
+from ledger.storage.files import segments as segs
+from ledger.storage.files.index import SegmentInfo, append_entry
+from ledger.storage.files.lock import locked
+from ledger.storage.files.marker import recover_interrupted
+from ledger.storage.files.receipt import write_receipt
+from ledger.storage.files.state import State, stable_receipt
+
+if TYPE_CHECKING:
+    from ledger.storage.files.workspace import FileWorkspace
+
+TEMP_PREFIX = ".fork-"
+ORIGIN_NAME = "ORIGIN"  # {"seq": N}: where the fork event is (a hint, checked against the row)
+
+
+def fork(src: FileWorkspace, dst: FileWorkspace, at: int | None) -> None:
+    """Make ``dst`` (which must not exist) a fork of ``src`` at row ``at``
+    (None: the newest row). Raises ForkRefused, WorkspaceNotFound, CommitFailed."""
+    if dst.workspace != src.workspace and dst.exists():
+        raise ForkRefused(f"workspace {dst.workspace!r} already exists under "
+                          f"{src.store.root}; a fork needs a new workspace id; nothing was "
+                          "forked")
+    src.require()
+    with locked(src.path, src.workspace, src.store.lock_timeout, shared=False):
+        recover_interrupted(src.path, src.store.durability)
+        st = src.state()
+        infos = [(n, stamp, src.index.info(n, stamp)) for n, stamp in _stamps(st)]
+        if at is None:
+            at = next((i.last_seq for _, _, i in reversed(infos) if i.rows), 0)
+        spot = next(((k, n) for k, (n, _, i) in enumerate(infos)
+                     if i.rows and i.first_seq <= at <= i.last_seq), None)
+        lines: list[segs.Line] = []
+        row = None
+        cut = -1
+        if spot is not None:
+            lines = list(segs.iter_lines(segs.segment_path(src.path, spot[1])))
+            key = b'{"seq":%d,' % at  # every stored line starts so: decode only candidates
+            for j, line in enumerate(lines):
+                got = fmt.decode_line(line.data) if line.complete and \
+                    line.data.startswith(key) else None
+                if got is not None and got.get("seq") == at:
+                    row, cut = got, j
+        check_fork_point(src.workspace, dst.workspace, at, row, st.floor)
+        assert spot is not None and row is not None
+        _, event_lines = prepare_batch([fork_event(src.workspace, at, st.epoch)], at + 1,
+                                       new_id("fork_"), src.store.max_row_bytes, internal=True)
+        k, number = spot
+        whole = cut == len(lines) - 1
+        linked = infos[: k + 1] if whole else infos[:k]
+        prefix = None if whole else _prefix_info(infos[k][2], lines, cut, at)
+        _build(src, dst, linked, number, lines[: cut + 1], whole, event_lines[0], at + 1,
+               prefix)
+        _restamp(src, st, infos)
+    dst.rebaseline()
+
+
+def _prefix_info(info: SegmentInfo, lines: list[segs.Line], cut: int, at: int
+                 ) -> SegmentInfo | None:
+    """The INDEX entry of the first ``cut + 1`` lines of a segment whose entry
+    is ``info`` (so the fork need not read them again), when every line of it
+    is a readable row (else None: the fork's first reader scans it)."""
+    if info.rows != len(lines) or not all(ln.complete for ln in lines) or info.max_seq != \
+            info.last_seq:
+        return None
+    end = lines[cut].offset + len(lines[cut].data) + 1
+    bounds = tuple(b for b in info.bounds if b.offset < end)
+    return SegmentInfo(info.number, info.stamp, info.first_seq, at, cut + 1, bounds, at)
+
+
+def _stamps(st: State) -> list[tuple[int, ffmt.Stamp]]:
+    return [*st.sealed, *([(st.active, st.active_stamp)] if st.active_stamp else [])]
+
+
+def _build(src: FileWorkspace, dst: FileWorkspace, linked: list[tuple[int, ffmt.Stamp,
+           SegmentInfo]], number: int, prefix: list[segs.Line], whole: bool,
+           event: bytes, event_seq: int, prefix_info: SegmentInfo | None) -> None:
+    parent = os.path.dirname(dst.path)
+    for name in os.listdir(parent):  # a crashed fork into this id left its temp dir
+        if name.startswith(f"{TEMP_PREFIX}{dst.workspace}-"):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    tmp = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{dst.workspace}-", dir=parent)
+    sync = True  # always durable, whatever the level (as a rewrite): whole or not at all
+    try:
+        _write(os.path.join(tmp, ffmt.FORMAT_NAME), [ffmt.FORMAT_TEXT], sync)
+        write_origin_hint(tmp, event_seq, sync)
+        for n, _, info in linked:
+            path = segs.segment_path(tmp, n)
+            os.link(segs.segment_path(src.path, n), path)
+            _fsync_file(path)  # the source may have written it at durability "off"
+            stamp = segs.stamp(path)
+            if stamp is not None:
+                append_entry(tmp, dataclasses.replace(info, stamp=stamp))
+        if not whole:  # the prefix of segment `number`, sealed in the fork
+            path = segs.segment_path(tmp, number)
+            _write(path, [ln.data + b"\n" for ln in prefix], sync)
+            stamp = segs.stamp(path)
+            if prefix_info is not None and stamp is not None:
+                append_entry(tmp, dataclasses.replace(prefix_info, stamp=stamp))
+        _write(segs.segment_path(tmp, number + 1), [event], sync)
+        if sync:
+            segs.fsync_dir(tmp)
+        os.rename(tmp, dst.path)  # fails when the workspace appeared meanwhile
+        if sync:
+            segs.fsync_dir(parent)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise CommitFailed(f"workspace {dst.workspace!r}: the fork of {src.workspace!r} "
+                               f"failed, nothing was written: {exc}") from exc
+        raise
+
+
+def write_origin_hint(wsdir: str, seq: int, sync: bool) -> None:
+    """Record where the fork event is (in a directory not yet published)."""
+    _write(os.path.join(wsdir, ORIGIN_NAME), [fmt.encode_json({"seq": seq}) + b"\n"], sync)
+
+
+def origin(ws: FileWorkspace) -> Branch | None:
+    """The fork event the ORIGIN hint names, when that row is one."""
+    try:
+        fd = segs.open_regular(os.path.join(ws.path, ORIGIN_NAME))
+    except (OSError, UnsafePath):
+        return None
+    try:
+        data = os.read(fd, 256)  # the hint is a few bytes; anything longer is not one
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        hint = fmt.decode_json(data)
+    except (ValueError, RecursionError):
+        return None
+    seq = hint.get("seq") if isinstance(hint, dict) else None
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        return None
+    row = ws.get(seq)
+    return branch_of(ws.workspace, row.data) if row is not None else None
+
+
+def _fsync_file(path: str) -> None:
+    fd = segs.open_regular(path)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write(path: str, chunks: list[bytes], sync: bool) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        segs._write_all(fd, chunks)  # whole, across short writes
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _restamp(src: FileWorkspace, st: State, infos: list[tuple[int, ffmt.Stamp, SegmentInfo]]
+             ) -> None:
+    """Republish the source's stable receipt for the stamps the links changed
+    (only their ctime: same inode, size and mtime), same epoch and layout.
+    Best effort: when it cannot be done the next writer re-baselines."""
+    if not st.verified or st.receipt is None or not infos:
+        return
+    fresh: list[tuple[int, ffmt.Stamp]] = []
+    try:
+        for n, old, info in infos:
+            new = segs.stamp(segs.segment_path(src.path, n))
+            if new is None or new[:4] != old[:4]:
+                return  # something else changed it: leave it to the next writer
+            fresh.append((n, new))
+            if new != old and n != st.active:
+                src.index.remember(dataclasses.replace(info, stamp=new))
+                src.index.ensure_persisted(n, new)
+        receipt = stable_receipt(st.epoch, st.next_seq, st.window, st.floor, st.receipt.layout,
+                                 fresh[-1], fresh[:-1])
+        write_receipt(src.path, receipt)
+    except OSError:
+        return
+    finally:
+        src.forget_derived()
