@@ -26,8 +26,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # mkdocs loads this file by path; ledger is not installed
+if str(REPO) not in sys.path:  # mkdocs loads this file by path and restores sys.path after
     sys.path.insert(0, str(REPO))
+
+# Imported now, while REPO is on sys.path: mkdocs puts sys.path back once this
+# file has run, and the hooks below run after that.
+from docsgen import api, cli, errors, prose, tool  # noqa: E402
 
 RESULTS = REPO / "bench" / "RESULTS.md"
 PLOTS = REPO / "bench" / "plots"
@@ -43,8 +47,6 @@ GENERATED_MARKER = re.compile(r"<!-- generated: ([a-z-]+)(?: ([\w.]+))? -->")
 
 def generated(name: str, argument: str | None = None) -> str:
     """What the marker ``<!-- generated: NAME [ARGUMENT] -->`` stands for."""
-    from docsgen import api, errors, prose, tool
-
     if name == "api" and argument:
         return api.directive(argument)
     if name == "prose" and argument:
@@ -85,8 +87,6 @@ def results_section(heading: str, text: str | None = None) -> str:
 
 def on_files(files: Any, config: Any) -> Any:
     from mkdocs.structure.files import File
-
-    from docsgen import cli
 
     files.append(File.generated(config, "reference/cli-commands.md", content=cli.render()))
     files.append(File.generated(config, f"{BENCH_DIR}/results.md",
