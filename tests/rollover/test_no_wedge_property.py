@@ -121,20 +121,27 @@ def test_no_request_over_the_ceiling_no_open_call_sent_no_lasting_refusal(
 
 
 def test_reused_call_ids_over_many_rollovers_keep_the_carried_rows_flat(tmp_path: Path) -> None:
-    """Case 3: a provider that calls every step's call ``call_0``. After each of
-    30 steps the window rolls over; each carries only its own step, so a
-    60-word result is never quarantined as too large."""
+    """Case 3: a provider that calls every step's call ``call_0``. Every one of
+    30 steps rolls over at its tool result; each carries only its own call, so a
+    150-word result is never quarantined as too large.
+
+    The sizes leave about 300 tokens either way (so a tool schema that grows or
+    shrinks a little does not move where the rollover lands): the 260-word user
+    message fits beside the previous step's carried call and result, and the
+    result then does not. The first step's longer message puts the first
+    rollover on a result too."""
     conv = Conversation.open(Store(tmp_path, durability="off"), "reuse", model="gpt-4o",
                              context_limit=2000, system="agent", tools={"bash": BASH})
     carried = []
     for step in range(30):
-        conv.send(user(f"step {step}: " + words(260, "q")))
+        asked = conv.send(user(f"step {step}: " + words(580 if step == 0 else 260, "q")))
+        assert asked.ceiling - asked.tokens > 150, (step, asked.tokens)  # the user message fits
         conv.record({"role": "assistant", "parts": [
             {"type": "tool_call", "id": "call_0", "name": "bash", "input": {"cmd": "ls"}}]})
-        req = conv.send(result("call_0", words(60, f"out{step}-")))
+        req = conv.send(result("call_0", words(150, f"out{step}-")))
         assert req.tokens <= req.ceiling
         assert_paired(req.messages)
         if req.rolled_over:
             carried.append(req.carried)
-    assert len(carried) >= 10, carried
+    assert len(carried) == 30, carried
     assert set(carried) == {1}, carried  # the step's call row, never older ones
