@@ -16,6 +16,7 @@ from ledger.storage.engine import StoreOptions
 from ledger.storage.files.index import BoundaryIndex
 from ledger.storage.files.receipt import WriterReceipt
 from ledger.storage.files.state import State
+from ledger.storage.files.watch import Scan
 
 
 @runtime_checkable
@@ -36,7 +37,7 @@ class FileHistory(Protocol):
         ...
 
     def state(
-        self, numbers: list[int] | None = None, receipt_file: WriterReceipt | None = None
+        self, receipt_file: WriterReceipt | None = None, scan: Scan | None = None
     ) -> State:
         """The validated state now (under the lock)."""
         ...

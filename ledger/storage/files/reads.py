@@ -12,6 +12,7 @@ writers' shared steps, ``workspace.FileWorkspace`` the write path on top.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 import stat as stat_mod
@@ -44,8 +45,10 @@ from ledger.storage.files.state import (
     missing_floor,
     recorded_floor,
 )
+from ledger.storage.files.watch import Scan, SegmentTable
 
 F = TypeVar("F", bound=Callable[..., Any])
+EMPTY_SCAN = Scan(True, False, False, [], [], [], None)
 
 
 def _reading(what: str) -> Callable[[F], F]:
@@ -79,7 +82,7 @@ class WorkspaceBase:
         self.index = BoundaryIndex(path)
         self._format_checked = False
         self._digest_memo: tuple[list[tuple[int, ffmt.Stamp]], tuple[int, bytes]] | None = None
-        self._listing_memo: tuple[list[str], tuple[int, ...]] | None = None
+        self.table = SegmentTable(path)  # listing and stamps, kept by kernel events
         # This process's account of the active segment, valid for one stamp.
         self._running: SegmentInfo | None = None
 
@@ -158,21 +161,22 @@ class WorkspaceBase:
             )
 
     def state(
-        self, numbers: list[int] | None = None, receipt_file: WriterReceipt | None = None
+        self, receipt_file: WriterReceipt | None = None, scan: Scan | None = None
     ) -> State:
-        """Validate receipt and stamps now (call under the lock); ``numbers``
-        is a segment listing taken under the same lock, if the caller has one,
-        and ``receipt_file`` a writer's open receipt."""
-        if numbers is None:
-            try:
-                numbers = self._segments_in(os.listdir(self.path))
-            except FileNotFoundError:
-                numbers = []
-        all_stamps = segs.stamps(self.path, numbers)
-        sealed = all_stamps[:-1]
-        active_stamp = all_stamps[-1][1] if all_stamps else None
-        receipt = read_receipt(self.path) if receipt_file is None else receipt_file.read()
-        if receipt is not None and receipt.stable:
+        """Validate receipt and stamps now (call under the lock); ``scan`` is
+        the directory as the caller saw it under the same lock, if it has
+        one, and ``receipt_file`` a writer's open receipt."""
+        while True:
+            if scan is None:
+                try:
+                    scan = self.table.scan()
+                except FileNotFoundError:
+                    scan = EMPTY_SCAN
+            numbers, sealed = scan.numbers, scan.sealed
+            active_stamp = scan.active[1] if scan.active is not None else None
+            receipt = read_receipt(self.path) if receipt_file is None else receipt_file.read()
+            if receipt is None or not receipt.stable:
+                break
             count, sealed_dg = self._sealed_digest(sealed)
             active = numbers[-1] if numbers else 0
             if (
@@ -197,6 +201,13 @@ class WorkspaceBase:
                         receipt.floor_after,
                     ),
                 )
+            if scan.fresh:
+                break
+            # The table's stamps do not confirm the receipt: only a full pass
+            # may say the log changed (watch.py names what events can miss).
+            self.table.forget()
+            scan = None
+        all_stamps = scan.stamps
         digest = ffmt.sealed_digest(all_stamps)[1]
         cached = self._derived.get(digest)
         if cached is not None and cached.receipt == receipt:
@@ -205,22 +216,11 @@ class WorkspaceBase:
         self._derived = {digest: derived}
         return derived
 
-    def _segments_in(self, names: list[str]) -> list[int]:
-        """``segs.segments_in``, remembered for the last listing: between two
-        calls the names rarely change, and a list compare is cheaper than
-        parsing every name again."""
-        memo = self._listing_memo
-        if memo is not None and memo[0] == names and ffmt.MERGE_NAME not in names:
-            return list(memo[1])
-        numbers = segs.segments_in(self.path, names)
-        self._listing_memo = (names, tuple(numbers))
-        return numbers
-
     def _sealed_digest(self, sealed: list[tuple[int, ffmt.Stamp]]) -> tuple[int, bytes]:
         """``ffmt.sealed_digest``, remembered for the last sealed list seen: the
         sealed segments rarely change between two appends."""
         memo = self._digest_memo
-        if memo is not None and memo[0] == sealed:
+        if memo is not None and (memo[0] is sealed or memo[0] == sealed):
             return memo[1]
         out = ffmt.sealed_digest(sealed)
         self._digest_memo = (sealed, out)
@@ -477,9 +477,7 @@ class WorkspaceBase:
             else:
                 first, offset = st.window.segment, st.window.offset
             out: list[Row] = []
-            for number in numbers:
-                if number < first:
-                    continue
+            for number in numbers[bisect.bisect_left(numbers, first):]:
                 out.extend(segment_rows(
                     segs.segment_path(self.path, number), number,
                     offset if number == first else 0,

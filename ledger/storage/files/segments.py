@@ -151,9 +151,13 @@ def stamp(path: str) -> ffmt.Stamp | None:
         return None
 
 
-def stamps(wsdir: str, numbers: list[int]) -> list[tuple[int, ffmt.Stamp]]:
+def stamps(
+    wsdir: str, numbers: list[int], shared: list[int] | None = None
+) -> list[tuple[int, ffmt.Stamp]]:
     """Stamps of the given segments (lstat: a symlink is never followed).
-    Raises HistoryDamaged for an entry that is not a regular file.
+    Raises HistoryDamaged for an entry that is not a regular file. With
+    ``shared``, the numbers of segments that have another link (a fork's,
+    a hard-linked backup's) are appended to it.
 
     Every append and every page of a read stats every segment, so this is a
     hot loop: names are resolved against one directory descriptor, each
@@ -181,6 +185,8 @@ def stamps(wsdir: str, numbers: list[int]) -> list[tuple[int, ffmt.Stamp]]:
                 raise not_regular(segment_path(wsdir, n), describe_mode(st.st_mode))
             out.append((n, make(stamp_cls, (st.st_dev, st.st_ino, st.st_size,
                                             st.st_mtime_ns, st.st_ctime_ns))))
+            if shared is not None and st.st_nlink > 1:
+                shared.append(n)
     finally:
         os.close(dfd)
     return out

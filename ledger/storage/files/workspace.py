@@ -157,11 +157,11 @@ class FileWorkspace(Publishing):
         FORMAT, settle an interrupted rewrite or merge, then validate."""
         if self.store.tombstoned(self.workspace):
             raise CommitFailed(f"workspace {self.workspace!r} is being deleted; nothing written")
-        # One listing serves the sweeps below and the validation.
-        names = os.listdir(self.path)
-        segs.remove_stray_temps(self.path, names)
-        self.ensure_format(ffmt.FORMAT_NAME in names)
-        if ffmt.REWRITE_MARKER_NAME in names or ffmt.MERGE_NAME in names:
+        # One scan of the directory serves the sweeps below and the validation.
+        scan = self.table.scan()
+        segs.remove_stray_temps(self.path, scan.temps)
+        self.ensure_format(scan.has_format)
+        if scan.marked:
             try:
                 recover_if_marked(self.path, self.store.durability)
                 settle_merge(self.path, self.store.durability)
@@ -171,8 +171,8 @@ class FileWorkspace(Publishing):
                     f"merge ({exc}); nothing was written",
                     bid,
                 ) from exc
-            names = os.listdir(self.path)
-        return self.state(self._segments_in(names), receipt_file)
+            scan = self.table.scan()
+        return self.state(receipt_file, scan)
 
     def _commit(
         self, st: State, stored: list[dict[str, Any]], lines: list[bytes], bid: str,
