@@ -18,6 +18,7 @@ GOALS: dict[str, tuple[str, float]] = {
     "view_big_over_view_empty": ("<=", 1.3),
     "view_over_read_decode_floor": ("<=", 2),
     "turn_big_over_turn_empty": ("<=", 1.3),
+    "turn_many_segments_over_few": ("<=", 1.3),
     "search_over_scan_floor": ("<=", 1.5),
     "count_over_raw_tiktoken": ("<=", 1.15),
     "check_over_decode_floor": ("<=", 1.5),
@@ -31,6 +32,7 @@ RATIO_KEYS = (
     "view_big_over_view_empty",
     "view_over_read_decode_floor",
     "turn_big_over_turn_empty",
+    "turn_many_segments_over_few",
     "search_over_scan_floor",
     "search_over_raw_find",
     "count_over_raw_tiktoken",
@@ -85,6 +87,9 @@ def compute_ratios(cfg: Config, res: Results) -> tuple[dict[str, Any], dict[str,
     put("turn_big_over_turn_empty",
         ratio(p(res, "turn", big, "ledger"), p(res, "turn", big, "ledger_empty")),
         "not measured")
+    put("turn_many_segments_over_few",
+        ratio(p(res, "segments", cfg.segments_mib, "many"),
+              p(res, "segments", cfg.segments_mib, "few")), "not measured")
     no_tool = "ledger.transcript.retrieval not importable when the run started"
     b = _best
     put("search_over_scan_floor",
