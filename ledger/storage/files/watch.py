@@ -187,6 +187,11 @@ def _inotify() -> _Inotify | None:
     return _instance[0]
 
 
+def available() -> bool:
+    """Whether this process can keep tables by kernel events (Linux inotify)."""
+    return _inotify() is not None
+
+
 def _forget_in_child() -> None:
     """After ``os.fork`` the child shares the parent's queue: reading it would
     take events the parent is owed. The child starts its own when it needs one

@@ -19,7 +19,18 @@ from ledger import Store
 from ledger.cli.core import stat_report
 from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
+from ledger.storage.files import watch
 from tests.helpers import dicts, msg, segment_files
+
+
+@pytest.fixture(autouse=True, params=["stat-every-segment", "segment-table"])
+def segment_table(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every edit here must show on both paths: a stat of every segment, and
+    the table kept by kernel events that big histories use (watch.py)."""
+    if request.param == "segment-table":
+        if not watch.available():
+            pytest.skip("no inotify on this system")
+        monkeypatch.setattr(watch, "WATCH_MIN_SEGMENTS", 1)
 
 
 def _history(root: Path):
