@@ -245,6 +245,40 @@ class Backend(Protocol):
         ...
 
 
+class HeldVectors(Backend):
+    """A set kept in this process only (the memory engine's)."""
+
+    def __init__(self) -> None:
+        self.vs: VectorSet | None = None
+
+    def load(self, key: str, dim: int) -> VectorSet | None:
+        return self.vs
+
+    def start(self, vs: VectorSet) -> None:
+        self.vs = vs
+
+    def save(self, vs: VectorSet, records: list[Record]) -> None:
+        """Nothing to write: ``vs`` is the set held."""
+
+
+def texts_of_rows(read: Callable[[int], bytes | None]) -> TextsOf:
+    """``TextsOf`` for a row engine: ``read(seq)`` gives a row's stored
+    bytes (None: gone or over LINE_CAP)."""
+    from ledger.core.format import rows as fmt
+    from ledger.core.searchable import hidden, row_text
+
+    def texts(docs: Sequence[Doc]) -> dict[int, str]:
+        out = {}
+        for seq, _win, _hint in docs:
+            raw = read(seq)
+            row = fmt.decode_line(raw) if raw is not None else None
+            if row is not None and row.get("seq") == seq and not hidden(row):
+                out[seq] = row_text(row)
+        return out
+
+    return texts
+
+
 def ready(backend: Backend, embedder: Embedder, epoch: int, floor: int, lexical_upto: int,
           docs_after: Callable[[int], Sequence[Doc]], texts_of: TextsOf) -> VectorSet:
     """The workspace's vectors for the log state (``epoch``, ``floor``) whose

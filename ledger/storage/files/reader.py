@@ -38,8 +38,8 @@ from ledger.storage.engine import Candidate, Located
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
 from ledger.storage.files.recall import DAMAGE_ERRORS, Damaged, Mark, RecallIndex, layout_of
-from ledger.storage.files.vectors import FileVectors
 from ledger.storage.files.state import State
+from ledger.storage.files.vectors import FileVectors
 
 if TYPE_CHECKING:
     from ledger.storage.files.ports import FileHistory
