@@ -96,10 +96,11 @@ def _read(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_set(wsdir: str) -> tuple[VectorSet, int, tuple[int, int]]:
+def read_set(wsdir: str) -> tuple[VectorSet, int, tuple[int, int], int]:
     """The file's set (every record verified), how many bytes of a partial
-    last record follow it, and the file's identity. ``Damaged`` when it
-    fails; FileNotFoundError when there is none."""
+    last record follow it, the file's identity, and how many records it
+    holds of rows at or before its floor (never added to the set).
+    ``Damaged`` when it fails; FileNotFoundError when there is none."""
     fd = os.open(vectors_path(wsdir), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
                  | os.O_NONBLOCK)
     try:
@@ -114,7 +115,8 @@ def read_set(wsdir: str) -> tuple[VectorSet, int, tuple[int, int]]:
                    fields["nonce"])
     records, partial = decode_records(data[at:], vs.dim, vs.nonce)
     vs.add(sorted(_unique(records), key=lambda r: r.seq))
-    return vs, partial, (st.st_dev, st.st_ino)
+    below = sum(r.seq <= vs.floor for r in records)
+    return vs, partial, (st.st_dev, st.st_ino), below
 
 
 def _unique(records: list[Record]) -> list[Record]:
@@ -154,7 +156,7 @@ class FileVectors(Backend):
                 return None
             return self._vs
         try:
-            vs, partial, ident = read_set(self.wsdir)
+            vs, partial, ident, _ = read_set(self.wsdir)
         except (Damaged, OSError):
             self._vs = None
             return None
@@ -236,9 +238,10 @@ def inspect(wsdir: str, st: Any, read_text: Callable[[int], str | None],
     ``recall_vectors_unsafe`` (a link or not a regular file),
     ``recall_vectors_damaged`` (a header or record that fails its checksum),
     ``recall_vectors_stale`` (for another epoch or floor), or
-    ``recall_vectors_disagrees`` (one of up to ``sample`` records, spread over
-    the set, whose text hash is not that of the row's text in the log now;
-    ``read_text(seq)`` gives it, None for a row not shown)."""
+    ``recall_vectors_disagrees`` (records of rows at or before the floor, or
+    one of up to ``sample`` records, spread over the set, whose text hash is
+    not that of the row's text in the log now; ``read_text(seq)`` gives it,
+    None for a row not shown)."""
     from ledger.core import semantic
 
     why = unsafe(wsdir)
@@ -247,7 +250,7 @@ def inspect(wsdir: str, st: Any, read_text: Callable[[int], str | None],
                  f"{why}, not a regular file of its own. Move it away (`tledger repair` "
                  "removes it)")]
     try:
-        vs, partial, _ = read_set(wsdir)
+        vs, partial, _, below = read_set(wsdir)
     except FileNotFoundError:
         return []
     except (Damaged, OSError) as exc:
@@ -257,6 +260,9 @@ def inspect(wsdir: str, st: Any, read_text: Callable[[int], str | None],
         return [("recall_vectors_stale", "the semantic channel's vectors were computed for "
                  "another state of the log (a rewrite or a new privacy floor since)")]
     out = []
+    if below:
+        out.append(("recall_vectors_disagrees", f"the vectors file holds {below} vectors of "
+                    "rows at or before the privacy floor (never used)"))
     if partial:
         out.append(("recall_vectors_damaged", f"the vectors file ends in a torn record "
                     f"({partial} bytes)"))
