@@ -119,14 +119,15 @@ def embed(embedder: Embedder, texts: Sequence[str]) -> list[list[float]]:
 
 
 def fuse(lexical: Sequence[Candidate], vector: Sequence[Candidate],
-         alpha: float = ALPHA) -> list[Candidate]:
+         alpha: float | None = None) -> list[Candidate]:
     """One ranking of both channels (module doc): ``lexical`` as an index
     ranks it (scores > 0), ``vector`` the VECTOR_TOP best rows by cosine
     (best first, the rows of the same range). A row's fused score is
     ``alpha * lex / max(lex) + (1 - alpha) * (cos - low) / (high - low)``,
     ``low`` the cosine of the worst of ``vector``, clipped at 0; rows that
     score 0 are dropped; ties go to the newer row. The hints of the lexical
-    candidates win (the index saw those rows last)."""
+    candidates win (the index saw those rows last). ``alpha`` None: ALPHA."""
+    alpha = ALPHA if alpha is None else alpha
     best_lex = max((c[2] for c in lexical), default=0.0)
     scores: dict[int, float] = {}
     meta: dict[int, tuple[int, tuple[int, int]]] = {}
