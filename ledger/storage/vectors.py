@@ -173,7 +173,7 @@ class VectorSet:
         if not len(idx):
             return []
         q = np.asarray(query, dtype=np.float32)
-        cos = self._mat[idx] @ q
+        cos = (self._mat @ q)[idx]  # every row at once (no copy of the matrix), then the range
         if len(idx) > k:
             part = np.argpartition(-cos, k - 1)[:k]
             kth = float(cos[part].min())
