@@ -105,9 +105,13 @@ def exact(qs: QuestionSet, weights: ranking.Weights = ranking.Weights()) -> Rank
     return run
 
 
-def tool_ranker(qs: QuestionSet, root: str, **extra: Any) -> Ranker:
+def tool_ranker(qs: QuestionSet, root: str,
+                query_of: Callable[[str], str | list[str]] | None = None,
+                **extra: Any) -> Ranker:
     """The real tool: a file store holding the set as windows, ranked mode
-    (``extra``: more arguments of each call, e.g. ``current=True``)."""
+    (``extra``: more arguments of each call, e.g. ``current=True``;
+    ``query_of``: the ``query`` argument for a question, e.g. a list of
+    phrasings; the question itself when None)."""
     import json
 
     import ledger
@@ -141,7 +145,9 @@ def tool_ranker(qs: QuestionSet, root: str, **extra: Any) -> Ranker:
     tool = h.session_history()
 
     def run(q: str) -> list[int]:
-        out = json.loads(tool.call({"action": "search", "query": q, "mode": "ranked", **extra}))
+        query = q if query_of is None else query_of(q)
+        out = json.loads(tool.call({"action": "search", "query": query, "mode": "ranked",
+                                    **extra}))
         return [seq_of.get(i["seq"], -1) for i in out.get("items", [])]
 
     return run

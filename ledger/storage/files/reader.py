@@ -203,6 +203,9 @@ class FileReader:
         up to the log (under ``locked()``)."""
         return self._index().search(st, layout_of(st), query, after, high, window)
 
+    def read_order(self, seqs: list[int]) -> None:
+        """Nothing: each row is read back where the index saw it."""
+
     def refresh_recall(self, st: State) -> tuple[RecallIndex, Mark]:
         """Bring the recall index up to the log (under ``locked()``)."""
         recall = self._index()

@@ -97,6 +97,9 @@ class PgReader(SeqReader):
         self._order = [c[0] for c in got]
         return got
 
+    def read_order(self, seqs: list[int]) -> None:
+        self._order = list(seqs)
+
     def locate_at(
         self, st: RowState, seq: int, hint: tuple[int, int], result: SkipSink, budget: Budget
     ) -> Located:
