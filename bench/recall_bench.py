@@ -105,18 +105,19 @@ def exact(qs: QuestionSet, weights: ranking.Weights = ranking.Weights()) -> Rank
     return run
 
 
-def tool_ranker(qs: QuestionSet, root: str,
+def tool_ranker(qs: QuestionSet, root: str, embedder: Any = None,
                 query_of: Callable[[str], str | list[str]] | None = None,
                 **extra: Any) -> Ranker:
     """The real tool: a file store holding the set as windows, ranked mode
     (``extra``: more arguments of each call, e.g. ``current=True``;
-    ``query_of``: the ``query`` argument for a question, e.g. a list of
-    phrasings; the question itself when None)."""
+    ``embedder``: the store's, for the semantic channel; ``query_of``: the
+    ``query`` argument for a question, e.g. a list of phrasings; the
+    question itself when None)."""
     import json
 
     import ledger
 
-    store = ledger.Store(root, durability="off")
+    store = ledger.Store(root, durability="off", embedder=embedder)
     h = store.history("bench")
     seq_of: dict[int, int] = {}
     prev_window = None

@@ -83,6 +83,12 @@ class Recall:
                 (-round(ranking.impact(n, length) * 1000), -seq, n))
             self.dirty.add(t)
 
+    def docs_after(self, upto: int) -> list[tuple[int, int, tuple[int, int]]]:
+        """The rows indexed with seq above ``upto``, in seq order: (seq,
+        window, hint), what the semantic channel embeds."""
+        i = bisect.bisect_right(self.order, upto)
+        return [(seq, self.docs[seq][0], (seq, 0)) for seq in self.order[i:]]
+
     def candidates(
         self, query: ranking.Query, after: int, high: int, window: int | None
     ) -> list[Candidate]:

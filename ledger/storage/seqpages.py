@@ -215,6 +215,11 @@ class SeqReader(ABC):
     @abstractmethod
     def read_order(self, seqs: list[int]) -> None: ...
 
+    @abstractmethod
+    def similar(
+        self, st: RowState, text: str, after: int, high: int, window: int | None
+    ) -> list[Candidate]: ...
+
     # --- the rules -----------------------------------------------------------------
 
     def floor_key(self, st: RowState) -> str:

@@ -79,7 +79,7 @@ def _seeded(h: History) -> Any:
     return h.session_history()
 
 
-def ranked(tool: Any, query: str, **kw: Any) -> dict[str, Any]:
+def ranked(tool: Any, query: str | list[str], **kw: Any) -> dict[str, Any]:
     """A ranked search; over the current window too unless ``current=False``
     (or a ``window``) is given."""
     if "window" not in kw:

@@ -714,6 +714,18 @@ class RecallIndex:
                         tfs[named] = n
             by[seq] = ranking.Doc(seq, win, length, tfs)
 
+    def docs_after(self, upto: int) -> list[tuple[int, int, tuple[int, int]]]:
+        """The rows the index holds with seq above ``upto``, in seq order:
+        (seq, window, (segment, offset) where it read the row's line), each
+        entry verified (``Damaged``): what the semantic channel embeds."""
+        out = []
+        for seq, win, length, size, blob, seg, off, h in self._open().execute(
+                "SELECT * FROM docs WHERE seq > ? ORDER BY seq", (upto,)):
+            if h != _doc_h(seq, win, length, size, blob, seg, off):
+                raise Damaged(f"the entry of row {seq} fails its checksum")
+            out.append((int(seq), int(win), (int(seg), int(off))))
+        return out
+
     def stats(self) -> dict[str, int]:
         db = self._open()
         mark = self._mark(db)

@@ -18,7 +18,7 @@ from typing import Any, Generic, Protocol
 
 import msgspec
 
-from ledger.core import cursors, ranking
+from ledger.core import cursors, ranking, semantic
 from ledger.core.bounds import SCAN_ROWS, Budget, Event
 from ledger.core.cursors import SEEKING, CursorData, ListState, Position
 from ledger.core.errors import (
@@ -384,6 +384,12 @@ class _Pages(Generic[S]):
                     found_by.setdefault(cand[0], []).append(q)
             ranked = [(seq, seen[seq][1], score, seen[seq][3]) for seq, score in
                       ranking.fuse([[(c[0], c[2]) for c in cands] for cands in lists])]
+        if self.history.store.embedder is not None and high > after:
+            # the semantic channel (ledger.core.semantic): fused with the lexical one;
+            # several phrasings are embedded as one text
+            ranked = semantic.fuse(ranked, self.reader.similar(st, " ".join(phrasings), after,
+                                                               high, window))
+        if len(qs) > 1 or self.history.store.embedder is not None:
             self.reader.read_order([c[0] for c in ranked])
         at = start
         reads = 0
