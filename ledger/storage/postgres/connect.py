@@ -39,6 +39,7 @@ __all__ = ["Database", "check_url", "close_pools", "direct", "is_postgres_root",
 
 _SCHEMES = ("postgresql://", "postgres://")
 _POOLS: dict[tuple[int, str], Any] = {}
+_CITUS: dict[tuple[int, str], bool] = {}  # whether each pool's database is Citus's
 _POOLS_LOCK = threading.Lock()
 OPEN_TIMEOUT = 30.0  # seconds the first connection of a pool may take
 
@@ -125,7 +126,7 @@ class Database:
                 try:
                     pool.open(wait=True, timeout=OPEN_TIMEOUT)
                     with pool.connection(timeout=OPEN_TIMEOUT) as conn:
-                        ensure_schema(conn, self.where)
+                        _CITUS[key] = ensure_schema(conn, self.where)
                 except self.psycopg.Error as exc:
                     pool.close()
                     # from None: psycopg's own text may echo the connection string
@@ -140,6 +141,8 @@ class Database:
                         from None
                 _POOLS[key] = pool
         self.pool = pool
+        # Forks share their source's rows on plain PostgreSQL only (lineage.py).
+        self.shared = not _CITUS.get(key, False)
 
     @contextmanager
     def read(self, what: str) -> Iterator[Any]:

@@ -45,6 +45,7 @@ from ledger.storage.engine import (
 )
 from ledger.storage.forking import RowForks
 from ledger.storage.postgres.connect import Database
+from ledger.storage.postgres.lineage import batches_sql, rows_sql
 from ledger.storage.primitives import Edit, Replaced
 from ledger.storage.rewrites import RowRewrites
 from ledger.storage.seqpages import RowState as PgState
@@ -126,8 +127,9 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
     def _rows(self, last: int) -> Iterator[Row]:
         epoch: int | None = None
         sql = (
-            "SELECT (SELECT epoch FROM tl_head WHERE workspace = %(ws)s), seq, raw "
-            "FROM tl_rows WHERE workspace = %(ws)s AND seq > %(last)s ORDER BY seq LIMIT %(n)s"
+            "SELECT (SELECT epoch FROM tl_head WHERE workspace = %(ws)s), seq, raw FROM "
+            + rows_sql(self.db.shared, where="seq > %(last)s", order="seq", limit="%(n)s")
+            + " t ORDER BY seq LIMIT %(n)s"
         )
         while True:
             with self.db.read("read rows") as conn:
@@ -150,8 +152,9 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
 
     def get(self, seq: int) -> Row | None:
         with self.db.read("get") as conn:
-            got = conn.execute("SELECT raw FROM tl_rows WHERE workspace = %s AND seq = %s",
-                               (self.workspace, seq), binary=True).fetchone()
+            got = conn.execute(
+                f"SELECT raw FROM {rows_sql(self.db.shared, where='seq = %(seq)s')} t",
+                {"ws": self.workspace, "seq": seq}, binary=True).fetchone()
         return decode(self.workspace, seq, bytes(got[0])) if got is not None else None
 
     def window_rows(self) -> list[Row]:
@@ -161,9 +164,10 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
         row: the workspace does not exist."""
         with self.db.read("read the window") as conn:
             got = conn.execute(
-                "SELECT r.seq, r.raw FROM tl_head h LEFT JOIN tl_rows r ON r.workspace = "
-                "h.workspace AND r.seq > h.window_seq WHERE h.workspace = %s ORDER BY r.seq",
-                (self.workspace,), binary=True,  # bytea as bytes: no hex to encode or parse
+                "SELECT r.seq, r.raw FROM tl_head h LEFT JOIN LATERAL "
+                + rows_sql(self.db.shared, where="seq > h.window_seq")
+                + " r ON true WHERE h.workspace = %(ws)s ORDER BY r.seq",
+                {"ws": self.workspace}, binary=True,  # bytea as bytes: no hex to encode or parse
             ).fetchall()
         if not got:
             self.require()  # raises WorkspaceNotFound (or reports a race: it exists now)
@@ -195,8 +199,9 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
                 assert st is not None
             if batch.caller_id:
                 found = conn.execute(
-                    "SELECT first_seq, n FROM tl_batches WHERE workspace = %s AND batch_id = %s",
-                    (self.workspace, bid),
+                    "SELECT first_seq, n FROM "
+                    + batches_sql(self.db.shared, where="batch_id = %(bid)s") + " b",
+                    {"ws": self.workspace, "bid": bid},
                 ).fetchone()
                 if found is not None:
                     first, n = found
@@ -348,9 +353,11 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
 
     def read(self, first: int, last: int) -> list[Row]:
         with self.db.read("read rows") as conn:
-            got = conn.execute("SELECT seq, raw FROM tl_rows WHERE workspace = %s AND seq "
-                               "BETWEEN %s AND %s ORDER BY seq", (self.workspace, first, last),
-                               binary=True).fetchall()
+            got = conn.execute(
+                "SELECT seq, raw FROM "
+                + rows_sql(self.db.shared, where="seq BETWEEN %(first)s AND %(last)s")
+                + " t ORDER BY seq", {"ws": self.workspace, "first": first, "last": last},
+                binary=True).fetchall()
         return [decode(self.workspace, seq, bytes(raw)) for seq, raw in got]
 
     def replace(self, expect: PgState, edits: Sequence[Edit],
