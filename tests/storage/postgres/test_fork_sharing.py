@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from ledger import Store
-from recovery.check import check
 from ledger.storage.postgres.connect import close_pools
+from recovery.check import check
 from tests.helpers import msg
 
 psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
