@@ -8,7 +8,8 @@ from ledger.storage.postgres.lineage import materialise_forks
 from ledger.storage.postgres.workspace import PgWorkspace
 
 TABLES = ("tl_recall_post", "tl_recall_docs", "tl_recall_terms", "tl_recall_echo",
-          "tl_recall_state", "tl_rows", "tl_batches", "tl_quarantine", "tl_lineage", "tl_head")
+          "tl_recall_state", "tl_vec", "tl_vec_state",
+          "tl_rows", "tl_batches", "tl_quarantine", "tl_lineage", "tl_head")
 
 
 class PostgresEngine:

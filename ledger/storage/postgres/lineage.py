@@ -1,4 +1,4 @@
-"""Forks that share their source's rows, on plain PostgreSQL (schema version 4).
+"""Forks that share their source's rows, on plain PostgreSQL (schema version 5).
 
 A fork made on a plain PostgreSQL database copies no row of its prefix: one
 row of ``tl_lineage`` -- ``(workspace, source, upto)`` -- says that the fork's

@@ -53,7 +53,7 @@ postings by BM25 impact (GIN returns every matching row, so work would grow
 with the history) and the same terms, statistics and candidates as the file
 engine's index, so both engines rank alike.
 
-``tl_lineage`` (schema version 4) -- one row per fork made on plain
+``tl_lineage`` (schema version 5) -- one row per fork made on plain
 PostgreSQL: its rows up to ``upto`` are ``source``'s own (``lineage.py`` says
 how reads union them and how sharing survives rewrites and deletes); indexed
 by ``source`` too, for the rewrites that must find a workspace's forks.
@@ -63,9 +63,10 @@ the package refuses to open (``FormatError``), like the file engine's FORMAT.
 An older version is upgraded when a store opens it, in one transaction under
 the schema lock: version 1 databases get the (empty) recall tables, version 2
 ones the recall state's ``floor`` column (the index then rebuilds from the
-floor, its format being older), version 3 ones the (empty) ``tl_lineage``
-table (their forks stay the full copies they are), and the index is built lazily by the first
-ranked search, never at the upgrade.
+floor, its format being older), version 3 ones the (empty) vector tables,
+version 4 ones the (empty) ``tl_lineage`` table (their forks stay the full
+copies they are), and the index is built lazily by the first ranked search,
+never at the upgrade.
 
 On a database with the ``citus`` extension the tables are created
 distributed, in the same transaction (``citus.py``): the four workspace
@@ -80,7 +81,8 @@ from typing import Any
 
 from ledger.core.errors import FormatError
 
-SCHEMA_VERSION = 4  # 2: recall tables (tl_recall_*); 3: tl_recall_state.floor; 4: tl_lineage
+SCHEMA_VERSION = 5  # 2: the recall tables (tl_recall_*); 3: tl_recall_state.floor;
+# 4: the semantic channel's vectors (tl_vec_state, tl_vec: ``vectors.py``); 5: tl_lineage
 
 # Taken while creating the tables: concurrent first connections must not race
 # CREATE TABLE IF NOT EXISTS (it is not atomic against itself).
@@ -173,6 +175,20 @@ CREATE TABLE IF NOT EXISTS tl_recall_echo (
     workspace text NOT NULL,
     call      text NOT NULL,
     PRIMARY KEY (workspace, call)
+);
+CREATE TABLE IF NOT EXISTS tl_vec_state (
+    workspace text PRIMARY KEY,
+    key       text NOT NULL,
+    dim       integer NOT NULL,
+    epoch     bigint NOT NULL,
+    floor     bigint NOT NULL,
+    nonce     bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tl_vec (
+    workspace text NOT NULL,
+    seq       bigint NOT NULL,
+    rec       bytea NOT NULL,
+    PRIMARY KEY (workspace, seq)
 );
 """
 

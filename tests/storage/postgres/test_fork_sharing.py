@@ -1,9 +1,10 @@
-"""A fork on plain PostgreSQL shares its source's rows (issue 33, schema 4,
+"""A fork on plain PostgreSQL shares its source's rows (issue 33, schema 5,
 ``ledger/storage/postgres/lineage.py``): what it stores, that every read of it
 is the same as a copy's, how rewrites and deletes on either side turn the
-shared rows into copies first, forks of forks, and the upgrade of a schema 3
-database. The contract (tests/contract/forks.py) checks the behaviour on
-every engine; this checks the storage a user pays for. Real servers."""
+shared rows into copies first, forks of forks, and the upgrade of a schema 4
+database (the version before forks shared rows). The contract
+(tests/contract/forks.py) checks the behaviour on every engine; this checks
+the storage a user pays for. Real servers."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from ledger import Store
 from ledger.storage.postgres.connect import close_pools
+from ledger.storage.postgres.schema import SCHEMA_VERSION
 from recovery.check import check
 from tests.helpers import msg
 
@@ -123,19 +125,19 @@ def test_a_fork_of_a_fork_refers_to_the_first_source_and_copies_the_tail(
     assert _lines(past) == kept and _lineage(pg_root)["past"] == ("src", 16)
 
 
-def test_a_schema_3_database_is_upgraded_and_its_forks_share(pg_root: str) -> None:
+def test_a_schema_4_database_is_upgraded_and_its_forks_share(pg_root: str) -> None:
     store = Store(pg_root)
     _turns(store.history("old"), 3)
     close_pools(pg_root)
     with psycopg.connect(pg_root, autocommit=True) as conn:
         conn.execute("DROP TABLE tl_lineage")
-        conn.execute("UPDATE tl_schema SET version = 3")
+        conn.execute("UPDATE tl_schema SET version = 4")
     store = Store(pg_root)
     fork = store.history("old").fork("new")
     assert _lineage(pg_root) == {"new": ("old", 6)}
     assert len(_lines(fork)) == 7
     with psycopg.connect(pg_root) as conn:
-        assert conn.execute("SELECT version FROM tl_schema").fetchone()[0] == 4
+        assert conn.execute("SELECT version FROM tl_schema").fetchone()[0] == SCHEMA_VERSION
 
 
 def test_on_citus_a_fork_holds_its_own_copy(citus_root: str) -> None:
