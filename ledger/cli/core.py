@@ -275,6 +275,9 @@ def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
             help="search: literal text (default) or ranked (best matches first)"),
         arg("--current", action="store_true", default=None,
             help="ranked search: the current window too (skipped by default)"),
+        arg("--also", action="append", default=None, metavar="QUERY",
+            help="search: another phrasing of QUERY (repeat for up to 3 more); the "
+            "phrasings are ranked and fused (mode ranked)"),
     ],
 )
 def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
@@ -284,9 +287,11 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
     h.require()  # a missing workspace is an error here (exit 1), as for rows/context
     call: dict[str, Any] = {"action": args.action}
+    if args.also and (args.action != "search" or args.query is None):
+        raise UsageError("history: --also is another phrasing of a search's QUERY")
     if args.query is not None:
         if args.action == "search":
-            call["query"] = args.query
+            call["query"] = [args.query, *args.also] if args.also else args.query
         else:
             key = "seq" if args.action == "read" else "window"
             try:

@@ -193,7 +193,7 @@ def build_server(root: str, workspace: str, *, allow_write: bool = False,
                  structured_output=False)
     def session_history(
         action: Annotated[str, Field(description=_desc(spec, "action") + ": list, search or read")],
-        query: Annotated[str | None, Field(description=_desc(spec, "query"))] = None,
+        query: Annotated[str | list[str] | None, Field(description=_desc(spec, "query"))] = None,
         mode: Annotated[str | None, Field(description=_desc(spec, "mode"))] = None,
         window: Annotated[int | None, Field(description=_desc(spec, "window"))] = None,
         current: Annotated[bool | None, Field(description=_desc(spec, "current"))] = None,

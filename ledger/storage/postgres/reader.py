@@ -101,6 +101,9 @@ class PgReader(SeqReader):
         self._lexical = got
         return got
 
+    def read_order(self, seqs: list[int]) -> None:
+        self._order = list(seqs)
+
     def similar(
         self, st: RowState, text: str, after: int, high: int, window: int | None
     ) -> list[Candidate]:
