@@ -138,8 +138,13 @@ class PgReader(SeqReader):
                     binary=True).fetchone()
                 return bytes(got[0]) if got is not None and got[0] is not None else None
 
-            vs = vectors.ready(self.ws.vector_backend(), embedder, st.epoch, floor, mark.upto,
-                               docs_after, vectors.texts_of_rows(read))
+            backend = self.ws.vector_backend()
+            backend.conn = conn  # the state and new records read in this snapshot
+            try:
+                vs = vectors.ready(backend, embedder, st.epoch, floor, mark.upto,
+                                   docs_after, vectors.texts_of_rows(read))
+            finally:
+                backend.conn = None
         found = vs.similar(vectors.query_vector(embedder, text), after, high, window)
         self._order = [c[0] for c in semantic.fuse(self._lexical, found)]
         return found
