@@ -47,10 +47,15 @@ class Context:
     stderr: Any
     explicit_root: str | None = None  # --root or $TLEDGER_ROOT, when given
     secret_roots: list[str] = field(default_factory=list)  # hidden in error lines
+    embedder: str | None = None  # --embedder or $TLEDGER_EMBEDDER (ledger.core.embedders)
 
     def store(self, **options: Any) -> Any:
         from ledger.transcript.store import Store
 
+        if self.embedder and "embedder" not in options:
+            from ledger.core.embedders import from_spec
+
+            options["embedder"] = from_spec(self.embedder)
         return Store(durable_root(self.root), **options)
 
     def emit_json(self, obj: Any) -> None:
@@ -114,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--root",
         default=None,
         help="store root (default: $TLEDGER_ROOT, else ./.tledger)",
+    )
+    parser.add_argument(
+        "--embedder",
+        default=None,
+        metavar="SPEC",
+        help="the semantic channel of ranked search: wordllama or wordllama:DIM (64, 128, "
+        "256; the semantic extra) (default: $TLEDGER_EMBEDDER, else none: lexical only)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -199,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     explicit = args.root or os.environ.get("TLEDGER_ROOT") or None
     root = explicit or os.path.join(".", ".tledger")
-    ctx = Context(root=root, stdout=sys.stdout, stderr=sys.stderr, explicit_root=explicit)
+    ctx = Context(root=root, stdout=sys.stdout, stderr=sys.stderr, explicit_root=explicit,
+                  embedder=args.embedder or os.environ.get("TLEDGER_EMBEDDER") or None)
     return run(args, ctx)
 
 
