@@ -30,11 +30,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import tempfile
-from typing import TYPE_CHECKING
 
-from ledger.core.errors import CommitFailed, UnsafePath
-from ledger.core.forks import Branch, ForkRefused, branch_of, check_fork_point, fork_event
+from ledger.core.forks import ForkRefused, check_fork_point, fork_event
 from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.rows import new_id, prepare_batch
@@ -42,17 +39,16 @@ from ledger.storage.files import segments as segs
 from ledger.storage.files.index import SegmentInfo, append_entries
 from ledger.storage.files.lock import locked
 from ledger.storage.files.marker import recover_interrupted
+from ledger.storage.files.origin import write_origin_hint
+from ledger.storage.files.ports import FileHistory
 from ledger.storage.files.receipt import write_receipt
+from ledger.storage.files.staging import staged, write_new
 from ledger.storage.files.state import State, stable_receipt
 
-if TYPE_CHECKING:
-    from ledger.storage.files.workspace import FileWorkspace
-
 TEMP_PREFIX = ".fork-"
-ORIGIN_NAME = "ORIGIN"  # {"seq": N}: where the fork event is (a hint, checked against the row)
 
 
-def fork(src: FileWorkspace, dst: FileWorkspace, at: int | None) -> None:
+def fork(src: FileHistory, dst: FileHistory, at: int | None) -> None:
     """Make ``dst`` (which must not exist) a fork of ``src`` at row ``at``
     (None: the newest row). Raises ForkRefused, WorkspaceNotFound, CommitFailed."""
     if dst.workspace != src.workspace and dst.exists():
@@ -110,7 +106,7 @@ def _stamps(st: State) -> list[tuple[int, ffmt.Stamp]]:
     return [*st.sealed, *([(st.active, st.active_stamp)] if st.active_stamp else [])]
 
 
-def _build(src: FileWorkspace, dst: FileWorkspace, linked: list[tuple[int, ffmt.Stamp,
+def _build(src: FileHistory, dst: FileHistory, linked: list[tuple[int, ffmt.Stamp,
            SegmentInfo]], number: int, prefix: list[segs.Line], whole: bool,
            event: bytes, event_seq: int, prefix_info: SegmentInfo | None
            ) -> dict[int, ffmt.Stamp]:
@@ -120,10 +116,10 @@ def _build(src: FileWorkspace, dst: FileWorkspace, linked: list[tuple[int, ffmt.
     for name in os.listdir(parent):  # a crashed fork into this id left its temp dir
         if name.startswith(f"{TEMP_PREFIX}{dst.workspace}-"):
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-    tmp = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{dst.workspace}-", dir=parent)
     sync = True  # always durable, whatever the level (as a rewrite): whole or not at all
-    try:
-        _write(os.path.join(tmp, ffmt.FORMAT_NAME), [ffmt.FORMAT_TEXT], sync)
+    with staged(parent, f"{TEMP_PREFIX}{dst.workspace}-", dst.path, sync,
+                f"workspace {dst.workspace!r}: the fork of {src.workspace!r} failed") as tmp:
+        write_new(os.path.join(tmp, ffmt.FORMAT_NAME), [ffmt.FORMAT_TEXT], sync, 0o600)
         write_origin_hint(tmp, event_seq, sync)
         entries: list[SegmentInfo | ffmt.MergeRecord] = []
         stamps: dict[int, ffmt.Stamp] = {}
@@ -136,54 +132,15 @@ def _build(src: FileWorkspace, dst: FileWorkspace, linked: list[tuple[int, ffmt.
                 entries.append(_with_stamp(info, stamp))
         if not whole:  # the prefix of segment `number`, sealed in the fork
             path = segs.segment_path(tmp, number)
-            _write(path, [ln.data + b"\n" for ln in prefix], sync)
+            write_new(path, [ln.data + b"\n" for ln in prefix], sync, 0o600)
             stamp = segs.stamp(path)
             if prefix_info is not None and stamp is not None:
                 entries.append(dataclasses.replace(prefix_info, stamp=stamp))
         append_entries(tmp, entries)  # one write for thousands of segments
         if linked:  # the source may have written them at durability "off"
-            os.sync()  # one flush for every linked segment (_sync_linked says why)
-        _write(segs.segment_path(tmp, number + 1), [event], sync)
-        if sync:
-            segs.fsync_dir(tmp)
-        os.rename(tmp, dst.path)  # fails when the workspace appeared meanwhile
-        if sync:
-            segs.fsync_dir(parent)
-        return stamps
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise CommitFailed(f"workspace {dst.workspace!r}: the fork of {src.workspace!r} "
-                               f"failed, nothing was written: {exc}") from exc
-        raise
-
-
-def write_origin_hint(wsdir: str, seq: int, sync: bool) -> None:
-    """Record where the fork event is (in a directory not yet published)."""
-    _write(os.path.join(wsdir, ORIGIN_NAME), [fmt.encode_json({"seq": seq}) + b"\n"], sync)
-
-
-def origin(ws: FileWorkspace) -> Branch | None:
-    """The fork event the ORIGIN hint names, when that row is one."""
-    try:
-        fd = segs.open_regular(os.path.join(ws.path, ORIGIN_NAME))
-    except (OSError, UnsafePath):
-        return None
-    try:
-        data = os.read(fd, 256)  # the hint is a few bytes; anything longer is not one
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        hint = fmt.decode_json(data)
-    except (ValueError, RecursionError):
-        return None
-    seq = hint.get("seq") if isinstance(hint, dict) else None
-    if not isinstance(seq, int) or isinstance(seq, bool):
-        return None
-    row = ws.get(seq)
-    return branch_of(ws.workspace, row.data) if row is not None else None
+            os.sync()  # one flush for every linked segment (the note below says why)
+        write_new(segs.segment_path(tmp, number + 1), [event], sync, 0o600)
+    return stamps  # published (staged: a rename; fails when the workspace appeared)
 
 
 # Why one ``os.sync()`` for the linked segments: their bytes must be durable
@@ -196,16 +153,6 @@ def origin(ws: FileWorkspace) -> Branch | None:
 # models it (tests/helpers/crashfs.py: everything before it survives).
 
 
-def _write(path: str, chunks: list[bytes], sync: bool) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        segs._write_all(fd, chunks)  # whole, across short writes
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _with_stamp(info: SegmentInfo, stamp: ffmt.Stamp) -> SegmentInfo:
     """``info`` under another stamp (``dataclasses.replace``, without its
     cost, which a fork of thousands of segments notices)."""
@@ -213,7 +160,7 @@ def _with_stamp(info: SegmentInfo, stamp: ffmt.Stamp) -> SegmentInfo:
                        info.bounds, info.max_seq, info.epoch)
 
 
-def _restamp(src: FileWorkspace, st: State, infos: list[tuple[int, ffmt.Stamp, SegmentInfo]],
+def _restamp(src: FileHistory, st: State, infos: list[tuple[int, ffmt.Stamp, SegmentInfo]],
              linked: dict[int, ffmt.Stamp]) -> None:
     """Republish the source's stable receipt for the stamps the links changed
     (only their ctime: same inode, size and mtime), same epoch and layout;
