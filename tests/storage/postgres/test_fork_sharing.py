@@ -148,3 +148,62 @@ def test_on_citus_a_fork_holds_its_own_copy(citus_root: str) -> None:
     assert _own(citus_root, "f") == 7 and _lineage(citus_root) == {}
     store.delete("src")
     assert len(_lines(fork)) == 7
+
+
+def test_forks_made_while_the_source_is_rewritten_never_change_afterwards(
+    pg_root: str,
+) -> None:
+    """Forks (and forks of forks, which refer to the first source) made while
+    another thread rejects rows of the source: what a fork reads right after
+    it is made is what it reads at the end, and it checks clean."""
+    import threading
+
+    from ledger.core.errors import CommitFailed
+
+    store = Store(pg_root)
+    src = store.history("src")
+    _turns(src, 20)  # 1..40, batches end at even seqs
+    made: list[tuple[str, list[bytes]]] = []
+    errors: list[BaseException] = []
+    rejects: list[int] = []
+    stop = threading.Event()
+
+    def forker() -> None:
+        try:
+            s = Store(pg_root)
+            for i in range(12):
+                try:
+                    f = s.history("src").fork(f"f{i}", at=30)
+                    made.append((f.workspace, _lines(f)))
+                    _turns(f, 1, "own")  # 32..33 after its event at 31
+                    g = f.fork(f"g{i}", at=33)  # past f's reference: a copied tail
+                    made.append((g.workspace, _lines(g)))
+                except CommitFailed:
+                    continue  # the source kept changing under it: nothing was forked
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    def rewriter() -> None:
+        try:
+            h = Store(pg_root).history("src")
+            seq = 1
+            while not stop.is_set():
+                h.reject(seq)
+                rejects.append(seq)
+                seq = seq % 29 + 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=forker), threading.Thread(target=rewriter)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    assert len(made) >= 4 and len(rejects) >= 4, "too little ran side by side to say anything"
+    for ws, first in made:
+        fork = store.history(ws)
+        assert _lines(fork)[:len(first)] == first, f"{ws} changed after it was made"
+        assert not check(fork).findings, ws
