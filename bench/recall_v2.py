@@ -503,8 +503,18 @@ def engine_rows(qs: QuestionSet, ix: Index) -> list[Row]:
     configs: list[tuple[str, dict[str, Any]]] = [("defaults", {})]
     if "current" in ALLOWED_ARGS["search"]:  # scope (issue 32) skips the last window
         configs.insert(0, ("current: true", {"current": True}))
+    nb = Lexical(ranking.FIELD, ranking.WINDOW, ranking.NB_AVG)
+
+    def rephrased(q: str) -> list[str]:
+        """The question as asked, its rarer half of words and its names
+        (``phrasings`` without feedback), '"' dropped from each."""
+        ps = phrasings(q, ix, nb)
+        if len(ps) > 1 and ps[-1].startswith(q + " "):
+            ps = ps[:-1]
+        return list(dict.fromkeys(p.replace('"', " ") for p in ps))
+
     for name, extra in configs:
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as d2:
             tool = tool_ranker(qs, d, **extra)
             engine.append((f"engine: session_history ranked, {name} (file store)",
                            score(questions, tool)))
@@ -512,13 +522,48 @@ def engine_rows(qs: QuestionSet, ix: Index) -> list[Row]:
             # requires such phrases in the row itself, the pure variants ignore them.
             engine.append((f"engine, {name}, '\"' dropped from the question",
                            score(questions, _unquoted(tool))))
+            many = tool_ranker(qs, d2, query_of=rephrased, **extra)
+            saved = ranking.FUSION
+            try:
+                for how in ("score", "rrf"):
+                    ranking.FUSION = how
+                    engine.append((f"engine, {name}, +multi-query {how} (phrasings as a "
+                                   "list, '\"' dropped)", score(questions, many)))
+            finally:
+                ranking.FUSION = saved
     return [
         ("plain BM25 (rank_bm25, white-space tokens)", score(questions, plain_bm25(ix))),
         ("lexical (pure, window 0.3)", score(questions, lexical(ix))),
         ("+neighbours field 0.3 (pure, mean field length 2 x avgdl)",
-         score(questions, lexical(ix, Lexical(0.3, ranking.WINDOW, 2.0)))),
+         score(questions, lexical(ix, nb))),
+        ("+neighbours, question in view, no scope (pure)",
+         score(questions, in_view(ix, nb, False))),
+        ("+neighbours +scope, question in view (pure)",
+         score(questions, in_view(ix, nb, True))),
         *engine,
     ]
+
+
+def widen_rows(qs: QuestionSet, widths: Sequence[int]) -> list[Row]:
+    """The shipped tool (``current: true``; '"' dropped from the questions,
+    as the engine rows do) at each ``ranking.WIDEN`` of ``widths`` (-1:
+    every hit widened): what widening fewer hits costs in recall."""
+    import tempfile
+
+    from bench.recall_bench import tool_ranker
+
+    rows: list[Row] = []
+    saved = ranking.WIDEN
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            tool = _unquoted(tool_ranker(qs, d, current=True))
+            for n in widths:
+                ranking.WIDEN = n
+                rows.append((f"engine, WIDEN {'every hit' if n < 0 else n}",
+                             score(qs.questions, tool)))
+    finally:
+        ranking.WIDEN = saved
+    return rows
 
 
 def _unquoted(tool: Ranker) -> Ranker:
@@ -620,8 +665,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dim", type=int, default=256, help="wordllama dimension: 256, 128 or 64")
     p.add_argument("--engine", action="store_true",
                    help="only plain BM25, the pure lexical rows and the engines' ranked search")
+    p.add_argument("--widen", metavar="N,N", default=None,
+                   help="only the shipped tool's recall at each ranking.WIDEN (-1: every hit)")
     args = p.parse_args(argv)
     from bench import recall_data
+
+    if args.widen:
+        for name in args.sets.split(","):
+            qs, why = recall_data.by_name(name.strip())
+            if qs is None:
+                print(f"\n### {name}: skipped: {why}")
+                continue
+            print(f"\n### {qs.name}\n")
+            print(table(widen_rows(qs, [int(n) for n in args.widen.split(",")])))
+        return 0
 
     emb = None if args.engine else wordllama_embedder(args.dim)
     for name in args.sets.split(","):

@@ -39,8 +39,9 @@ __all__ = ["Database", "check_url", "close_pools", "direct", "is_postgres_root",
 
 _SCHEMES = ("postgresql://", "postgres://")
 _POOLS: dict[tuple[int, str], Any] = {}
+_CITUS: dict[tuple[int, str], bool] = {}  # whether each pool's database is Citus's
 _POOLS_LOCK = threading.Lock()
-OPEN_TIMEOUT = 30.0  # seconds the first connection of a pool may take
+OPEN_TIMEOUT = 30.0  # seconds a first connection may take when the URL sets no connect_timeout
 
 
 class _HideSecrets(logging.Filter):
@@ -91,6 +92,16 @@ def check_url(url: str) -> None:
         raise InvalidRoot(f"malformed PostgreSQL URL {where}: {reason(exc, url)}") from None
 
 
+def _connect(psycopg: Any, url: str) -> Any:
+    """One autocommit connection to ``url``, given up on after the URL's own
+    ``connect_timeout`` or, without one, ``OPEN_TIMEOUT`` seconds."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    given = conninfo_to_dict(url).get("connect_timeout")
+    timeout = {} if given is not None else {"connect_timeout": int(OPEN_TIMEOUT)}
+    return psycopg.connect(url, autocommit=True, **timeout)
+
+
 def _psycopg() -> Any:
     try:
         import psycopg
@@ -118,28 +129,25 @@ class Database:
         with _POOLS_LOCK:
             pool = _POOLS.get(key)
             if pool is None:
-                pool = pool_mod.ConnectionPool(
-                    url, min_size=0, max_size=16, open=False, kwargs={"autocommit": True},
-                    name=f"tledger-{os.getpid()}",
-                )
+                # The first connection is made directly: a refused or unreachable
+                # server fails now with its own reason, where the pool would retry
+                # with backoff for its whole timeout and then say only that it
+                # timed out.
                 try:
-                    pool.open(wait=True, timeout=OPEN_TIMEOUT)
-                    with pool.connection(timeout=OPEN_TIMEOUT) as conn:
-                        ensure_schema(conn, self.where)
+                    with _connect(self.psycopg, url) as conn:
+                        _CITUS[key] = ensure_schema(conn, self.where)
                 except self.psycopg.Error as exc:
-                    pool.close()
                     # from None: psycopg's own text may echo the connection string
                     raise Unavailable(f"{self.where}: cannot connect: {reason(exc, url)}") \
                         from None
-                except LedgerError:
-                    pool.close()
-                    raise
-                except pool_mod.PoolTimeout as exc:
-                    pool.close()
-                    raise Unavailable(f"{self.where}: cannot connect: {reason(exc, url)}") \
-                        from None
+                pool = pool_mod.ConnectionPool(
+                    url, min_size=0, max_size=16, open=True, kwargs={"autocommit": True},
+                    name=f"tledger-{os.getpid()}",
+                )
                 _POOLS[key] = pool
         self.pool = pool
+        # Forks share their source's rows on plain PostgreSQL only (lineage.py).
+        self.shared = not _CITUS.get(key, False)
 
     @contextmanager
     def read(self, what: str) -> Iterator[Any]:
@@ -204,7 +212,7 @@ def direct(url: str, what: str, *, write: bool = False) -> Iterator[tuple[Any, s
     check_url(url)
     where = redact(url)
     try:
-        conn = psycopg.connect(url, autocommit=True, connect_timeout=int(OPEN_TIMEOUT))
+        conn = _connect(psycopg, url)
     except psycopg.Error as exc:
         # from None: psycopg's own text may echo the connection string
         raise Unavailable(f"{where}: cannot connect: {reason(exc, url)}") from None

@@ -35,8 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.core.checks import Progress
 from ledger.core.errors import WorkspaceNotFound
+from ledger.core.format import rows as fmt
+from ledger.core.searchable import hidden, row_text
 from ledger.storage import rowcheck
 from ledger.storage.postgres import recall_check
+from ledger.storage.postgres import vectors as pg_vectors
+from ledger.storage.postgres.lineage import rows_sql
 from ledger.storage.primitives import StoredRow
 from ledger.storage.rowcheck import Problem, RowRepair, Verified, report
 from ledger.storage.rowspace import repair_rows
@@ -48,13 +52,17 @@ if TYPE_CHECKING:
 
 QUARANTINE = "tl_quarantine"
 
+VECTORS_ACTION = ("tledger repair removes them; the next ranked search with an embedder "
+                  "computes them again")
 
-def _stored(conn: Any, workspace: str) -> Iterator[StoredRow]:
-    """The rows of one snapshot, in seq order (a server-side cursor)."""
+
+def _stored(conn: Any, workspace: str, shared: bool) -> Iterator[StoredRow]:
+    """The rows of one snapshot, in seq order (a server-side cursor), a
+    fork's shared prefix included (``lineage.py``)."""
     cur = conn.cursor(name="tl_verify")
     cur.itersize = 2000
-    cur.execute("SELECT seq, batch_id, boundary, raw FROM tl_rows WHERE workspace = %s "
-                "ORDER BY seq", (workspace,))
+    cur.execute(f"SELECT seq, batch_id, boundary, raw FROM {rows_sql(shared)} t ORDER BY seq",
+                {"ws": workspace})
     for seq, bid, b, raw in cur:
         yield StoredRow(seq, bid, b, bytes(raw))
 
@@ -67,7 +75,7 @@ def verify(ws: PgHandle) -> tuple[RowState, Verified]:
         if head is None:
             raise WorkspaceNotFound(f"workspace {ws.workspace!r} has no history in "
                                     f"{ws.db.where}")
-        out = rowcheck.verify_rows(_stored(conn, ws.workspace))
+        out = rowcheck.verify_rows(_stored(conn, ws.workspace, ws.db.shared))
         out.problems.extend(out.open_calls())
 
         def held(before: int, after: int) -> int:
@@ -79,9 +87,22 @@ def verify(ws: PgHandle) -> tuple[RowState, Verified]:
         out.recall_index = recall_check.exists(conn, ws.workspace)
         for code, message in recall_check.inspect(
                 conn, ws.workspace, head.epoch, head.next_seq,
-                head.floor.seq if head.floor is not None else 0):
+                head.floor.seq if head.floor is not None else 0, ws.db.shared):
             out.problems.append(Problem(code, None, message, notice=True,
                                         action=recall_check.ACTION))
+
+        def text_of(seq: int) -> str | None:
+            got = conn.execute(
+                f"SELECT raw FROM {rows_sql(ws.db.shared, where='seq = %(seq)s')} t",
+                {"ws": ws.workspace, "seq": seq}, binary=True).fetchone()
+            row = fmt.decode_line(bytes(got[0])) if got is not None else None
+            return None if row is None or hidden(row) else row_text(row)
+
+        for code, message in pg_vectors.inspect(
+                conn, ws.workspace, head.epoch,
+                head.floor.seq if head.floor is not None else 0, text_of):
+            out.problems.append(Problem(code, None, message, notice=True,
+                                        action=VECTORS_ACTION))
     rowcheck.check_head(out, head)
     return head, out
 
@@ -105,6 +126,10 @@ def repair(ws: PgHandle, policy: str = "salvage", dry_run: bool = False,
     stale = any(p.code.startswith("recall_index") for p in found.problems)
     if not dry_run and (stale or (out.changed and found.recall_index)):
         recall_check.rebuild(ws.db, ws.workspace)
+    if not dry_run and any(p.code.startswith("recall_vectors") for p in found.problems):
+        with ws.db.write(f"remove the vectors of {ws.workspace!r}") as conn:
+            for table in pg_vectors.TABLES:  # computed again by the next ranked search
+                conn.execute(f"DELETE FROM {table} WHERE workspace = %s", (ws.workspace,))
     if not dry_run:
         out.after = check(ws)
     return out
