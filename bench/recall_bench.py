@@ -105,14 +105,15 @@ def exact(qs: QuestionSet, weights: ranking.Weights = ranking.Weights()) -> Rank
     return run
 
 
-def tool_ranker(qs: QuestionSet, root: str, **extra: Any) -> Ranker:
+def tool_ranker(qs: QuestionSet, root: str, embedder: Any = None, **extra: Any) -> Ranker:
     """The real tool: a file store holding the set as windows, ranked mode
-    (``extra``: more arguments of each call, e.g. ``current=True``)."""
+    (``extra``: more arguments of each call, e.g. ``current=True``;
+    ``embedder``: the store's, for the semantic channel)."""
     import json
 
     import ledger
 
-    store = ledger.Store(root, durability="off")
+    store = ledger.Store(root, durability="off", embedder=embedder)
     h = store.history("bench")
     seq_of: dict[int, int] = {}
     prev_window = None

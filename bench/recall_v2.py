@@ -521,6 +521,28 @@ def engine_rows(qs: QuestionSet, ix: Index) -> list[Row]:
     ]
 
 
+def widen_rows(qs: QuestionSet, widths: Sequence[int]) -> list[Row]:
+    """The shipped tool (``current: true``; '"' dropped from the questions,
+    as the engine rows do) at each ``ranking.WIDEN`` of ``widths`` (-1:
+    every hit widened): what widening fewer hits costs in recall."""
+    import tempfile
+
+    from bench.recall_bench import tool_ranker
+
+    rows: list[Row] = []
+    saved = ranking.WIDEN
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            tool = _unquoted(tool_ranker(qs, d, current=True))
+            for n in widths:
+                ranking.WIDEN = n
+                rows.append((f"engine, WIDEN {'every hit' if n < 0 else n}",
+                             score(qs.questions, tool)))
+    finally:
+        ranking.WIDEN = saved
+    return rows
+
+
 def _unquoted(tool: Ranker) -> Ranker:
     return lambda q: tool(q.replace('"', " "))
 
@@ -620,8 +642,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dim", type=int, default=256, help="wordllama dimension: 256, 128 or 64")
     p.add_argument("--engine", action="store_true",
                    help="only plain BM25, the pure lexical rows and the engines' ranked search")
+    p.add_argument("--widen", metavar="N,N", default=None,
+                   help="only the shipped tool's recall at each ranking.WIDEN (-1: every hit)")
     args = p.parse_args(argv)
     from bench import recall_data
+
+    if args.widen:
+        for name in args.sets.split(","):
+            qs, why = recall_data.by_name(name.strip())
+            if qs is None:
+                print(f"\n### {name}: skipped: {why}")
+                continue
+            print(f"\n### {qs.name}\n")
+            print(table(widen_rows(qs, [int(n) for n in args.widen.split(",")])))
+        return 0
 
     emb = None if args.engine else wordllama_embedder(args.dim)
     for name in args.sets.split(","):

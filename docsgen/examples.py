@@ -28,6 +28,7 @@ EXTRA_PROBES = {
     "claude": "claude_agent_sdk",
     "mcp": "mcp",
     "postgres": "psycopg",
+    "semantic": "wordllama",
 }
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 MARKER = re.compile(r"<!-- example: (requires|continue|skip)(?: (.+?))? -->\s*\Z")

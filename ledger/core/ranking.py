@@ -15,9 +15,14 @@ measures every choice below against plain BM25.
   weight, its mean length is taken as ``NB_AVG`` times the rows'; idf is the
   own field's), plus ``WINDOW`` times the best own score of its window:
   evidence sits in a conversation about the topic (bench/RESULTS.md, "Recall
-  v2"). So a row can be found by the words around it: the rows ranked are the
-  posting hits and their neighbours. Quoted phrases in the query must occur
-  (case- and accent-folded) in the row's text. Ties go to the newer row.
+  v2"). So a row can be found by the words around it. Two stages, so a
+  call reads and scores few neighbours (``widen``): the posting hits are
+  scored without the field first, and only the best ``WIDEN`` of them are
+  read with their neighbours; the rows ranked are the hits and the
+  neighbours of those, a widened hit and each row next to one with the field,
+  any other hit without it (its score a lower bound). Quoted phrases in the
+  query must occur (case- and accent-folded) in the row's text. Ties go to
+  the newer row.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from ledger.core.errors import BadRequest
 
 K1 = 1.2
 B = 0.75
+WIDEN = 32  # hits scored with their neighbours: the best by the score without them
 FIELD = 0.3  # weight of the neighbour field (measured: bench/RESULTS.md, "Recall v2")
 NB_AVG = 2.0  # the neighbour field's mean length, as this times the rows' mean length
 WINDOW = 0.3  # weight of the best own score in the row's window
@@ -130,6 +136,14 @@ def postings_plan(dfs: Mapping[str, int]) -> tuple[list[str], int, int]:
     return kept, max(SCAN_ROWS // len(kept), 1), max(EXAMINE // len(kept), 1)
 
 
+def complete(df: int, taken: int, per_term: int, examine: int) -> bool:
+    """Whether the postings an index took of a term (``postings_plan``) are
+    all it has in the query's range: fewer than ``per_term`` taken from a
+    list no longer than ``examine``. Then a row in range that holds the term
+    is among them, and no row's entry needs reading for it."""
+    return taken < per_term and df <= examine
+
+
 @dataclass(frozen=True)
 class Query:
     """A parsed query: distinct stemmed terms (query order) and folded phrases."""
@@ -201,15 +215,44 @@ class Corpus:
         return self.total_length / self.docs if self.docs else 1.0
 
 
-def bm25(doc: Doc, query: Query, corpus: Corpus) -> float:
-    avgdl = corpus.avgdl or 1.0
+def _weights(query: Query, corpus: Corpus) -> list[tuple[str, float]]:
+    """Each query term with its idf times (K1 + 1): what every score of one
+    query multiplies by, computed once."""
+    return [(t, idf(corpus.df.get(t, 0), corpus.docs) * (K1 + 1)) for t in query.terms]
+
+
+def _own(doc: Doc, weighted: Sequence[tuple[str, float]], avgdl: float) -> float:
     norm = K1 * (1 - B + B * doc.length / avgdl)
+    tfs = doc.tfs
     score = 0.0
-    for t in query.terms:
-        tf = doc.tfs.get(t)
+    for t, w in weighted:
+        tf = tfs.get(t)
         if tf:
-            score += idf(corpus.df.get(t, 0), corpus.docs) * tf * (K1 + 1) / (tf + norm)
+            score += w * tf / (tf + norm)
     return score
+
+
+def _fielded(doc: Doc, near: Sequence[Doc], weighted: Sequence[tuple[str, float]],
+             avgdl: float, weight: float) -> float:
+    if not near or not weight:
+        return _own(doc, weighted, avgdl)
+    norm = 1 - B + B * doc.length / avgdl
+    near_w = weight / (1 - B + B * sum(n.length for n in near) / (NB_AVG * avgdl))
+    tfs = doc.tfs
+    score = 0.0
+    for t, w in weighted:
+        pseudo = tfs.get(t, 0) / norm
+        for n in near:
+            got = n.tfs.get(t)
+            if got:
+                pseudo += near_w * got
+        if pseudo:
+            score += w * pseudo / (pseudo + K1)
+    return score
+
+
+def bm25(doc: Doc, query: Query, corpus: Corpus) -> float:
+    return _own(doc, _weights(query, corpus), corpus.avgdl or 1.0)
 
 
 def bm25f(doc: Doc, near: Sequence[Doc], query: Query, corpus: Corpus, weight: float) -> float:
@@ -217,18 +260,7 @@ def bm25f(doc: Doc, near: Sequence[Doc], query: Query, corpus: Corpus, weight: f
     per term the pseudo frequency ``tf/norm + weight * tf_near/norm_near``
     (each field normalised by its length against its mean), saturated once;
     without neighbours, ``bm25``."""
-    if not near or not weight:
-        return bm25(doc, query, corpus)
-    avgdl = corpus.avgdl or 1.0
-    norm = 1 - B + B * doc.length / avgdl
-    norm_near = 1 - B + B * sum(n.length for n in near) / (NB_AVG * avgdl)
-    score = 0.0
-    for t in query.terms:
-        pseudo = doc.tfs.get(t, 0) / norm + weight * sum(
-            n.tfs.get(t, 0) for n in near) / norm_near
-        if pseudo:
-            score += idf(corpus.df.get(t, 0), corpus.docs) * pseudo * (K1 + 1) / (pseudo + K1)
-    return score
+    return _fielded(doc, near, _weights(query, corpus), corpus.avgdl or 1.0, weight)
 
 
 @dataclass(frozen=True)
@@ -248,14 +280,62 @@ def neighbours(doc: Doc, by: Mapping[int, Doc]) -> list[Doc]:
     return out
 
 
-def ranked_rows(docs: Sequence[Doc], hits: Collection[int] | None = None) -> list[Doc]:
-    """The rows ``rank`` scores: the hits (every doc when None) and their
-    neighbours, in seq order."""
+@dataclass(frozen=True)
+class FirstStage:
+    """What ``widen`` learns from the hits alone: each hit's own score, each
+    window's best own score among them, and the hits to widen."""
+
+    own: dict[int, float]
+    best: dict[int, float]
+    wide: frozenset[int]
+
+
+def widen(
+    docs: Sequence[Doc], query: Query, corpus: Corpus, hits: Collection[int] | None = None,
+    weights: Weights = Weights(), limit: int | None = None,
+) -> FirstStage:
+    """The first stage of ``rank``, over the hits among ``docs`` (every doc
+    when None; their entries are all it needs): their own BM25 scores, the
+    best per window, and the ``limit`` (``WIDEN`` when None; every hit when
+    negative) best hits by the score without the neighbour field (own plus
+    ``weights.window`` times the window's best, ties to the newer row). Only
+    those are read and scored with their neighbours: an engine reads the
+    links and entries of ``wide`` and of the rows next to them, not of every
+    hit."""
+    weighted = _weights(query, corpus)
+    avgdl = corpus.avgdl or 1.0
+    if hits is None:
+        chosen: Sequence[Doc] = docs
+    else:
+        wanted = hits if isinstance(hits, (set, frozenset, dict)) else set(hits)
+        chosen = [d for d in docs if d.seq in wanted]
+    own = {d.seq: _own(d, weighted, avgdl) for d in chosen}
+    best: dict[int, float] = {}
+    for d in chosen:
+        if own[d.seq] > best.get(d.window, 0.0):
+            best[d.window] = own[d.seq]
+    n = WIDEN if limit is None else limit
+    if n < 0 or n >= len(chosen):
+        wide = frozenset(own)
+    else:
+        win = weights.window
+        keyed = sorted(((own[d.seq] + win * best.get(d.window, 0.0), d.seq) for d in chosen),
+                       reverse=True)
+        wide = frozenset(s for _, s in keyed[:n])
+    return FirstStage(own, best, wide)
+
+
+def ranked_rows(docs: Sequence[Doc], hits: Collection[int] | None = None,
+                wide: Collection[int] | None = None) -> list[Doc]:
+    """The rows ``rank`` scores: the hits (every doc when None) and the
+    neighbours of ``wide`` (of every hit when None), in seq order."""
     by = {d.seq: d for d in docs}
     chosen = {s: by[s] for s in (by if hits is None else hits) if s in by}
-    for d in list(chosen.values()):
-        for n in neighbours(d, by):
-            chosen.setdefault(n.seq, n)
+    for s in list(chosen) if wide is None else wide:
+        d = by.get(s)
+        if d is not None:
+            for n in neighbours(d, by):
+                chosen.setdefault(n.seq, n)
     return [chosen[s] for s in sorted(chosen)]
 
 
@@ -265,26 +345,38 @@ def rank(
     corpus: Corpus,
     hits: Collection[int] | None = None,
     weights: Weights = Weights(),
+    stage: FirstStage | None = None,
 ) -> list[tuple[int, float]]:
     """Rows best first as (seq, score): the ``hits`` (the rows an index's
-    postings found; every doc when None) and their neighbours, each scored
-    by ``bm25f`` with its neighbours among ``docs`` plus ``weights.window``
-    times the best own score in its window among them. Rows of score 0 are
+    postings found; every doc when None) and the neighbours of the widened
+    hits (``stage``, from ``widen``; every hit when None); a widened hit and
+    each row next to one scored by ``bm25f`` with its neighbours among
+    ``docs``, any other hit by its own ``bm25``; plus ``weights.window``
+    times the best own score of the hits in its window. Rows of score 0 are
     dropped; ties go to the newer row."""
+    if stage is None:
+        stage = widen(docs, query, corpus, hits, weights, -1)
     by = {d.seq: d for d in docs}
-    rows = ranked_rows(docs, hits)
-    own = {d.seq: bm25(d, query, corpus) for d in rows}
-    best: dict[int, float] = {}
-    for d in rows:
-        if own[d.seq] > best.get(d.window, 0.0):
-            best[d.window] = own[d.seq]
+    weighted = _weights(query, corpus)
+    avgdl = corpus.avgdl or 1.0
+    own, best, wide = stage.own, stage.best, stage.wide
+    fielded: set[int] = set()
+    for s in wide:
+        d = by.get(s)
+        if d is not None:
+            fielded.add(s)
+            fielded.update(n.seq for n in neighbours(d, by))
     out: list[tuple[int, float]] = []
-    for d in rows:
-        s = bm25f(d, neighbours(d, by), query, corpus, weights.field)
-        if s <= 0.0:
+    win = weights.window
+    for s in sorted(own.keys() | fielded):
+        d = by[s]
+        if s in fielded:
+            score = _fielded(d, neighbours(d, by), weighted, avgdl, weights.field)
+        else:
+            score = own[s]
+        if score <= 0.0:
             continue
-        total = s + weights.window * best.get(d.window, 0.0)
-        out.append((d.seq, round(total, 6)))
+        out.append((s, round(score + win * best.get(d.window, 0.0), 6)))
     out.sort(key=lambda p: (-p[1], -p[0]))
     return out
 
@@ -309,13 +401,16 @@ def best_offset(text: str, query: Query) -> int:
                 return at
     wanted = set(query.terms)
     hits = []
+    known: dict[str, bool] = {}  # a word's verdict, once per distinct word
     for m in _WORD.finditer(text, 0, SNIPPET_SCAN):
         w = m.group()
-        lw = w.lower() if w.isascii() else fold(w)
-        if _stem(lw) in wanted or (
-            len(w) > 3 and not w.islower() and not w.isupper()
-            and wanted.intersection(_stem(p.lower()) for p in _CAMEL.findall(w))
-        ):
+        found = known.get(w)
+        if found is None:
+            lw = w.lower() if w.isascii() else fold(w)
+            found = known[w] = _stem(lw) in wanted or bool(
+                len(w) > 3 and not w.islower() and not w.isupper()
+                and wanted.intersection(_stem(p.lower()) for p in _CAMEL.findall(w)))
+        if found:
             hits.append(m.start())
     if not hits:
         return 0

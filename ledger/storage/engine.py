@@ -69,6 +69,7 @@ from ledger.core.windows import Boundary
 
 if TYPE_CHECKING:
     from ledger.core.ranking import Query
+    from ledger.core.semantic import Embedder
 
 DURABILITY_LEVELS = ("full", "normal", "off")
 
@@ -186,6 +187,7 @@ class StoreOptions(Protocol):
     retrieval: bool
     durability: str
     max_row_bytes: int
+    embedder: Embedder | None  # the semantic channel's (ledger.core.semantic), else None
 
 
 class Snapshot(Protocol):
@@ -336,6 +338,17 @@ class PageReader(Protocol[S]):
         """Ranked candidates for rows in ``(after, high]`` (of ``window`` when
         given), best first, from the engine's recall index, brought up to
         date with the log first."""
+        ...
+
+    def similar(
+        self, st: S, text: str, after: int, high: int, window: int | None
+    ) -> list[Candidate]:
+        """The semantic channel's candidates for the query ``text``: the rows
+        in ``(after, high]`` (of ``window`` when given) most similar to it
+        (at most ``ledger.core.semantic.VECTOR_TOP``, best first, the score a
+        cosine), from the engine's vector projection (``ledger.storage.
+        vectors``), brought up to date with the recall index first; call
+        after ``ranked``. Empty without a store embedder."""
         ...
 
     def locate_at(

@@ -83,6 +83,12 @@ class Recall:
                 (-round(ranking.impact(n, length) * 1000), -seq, n))
             self.dirty.add(t)
 
+    def docs_after(self, upto: int) -> list[tuple[int, int, tuple[int, int]]]:
+        """The rows indexed with seq above ``upto``, in seq order: (seq,
+        window, hint), what the semantic channel embeds."""
+        i = bisect.bisect_right(self.order, upto)
+        return [(seq, self.docs[seq][0], (seq, 0)) for seq in self.order[i:]]
+
     def candidates(
         self, query: ranking.Query, after: int, high: int, window: int | None
     ) -> list[Candidate]:
@@ -109,29 +115,36 @@ class Recall:
                     taken += 1
                     if taken >= per_term:
                         break
-        # The hits, the rows just before and after each in range (their
-        # neighbours) and theirs: what the file engine reads.
+        corpus = ranking.Corpus(len(self.docs), self.total, dfs)
+        q = ranking.Query(tuple(kept), query.phrases)
+        by = {seq: self._doc(seq, found, kept) for seq in sorted(found)}
+        stage = ranking.widen(list(by.values()), q, corpus)
+
+        # The widened hits, the rows just before and after each in range
+        # (their neighbours) and theirs: what the file engine reads.
         def links(seq: int) -> tuple[int, int]:
             i = bisect.bisect_left(self.order, seq)
             prev = self.order[i - 1] if i > 0 else 0
             nxt = self.order[i + 1] if i + 1 < len(self.order) else 0
             return (prev if prev > after else 0, nxt if nxt <= high else 0)
 
-        near = {seq: links(seq) for seq in found}
+        near = {seq: links(seq) for seq in stage.wide}
         for seq in {n for pair in near.values() for n in pair if n} - near.keys():
             near[seq] = links(seq)
-        wanted = near.keys() | {n for pair in near.values() for n in pair if n}
-        docs = []
-        for seq in sorted(wanted):
-            win, length, counts = self.docs[seq]
-            tfs = found.get(seq, {})
-            for t in kept:
-                if t not in tfs and counts.get(t):
-                    tfs[t] = counts[t]
-            prev, nxt = near.get(seq, (0, 0))
-            docs.append(ranking.Doc(seq, win, length, tfs, prev, nxt))
-        corpus = ranking.Corpus(len(self.docs), self.total, dfs)
-        q = ranking.Query(tuple(kept), query.phrases)
+        for seq in sorted({n for pair in near.values() for n in pair if n} - by.keys()):
+            by[seq] = self._doc(seq, found, kept)
+        for seq, (prev, nxt) in near.items():
+            by[seq].prev, by[seq].next = prev, nxt
+        docs = [by[s] for s in sorted(by)]
         return [(s, self.docs[s][0], score, (s, 0))
-                for s, score in ranking.rank(docs, q, corpus, found)]
+                for s, score in ranking.rank(docs, q, corpus, found, stage=stage)]
 
+    def _doc(self, seq: int, found: dict[int, dict[str, int]], kept: list[str]) -> ranking.Doc:
+        """What ranking needs of row ``seq``: its frequencies of the query terms
+        (from its postings in ``found``, the rest from its entry)."""
+        win, length, counts = self.docs[seq]
+        tfs = found.get(seq, {})
+        for t in kept:
+            if t not in tfs and counts.get(t):
+                tfs[t] = counts[t]
+        return ranking.Doc(seq, win, length, tfs)

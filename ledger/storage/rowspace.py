@@ -46,7 +46,7 @@ from ledger.core.errors import (
 )
 from ledger.core.ranking import Query
 from ledger.core.rows import Row
-from ledger.storage import rowcheck
+from ledger.storage import rowcheck, vectors
 from ledger.storage.copydir import write_workspace_dir
 from ledger.storage.engine import (
     BackupResult,
@@ -55,6 +55,7 @@ from ledger.storage.engine import (
     QuarantineEntry,
     RowStat,
     StatReport,
+    StoreOptions,
     T,
 )
 from ledger.storage.primitives import LAST_SEQ, Edit, Put, Replaced, RowPrimitives, StoredRow
@@ -71,6 +72,7 @@ class RowWorkspace(RowRewrites, ABC):
     ``quarantine_name`` says where repair puts rows."""
 
     workspace: str
+    store: StoreOptions
     engine = "rows"
     tag = "r"
     quarantine_name = "the quarantine"
@@ -103,6 +105,11 @@ class RowWorkspace(RowRewrites, ABC):
     def recall_index(self) -> Recall:
         """The workspace's index of ranked search (made on first use; call
         under ``locked()``)."""
+
+    @abstractmethod
+    def vector_backend(self) -> vectors.Backend:
+        """Where the workspace's vectors of the semantic channel are kept
+        (``ledger.storage.vectors``; call under ``locked()``)."""
 
     @abstractmethod
     def where(self) -> RowStat:
@@ -288,3 +295,22 @@ class RowPages(SeqReader):
         index = self.ws.recall_index()
         index.refresh(self.ws, st)
         return index.candidates(query, after, high, window)
+
+    def similar(
+        self, st: RowState, text: str, after: int, high: int, window: int | None
+    ) -> list[Candidate]:
+        """From the vectors kept beside the index (``ledger.storage.vectors``),
+        caught up with it."""
+        embedder = self.ws.store.embedder
+        if embedder is None:
+            return []
+        index = self.ws.recall_index()
+        index.refresh(self.ws, st)
+
+        def read(seq: int) -> bytes | None:
+            got = self.ws.stored(seq, seq, 1)
+            return got[0].raw if got and len(got[0].raw) <= LINE_CAP else None
+
+        vs = vectors.ready(self.ws.vector_backend(), embedder, index.epoch, index.floor,
+                           index.upto, index.docs_after, vectors.texts_of_rows(read))
+        return vs.similar(vectors.query_vector(embedder, text), after, high, window)

@@ -212,6 +212,11 @@ class SeqReader(ABC):
         self, st: RowState, query: Query, after: int, high: int, window: int | None
     ) -> list[Candidate]: ...
 
+    @abstractmethod
+    def similar(
+        self, st: RowState, text: str, after: int, high: int, window: int | None
+    ) -> list[Candidate]: ...
+
     # --- the rules -----------------------------------------------------------------
 
     def floor_key(self, st: RowState) -> str:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import os
 
+from ledger.core import semantic
 from ledger.core.forks import Branch
 from ledger.core.ids import validate_workspace
 from ledger.core.redact import redact
+from ledger.core.semantic import Embedder
 from ledger.storage.engine import Engine, EngineSpec, check_options
 from ledger.storage.registry import engine_for
 from ledger.transcript.history import History
@@ -30,7 +32,10 @@ class Store:
     ``segment_bytes``: the active segment is rewritten by rename while below
     this size; then a batch starts a new segment. ``durability``: ``full``
     (default), ``normal`` or ``off``, as in docs/explanation/durability.md (the memory engine has
-    nothing to make durable). Nothing is created until the first write.
+    nothing to make durable). ``embedder``: a ``ledger.core.semantic.Embedder``
+    that adds the semantic channel to ranked search (docs/how-to/semantic.md);
+    None (the default): ranked search is lexical only. Nothing is created
+    until the first write.
     """
 
     def __init__(
@@ -41,6 +46,7 @@ class Store:
         retrieval: bool = True,
         durability: str = "full",
         max_row_bytes: int = 64 << 20,
+        embedder: Embedder | None = None,
     ) -> None:
         self.root = os.fspath(root)
         self.segment_bytes = segment_bytes
@@ -48,6 +54,9 @@ class Store:
         self.retrieval = retrieval
         self.durability = durability
         self.max_row_bytes = max_row_bytes
+        if embedder is not None:
+            semantic.key(embedder)  # LedgerError for one without a name or dimension
+        self.embedder = embedder
         check_options(self)
         self.spec: EngineSpec = engine_for(self.root)
         self.spec.check(self)

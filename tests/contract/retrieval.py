@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from ledger import History, Store
+from ledger.core import ranking
 from tests.contract.support import (
     RANKED_SEARCH,
     ContractBase,
@@ -556,6 +557,23 @@ class RetrievalContract(ContractBase):
                                                        tmp_path: Any) -> None:
         if not self._ranked_or_refused(make_store().history(ws).session_history()):
             return
+        self._agrees_with_the_file_engine(make_store, ws, tmp_path)
+
+    def test_ranked_search_agrees_when_few_hits_are_widened(
+        self, make_store: MakeStore, ws: str, tmp_path: Any, monkeypatch: Any
+    ) -> None:
+        """Only the best ``WIDEN`` hits are read with their neighbours: every
+        engine widens the same ones (here 2 of many, so the order differs
+        from widening them all)."""
+        if not self._ranked_or_refused(make_store().history(ws).session_history()):
+            return
+        whole = self._agrees_with_the_file_engine(make_store, ws + "a", tmp_path / "a")
+        monkeypatch.setattr(ranking, "WIDEN", 2)
+        few = self._agrees_with_the_file_engine(make_store, ws + "b", tmp_path / "b")
+        assert few != whole
+
+    def _agrees_with_the_file_engine(self, make_store: MakeStore, ws: str,
+                                     tmp_path: Any) -> list[Any]:
         words = ("deploy rollback cache ingress timeout invoice migration schema replica "
                  "approval release flaky region password degree graduate commute heron "
                  "parseHTTPRequest max_retries Café").split()
@@ -583,6 +601,7 @@ class RetrievalContract(ContractBase):
         ours, floor = fill(make_store().history(ws))
         files, _ = fill(Store(str(tmp_path / "files-root"), durability="off").history("ws"))
         found_items = 0
+        answers: list[Any] = []
         for query in ("deploy rollback", "graduate degree commute", "parse HTTP request",
                       "cafe heron", '"rollback cache" release', "echo approval"):
             args = {"action": "search", "query": query, "mode": "ranked", "limit": 25}
@@ -591,4 +610,6 @@ class RetrievalContract(ContractBase):
             assert mine["items"] == theirs["items"], query  # seqs, snippets, scores
             assert all(item["seq"] > floor for item in mine["items"])
             found_items += len(mine["items"])
+            answers.append(mine["items"])
         assert found_items > 20
+        return answers

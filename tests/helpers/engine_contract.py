@@ -33,6 +33,7 @@ from tests.contract.inputs import InputContract
 from tests.contract.operations import OperationsContract
 from tests.contract.retrieval import RetrievalContract
 from tests.contract.rewrites import RewriteContract
+from tests.contract.semantic import SemanticContract
 from tests.contract.support import CAPABILITIES, RANKED_SEARCH, MakeStore
 from tests.contract.windows import WindowContract
 from tests.helpers import msg  # the one row helper, for modules that import it from here
@@ -42,6 +43,6 @@ __all__ = ["CAPABILITIES", "RANKED_SEARCH", "EngineContract", "MakeStore", "msg"
 
 class EngineContract(
     AppendContract, WindowContract, RewriteContract, CursorContract, RetrievalContract,
-    BoundsContract, OperationsContract, InputContract, ForkContract,
+    BoundsContract, OperationsContract, InputContract, ForkContract, SemanticContract,
 ):
     """Subclass and provide ``make_store`` (module doc)."""

@@ -31,6 +31,7 @@ RECEIPT_NAME = "RECEIPT"
 FORMAT_NAME = "FORMAT"
 INDEX_NAME = "INDEX"
 RECALL_NAME = "RECALL.sqlite"  # the recall index (ledger.storage.files.recall), a projection
+VECTORS_NAME = "RECALL.vectors"  # the semantic channel's vectors (ledger.storage.files.vectors)
 MERGE_NAME = "MERGE"
 QUARANTINE_DIR = "quarantine"
 REWRITE_MARKER_NAME = "REWRITE.json"  # a marked rewrite in flight (ledger.storage.files.rewrite)

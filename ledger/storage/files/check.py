@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING, Any
 from ledger.core.checks import DAMAGE, NOTICE, CheckReport, Finding, Progress
 from ledger.core.errors import FormatError, LedgerError, Unavailable, WorkspaceNotFound
 from ledger.core.format import files as ffmt
+from ledger.core.searchable import hidden, row_text
 from ledger.core.windows import Boundary
-from ledger.storage.files import recall, rewrite
+from ledger.storage.files import recall, rewrite, vectors
 from ledger.storage.files import segments as segs
 from ledger.storage.files.index import BoundaryIndex
 from ledger.storage.files.lock import locked
@@ -192,6 +193,7 @@ def _check(history: FileHistory, progress: Progress | None) -> FileReport:
         findings.extend(_split_pairs(pairs))
     try:
         findings.extend(_recall_findings(history))
+        findings.extend(vector_findings(history))
     except LedgerError:
         pass  # a log whose state cannot be read: its damage is reported above
     return FileReport(ws, findings, len(scan.segments), scan.rows, scan.bytes, status, scan)
@@ -285,6 +287,32 @@ def _recall_findings(history: FileHistory) -> Iterator[Finding]:
         yield Finding(NOTICE, code, message,
                       f"tledger repair {history.workspace} rebuilds it (so does the next "
                       "ranked search, for a stale or damaged one)", ffmt.RECALL_NAME)
+
+
+def vector_findings(history: FileHistory) -> Iterator[Finding]:
+    """The semantic channel's vectors (a projection beside the recall
+    index, ``ledger.storage.files.vectors``): notices, as nothing stored is
+    lost with them; a link in their place is damage, as for the index.
+    Repair removes them; the next ranked search computes them again."""
+    if not os.path.lexists(os.path.join(history.path, ffmt.VECTORS_NAME)):
+        return
+    with locked(history.path, history.workspace, history.store.lock_timeout, shared=True):
+        st = history.state()
+        reader = FileReader(history)
+
+        def read_text(seq: int) -> str | None:
+            try:
+                row = reader.locate(st, seq, _NoSkips()).row
+            except LedgerError:
+                return None
+            return None if row is None or hidden(row) else row_text(row)
+
+        found = vectors.inspect(history.path, st, read_text)
+    fix = f"tledger repair {history.workspace} removes them (so does the next ranked search " \
+        "with an embedder, for stale or damaged ones)"
+    for code, message in found:
+        yield Finding(DAMAGE if code == "recall_vectors_unsafe" else NOTICE, code, message,
+                      fix, ffmt.VECTORS_NAME)
 
 
 class _NoSkips:

@@ -12,6 +12,7 @@ from dataclasses import KW_ONLY, dataclass
 from ledger.core.errors import DeletePending
 from ledger.core.format import files as ffmt
 from ledger.core.ids import WORKSPACE_RE, validate_workspace
+from ledger.core.semantic import Embedder
 from ledger.storage.files import retention
 from ledger.storage.files.workspace import FileWorkspace
 
@@ -27,6 +28,7 @@ class FileEngine:
     retrieval: bool
     durability: str
     max_row_bytes: int
+    embedder: Embedder | None = None  # the semantic channel's (ledger.core.semantic)
 
     def __repr__(self) -> str:
         return f"FileEngine({self.root!r})"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -21,16 +21,25 @@ import msgspec
 from ledger.core import cursors
 from ledger.core.bounds import LINE_CAP, SCAN_BYTES, SCAN_ROWS, Budget, Event, SkipSink
 from ledger.core.cursors import SEEKING, CursorData, Position
-from ledger.core.errors import CursorExpired, HistoryDamaged, NotFound, Unavailable
+from ledger.core.errors import (
+    CursorExpired,
+    HistoryDamaged,
+    LedgerError,
+    NotFound,
+    Unavailable,
+)
 from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.ranking import Query
+from ledger.core.searchable import hidden, row_text
 from ledger.core.windows import Boundary, window_marker
+from ledger.storage import vectors
 from ledger.storage.engine import Candidate, Located
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
-from ledger.storage.files.recall import Mark, RecallIndex, layout_of
+from ledger.storage.files.recall import DAMAGE_ERRORS, Damaged, Mark, RecallIndex, layout_of
 from ledger.storage.files.state import State
+from ledger.storage.files.vectors import FileVectors
 
 if TYPE_CHECKING:
     from ledger.storage.files.ports import FileHistory
@@ -192,6 +201,7 @@ class FileReader:
     def __init__(self, ws: FileHistory) -> None:
         self.ws = ws
         self._recall: RecallIndex | None = None
+        self._vectors: FileVectors | None = None
 
     def prepare_ranked(self) -> None:
         """Nothing: ``ranked`` brings the recall index up to date under the lock."""
@@ -202,6 +212,64 @@ class FileReader:
         """From the recall index (``ledger.storage.files.recall``), brought
         up to the log (under ``locked()``)."""
         return self._index().search(st, layout_of(st), query, after, high, window)
+
+    def similar(
+        self, st: State, text: str, after: int, high: int, window: int | None
+    ) -> list[Candidate]:
+        """From the vectors beside the recall index (``ledger.storage.files.
+        vectors``), caught up with it (under ``locked()``, after ``ranked``)."""
+        embedder = self.ws.store.embedder
+        if embedder is None:
+            return []
+        recall, mark = self.refresh_recall(st)
+        if self._vectors is None:
+            self._vectors = FileVectors(self.ws.path)
+        try:
+            vs = vectors.ready(self._vectors, embedder, mark.epoch, mark.floor, mark.upto,
+                               recall.docs_after, lambda docs: self._texts(st, docs))
+        except OSError as exc:
+            raise Unavailable(f"the semantic channel's vectors cannot be kept: {exc}") from None
+        except (Damaged, *DAMAGE_ERRORS):
+            raise Unavailable("the recall index changed while the semantic channel read "
+                              "it; retry") from None
+        return vs.similar(vectors.query_vector(embedder, text), after, high, window)
+
+    def _texts(self, st: State, docs: Sequence[vectors.Doc]) -> dict[int, str]:
+        """The searched text of each row, read where the index saw its line
+        (else looked up); rows no longer there, unreadable, hidden or over
+        LINE_CAP are left out."""
+        out: dict[int, str] = {}
+        by_segment: dict[int, list[vectors.Doc]] = {}
+        for d in docs:
+            by_segment.setdefault(d[2][0], []).append(d)
+        for number, group in by_segment.items():
+            fd = None
+            if number in st.segments:
+                try:
+                    fd = segs.open_regular(segs.segment_path(self.ws.path, number))
+                except OSError:
+                    fd = None
+            try:
+                for seq, _win, (_seg, off) in group:
+                    row = None
+                    if fd is not None:
+                        for line in segs.iter_lines_fd(fd, off, 64 * 1024):
+                            if line.complete and len(line.data) <= LINE_CAP:
+                                got = fmt.decode_line(line.data)
+                                if got is not None and got.get("seq") == seq:
+                                    row = got
+                            break
+                    if row is None:
+                        try:
+                            row = self.locate(st, seq, _NoSkips()).row
+                        except LedgerError:
+                            row = None
+                    if row is not None and not hidden(row):
+                        out[seq] = row_text(row)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        return out
 
     def refresh_recall(self, st: State) -> tuple[RecallIndex, Mark]:
         """Bring the recall index up to the log (under ``locked()``)."""
@@ -545,3 +613,10 @@ def _fresh_pos(st: State) -> Position:
         return Position(st.floor.segment, st.floor.offset, True)
     return Position(st.segments[0] if st.segments else 0, 0)
 
+
+
+class _NoSkips:
+    """A ``SkipSink`` that keeps nothing (the semantic channel's reads)."""
+
+    def add_skipped(self, seq: int | None, nbytes: int) -> None:
+        pass

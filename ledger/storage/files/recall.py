@@ -638,6 +638,7 @@ class RecallIndex:
         # Candidates: the best postings of each term; each candidate's
         # frequencies of every query term then come from its docs entry.
         found: dict[int, dict[str, int]] = {}
+        partial: list[str] = []
         for t in kept:
             taken = 0
             last: tuple[int, int] | None = None
@@ -652,15 +653,25 @@ class RecallIndex:
                     taken += 1
                     if taken >= per_term:
                         break
+            if not ranking.complete(dfs[t], taken, per_term, examine):
+                partial.append(t)
         if not found:
             return []
-        docs: list[ranking.Doc] = []
-        term_of = {tid[t]: t for t in kept}
+        # The frequencies a row's postings did not give come from its entry,
+        # for the terms whose postings in range were not all read.
+        term_of = {tid[t]: t for t in partial}
         where: dict[int, tuple[int, int]] = {}
-        # The hits, the rows just before and after each in range (their
-        # neighbours) and theirs, as the other engines read them.
+        by: dict[int, ranking.Doc] = {}
+        self._entries(db, sorted(found), found, term_of, len(kept), by, where)
+        if not found.keys() <= where.keys():
+            raise Damaged("a posting names a row the index has no entry for")
+        corpus = ranking.Corpus(mark.docs, mark.total, dfs)
+        q = ranking.Query(tuple(kept), query.phrases)
+        stage = ranking.widen(list(by.values()), q, corpus)
+        # The widened hits, the rows just before and after each in range
+        # (their neighbours) and theirs, as the other engines read them.
         near: dict[int, tuple[int, int]] = {}
-        ring = sorted(found)
+        ring = sorted(stage.wide)
         for _ in range(2):
             for seq, prev, nxt in db.execute(
                     _LINKS_SQL.format(rows=",".join(["(?)"] * len(ring))), [*ring, after, high]):
@@ -668,32 +679,52 @@ class RecallIndex:
             ring = sorted({n for pair in near.values() for n in pair if n} - near.keys())
             if not ring:
                 break
-        wanted = sorted(near.keys() | {n for pair in near.values() for n in pair if n})
+        more = sorted({n for pair in near.values() for n in pair if n} - by.keys())
+        if more:
+            self._entries(db, more, found, term_of, len(kept), by, where)
+        for seq, (prev, nxt) in near.items():
+            d = by.get(seq)
+            if d is not None:
+                d.prev, d.next = prev, nxt
+        docs = [by[s] for s in sorted(by)]
+        return [(s, by[s].window, score, where[s])
+                for s, score in ranking.rank(docs, q, corpus, found, stage=stage)]
+
+    def _entries(
+        self, db: sqlite3.Connection, seqs: list[int], found: dict[int, dict[str, int]],
+        term_of: dict[int, str], nterms: int, by: dict[int, ranking.Doc],
+        where: dict[int, tuple[int, int]],
+    ) -> None:
+        """The docs entries of ``seqs`` (ascending) into ``by``: each row's
+        frequencies of the query terms (from its postings in ``found``, the
+        rest from its pairs), where its line was and its size."""
+        keys = [(array("I", (t_id,)).tobytes(), named) for t_id, named in term_of.items()]
         for seq, win, length, size, blob, seg, off, h in db.execute(
-            f"SELECT * FROM docs WHERE seq IN ({','.join('?' * len(wanted))})", wanted,
+            f"SELECT * FROM docs WHERE seq IN ({','.join('?' * len(seqs))})", seqs,
         ):
-            prev, nxt = near.get(seq, (0, 0))
             if len(blob) % 8 or not isinstance(h, int):
                 raise Damaged(f"the entry of row {seq} is malformed")
             where[seq] = (seg, off)
             self.sizes[seq] = size
-            pairs = array("I")
-            pairs.frombytes(blob)
             tfs = found.get(seq, {})
-            if len(tfs) < len(kept):
-                counts = dict(zip(pairs[::2], pairs[1::2], strict=True))
-                for t_id, named in term_of.items():
-                    n = counts.get(t_id)
+            if keys and len(tfs) < nterms:
+                for key, named in keys:
+                    n = _pair_count(blob, key)
                     if n:
                         tfs[named] = n
-            docs.append(ranking.Doc(seq, win, length, tfs, prev, nxt))
-        if not found.keys() <= where.keys():
-            raise Damaged("a posting names a row the index has no entry for")
-        corpus = ranking.Corpus(mark.docs, mark.total, dfs)
-        win_of = {d.seq: d.window for d in docs}
-        q = ranking.Query(tuple(kept), query.phrases)
-        return [(s, win_of[s], score, where[s])
-                for s, score in ranking.rank(docs, q, corpus, found)]
+            by[seq] = ranking.Doc(seq, win, length, tfs)
+
+    def docs_after(self, upto: int) -> list[tuple[int, int, tuple[int, int]]]:
+        """The rows the index holds with seq above ``upto``, in seq order:
+        (seq, window, (segment, offset) where it read the row's line), each
+        entry verified (``Damaged``): what the semantic channel embeds."""
+        out = []
+        for seq, win, length, size, blob, seg, off, h in self._open().execute(
+                "SELECT * FROM docs WHERE seq > ? ORDER BY seq", (upto,)):
+            if h != _doc_h(seq, win, length, size, blob, seg, off):
+                raise Damaged(f"the entry of row {seq} fails its checksum")
+            out.append((int(seq), int(win), (int(seg), int(off))))
+        return out
 
     def stats(self) -> dict[str, int]:
         db = self._open()
@@ -705,6 +736,20 @@ class RecallIndex:
             except OSError:
                 pass
         return {"docs": mark.docs, "upto": mark.upto, "bytes": size}
+
+
+def _pair_count(blob: bytes, key: bytes) -> int:
+    """The count paired with a term id (``key``: its bytes as ``array("I")``
+    writes it) in a docs entry's pairs, 0 when absent: a search in C for the
+    id at an even word."""
+    at = blob.find(key)
+    while at >= 0 and at % 8:
+        at = blob.find(key, at + 1)
+    if at < 0:
+        return 0
+    got = array("I")
+    got.frombytes(blob[at + 4:at + 8])
+    return got[0]
 
 
 class _Raced(Exception):

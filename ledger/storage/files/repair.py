@@ -52,7 +52,7 @@ from ledger.core.errors import FormatError, LedgerError, RecoveryError, Workspac
 from ledger.core.format import files as ffmt
 from ledger.core.rows import new_id, prepare_batch
 from ledger.storage.files import check as chk
-from ledger.storage.files import recall, rewrite
+from ledger.storage.files import recall, rewrite, vectors
 from ledger.storage.files import segments as segs
 from ledger.storage.files.lock import locked
 from ledger.storage.files.receipt import read_receipt, receipt_status, write_receipt
@@ -271,8 +271,9 @@ def repair(history: FileHistory, *, policy: str = "salvage", dry_run: bool = Fal
     report = FileRepair(history.workspace, policy, dry_run)
     try:
         recall_stale = bool(list(chk._recall_findings(history)))
+        vectors_stale = bool(list(chk.vector_findings(history)))
     except LedgerError:  # a log too damaged to read a state from: rebuilt after repair
-        recall_stale = True
+        recall_stale = vectors_stale = True
     try:
         with locked(history.path, history.workspace, history.store.lock_timeout, shared=dry_run):
             _repair_locked(history, report, progress)
@@ -281,6 +282,10 @@ def repair(history: FileHistory, *, policy: str = "salvage", dry_run: bool = Fal
                     for suffix in recall.SUFFIXES):
                 # The recall index is a projection: built again from the repaired log.
                 recall.rebuild(history.path, history.state())
+                report.changed = True
+            if not dry_run and vectors_stale and os.path.lexists(
+                    vectors.vectors_path(history.path)):
+                vectors.discard(history.path)  # computed again by the next ranked search
                 report.changed = True
     except (OSError, segs.CommitStepError) as exc:
         cause = exc.cause if isinstance(exc, segs.CommitStepError) else exc

@@ -59,6 +59,7 @@ from ledger.core.husks import (  # noqa: F401 (re-exported: their old home)
 from ledger.core.rows import now_ms
 from ledger.core.windows import Entry
 from ledger.storage.files import segments as segs
+from ledger.storage.files import vectors
 from ledger.storage.files.index import entry_of
 from ledger.storage.files.lock import locked
 from ledger.storage.files.marker import (  # noqa: F401 (re-exported: the old home of these names)
@@ -133,6 +134,9 @@ def commit_rewrite(
     if not changes:
         return RewriteOutcome([], st.epoch)
     history.publish_pending(st, None)
+    # Before any segment changes: no vector of a row the rewrite removes outlives
+    # it, even after a crash (the next ranked search computes them again).
+    vectors.discard(path)
     tombs: list[tuple[str, str]] = []
     marker_path = os.path.join(path, MARKER_NAME)
     marker_written = False

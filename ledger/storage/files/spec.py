@@ -12,7 +12,7 @@ def _open(options: StoreOptions) -> Engine:
     return FileEngine(
         options.root, segment_bytes=options.segment_bytes, lock_timeout=options.lock_timeout,
         retrieval=options.retrieval, durability=options.durability,
-        max_row_bytes=options.max_row_bytes,
+        max_row_bytes=options.max_row_bytes, embedder=options.embedder,
     )
 
 

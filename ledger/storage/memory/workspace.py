@@ -28,6 +28,7 @@ from ledger.storage.primitives import LAST_SEQ, Edit, Replaced, StoredRow, holds
 from ledger.storage.rowrecall import Recall
 from ledger.storage.rowspace import RowWorkspace
 from ledger.storage.seqpages import RowState, boundary
+from ledger.storage.vectors import HeldVectors
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Space:
     quarantine: list[tuple[QuarantineEntry, bytes]] = field(default_factory=list)
     put_aside: int = 0  # quarantine entries ever made (their names' numbers)
     recall: Recall | None = None
+    vectors: HeldVectors | None = None  # the semantic channel's (ledger.storage.vectors)
 
     def state(self) -> RowState:
         return RowState(self.next_seq, self.epoch, self.window, self.floor)
@@ -153,6 +155,11 @@ class MemWorkspace(RowWorkspace, RowForks, WorkspaceHandle):
         sp.recall = sp.recall or Recall()
         return sp.recall
 
+    def vector_backend(self) -> HeldVectors:
+        sp = self.space()
+        sp.vectors = sp.vectors or HeldVectors()
+        return sp.vectors
+
     def where(self) -> RowStat:
         return RowStat(root=self.root.label)
 
@@ -217,6 +224,7 @@ class MemWorkspace(RowWorkspace, RowForks, WorkspaceHandle):
                 sp.window, sp.floor = settle(expect, *sp.newest(), hold, edits=edits)
                 sp.next_seq = max(sp.next_seq, new[-1].seq + 1 if new else 1)
                 sp.epoch = rules.new_epoch(sp.epoch)
+                sp.vectors = None  # no vector of a row a rewrite removed outlives it
             return Replaced(sp.epoch, len(gone), sum(len(r.raw) + 1 for r in gone),
                             [f"memory quarantine ({len(gone)} rows)"]
                             if put_aside is not None and gone else [])

@@ -36,7 +36,7 @@ __all__ = ["DISTRIBUTED", "REFERENCE", "NotDistributed", "distribute_tables", "i
 
 DISTRIBUTED = ("tl_rows", "tl_head", "tl_batches", "tl_quarantine",  # colocated with tl_rows
                "tl_recall_state", "tl_recall_terms", "tl_recall_docs", "tl_recall_post",
-               "tl_recall_echo")
+               "tl_recall_echo", "tl_vec_state", "tl_vec")
 REFERENCE = ("tl_schema",)
 COLUMN = "workspace"
 COMMAND = "tledger --root URL db distribute"

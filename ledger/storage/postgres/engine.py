@@ -7,7 +7,8 @@ from ledger.storage.postgres.connect import Database
 from ledger.storage.postgres.workspace import PgWorkspace
 
 TABLES = ("tl_recall_post", "tl_recall_docs", "tl_recall_terms", "tl_recall_echo",
-          "tl_recall_state", "tl_rows", "tl_batches", "tl_quarantine", "tl_head")
+          "tl_recall_state", "tl_vec", "tl_vec_state",
+          "tl_rows", "tl_batches", "tl_quarantine", "tl_head")
 
 
 class PostgresEngine:

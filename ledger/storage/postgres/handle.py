@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ledger.storage.engine import StoreOptions
 from ledger.storage.postgres.connect import Database
+from ledger.storage.postgres.vectors import PgVectors
 from ledger.storage.primitives import RowPrimitives
 from ledger.storage.seqpages import RowState
 
@@ -19,6 +21,11 @@ class PgHandle(RowPrimitives, Protocol):
 
     workspace: str
     db: Database  # the database's pool; ``db.where`` names it in messages
+    store: StoreOptions
+
+    def vector_backend(self) -> PgVectors:
+        """The semantic channel's vectors of this workspace (``vectors.py``)."""
+        ...
 
     def exists(self) -> bool: ...
 

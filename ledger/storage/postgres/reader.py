@@ -21,10 +21,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ledger.core import semantic
 from ledger.core.bounds import LINE_CAP, SCAN_BYTES, Budget, SkipSink
 from ledger.core.cursors import Position
 from ledger.core.errors import CursorExpired, NotFound, Unavailable
 from ledger.core.ranking import Query
+from ledger.storage import vectors
 from ledger.storage.engine import Candidate, Located
 from ledger.storage.postgres.recall import PgRecall
 from ledger.storage.seqpages import RowState, SeqReader, found
@@ -65,6 +67,7 @@ class PgReader(SeqReader):
         self.conn: Any = None
         self.recall = PgRecall(ws.db, ws.workspace)
         self._order: list[int] = []  # the ranked candidates of this call, best first
+        self._lexical: list[Candidate] = []  # the lexical ones (``similar`` fuses them)
         self._fetched: dict[int, tuple[int, bytes | None, int]] = {}  # seq -> (len, raw, window)
 
     # -- ranked search (module doc) ---------------------------------------------------
@@ -95,7 +98,42 @@ class PgReader(SeqReader):
         if got is None:
             raise Unavailable("the history kept changing during the ranked search; retry")
         self._order = [c[0] for c in got]
+        self._lexical = got
         return got
+
+    def similar(
+        self, st: RowState, text: str, after: int, high: int, window: int | None
+    ) -> list[Candidate]:
+        """From the vectors in ``tl_vec`` (``vectors.py``), caught up with the
+        recall index as a snapshot after ``ranked`` shows it; the rows read
+        back follow the fused order."""
+        embedder = self.ws.store.embedder
+        if embedder is None:
+            return []
+        floor = st.floor.seq if st.floor is not None else 0
+        with self.ws.db.read("ranked search") as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            mark = self.recall.mark(conn)
+            if mark is None or (mark.epoch, mark.floor) != (st.epoch, floor):
+                raise Unavailable("the history changed during the ranked search; retry")
+
+            def docs_after(upto: int) -> list[vectors.Doc]:
+                got = conn.execute("SELECT seq, win FROM tl_recall_docs WHERE workspace = %s "
+                                   "AND seq > %s ORDER BY seq", (self.workspace, upto))
+                return [(int(s), int(w), (int(s), 0)) for s, w in got.fetchall()]
+
+            def read(seq: int) -> bytes | None:
+                got = conn.execute(
+                    "SELECT CASE WHEN octet_length(raw) <= %s THEN raw END FROM tl_rows "
+                    "WHERE workspace = %s AND seq = %s", (LINE_CAP, self.workspace, seq),
+                    binary=True).fetchone()
+                return bytes(got[0]) if got is not None and got[0] is not None else None
+
+            vs = vectors.ready(self.ws.vector_backend(), embedder, st.epoch, floor, mark.upto,
+                               docs_after, vectors.texts_of_rows(read))
+        found = vs.similar(vectors.query_vector(embedder, text), after, high, window)
+        self._order = [c[0] for c in semantic.fuse(self._lexical, found)]
+        return found
 
     def locate_at(
         self, st: RowState, seq: int, hint: tuple[int, int], result: SkipSink, budget: Budget

@@ -426,33 +426,56 @@ class PgRecall:
             params += [ws, found_terms[t][0], examine, after, high, per_term]
         term_of = {found_terms[t][0]: t for t in kept}
         found: dict[int, dict[str, int]] = {}
-        for tid, seq, tf in conn.execute(" UNION ALL ".join([one] * len(kept)),
-                                         params).fetchall():
+        entries: dict[int, tuple[int, int, bytes]] = {}
+        taken: dict[int, int] = {}
+        for tid, seq, tf, win, length, blob in conn.execute(
+                "SELECT p.tid, p.seq, p.tf, d.win, d.len, d.tids FROM ("
+                + " UNION ALL ".join([one] * len(kept)) + ") p JOIN tl_recall_docs d "
+                "ON d.workspace = %s AND d.seq = p.seq", [*params, ws], binary=True).fetchall():
             found.setdefault(int(seq), {})[term_of[tid]] = int(tf)
+            entries[int(seq)] = (int(win), int(length), blob)
+            taken[tid] = taken.get(tid, 0) + 1
         if not found:
             return []
-        docs: list[ranking.Doc] = []
-        hits = sorted(found)
-        for seq, win, length, blob, prev, nxt in conn.execute(
-                _NEAR_SQL, {"ws": ws, "hits": hits, "after": after, "high": high},
-                binary=True).fetchall():
-            tfs = found.get(seq, {})
-            if len(tfs) < len(kept):
-                pairs = array("I")
-                pairs.frombytes(bytes(blob))
-                if SWAP:
-                    pairs.byteswap()
-                for i in range(0, len(pairs), 2):
-                    term = term_of.get(pairs[i])
-                    if term is not None:
-                        tfs[term] = pairs[i + 1]
-            docs.append(ranking.Doc(int(seq), int(win), int(length), tfs,
-                                    int(prev or 0), int(nxt or 0)))
+        # The frequencies a row's postings did not give come from its entry,
+        # for the terms whose postings in range were not all read.
+        term_of = {i: t for i, t in term_of.items()
+                   if not ranking.complete(dfs[t], taken.get(i, 0), per_term, examine)}
+        by: dict[int, ranking.Doc] = {}
+        for seq in sorted(entries):
+            by[seq] = _doc(seq, *entries[seq], found, term_of, len(kept))
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
-        win_of = {d.seq: d.window for d in docs}
         q = ranking.Query(tuple(kept), query.phrases)
-        return [(s, win_of[s], score, (0, 0))
-                for s, score in ranking.rank(docs, q, corpus, found)]
+        stage = ranking.widen(list(by.values()), q, corpus)
+        for seq, win, length, blob, prev, nxt in conn.execute(
+                _NEAR_SQL, {"ws": ws, "hits": sorted(stage.wide), "after": after,
+                            "high": high}, binary=True).fetchall():
+            d = by.get(seq)
+            if d is None:
+                d = by[seq] = _doc(int(seq), int(win), int(length), blob, found, term_of,
+                                   len(kept))
+            if prev or nxt:
+                d.prev, d.next = int(prev or 0), int(nxt or 0)
+        docs = [by[s] for s in sorted(by)]
+        return [(s, by[s].window, score, (0, 0))
+                for s, score in ranking.rank(docs, q, corpus, found, stage=stage)]
+
+
+def _doc(seq: int, win: int, length: int, blob: bytes, found: dict[int, dict[str, int]],
+         term_of: dict[int, str], nterms: int) -> ranking.Doc:
+    """What ranking needs of one row: its frequencies of the query terms (from
+    its postings in ``found``, the rest from its entry's pairs)."""
+    tfs = found.get(seq, {})
+    if term_of and len(tfs) < nterms:
+        pairs = array("I")
+        pairs.frombytes(bytes(blob))
+        if SWAP:
+            pairs.byteswap()
+        for i in range(0, len(pairs), 2):
+            term = term_of.get(pairs[i])
+            if term is not None:
+                tfs[term] = pairs[i + 1]
+    return ranking.Doc(seq, win, length, tfs)
 
 
 def _parts(row: dict[str, Any] | None) -> list[dict[str, Any]]:

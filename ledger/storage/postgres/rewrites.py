@@ -21,6 +21,7 @@ from ledger.core.errors import Conflict, WorkspaceNotFound
 from ledger.core.rows import now_ms
 from ledger.storage.copydir import refuse_existing, write_workspace_dir
 from ledger.storage.engine import BackupResult, StatReport
+from ledger.storage.postgres.vectors import TABLES as VECTOR_TABLES
 from ledger.storage.primitives import Edit, Replaced, holds, settle
 from ledger.storage.seqpages import RowState as PgState
 from ledger.storage.seqpages import boundary
@@ -88,6 +89,9 @@ def replace(ws: PgHandle, expect: PgState, edits: Sequence[Edit],
                         "(%s, %s, %s, %s, %s)",
                         [(ws.workspace, p.row.seq, b_id, p.boundary, p.row.line)
                          for p, b_id in zip(e.rows, bid, strict=True)])
+        # No vector of a row this rewrite removes outlives it (vectors.py).
+        for table in VECTOR_TABLES:
+            conn.execute(f"DELETE FROM {table} WHERE workspace = %s", (ws.workspace,))
         forget = sorted(gone_batches - kept_batches)
         if forget:
             conn.execute("DELETE FROM tl_batches WHERE workspace = %s AND batch_id = ANY(%s)",

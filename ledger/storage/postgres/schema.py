@@ -74,7 +74,8 @@ from typing import Any
 
 from ledger.core.errors import FormatError
 
-SCHEMA_VERSION = 3  # 2: the recall tables (tl_recall_*); 3: tl_recall_state.floor
+SCHEMA_VERSION = 4  # 2: the recall tables (tl_recall_*); 3: tl_recall_state.floor;
+# 4: the semantic channel's vectors (tl_vec_state, tl_vec: ``vectors.py``)
 
 # Taken while creating the tables: concurrent first connections must not race
 # CREATE TABLE IF NOT EXISTS (it is not atomic against itself).
@@ -161,6 +162,20 @@ CREATE TABLE IF NOT EXISTS tl_recall_echo (
     workspace text NOT NULL,
     call      text NOT NULL,
     PRIMARY KEY (workspace, call)
+);
+CREATE TABLE IF NOT EXISTS tl_vec_state (
+    workspace text PRIMARY KEY,
+    key       text NOT NULL,
+    dim       integer NOT NULL,
+    epoch     bigint NOT NULL,
+    floor     bigint NOT NULL,
+    nonce     bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tl_vec (
+    workspace text NOT NULL,
+    seq       bigint NOT NULL,
+    rec       bytea NOT NULL,
+    PRIMARY KEY (workspace, seq)
 );
 """
 

@@ -35,8 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.core.checks import Progress
 from ledger.core.errors import WorkspaceNotFound
+from ledger.core.format import rows as fmt
+from ledger.core.searchable import hidden, row_text
 from ledger.storage import rowcheck
 from ledger.storage.postgres import recall_check
+from ledger.storage.postgres import vectors as pg_vectors
 from ledger.storage.primitives import StoredRow
 from ledger.storage.rowcheck import Problem, RowRepair, Verified, report
 from ledger.storage.rowspace import repair_rows
@@ -47,6 +50,9 @@ if TYPE_CHECKING:
     from ledger.storage.postgres.handle import PgHandle
 
 QUARANTINE = "tl_quarantine"
+
+VECTORS_ACTION = ("tledger repair removes them; the next ranked search with an embedder "
+                  "computes them again")
 
 
 def _stored(conn: Any, workspace: str) -> Iterator[StoredRow]:
@@ -82,6 +88,18 @@ def verify(ws: PgHandle) -> tuple[RowState, Verified]:
                 head.floor.seq if head.floor is not None else 0):
             out.problems.append(Problem(code, None, message, notice=True,
                                         action=recall_check.ACTION))
+
+        def text_of(seq: int) -> str | None:
+            got = conn.execute("SELECT raw FROM tl_rows WHERE workspace = %s AND seq = %s",
+                               (ws.workspace, seq), binary=True).fetchone()
+            row = fmt.decode_line(bytes(got[0])) if got is not None else None
+            return None if row is None or hidden(row) else row_text(row)
+
+        for code, message in pg_vectors.inspect(
+                conn, ws.workspace, head.epoch,
+                head.floor.seq if head.floor is not None else 0, text_of):
+            out.problems.append(Problem(code, None, message, notice=True,
+                                        action=VECTORS_ACTION))
     rowcheck.check_head(out, head)
     return head, out
 
@@ -105,6 +123,10 @@ def repair(ws: PgHandle, policy: str = "salvage", dry_run: bool = False,
     stale = any(p.code.startswith("recall_index") for p in found.problems)
     if not dry_run and (stale or (out.changed and found.recall_index)):
         recall_check.rebuild(ws.db, ws.workspace)
+    if not dry_run and any(p.code.startswith("recall_vectors") for p in found.problems):
+        with ws.db.write(f"remove the vectors of {ws.workspace!r}") as conn:
+            for table in pg_vectors.TABLES:  # computed again by the next ranked search
+                conn.execute(f"DELETE FROM {table} WHERE workspace = %s", (ws.workspace,))
     if not dry_run:
         out.after = check(ws)
     return out

@@ -45,6 +45,7 @@ from ledger.storage.engine import (
 )
 from ledger.storage.forking import RowForks
 from ledger.storage.postgres.connect import Database
+from ledger.storage.postgres.vectors import PgVectors
 from ledger.storage.primitives import Edit, Replaced
 from ledger.storage.rewrites import RowRewrites
 from ledger.storage.seqpages import RowState as PgState
@@ -89,6 +90,14 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
     def __init__(self, db: Database, store: StoreOptions, workspace: str) -> None:
         super().__init__(store, workspace)
         self.db = db
+        self._vectors: PgVectors | None = None
+
+    def vector_backend(self) -> PgVectors:
+        """The semantic channel's vectors (``vectors.py``), kept for the
+        calls of this handle."""
+        if self._vectors is None:
+            self._vectors = PgVectors(self.db, self.workspace)
+        return self._vectors
 
     # --- state ------------------------------------------------------------------
 

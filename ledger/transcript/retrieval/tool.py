@@ -18,7 +18,7 @@ from typing import Any, Generic, Protocol
 
 import msgspec
 
-from ledger.core import cursors, ranking
+from ledger.core import cursors, ranking, semantic
 from ledger.core.bounds import SCAN_ROWS, Budget, Event
 from ledger.core.cursors import SEEKING, CursorData, ListState, Position
 from ledger.core.errors import (
@@ -357,6 +357,9 @@ class _Pages(Generic[S]):
                 data = msgspec.structs.replace(data, window=self.reader.window_seq(st))
             high = min(high, data.window)
         ranked = self.reader.ranked(st, q, after, high, window) if high > after else []
+        if self.history.store.embedder is not None and high > after:
+            # the semantic channel (ledger.core.semantic): fused with the lexical one
+            ranked = semantic.fuse(ranked, self.reader.similar(st, query, after, high, window))
         at = start
         reads = 0
         budget = Budget()

@@ -21,7 +21,8 @@ from tests.helpers import msg, subprocess_env
 psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
 
 WORKSPACE_TABLES = ["tl_batches", "tl_head", "tl_quarantine", "tl_rows", "tl_recall_state",
-                    "tl_recall_terms", "tl_recall_docs", "tl_recall_post", "tl_recall_echo"]
+                    "tl_recall_terms", "tl_recall_docs", "tl_recall_post", "tl_recall_echo",
+                    "tl_vec_state", "tl_vec"]
 
 
 def tl(root: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:

@@ -32,6 +32,7 @@ from ledger.core import ranking
 from ledger.core.bounds import SCAN_ROWS
 from ledger.storage.postgres import recall as pg_recall
 from ledger.storage.postgres.connect import close_pools
+from ledger.storage.postgres.schema import SCHEMA_VERSION
 from tests.helpers import subprocess_env
 
 psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
@@ -360,7 +361,7 @@ def test_a_version_1_database_gets_the_tables_and_builds_lazily(pg_root: str) ->
         "tl_recall_post, tl_recall_echo")
     sql(pg_root, "UPDATE tl_schema SET version = 1")
     h = Store(pg_root).history("w")  # opens and upgrades
-    assert sql(pg_root, "SELECT version FROM tl_schema") == [(3,)]
+    assert sql(pg_root, "SELECT version FROM tl_schema") == [(SCHEMA_VERSION,)]
     assert sql(pg_root, "SELECT count(*) FROM tl_recall_state")[0][0] == 0  # nothing built
     assert seqs(ranked(h.session_history(), "otter")) == [1, 2]  # 2: its neighbour
     assert sql(pg_root, "SELECT docs FROM tl_recall_state") == [(2,)]
@@ -379,7 +380,7 @@ def test_a_version_2_database_gets_the_floor_and_rebuilds_from_it(pg_root: str) 
     sql(pg_root, "UPDATE tl_recall_state SET version = 1, docs = 4")
     sql(pg_root, "UPDATE tl_schema SET version = 2")
     h = Store(pg_root).history("w")  # opens and upgrades
-    assert sql(pg_root, "SELECT version FROM tl_schema") == [(3,)]
+    assert sql(pg_root, "SELECT version FROM tl_schema") == [(SCHEMA_VERSION,)]
     assert seqs(ranked(h.session_history(), "otter")) == [4, 5]
     assert sql(pg_root, "SELECT version, docs, floor FROM tl_recall_state") == [(2, 2, 3)]
 

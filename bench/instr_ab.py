@@ -1,0 +1,164 @@
+"""``python -m bench.instr_ab BEFORE_TREE AFTER_TREE``: an A/B in instructions.
+
+On a shared machine the wall-clock A/B of ``python -m bench --compare`` moves
+by more than its 15% bound between two runs of the same commit (seen here at a
+load of 8 to 14 on 2 cores: 11 to 13 numbers flagged comparing a commit with
+itself). Instructions executed do not depend on the load: this runs a fixed
+workload through the public API of each source tree under ``valgrind
+--tool=callgrind`` and compares the instruction counts, phase by phase. What it
+cannot see is time spent waiting (fsync, the disk), which the wall-clock
+suites measure; it sees every change of CPU work on the hot paths.
+
+Each phase runs in its own process on a history built for it beforehand
+(``build``, the same rows each time, not counted), and the interpreter's start and the
+package's imports (the ``noop`` phase, measured per tree) are subtracted:
+
+- ``turns``: 40 turns of a 3-row append batch and the provider view.
+- ``check``: ``tledger check`` of the workspace (the CLI's own entry point).
+- ``search``: 20 ranked ``session_history`` searches.
+- ``conversation``: 8 turns through ``ledger.Conversation`` (user message,
+  tool call, tool result) in a 4,000-token budget, rolling over.
+
+Rows are the synthetic corpus of ``bench.corpus`` (seeded), so both trees see
+the same bytes. Run: ``python -m bench.instr_ab /path/to/before /path/to/after
+[--mib 2]``; valgrind must be installed. The trees need not be installed nor
+hold this file: each phase runs this file with ``PYTHONPATH`` set to its tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PHASES = ("noop", "turns", "check", "search", "conversation")
+WS = "ab"
+COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def _rows(n: int, seed: int) -> list[dict[str, object]]:
+    import random
+
+    rnd = random.Random(seed)
+    words = ("ledger window floor rollover segment receipt tool call result "
+             "approval search postgres citus fork rewind budget token index").split()
+    out: list[dict[str, object]] = []
+    for i in range(n):
+        text = " ".join(rnd.choice(words) for _ in range(rnd.randint(20, 120)))
+        role = "user" if i % 2 == 0 else "assistant"
+        out.append({"role": role, "parts": [{"type": "text", "text": f"{i} {text}"}]})
+    return out
+
+
+def build(root: str, mib: float) -> None:
+    from ledger import Store
+
+    store = Store(root, durability="off")
+    h = store.history(WS)
+    size = 0
+    batch = 0
+    while size < mib * 1024 * 1024:
+        rows = _rows(50, batch)
+        h.append_many(rows)
+        size += sum(len(json.dumps(r)) for r in rows)
+        batch += 1
+    h.rollover([{"role": "user", "parts": [{"type": "text", "text": "go on"}]}])
+    h.append_many(_rows(200, 10_000))
+
+
+def phase(name: str, root: str) -> None:
+    from ledger import Store
+
+    if name == "noop":
+        Store(root).history(WS).exists()
+        return
+    if name == "turns":
+        h = Store(root).history(WS)
+        for i in range(40):
+            h.append_many(_rows(3, 20_000 + i))
+            h.provider_view()
+    elif name == "check":
+        from ledger.cli import main
+
+        code = main(["--root", root, "check", WS])
+        if code not in (0, None):
+            raise SystemExit(f"check exited {code}")
+    elif name == "search":
+        tool = Store(root).history(WS).session_history()
+        for q in ("rollover receipt", "postgres fork", "approval budget", "segment index",
+                  "tool call result") * 4:
+            tool.call({"action": "search", "query": q})
+    elif name == "conversation":
+        from ledger import Conversation
+
+        conv = Conversation.open(Store(root), "conv", model="gpt-4o", context_limit=4000,
+                                 system="agent")
+        for i, row in enumerate(_rows(8, 30_000)):
+            conv.send({"role": "user", "parts": row["parts"]})
+            conv.record({"role": "assistant", "parts": [{"type": "text", "text": f"ok {i}"}]})
+    else:
+        raise SystemExit(f"unknown phase {name!r}: {PHASES}")
+
+
+def _count(tree: Path, name: str, root: str) -> int:
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+         sys.executable, str(Path(__file__).resolve()), "--phase", name, root],
+        env=env, cwd=tree, capture_output=True, text=True, check=False)
+    m = COLLECTED.search(done.stderr)
+    if done.returncode != 0 or m is None:
+        raise SystemExit(f"{tree}: phase {name} failed:\n{done.stderr[-2000:]}")
+    return int(m.group(1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.instr_ab", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trees", nargs="*", type=Path, help="BEFORE_TREE AFTER_TREE")
+    p.add_argument("--mib", type=float, default=2.0, help="history size to build")
+    p.add_argument("--phase", help=argparse.SUPPRESS)
+    p.add_argument("--build", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.phase:
+        phase(args.phase, args.trees[0].as_posix())  # the tree is PYTHONPATH's
+        return 0
+    if args.build:
+        build(args.build, args.mib)
+        return 0
+    if len(args.trees) != 2 or shutil.which("valgrind") is None:
+        p.error("give BEFORE_TREE and AFTER_TREE, with valgrind installed")
+    counts: dict[str, dict[str, int]] = {}
+    with tempfile.TemporaryDirectory(prefix="instr-ab-") as tmp:
+        for tree in args.trees:
+            tree = tree.resolve()
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            counts[str(tree)] = {}
+            for name in PHASES:
+                # Built afresh for each phase: a copy would change the segments'
+                # stamps, and the first write would re-baseline the receipt.
+                root = Path(tmp) / f"{tree.name}-{name}"
+                subprocess.run([sys.executable, str(Path(__file__).resolve()), "--build",
+                                str(root), "--mib", str(args.mib)], env=env, cwd=tree,
+                               check=True)
+                counts[str(tree)][name] = _count(tree, name, str(root))
+                shutil.rmtree(root)
+    before, after = (counts[str(t.resolve())] for t in args.trees)
+    print("| phase | before (M instr) | after (M instr) | after/before |")
+    print("|---|---|---|---|")
+    for name in PHASES:
+        b = before[name] - (0 if name == "noop" else before["noop"])
+        a = after[name] - (0 if name == "noop" else after["noop"])
+        print(f"| {name}{'' if name == 'noop' else ' (minus noop)'} | {b / 1e6:,.1f} | "
+              f"{a / 1e6:,.1f} | {a / b:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The semantic channel's pure part (``ledger.core.semantic``) and the
+wordllama embedder: what an embedder must return, how the channels fuse,
+and the errors a caller sees."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger import LedgerError, Store
+from ledger.core import semantic
+from ledger.core.embedders import WordLlamaEmbedder
+
+
+class Fixed:
+    """An embedder that returns what it is told to."""
+
+    def __init__(self, out: Any, name: Any = "fixed", dimension: Any = 3) -> None:
+        self.out, self.name, self.dimension = out, name, dimension
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        return self.out(texts) if callable(self.out) else self.out
+
+
+def test_embed_checks_and_normalises_what_an_embedder_returns() -> None:
+    got = semantic.embed(Fixed(lambda ts: [[3.0, 0.0, 4.0] for _ in ts]), ["a", "b"])
+    assert got == [[0.6, 0.0, 0.8], [0.6, 0.0, 0.8]]
+    assert semantic.embed(Fixed([[0, 0, 0]]), ["a"]) == [[0.0, 0.0, 0.0]]
+    bad = [
+        ([[1.0, 2.0]], "has 2 values"),
+        ([[1.0, 2.0, 3.0]] * 2, "2 vectors for 1 texts"),
+        ([[1.0, math.nan, 0.0]], "finite"),
+        ([[1.0, math.inf, 0.0]], "finite"),
+        ([["x", 1, 2]], "not a sequence of numbers"),
+        (7, "not a list of vectors"),
+    ]
+    for out, words in bad:
+        with pytest.raises(LedgerError, match=words):
+            semantic.embed(Fixed(out), ["a"])
+
+    def boom(texts: Sequence[str]) -> Any:
+        raise RuntimeError("model crashed")
+
+    with pytest.raises(LedgerError, match="'fixed' failed on 1 texts: RuntimeError: model"):
+        semantic.embed(Fixed(boom), ["a"])
+
+
+def test_a_store_refuses_an_embedder_without_a_name_or_dimension(tmp_path: Path) -> None:
+    for name, dim, words in (("", 3, "name"), (None, 3, "name"), ("x\ny", 3, "name"),
+                             ("ok", 0, "dimension"), ("ok", True, "dimension"),
+                             ("ok", 10_000, "dimension"), ("ok", "3", "dimension")):
+        with pytest.raises(LedgerError, match=words):
+            Store(tmp_path, embedder=Fixed([[1, 0, 0]], name, dim))
+    assert semantic.key(Fixed([], "m", 3)) == "m/3"
+
+
+def test_fuse_weighs_lexical_over_its_best_and_vectors_over_their_range() -> None:
+    lexical = [(5, 0, 8.0, (1, 50)), (3, 0, 4.0, (1, 30))]
+    vector = [(7, 0, 0.9, (7, 0)), (3, 0, 0.8, (3, 0)), (1, 0, 0.5, (1, 0))]
+    got = semantic.fuse(lexical, vector, alpha=0.9)
+    scores = {s: sc for s, _w, sc, _h in got}
+    assert scores[5] == pytest.approx(0.9)
+    assert scores[3] == pytest.approx(0.45 + 0.1 * 0.75)
+    assert scores[7] == pytest.approx(0.1)
+    assert 1 not in scores  # the worst of the vector channel adds nothing
+    assert [s for s, *_ in got] == [5, 3, 7]
+    assert dict((s, h) for s, _w, _sc, h in got)[3] == (1, 30)  # the index's hint wins
+    # no lexical hit: the vectors alone, best first; ties to the newer row
+    assert [s for s, *_ in semantic.fuse([], [(2, 0, 0.7, (2, 0)), (4, 0, 0.7, (4, 0)),
+                                              (1, 0, 0.1, (1, 0))])] == [4, 2]
+    assert semantic.fuse([], []) == []
+    assert semantic.fuse(lexical, []) == [(5, 0, 0.9, (1, 50)), (3, 0, 0.45, (1, 30))]
+
+
+def test_wordllama_loads_offline_and_says_when_it_is_missing(monkeypatch: Any) -> None:
+    pytest.importorskip("wordllama")
+    e = WordLlamaEmbedder(64)
+    a, b, c = semantic.embed(e, ["a kitten", "a cat", "a tax form"])
+    cos = lambda x, y: sum(p * q for p, q in zip(x, y, strict=True))  # noqa: E731
+    assert cos(a, b) > cos(a, c)
+    assert len(a) == 64 and semantic.key(e) == "wordllama l2_supercat/64"
+    with pytest.raises(LedgerError, match="dimension must be one of"):
+        WordLlamaEmbedder(100)
+    monkeypatch.setitem(sys.modules, "wordllama", None)  # as if not installed
+    with pytest.raises(LedgerError, match=r"pip install 'transcript-ledger\[semantic\]'"):
+        WordLlamaEmbedder(64)
