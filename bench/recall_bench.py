@@ -105,10 +105,14 @@ def exact(qs: QuestionSet, weights: ranking.Weights = ranking.Weights()) -> Rank
     return run
 
 
-def tool_ranker(qs: QuestionSet, root: str, embedder: Any = None, **extra: Any) -> Ranker:
+def tool_ranker(qs: QuestionSet, root: str, embedder: Any = None,
+                query_of: Callable[[str], str | list[str]] | None = None,
+                **extra: Any) -> Ranker:
     """The real tool: a file store holding the set as windows, ranked mode
     (``extra``: more arguments of each call, e.g. ``current=True``;
-    ``embedder``: the store's, for the semantic channel)."""
+    ``embedder``: the store's, for the semantic channel; ``query_of``: the
+    ``query`` argument for a question, e.g. a list of phrasings; the
+    question itself when None)."""
     import json
 
     import ledger
@@ -142,7 +146,9 @@ def tool_ranker(qs: QuestionSet, root: str, embedder: Any = None, **extra: Any) 
     tool = h.session_history()
 
     def run(q: str) -> list[int]:
-        out = json.loads(tool.call({"action": "search", "query": q, "mode": "ranked", **extra}))
+        query = q if query_of is None else query_of(q)
+        out = json.loads(tool.call({"action": "search", "query": query, "mode": "ranked",
+                                    **extra}))
         return [seq_of.get(i["seq"], -1) for i in out.get("items", [])]
 
     return run

@@ -503,8 +503,18 @@ def engine_rows(qs: QuestionSet, ix: Index) -> list[Row]:
     configs: list[tuple[str, dict[str, Any]]] = [("defaults", {})]
     if "current" in ALLOWED_ARGS["search"]:  # scope (issue 32) skips the last window
         configs.insert(0, ("current: true", {"current": True}))
+    nb = Lexical(ranking.FIELD, ranking.WINDOW, ranking.NB_AVG)
+
+    def rephrased(q: str) -> list[str]:
+        """The question as asked, its rarer half of words and its names
+        (``phrasings`` without feedback), '"' dropped from each."""
+        ps = phrasings(q, ix, nb)
+        if len(ps) > 1 and ps[-1].startswith(q + " "):
+            ps = ps[:-1]
+        return list(dict.fromkeys(p.replace('"', " ") for p in ps))
+
     for name, extra in configs:
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as d2:
             tool = tool_ranker(qs, d, **extra)
             engine.append((f"engine: session_history ranked, {name} (file store)",
                            score(questions, tool)))
@@ -512,11 +522,24 @@ def engine_rows(qs: QuestionSet, ix: Index) -> list[Row]:
             # requires such phrases in the row itself, the pure variants ignore them.
             engine.append((f"engine, {name}, '\"' dropped from the question",
                            score(questions, _unquoted(tool))))
+            many = tool_ranker(qs, d2, query_of=rephrased, **extra)
+            saved = ranking.FUSION
+            try:
+                for how in ("score", "rrf"):
+                    ranking.FUSION = how
+                    engine.append((f"engine, {name}, +multi-query {how} (phrasings as a "
+                                   "list, '\"' dropped)", score(questions, many)))
+            finally:
+                ranking.FUSION = saved
     return [
         ("plain BM25 (rank_bm25, white-space tokens)", score(questions, plain_bm25(ix))),
         ("lexical (pure, window 0.3)", score(questions, lexical(ix))),
         ("+neighbours field 0.3 (pure, mean field length 2 x avgdl)",
-         score(questions, lexical(ix, Lexical(0.3, ranking.WINDOW, 2.0)))),
+         score(questions, lexical(ix, nb))),
+        ("+neighbours, question in view, no scope (pure)",
+         score(questions, in_view(ix, nb, False))),
+        ("+neighbours +scope, question in view (pure)",
+         score(questions, in_view(ix, nb, True))),
         *engine,
     ]
 

@@ -80,7 +80,7 @@ ALSO_OVER = {"ledger agents": "by hand, async"}
 def _preload(name: str, directory: str, turns: int) -> None:
     """``turns`` turns of history (bulk, in windows) in the workspace the
     contender ``name`` uses under ``directory``."""
-    from bench.integrations_bench import _windowed, turn_items, turn_messages
+    from bench.turn_workload import _windowed, turn_items, turn_messages
     from ledger import Store
     from ledger.integrations.langchain import message_row
     from ledger.integrations.openai_agents import item_row
@@ -100,7 +100,7 @@ def _preload(name: str, directory: str, turns: int) -> None:
 
 def _turn_fn(name: str, directory: str) -> Callable[[int], Any]:
     """A function running turn ``k`` of contender ``name`` in ``directory``."""
-    from bench.integrations_bench import turn_items, turn_messages
+    from bench.turn_workload import turn_items, turn_messages
 
     loop = asyncio.new_event_loop()
     if name == "by hand":
@@ -313,7 +313,7 @@ def timed(names: list[str], turns: int, sizes: list[int]) -> dict[str, Any]:
     import statistics
     import time
 
-    from bench.integrations_bench import turns_for
+    from bench.turn_workload import turns_for
 
     out: dict[str, Any] = {}
     for mib in sizes:

@@ -248,7 +248,7 @@ class AsyncTool:
         """``tool.list``: windows, or one window's rows."""
         return await self._call(self._tool.list, **kwargs)
 
-    async def search(self, query: str, **kwargs: Any) -> Any:
+    async def search(self, query: str | Sequence[str], **kwargs: Any) -> Any:
         """``tool.search``."""
         return await self._call(self._tool.search, query, **kwargs)
 

@@ -15,7 +15,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -47,10 +47,15 @@ class Context:
     stderr: Any
     explicit_root: str | None = None  # --root or $TLEDGER_ROOT, when given
     secret_roots: list[str] = field(default_factory=list)  # hidden in error lines
+    embedder: str | None = None  # --embedder or $TLEDGER_EMBEDDER (ledger.core.embedders)
 
     def store(self, **options: Any) -> Any:
         from ledger.transcript.store import Store
 
+        if self.embedder and "embedder" not in options:
+            from ledger.core.embedders import from_spec
+
+            options["embedder"] = from_spec(self.embedder)
         return Store(durable_root(self.root), **options)
 
     def emit_json(self, obj: Any) -> None:
@@ -66,6 +71,11 @@ class Context:
             self.emit_json(result)
         else:
             self.emit_line(text)
+
+    def emit_rows(self, rows: Iterable[Any]) -> None:
+        """Rows (``Row``) as canonical JSONL, one a line."""
+        for row in rows:
+            self.emit_json(row.to_dict())
 
 
 def durable_root(root: str) -> str:
@@ -109,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--root",
         default=None,
         help="store root (default: $TLEDGER_ROOT, else ./.tledger)",
+    )
+    parser.add_argument(
+        "--embedder",
+        default=None,
+        metavar="SPEC",
+        help="the semantic channel of ranked search: wordllama or wordllama:DIM (64, 128, "
+        "256; the semantic extra) (default: $TLEDGER_EMBEDDER, else none: lexical only)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -194,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     explicit = args.root or os.environ.get("TLEDGER_ROOT") or None
     root = explicit or os.path.join(".", ".tledger")
-    ctx = Context(root=root, stdout=sys.stdout, stderr=sys.stderr, explicit_root=explicit)
+    ctx = Context(root=root, stdout=sys.stdout, stderr=sys.stderr, explicit_root=explicit,
+                  embedder=args.embedder or os.environ.get("TLEDGER_EMBEDDER") or None)
     return run(args, ctx)
 
 

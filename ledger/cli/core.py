@@ -106,10 +106,7 @@ def cmd_clear(args: argparse.Namespace, ctx: Any) -> int:
     args=[WS, arg("--after", type=int, default=None, metavar="SEQ")],
 )
 def cmd_rows(args: argparse.Namespace, ctx: Any) -> int:
-    h = ctx.store().history(args.workspace)
-    out = ctx.stdout
-    for row in h.rows(after_seq=args.after):
-        out.write(msgspec.json.encode(row.to_dict()).decode("utf-8") + "\n")
+    ctx.emit_rows(ctx.store().history(args.workspace).rows(after_seq=args.after))
     return 0
 
 
@@ -123,8 +120,7 @@ def cmd_rows(args: argparse.Namespace, ctx: Any) -> int:
 def cmd_context(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
     h.require()  # the API reads a new workspace as an empty view; the CLI names the typo
-    for row in h.provider_view():
-        ctx.stdout.write(msgspec.json.encode(row.to_dict()).decode("utf-8") + "\n")
+    ctx.emit_rows(h.provider_view())
     return 0
 
 
@@ -275,6 +271,9 @@ def cmd_ls(args: argparse.Namespace, ctx: Any) -> int:
             help="search: literal text (default) or ranked (best matches first)"),
         arg("--current", action="store_true", default=None,
             help="ranked search: the current window too (skipped by default)"),
+        arg("--also", action="append", default=None, metavar="QUERY",
+            help="search: another phrasing of QUERY (repeat for up to 3 more); the "
+            "phrasings are ranked and fused (mode ranked)"),
     ],
 )
 def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
@@ -284,9 +283,11 @@ def cmd_history(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
     h.require()  # a missing workspace is an error here (exit 1), as for rows/context
     call: dict[str, Any] = {"action": args.action}
+    if args.also and (args.action != "search" or args.query is None):
+        raise UsageError("history: --also is another phrasing of a search's QUERY")
     if args.query is not None:
         if args.action == "search":
-            call["query"] = args.query
+            call["query"] = [args.query, *args.also] if args.also else args.query
         else:
             key = "seq" if args.action == "read" else "window"
             try:

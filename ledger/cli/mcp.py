@@ -41,9 +41,15 @@ def cmd_mcp(args: argparse.Namespace, ctx: Any) -> int:
     from ledger.integrations.mcp_server import build_server
 
     root = durable_root(args.mcp_root or ctx.root)
+    options: dict[str, Any] = {}
+    if ctx.embedder:  # tledger --embedder: the semantic channel of ranked search
+        from ledger.core.embedders import from_spec
+
+        options["embedder"] = from_spec(ctx.embedder)
     server = build_server(root, args.workspace, allow_write=args.allow_write,
                           allow_branches=args.allow_branches,
-                          retrieval=not args.no_retrieval, lock_timeout=args.lock_timeout)
+                          retrieval=not args.no_retrieval, lock_timeout=args.lock_timeout,
+                          **options)
     if args.http is None:
         server.run("stdio")
     else:  # loopback only: the SDK then also turns on DNS-rebinding protection

@@ -53,3 +53,19 @@ class WordLlamaEmbedder:
             return []
         vectors: Any = self._model.embed(list(texts), norm=True)
         return list(vectors.tolist())
+
+
+def from_spec(spec: str) -> WordLlamaEmbedder:
+    """An embedder named on a command line (``tledger --embedder``):
+    ``wordllama`` (64 dimensions) or ``wordllama:DIM``; ``LedgerError`` for
+    anything else."""
+    name, _, dim = spec.partition(":")
+    if name.strip().lower() != "wordllama":
+        raise LedgerError(f"unknown embedder {spec!r}: use wordllama or wordllama:DIM "
+                          f"(DIM one of {WORDLLAMA_DIMS}); a program passes any other "
+                          "embedder to Store(embedder=...)")
+    try:
+        size = int(dim) if dim else 64
+    except ValueError:
+        raise LedgerError(f"embedder {spec!r}: DIM must be one of {WORDLLAMA_DIMS}") from None
+    return WordLlamaEmbedder(size)

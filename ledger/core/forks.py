@@ -20,14 +20,12 @@ hidden are left as they are.
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from ledger.core.errors import RewriteRefused
 from ledger.core.format import rows as fmt
-from ledger.core.husks import QUARANTINE_VERSION, is_husk
-from ledger.core.rows import new_id, now_ms
-from ledger.core.rules import Result
+from ledger.core.husks import hiding_line, is_husk
+from ledger.core.rules import Result, batch_split
 from ledger.core.windows import Boundary
 
 __all__ = [
@@ -97,6 +95,11 @@ def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _floor_place(floor: Boundary) -> str:
+    return f"the manual reset at seq {floor.seq}" if floor.readable else \
+        "an unreadable line that may be a manual reset"
+
+
 def fork_seq(at: Any) -> int:
     if not _int(at) or at < 1:
         raise ForkRefused(f"a fork needs a positive integer seq, got {at!r}")
@@ -119,21 +122,13 @@ def check_fork_point(
         raise ForkRefused(f"workspace {workspace!r}: a privacy floor may have been lost to "
                           f"damage; run `tledger repair {workspace}` first; nothing was forked")
     if floor is not None and (not floor.readable or floor.seq >= at):
-        where = f"the manual reset at seq {floor.seq}" if floor.readable else \
-            "an unreadable line that may be a manual reset"
+        where = _floor_place(floor)
         raise ForkRefused(
             f"workspace {workspace!r}: cannot fork at seq {at}: it is at or before the "
             f"privacy floor ({where}); a fork must start after the floor; nothing was forked"
         )
-    b = b_raw if isinstance(b_raw := row.get("batch"), dict) else {}
-    if _int(b.get("n")) and _int(b.get("i")) and b["i"] != b["n"] - 1:
-        last = at + (b["n"] - 1 - b["i"])
-        first = at - b["i"]
-        raise ForkRefused(
-            f"workspace {workspace!r}: seq {at} is row {b['i'] + 1} of {b['n']} of batch "
-            f"{b.get('id')!r}; a batch is never split: fork at seq {last} (its last row) "
-            f"or at seq {first - 1} (before it); nothing was forked"
-        )
+    if (split := batch_split(workspace, at, row, "fork", "at")) is not None:
+        raise ForkRefused(f"{split}; nothing was forked")
 
 
 # --- rewind ---------------------------------------------------------------------------
@@ -159,19 +154,10 @@ def check_rewind(
         raise RewriteRefused(f"workspace {workspace!r}: a privacy floor may have been lost to "
                              f"damage; run `tledger repair {workspace}` first; nothing was "
                              "rewound")
-    if row is not None:
-        b = b_raw if isinstance(b_raw := row.get("batch"), dict) else {}
-        if _int(b.get("n")) and _int(b.get("i")) and b["i"] != b["n"] - 1:
-            last = to + (b["n"] - 1 - b["i"])
-            first = to - b["i"]
-            raise RewriteRefused(
-                f"workspace {workspace!r}: seq {to} is row {b['i'] + 1} of {b['n']} of batch "
-                f"{b.get('id')!r}; a batch is never split: rewind to seq {last} (its last "
-                f"row) or to seq {first - 1} (before it); nothing was rewound"
-            )
+    if row is not None and (split := batch_split(workspace, to, row, "rewind", "to")):
+        raise RewriteRefused(f"{split}; nothing was rewound")
     if floor is not None and not restore_cleared and (not floor.readable or floor.seq > to):
-        where = f"the manual reset at seq {floor.seq}" if floor.readable else \
-            "an unreadable line that may be a manual reset"
+        where = _floor_place(floor)
         raise RewriteRefused(
             f"workspace {workspace!r}: rewinding to seq {to} would undo a manual clear "
             f"({where}) and bring back the rows it hides; that takes an explicit "
@@ -194,19 +180,4 @@ def rewind_line(line: bytes, row: dict[str, Any], to: int) -> bytes:
     body = fmt.body_of(line[:-1] if line.endswith(b"\n") else line)
     if body is None:
         raise RewriteRefused("cannot rewind a line that does not verify")
-    sentinel = f"tl-row-{secrets.token_hex(12)}"
-    outer: dict[str, Any] = {
-        "seq": row["seq"],
-        "id": row.get("id") if isinstance(row.get("id"), str) and row.get("id") else new_id("r_"),
-        "kind": "message",
-        "role": "assistant",
-        "parts": [],
-        "partial": False,
-        "meta": {"quarantine": {"v": QUARANTINE_VERSION, "row": sentinel,
-                                "rewound": {"to": to}}},
-        "ts": row["ts"] if _int(row.get("ts")) else now_ms(),
-        "batch": row["batch"],
-    }
-    enc = fmt.encode_json(outer)
-    enc = enc.replace(fmt.encode_json(sentinel), body, 1)
-    return fmt.frame(enc)
+    return hiding_line(body, row, "message", {"rewound": {"to": to}})

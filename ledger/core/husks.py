@@ -47,16 +47,26 @@ def husk_line(line: bytes, row: dict[str, Any]) -> bytes:
     body = fmt.body_of(line)
     if body is None:
         raise RewriteRefused("cannot reject a line that does not verify")
+    return hiding_line(body, row, row.get("kind", "message"), {})
+
+
+def hiding_line(body: bytes, row: dict[str, Any], kind: Any, extra: dict[str, Any]) -> bytes:
+    """The framed line of an empty assistant record of ``kind`` that hides
+    ``row`` (its verified JSON ``body``), spliced in byte for byte under
+    ``meta.quarantine.row`` beside ``extra``: ``row``'s seq, id (a new one
+    when it has none), ts (now when it has none) and batch are kept. Shared
+    by a reject (``husk_line``) and a rewind (``forks.rewind_line``)."""
     sentinel = f"tl-row-{secrets.token_hex(12)}"
+    ts = row.get("ts")
     outer: dict[str, Any] = {
         "seq": row["seq"],
         "id": row.get("id") if isinstance(row.get("id"), str) and row.get("id") else new_id("r_"),
-        "kind": row.get("kind", "message"),
+        "kind": kind,
         "role": "assistant",
         "parts": [],
         "partial": False,
-        "meta": {"quarantine": {"v": QUARANTINE_VERSION, "row": sentinel}},
-        "ts": row["ts"] if isinstance(row.get("ts"), int) else now_ms(),
+        "meta": {"quarantine": {"v": QUARANTINE_VERSION, "row": sentinel, **extra}},
+        "ts": ts if isinstance(ts, int) and not isinstance(ts, bool) else now_ms(),
         "batch": row["batch"],
     }
     enc = fmt.encode_json(outer)

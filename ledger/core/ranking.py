@@ -42,6 +42,8 @@ from ledger.core.errors import BadRequest
 
 K1 = 1.2
 B = 0.75
+FUSION = "score"  # how the rankings of several phrasings are fused (measured: "rrf" loses)
+RRF_K = 60  # reciprocal rank fusion's constant (Cormack et al. 2009)
 WIDEN = 32  # hits scored with their neighbours: the best by the score without them
 FIELD = 0.3  # weight of the neighbour field (measured: bench/RESULTS.md, "Recall v2")
 NB_AVG = 2.0  # the neighbour field's mean length, as this times the rows' mean length
@@ -377,6 +379,32 @@ def rank(
         if score <= 0.0:
             continue
         out.append((s, round(score + win * best.get(d.window, 0.0), 6)))
+    out.sort(key=lambda p: (-p[1], -p[0]))
+    return out
+
+
+def fuse(
+    lists: Sequence[Sequence[tuple[int, float]]], how: str | None = None
+) -> list[tuple[int, float]]:
+    """One ranking (seq, score), best first, from several rankings of the
+    same rows (one per phrasing of a query): ``"score"`` (``FUSION``, the
+    default) sums each ranking's scores divided by its best, so a row every
+    phrasing finds well leads; ``"rrf"`` sums ``1 / (RRF_K + rank)``. Ties
+    go to the newer row."""
+    how = FUSION if how is None else how
+    if how not in ("score", "rrf"):
+        raise ValueError(f"unknown fusion {how!r}: 'score' or 'rrf'")
+    total: dict[int, float] = {}
+    for ranked in lists:
+        if how == "rrf":
+            for i, (seq, _score) in enumerate(ranked):
+                total[seq] = total.get(seq, 0.0) + 1.0 / (RRF_K + i + 1)
+            continue
+        top = max((score for _seq, score in ranked), default=0.0)
+        if top > 0:
+            for seq, score in ranked:
+                total[seq] = total.get(seq, 0.0) + score / top
+    out = [(seq, round(score, 6)) for seq, score in total.items()]
     out.sort(key=lambda p: (-p[1], -p[0]))
     return out
 

@@ -242,21 +242,32 @@ def truncate_seq(seq: Any) -> int:
     return seq
 
 
+def batch_split(
+    workspace: str, seq: int, row: dict[str, Any], verb: str, prep: str
+) -> str | None:
+    """What refuses cutting the log at row ``seq`` (``row``) when that row
+    does not end its batch (a batch is never split), naming both places the
+    cut may go ("{verb} {prep} seq N": "fork at", "truncate after"); None when
+    it ends its batch or has no readable batch."""
+    b = b_raw if isinstance(b_raw := row.get("batch"), dict) else {}
+    n, i = b.get("n"), b.get("i")
+    if not isinstance(n, int) or not isinstance(i, int) or isinstance(n, bool) \
+            or isinstance(i, bool) or i == n - 1:
+        return None
+    last, first = seq + (n - 1 - i), seq - i
+    return (f"workspace {workspace!r}: seq {seq} is row {i + 1} of {n} of batch "
+            f"{b.get('id')!r}; a batch is never split: {verb} {prep} seq {last} (its last "
+            f"row) or {prep} seq {first - 1} (before it)")
+
+
 def check_truncate(
     workspace: str, seq: int, row: dict[str, Any], at: tuple[int, int], floor: Boundary | None
 ) -> None:
     """Refuse truncating after row ``seq`` (``row``, at position ``at``) when
     it would split its batch (``seq`` must end it) or drop the newest manual
     reset (the rows it hides would be retrievable again: fail closed)."""
-    b = b_raw if isinstance(b_raw := row.get("batch"), dict) else {}
-    if isinstance(b.get("n"), int) and isinstance(b.get("i"), int) and b["i"] != b["n"] - 1:
-        last = seq + (b["n"] - 1 - b["i"])
-        first = seq - b["i"]
-        raise RewriteRefused(
-            f"workspace {workspace!r}: seq {seq} is row {b['i'] + 1} of {b['n']} of "
-            f"batch {b.get('id')!r}; a batch is never split: truncate after seq {last} "
-            f"(its last row) or after seq {first - 1} (before it)"
-        )
+    if (split := batch_split(workspace, seq, row, "truncate", "after")) is not None:
+        raise RewriteRefused(split)
     if floor is not None and floor.readable and (floor.segment, floor.offset) > at:
         raise RewriteRefused(
             f"workspace {workspace!r}: truncating after seq {seq} would remove the "

@@ -28,7 +28,7 @@ import xxhash
 
 from ledger.core.errors import LedgerError
 
-ALPHA = 0.9  # weight of the lexical channel (measured: bench/RESULTS.md, issue 32)
+ALPHA = 0.95  # weight of the lexical channel (measured: bench/RESULTS.md, issue 32)
 VECTOR_TOP = 100  # rows of the vector channel fused, at most (the best cosines)
 EMBED_CHARS = 4000  # code points of a row's searched text that are embedded
 MAX_DIMENSION = 4096

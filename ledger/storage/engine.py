@@ -340,6 +340,12 @@ class PageReader(Protocol[S]):
         date with the log first."""
         ...
 
+    def read_order(self, seqs: list[int]) -> None:
+        """The order the page will read candidates back in when it is not one
+        ``ranked`` list (the fused ranking of several phrasings): an engine
+        that fetches ahead follows it (else nothing)."""
+        ...
+
     def similar(
         self, st: S, text: str, after: int, high: int, window: int | None
     ) -> list[Candidate]:

@@ -289,6 +289,9 @@ class RowPages(SeqReader):
     def prepare_ranked(self) -> None:
         """Nothing: ``ranked`` brings the index up to date under the lock."""
 
+    def read_order(self, seqs: list[int]) -> None:
+        """Nothing: every row is at hand."""
+
     def ranked(
         self, st: RowState, query: Query, after: int, high: int, window: int | None
     ) -> list[Candidate]:

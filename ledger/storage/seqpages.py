@@ -213,6 +213,9 @@ class SeqReader(ABC):
     ) -> list[Candidate]: ...
 
     @abstractmethod
+    def read_order(self, seqs: list[int]) -> None: ...
+
+    @abstractmethod
     def similar(
         self, st: RowState, text: str, after: int, high: int, window: int | None
     ) -> list[Candidate]: ...

@@ -177,3 +177,22 @@ def test_append_batch_id_retry_and_expect_window(store_root: Path) -> None:
     p3 = tl(store_root, "append", "ws", "--expect-window", "9", stdin=data)
     assert p3.returncode == 1 and "window" in _one_error_line(p3).lower()
     assert tree(store_root) == before
+
+
+def test_embedder_option_adds_the_semantic_channel(store_root: Path) -> None:
+    """``--embedder wordllama:64`` (or $TLEDGER_EMBEDDER) gives ranked search
+    the semantic channel; an unknown one is one error line, exit 1."""
+    import pytest
+
+    pytest.importorskip("wordllama")
+    h = Store(str(store_root)).history("w")
+    h.append_many([msg("we adopted a kitten last week"), msg("the tax forms are due")])
+    search = ["history", "w", "search", "pet cat", "--mode", "ranked", "--current"]
+    assert json.loads(tl(store_root, *search).stdout)["items"] == []  # no word matches
+    p = tl(store_root, "--embedder", "wordllama:64", *search)
+    assert p.returncode == 0, p.stderr
+    assert [i["seq"] for i in json.loads(p.stdout)["items"]] == [1]
+    bad = tl(store_root, "--embedder", "bert", *search)
+    assert bad.returncode == 1 and "unknown embedder 'bert'" in _one_error_line(bad)
+    bad = tl(store_root, "--embedder", "wordllama:99", *search)
+    assert bad.returncode == 1 and "dimension must be one of" in _one_error_line(bad)

@@ -42,7 +42,24 @@ def test_history_read_takes_the_seq_as_a_positional(root: Path) -> None:
     assert listed.stdout == tl(root, "history", "ws", "list", "--window", "3").stdout
 
 
+def test_history_search_takes_more_phrasings_with_also(root: Path) -> None:
+    """``--also`` adds phrasings: one ranked call that fuses them."""
+    both = tl(root, "history", "ws", "search", "first question", "--also", "answer")
+    assert both.returncode == 0, both.stderr
+    items = json.loads(both.stdout)["items"]
+    assert {i["text"] for i in items} == {"first question", "first answer"}
+    h = Store(root).history("ws")
+    direct = h.session_history().call({"action": "search",
+                                       "query": ["first question", "answer"]})
+    assert json.loads(direct)["items"] == items
+    five = tl(root, "history", "ws", "search", "a", *["--also", "b"] * 4)
+    assert five.returncode == 1 and json.loads(five.stdout)["error"]["code"] == "bad_request"
+    literal = tl(root, "history", "ws", "search", "first", "--also", "x", "--mode", "literal")
+    assert literal.returncode == 1 and "mode ranked" in literal.stdout.decode()
+
+
 @pytest.mark.parametrize("args", [
+    ["history", "ws", "list", "--also", "x"],
     ["history", "ws", "read", "three"],
     ["history", "ws", "read", "1", "--seq", "2"],
     ["history", "ws", "list", "x"],

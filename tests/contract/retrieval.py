@@ -24,7 +24,12 @@ BAD_ARGS: list[Any] = [
     None, [], "search", 3, {}, {"action": "find"}, {"action": None}, {"action": ["list"]},
     {"action": "list", "query": "x"}, {"action": "search", "seq": 1, "query": "x"},
     {"action": "read", "query": "x", "seq": 1}, {"action": "list", "bogus": 1},
-    {"action": "search"}, {"action": "search", "query": 5}, {"action": "search", "query": ["x"]},
+    {"action": "search"}, {"action": "search", "query": 5}, {"action": "search", "query": []},
+    {"action": "search", "query": ["x"] * 5}, {"action": "search", "query": ["x", 5]},
+    {"action": "search", "query": ["x", ""]}, {"action": "search", "query": ["x", "a" * 1025]},
+    {"action": "search", "query": [["x"]]}, {"action": "search", "query": ["ok", "\ud800"]},
+    {"action": "search", "query": ["x"], "mode": "literal"},
+    {"action": "search", "query": {"text": "x"}},
     {"action": "search", "query": "x", "window": "3"},
     {"action": "search", "query": "x", "window": 1.5},
     {"action": "search", "query": "x", "window": True}, {"action": "list", "limit": "5"},
@@ -74,7 +79,7 @@ def _seeded(h: History) -> Any:
     return h.session_history()
 
 
-def ranked(tool: Any, query: str, **kw: Any) -> dict[str, Any]:
+def ranked(tool: Any, query: str | list[str], **kw: Any) -> dict[str, Any]:
     """A ranked search; over the current window too unless ``current=False``
     (or a ``window``) is given."""
     if "window" not in kw:
@@ -551,6 +556,56 @@ class RetrievalContract(ContractBase):
             res = call(tool, {"action": "search", "query": "invoice", **bad})
             assert code(res) == "bad_request" and "current" in res["error"]["message"]
 
+    def test_ranked_phrasings_are_fused_in_one_call(self, make_store: MakeStore, ws: str) -> None:
+        """``query`` may be a list of up to 4 phrasings (ranked unless told
+        otherwise): each is ranked and the rankings fused by score (each over
+        its best, summed), so a row that several phrasings find leads; one
+        call with the usual bounds; a row must hold the quoted phrases of a
+        phrasing that found it; every phrasing needs words."""
+        h = make_store().history(ws)
+        h.append_many([msg("the invoice total was 4,210 euros"),
+                       msg(FILLER[0], "assistant"),
+                       msg("billing amount for march: see the sheet"),
+                       msg(FILLER[1], "assistant"),
+                       msg("billing amount on the invoice: 4,210 euros total"),
+                       msg(FILLER[2], "assistant")])
+        h.rollover([msg("what did we pay?")])
+        tool = h.session_history()
+        if not self._ranked_or_refused(tool):
+            return
+        one, two = ranked(tool, "invoice total"), ranked(tool, "billing amount")
+        both = call(tool, {"action": "search", "query": ["invoice total", "billing amount"]})
+        assert "error" not in both, both
+        assert seqs(both)[0] == 5  # found by both phrasings
+        assert set(seqs(both)) == set(seqs(one)) | set(seqs(two))
+        expect = ranking.fuse([[(i["seq"], i["score"]) for i in r["items"]] for r in (one, two)])
+        assert seqs(both) == [s for s, _ in expect]
+        assert both["items"][0]["score"] == round(expect[0][1], 3) > 1
+        assert call(tool, {"action": "search", "query": ["invoice total"], "mode": "ranked"}) \
+            == ranked(tool, "invoice total")  # one phrasing: as the string
+        repeated = call(tool, {"action": "search", "query": ["billing amount"] * 4})
+        assert repeated == two  # the same phrasing counts once
+        quoted = call(tool, {"action": "search", "query": ['"invoice total"', "march"]})
+        got = seqs(quoted)  # 5 says "invoice" and "total", not the phrase
+        assert 1 in got and 3 in got and 5 not in got
+        paged = call(tool, {"action": "search", "query": ["invoice total", "billing amount"],
+                            "limit": 1})
+        rest = call(tool, {"action": "search", "query": ["invoice total", "billing amount"],
+                           "limit": 25, "cursor": paged["cursor"]})
+        assert seqs(paged) + seqs(rest) == seqs(both)
+        other = call(tool, {"action": "search", "query": ["billing amount", "invoice total"],
+                            "cursor": paged["cursor"]})
+        assert code(other) == "invalid_cursor"
+        res = call(tool, {"action": "search", "query": ["invoice", "?!"]})
+        assert code(res) == "bad_request" and "item 1" in res["error"]["message"]
+        for bad, says in ((["x"] * 5, "1 to 4"), ([], "1 to 4"), (["x", 3], "item 1"),
+                          (["x"], "mode ranked")):
+            args = {"action": "search", "query": bad}
+            if says == "mode ranked":
+                args["mode"] = "literal"
+            res = call(tool, args)
+            assert code(res) == "bad_request" and says in res["error"]["message"], (bad, res)
+
     # --- ranked search: every engine ranks as the file engine does -----------------
 
     def test_ranked_search_agrees_with_the_file_engine(self, make_store: MakeStore, ws: str,
@@ -603,7 +658,8 @@ class RetrievalContract(ContractBase):
         found_items = 0
         answers: list[Any] = []
         for query in ("deploy rollback", "graduate degree commute", "parse HTTP request",
-                      "cafe heron", '"rollback cache" release', "echo approval"):
+                      "cafe heron", '"rollback cache" release', "echo approval",
+                      ["deploy rollback", "graduate degree", '"schema replica"']):
             args = {"action": "search", "query": query, "mode": "ranked", "limit": 25}
             mine, theirs = json.loads(ours.call(args)), json.loads(files.call(args))
             assert "error" not in mine, mine

@@ -46,7 +46,7 @@ def _fill(h: History, rows: list[str] = ROWS) -> None:
     h.append_many([msg(t, "user" if i % 2 == 0 else "assistant") for i, t in enumerate(rows)])
 
 
-def _reference(rows_of: Any, query: str, dim: int = 64, **kw: Any) -> dict[str, Any]:
+def _reference(rows_of: Any, query: str | list[str], dim: int = 64, **kw: Any) -> dict[str, Any]:
     """The in-memory engine's answer for the same rows and query."""
     h = Store(f"memory://semantic-ref-{uuid.uuid4().hex}", embedder=_embedder(dim)).history("w")
     rows_of(h)
@@ -79,6 +79,25 @@ class SemanticContract(ContractBase):
             assert mine == _reference(_fill, query, limit=25), query
             # the lexical hit stays first: the vectors reorder, they do not override
             assert seqs(mine)[0] == seqs(ranked(plain, query))[0], query
+
+    def test_semantic_with_several_phrasings(self, make_store: MakeStore, ws: str) -> None:
+        """A list of phrasings with the semantic channel: the lexical rankings
+        fused, then the vectors of the phrasings as one text; every engine
+        answers as the reference, and a cursor pages the same order."""
+        store = self._store(make_store)
+        if store is None:
+            return
+        h = store.history(ws)
+        _fill(h)
+        tool = h.session_history()
+        query = [MEANING, "postgres migration"]
+        got = ranked(tool, query, limit=25)
+        assert {2, 1} <= set(seqs(got)[:3]), got  # the kitten by meaning, the migration by words
+        assert got == _reference(_fill, query, limit=25)
+        first = ranked(tool, query, limit=2)
+        rest = call(tool, {"action": "search", "query": query, "current": True, "limit": 25,
+                           "cursor": first["cursor"]})
+        assert seqs(first) + seqs(rest) == seqs(got)
 
     def test_semantic_catches_up_after_appends_and_pages_stably(
         self, make_store: MakeStore, ws: str

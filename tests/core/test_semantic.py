@@ -74,7 +74,8 @@ def test_fuse_weighs_lexical_over_its_best_and_vectors_over_their_range() -> Non
     assert [s for s, *_ in semantic.fuse([], [(2, 0, 0.7, (2, 0)), (4, 0, 0.7, (4, 0)),
                                               (1, 0, 0.1, (1, 0))])] == [4, 2]
     assert semantic.fuse([], []) == []
-    assert semantic.fuse(lexical, []) == [(5, 0, 0.9, (1, 50)), (3, 0, 0.45, (1, 30))]
+    assert semantic.fuse(lexical, [], alpha=0.9) == [(5, 0, 0.9, (1, 50)), (3, 0, 0.45, (1, 30))]
+    assert semantic.fuse(lexical, [])[0][2] == semantic.ALPHA  # the shipped weight
 
 
 def test_wordllama_loads_offline_and_says_when_it_is_missing(monkeypatch: Any) -> None:

@@ -31,10 +31,11 @@ def _tutorial(out: str, cwd: Path) -> None:
 
 
 def _session_history(out: str, cwd: Path) -> None:
-    listed, literal, ranked, missing = (json.loads(line) for line in out.splitlines())
+    listed, literal, ranked, fused, missing = (json.loads(line) for line in out.splitlines())
     assert [w["window"] for w in listed["items"]] == [0, 3]
     assert [i["seq"] for i in literal["items"]] == [1]
     assert ranked["items"][0]["seq"] == 1 and ranked["items"][0]["score"] > 0
+    assert fused["items"][0]["seq"] == 1  # two phrasings, one call
     assert missing["error"]["code"] == "not_found"
 
 

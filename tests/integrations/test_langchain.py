@@ -121,6 +121,10 @@ def test_a_rolled_over_window_starts_with_its_lead_in(tmp_path: Path) -> None:
     assert isinstance(second, HumanMessage) and second.content == "go on"
     found = json.loads(session_history_tool(h).invoke({"action": "search", "query": "heron"}))
     assert [i["text"] for i in found["items"]] == ["the code word is heron"]
+    # several phrasings reach the tool as a list (ranked, fused)
+    fused = json.loads(session_history_tool(h).invoke(
+        {"action": "search", "query": ["the code word", "which bird"]}))
+    assert [i["text"] for i in fused["items"]] == ["the code word is heron"]
 
 
 def test_runnable_with_message_history_over_several_turns(tmp_path: Path) -> None:

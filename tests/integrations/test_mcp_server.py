@@ -85,6 +85,8 @@ def test_a_read_only_server_serves_session_history_within_its_bounds(tmp_path: P
                 "action", "query", "mode", "window", "current", "seq", "offset", "cursor",
                 "limit"}
             assert "ranked" in tools[0].input_schema["properties"]["mode"]["description"]
+            query = tools[0].input_schema["properties"]["query"]
+            assert {"type": "array", "items": {"type": "string"}} in query["anyOf"]
             window = await client.read_resource("ledger://window")
             rows = json.loads(window.contents[0].text)
             view = Store(tmp_path).history("ws").provider_view()
@@ -132,6 +134,11 @@ def test_a_read_only_server_serves_session_history_within_its_bounds(tmp_path: P
             best = await call(client, action="search", query="which note was 7?", mode="ranked",
                               limit=3, current=True)
             assert best["items"][0]["text"] == "note 7" and best["items"][0]["score"] > 0
+            # Several phrasings in one call, fused (a list means ranked).
+            both = await call(client, action="search", query=["which note was 7?", "note 3"],
+                              limit=3, current=True)
+            assert {i["text"] for i in both["items"][:2]} == {"note 7", "note 3"}
+            assert code(await call(client, action="search", query=["x"] * 5)) == "bad_request"
             assert (await call(client, action="search", query="secret tulip",
                                mode="ranked", current=True))["items"] == []  # before the floor
 

@@ -213,6 +213,9 @@ class FileReader:
         up to the log (under ``locked()``)."""
         return self._index().search(st, layout_of(st), query, after, high, window)
 
+    def read_order(self, seqs: list[int]) -> None:
+        """Nothing: each row is read back where the index saw it."""
+
     def similar(
         self, st: State, text: str, after: int, high: int, window: int | None
     ) -> list[Candidate]:

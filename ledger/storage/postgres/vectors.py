@@ -43,6 +43,7 @@ class PgVectors(Backend):
         self.db = db
         self.workspace = workspace
         self._vs: VectorSet | None = None
+        self.conn: Any = None  # a read transaction the caller has open (one round trip less)
 
     def _state(self, conn: Any) -> tuple[str, int, int, int, int] | None:
         got = conn.execute(f"SELECT {_STATE} FROM tl_vec_state WHERE workspace = %s",
@@ -52,21 +53,17 @@ class PgVectors(Backend):
         return str(got[0]), int(got[1]), int(got[2]), int(got[3]), _unsigned(int(got[4]))
 
     def load(self, key: str, dim: int) -> VectorSet | None:
-        with self.db.read("read the semantic channel's vectors") as conn, conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            state = self._state(conn)
-            if state is None:
-                self._vs = None
-                return None
-            k, d, epoch, floor, nonce = state
-            vs = self._vs
-            if vs is None or (vs.key, vs.dim, vs.epoch, vs.floor, vs.nonce) != state:
-                if not 1 <= d <= 4096:
-                    return None
-                vs = VectorSet(k, d, epoch, floor, nonce)
-            rows = conn.execute(
-                "SELECT seq, rec FROM tl_vec WHERE workspace = %s AND seq > %s ORDER BY seq",
-                (self.workspace, vs.upto), binary=True).fetchall()
+        if self.conn is not None:
+            got = self._read(self.conn)
+        else:
+            with self.db.read("read the semantic channel's vectors") as conn, \
+                    conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                got = self._read(conn)
+        if got is None:
+            self._vs = None
+            return None
+        vs, rows = got
         try:
             records = self._decode(vs, rows)
         except Damaged:
@@ -75,6 +72,21 @@ class PgVectors(Backend):
         vs.add(records)
         self._vs = vs
         return vs
+
+    def _read(self, conn: Any) -> tuple[VectorSet, list[Any]] | None:
+        """The set kept (this process's copy when still the same) and the
+        records after its newest, read on ``conn``."""
+        state = self._state(conn)
+        if state is None or not 1 <= state[1] <= 4096:
+            return None
+        k, d, epoch, floor, nonce = state
+        vs = self._vs
+        if vs is None or (vs.key, vs.dim, vs.epoch, vs.floor, vs.nonce) != state:
+            vs = VectorSet(k, d, epoch, floor, nonce)
+        rows = conn.execute(
+            "SELECT seq, rec FROM tl_vec WHERE workspace = %s AND seq > %s ORDER BY seq",
+            (self.workspace, vs.upto), binary=True).fetchall()
+        return vs, rows
 
     @staticmethod
     def _decode(vs: VectorSet, rows: list[Any]) -> list[Record]:

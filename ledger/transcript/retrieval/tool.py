@@ -13,7 +13,7 @@ state under the shared lock before and after it reads.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, Protocol
 
 import msgspec
@@ -34,6 +34,7 @@ from ledger.core.redact import redact
 from ledger.core.searchable import echo_calls, hidden, is_echo, row_text
 from ledger.core.windows import window_marker
 from ledger.storage.engine import (
+    Candidate,
     Located,
     PageReader,
     PageScan,
@@ -144,7 +145,7 @@ class SessionHistory:
 
     def search(
         self,
-        query: str,
+        query: str | Sequence[str],
         window: int | None = None,
         cursor: str | None = None,
         limit: int | None = None,
@@ -190,6 +191,20 @@ class SessionHistory:
         return self._pages.serve(parse_call(args))
 
 
+def _parsed(phrasings: tuple[str, ...]) -> list[ranking.Query]:
+    """Each phrasing parsed (distinct ones once); BadRequest for one with no
+    words."""
+    out: list[ranking.Query] = []
+    for i, text in enumerate(phrasings):
+        q = ranking.parse_query(text)
+        if q.empty:
+            where = "'query'" if len(phrasings) == 1 else f"'query' item {i}"
+            raise BadRequest(f"{where} has no words to rank by")
+        if q not in out:
+            out.append(q)
+    return out
+
+
 class _Pages(Generic[S]):
     """The page protocol over one engine's reader: ``S`` is the state type of
     that reader, which this only passes on."""
@@ -206,8 +221,8 @@ class _Pages(Generic[S]):
         query, window, limit = c.query, c.window, c.limit
         if c.action == "search":
             if c.ranked:
-                current = c.current
-                return lambda s, r, d: self._ranked(s, r, d, query, window, limit, current)
+                current, phrasings = c.current, c.phrasings
+                return lambda s, r, d: self._ranked(s, r, d, phrasings, window, limit, current)
             return lambda s, r, d: self._search(s, r, d, query, window, limit)
         if c.action == "list":
             if window is None:
@@ -326,7 +341,7 @@ class _Pages(Generic[S]):
         st: S,
         result: Result,
         data: CursorData,
-        query: str,
+        phrasings: tuple[str, ...],
         window: int | None,
         limit: int,
         current: bool = False,
@@ -340,10 +355,10 @@ class _Pages(Generic[S]):
         again from the log (RANKED_READS at most, all of them within one
         budget of SCAN_BYTES and SCAN_ROWS: the page ends before a row that
         would not fit) and must still be there, after the floor, shown
-        content and not the tool's own echo."""
-        q = ranking.parse_query(query)
-        if q.empty:
-            raise BadRequest("'query' has no words to rank by")
+        content and not the tool's own echo. Several phrasings are ranked
+        each and fused (``ranking.fuse``) into one ranking read back the same
+        way; a row must hold the quoted phrases of a phrasing that found it."""
+        qs = _parsed(phrasings)
         floor = self.reader.floor(st)
         if floor is not None and not floor.readable:
             raise Unavailable("the privacy floor is unreadable; run `tledger check`")
@@ -356,10 +371,26 @@ class _Pages(Generic[S]):
             if data.pos.part != _RANKED:  # the first page: the view starts after this
                 data = msgspec.structs.replace(data, window=self.reader.window_seq(st))
             high = min(high, data.window)
-        ranked = self.reader.ranked(st, q, after, high, window) if high > after else []
+        ranked: list[Candidate] = []
+        found_by: dict[int, list[ranking.Query]] = {}
+        if high > after and len(qs) == 1:
+            ranked = self.reader.ranked(st, qs[0], after, high, window)
+        elif high > after:
+            lists = [self.reader.ranked(st, q, after, high, window) for q in qs]
+            seen: dict[int, Candidate] = {}
+            for q, cands in zip(qs, lists, strict=True):
+                for cand in cands:
+                    seen.setdefault(cand[0], cand)
+                    found_by.setdefault(cand[0], []).append(q)
+            ranked = [(seq, seen[seq][1], score, seen[seq][3]) for seq, score in
+                      ranking.fuse([[(c[0], c[2]) for c in cands] for cands in lists])]
         if self.history.store.embedder is not None and high > after:
-            # the semantic channel (ledger.core.semantic): fused with the lexical one
-            ranked = semantic.fuse(ranked, self.reader.similar(st, query, after, high, window))
+            # the semantic channel (ledger.core.semantic): fused with the lexical one;
+            # several phrasings are embedded as one text
+            ranked = semantic.fuse(ranked, self.reader.similar(st, " ".join(phrasings), after,
+                                                               high, window))
+        if len(qs) > 1 or self.history.store.embedder is not None:
+            self.reader.read_order([c[0] for c in ranked])
         at = start
         reads = 0
         budget = Budget()
@@ -385,10 +416,11 @@ class _Pages(Generic[S]):
                 at += 1
                 continue
             text = row_text(row)
-            if not ranking.has_phrases(text, q):
+            by = next((q for q in found_by.get(seq, qs) if ranking.has_phrases(text, q)), None)
+            if by is None:
                 at += 1
                 continue
-            centre = ranking.best_offset(text, q)
+            centre = ranking.best_offset(text, by)
             begin = max(0, min(centre - SNIPPET // 3, len(text) - SNIPPET))
             piece = text[begin : begin + SNIPPET]
             item = {
