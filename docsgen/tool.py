@@ -65,6 +65,8 @@ def limits() -> str:
          f"{args.LIMIT_MAX} (`list` of windows: {args.LIST_LIMIT_MAX})"),
         ("`limit` of `read` (code points)", f"{args.READ_DEFAULT:,}", f"{args.READ_MAX:,}"),
         ("`query` (characters)", "", f"{args.QUERY_MAX:,}"),
+        ("phrasings in a `query` list (ranked, fused; each as `query`)", "1",
+         f"{args.PHRASINGS_MAX}"),
         ("result size (bytes of JSON)", "", f"{bounds.RESULT_BYTES:,}"),
         ("bytes read per call", "", f"{bounds.SCAN_BYTES:,}"),
         ("rows examined per call", "", f"{bounds.SCAN_ROWS:,}"),

@@ -15,7 +15,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -71,6 +71,11 @@ class Context:
             self.emit_json(result)
         else:
             self.emit_line(text)
+
+    def emit_rows(self, rows: Iterable[Any]) -> None:
+        """Rows (``Row``) as canonical JSONL, one a line."""
+        for row in rows:
+            self.emit_json(row.to_dict())
 
 
 def durable_root(root: str) -> str:

@@ -106,10 +106,7 @@ def cmd_clear(args: argparse.Namespace, ctx: Any) -> int:
     args=[WS, arg("--after", type=int, default=None, metavar="SEQ")],
 )
 def cmd_rows(args: argparse.Namespace, ctx: Any) -> int:
-    h = ctx.store().history(args.workspace)
-    out = ctx.stdout
-    for row in h.rows(after_seq=args.after):
-        out.write(msgspec.json.encode(row.to_dict()).decode("utf-8") + "\n")
+    ctx.emit_rows(ctx.store().history(args.workspace).rows(after_seq=args.after))
     return 0
 
 
@@ -123,8 +120,7 @@ def cmd_rows(args: argparse.Namespace, ctx: Any) -> int:
 def cmd_context(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
     h.require()  # the API reads a new workspace as an empty view; the CLI names the typo
-    for row in h.provider_view():
-        ctx.stdout.write(msgspec.json.encode(row.to_dict()).decode("utf-8") + "\n")
+    ctx.emit_rows(h.provider_view())
     return 0
 
 

@@ -11,8 +11,6 @@ import os
 import sys
 from typing import Any
 
-import msgspec
-
 from ledger.cli import display
 from ledger.cli.registry import WS, arg, command, positive_int
 from ledger.storage.engine import DURABILITY_LEVELS
@@ -53,8 +51,7 @@ def cmd_export(args: argparse.Namespace, ctx: Any) -> int:
         ctx.emit_json(body)
         return 0
     if args.format == "jsonl":
-        for row in h.rows():
-            ctx.stdout.write(msgspec.json.encode(row.to_dict()).decode("utf-8") + "\n")
+        ctx.emit_rows(h.rows())
         return 0
     blocks = display.layout(
         (r.to_dict() for r in h.rows()), reasoning=not args.no_reasoning, max_lines=None
@@ -93,8 +90,7 @@ def _use_color(choice: str, stream: Any) -> bool:
 def cmd_show(args: argparse.Namespace, ctx: Any) -> int:
     h = ctx.store().history(args.workspace)
     if args.json:  # the rows themselves, for a script that asked for JSON
-        for row in h.rows():
-            ctx.stdout.write(msgspec.json.encode(row.to_dict()).decode("utf-8") + "\n")
+        ctx.emit_rows(h.rows())
         return 0
     rows = (r.to_dict() for r in h.rows())
     blocks = display.layout(

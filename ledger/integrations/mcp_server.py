@@ -113,25 +113,42 @@ def _error(code: str, message: str) -> CallToolResult:
     return _text({"error": {"code": code, "message": " ".join(message.split())}}, True)
 
 
+def _bad_names(name: str, arguments: dict[str, Any], allowed: set[str],
+               required: set[str]) -> CallToolResult | None:
+    """The error result for an argument ``name``'s tool does not take, or a
+    required one missing; None when the names are right."""
+    unknown = sorted(set(arguments) - allowed)
+    if unknown:
+        return _error("bad_request", f"unknown argument(s) for {name}: "
+                      f"{', '.join(map(repr, unknown))}")
+    missing = sorted(required - set(arguments))
+    if missing:
+        return _error("bad_request", f"{name} needs {', '.join(map(repr, missing))}")
+    return None
+
+
+def _answer(run: Callable[..., Any], arguments: dict[str, Any],
+            doc: Callable[[Any], Any]) -> CallToolResult:
+    """``run``'s result as ``doc`` shapes it, or its refusal as an error result
+    with its code and message."""
+    try:
+        r = run(**arguments)
+    except LedgerError as exc:
+        return _error(_code(exc), str(exc))
+    except (OSError, RecursionError, MemoryError) as exc:
+        return _error("failed", f"{type(exc).__name__}: {exc}")
+    return _text(doc(r))
+
+
 def _write_tool(name: str, allowed: set[str], run: Callable[..., Any]) -> RawTool:
     """A write tool: arguments checked by name, the store's refusal returned as an
     error result with its code and message."""
 
     def call(arguments: dict[str, Any]) -> CallToolResult:
-        unknown = sorted(set(arguments) - allowed)
-        if unknown:
-            return _error("bad_request", f"unknown argument(s) for {name}: "
-                          f"{', '.join(map(repr, unknown))}")
-        missing = sorted(allowed - set(arguments))
-        if missing:
-            return _error("bad_request", f"{name} needs {', '.join(map(repr, missing))}")
-        try:
-            r = run(**arguments)
-        except LedgerError as exc:
-            return _error(_code(exc), str(exc))
-        except (OSError, RecursionError, MemoryError) as exc:
-            return _error("failed", f"{type(exc).__name__}: {exc}")
-        return _text({"seqs": r.seqs, "epoch": r.epoch, "window": r.window})
+        if (bad := _bad_names(name, arguments, allowed, allowed)) is not None:
+            return bad
+        return _answer(run, arguments,
+                       lambda r: {"seqs": r.seqs, "epoch": r.epoch, "window": r.window})
 
     return call
 
@@ -144,26 +161,15 @@ def _branch_tool(name: str, required: set[str], optional: set[str],
     allowed = required | optional
 
     def call(arguments: dict[str, Any]) -> CallToolResult:
-        unknown = sorted(set(arguments) - allowed)
-        if unknown:
-            return _error("bad_request", f"unknown argument(s) for {name}: "
-                          f"{', '.join(map(repr, unknown))}")
-        missing = sorted(required - set(arguments))
-        if missing:
-            return _error("bad_request", f"{name} needs {', '.join(map(repr, missing))}")
+        if (bad := _bad_names(name, arguments, allowed, required)) is not None:
+            return bad
         given = {k: v for k, v in arguments.items() if v is not None}
         for key, value in given.items():
             want = str if key == "new_workspace" else int
             if isinstance(value, bool) or not isinstance(value, want):
                 return _error("bad_request", f"{name}: {key!r} must be "
                               f"{'a string' if want is str else 'an integer'}")
-        try:
-            doc = run(**given)
-        except LedgerError as exc:
-            return _error(_code(exc), str(exc))
-        except (OSError, RecursionError, MemoryError) as exc:
-            return _error("failed", f"{type(exc).__name__}: {exc}")
-        return _text(doc)
+        return _answer(run, given, lambda doc: doc)
 
     return call
 

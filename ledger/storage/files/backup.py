@@ -11,8 +11,8 @@ from ledger.core.errors import LedgerError
 from ledger.core.format import files as ffmt
 from ledger.storage.engine import BackupResult
 from ledger.storage.files import segments as segs
-from ledger.storage.files.fork import ORIGIN_NAME
 from ledger.storage.files.lock import locked
+from ledger.storage.files.origin import ORIGIN_NAME
 from ledger.storage.files.ports import unwrap
 from ledger.storage.files.retention import quarantine_dir
 

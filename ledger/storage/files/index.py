@@ -90,14 +90,22 @@ def from_entry(e: ffmt.SegmentIndex) -> SegmentInfo:
 def append_entry(wsdir: str, info: SegmentInfo | ffmt.MergeRecord) -> None:
     """Record a sealed segment's entry, or a merge (writers, under the lock;
     no fsync: a projection that is rebuilt when missing)."""
+    append_entries(wsdir, [info])
+
+
+def append_entries(wsdir: str, infos: list[SegmentInfo | ffmt.MergeRecord]) -> None:
+    """Record several entries with one write (a fork records thousands)."""
+    if not infos:
+        return
     path = os.path.join(wsdir, ffmt.INDEX_NAME)
-    entry = info if isinstance(info, ffmt.MergeRecord) else to_entry(info)
+    data = b"".join(ffmt.encode_index_entry(i if isinstance(i, ffmt.MergeRecord)
+                                            else to_entry(i)) for i in infos)
     try:
         fd = segs.open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     except UnsafePath:
         return  # not a file (a FIFO, a directory): the projection is rebuilt from the log
     try:
-        os.write(fd, ffmt.encode_index_entry(entry))
+        segs._write_all(fd, [data])  # whole, across short writes
     finally:
         os.close(fd)
 
@@ -239,6 +247,17 @@ class BoundaryIndex:
             return
         append_entry(self.wsdir, self.info(number, stamp))
         self._persisted.add((number, stamp))
+
+    def persist_many(self, infos: list[SegmentInfo]) -> None:
+        """Writers: take in and record these sealed segments' entries (each
+        what ``scan_segment`` would compute for its stamp) with one write,
+        skipping those INDEX already holds (a fork restamping thousands)."""
+        self._load()
+        fresh = [i for i in infos if (i.number, i.stamp) not in self._persisted]
+        for info in infos:
+            self.remember(info)
+        append_entries(self.wsdir, list(fresh))
+        self._persisted.update((i.number, i.stamp) for i in fresh)
 
     def all_bounds(self, sealed: list[tuple[int, ffmt.Stamp]],
                    active: tuple[int, ffmt.Stamp] | None, epoch: int | None) -> list[Boundary]:

@@ -11,18 +11,17 @@ published afterwards (``rebaseline``).
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ledger.core.checks import Loaded
-from ledger.core.errors import CommitFailed, LedgerError
+from ledger.core.errors import LedgerError
 from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.rows import Row
 from ledger.storage.files import segments as segs
-from ledger.storage.files.fork import write_origin_hint
+from ledger.storage.files.origin import write_origin_hint
+from ledger.storage.files.staging import staged, write_new
 
 if TYPE_CHECKING:
     from ledger.storage.files.ports import FileHistory
@@ -36,18 +35,18 @@ def load_rows(ws: FileHistory, rows: Iterable[Row]) -> Loaded:
                           "nothing was written")
     parent = os.path.dirname(ws.path)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".load-{ws.workspace}-", dir=parent)
     sync = ws.store.durability != "off"
     count = total = origin = 0
-    try:
-        _write(os.path.join(tmp, ffmt.FORMAT_NAME), [ffmt.FORMAT_TEXT], sync)
+    with staged(parent, f".load-{ws.workspace}-", ws.path, sync,
+                f"workspace {ws.workspace!r}: loading failed") as tmp:
+        write_new(os.path.join(tmp, ffmt.FORMAT_NAME), [ffmt.FORMAT_TEXT], sync, 0o644)
         number = 1
         chunk: list[bytes] = []
         size = 0
         for row in rows:
             starts_batch = row.batch.get("i", 0) == 0
             if chunk and starts_batch and size >= ws.store.segment_bytes:
-                _write(segs.segment_path(tmp, number), chunk, sync)
+                write_new(segs.segment_path(tmp, number), chunk, sync, 0o644)
                 number, chunk, size = number + 1, [], 0
             if row.kind == fmt.FORK_KIND:
                 origin = row.seq  # the newest fork event: the workspace's origin
@@ -56,29 +55,9 @@ def load_rows(ws: FileHistory, rows: Iterable[Row]) -> Loaded:
             count += 1
             total += len(row.line) + 1
         if chunk:
-            _write(segs.segment_path(tmp, number), chunk, sync)
+            write_new(segs.segment_path(tmp, number), chunk, sync, 0o644)
         if origin:
             write_origin_hint(tmp, origin, sync)
-        if sync:
-            segs.fsync_dir(tmp)
-        os.rename(tmp, ws.path)  # fails if the workspace appeared meanwhile
-        if sync:
-            segs.fsync_dir(parent)
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise CommitFailed(f"workspace {ws.workspace!r}: loading failed, nothing was "
-                               f"written: {exc}") from exc
-        raise
     ws.rebaseline()
     return Loaded(count, total)
 
-
-def _write(path: str, chunks: list[bytes], sync: bool) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        segs._write_all(fd, chunks)  # whole, across short writes
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)

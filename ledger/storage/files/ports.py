@@ -1,6 +1,6 @@
 """What the file engine's helpers -- rewrite and its transaction, repair,
-bulk loads, merges, retention -- use of a workspace: ``FileHistory``, a
-typed protocol. They are handed the workspace that calls them
+bulk loads, loads, forks, merges, retention -- use of a workspace:
+``FileHistory``, a typed protocol. They are handed the workspace that calls them
 (``workspace.FileWorkspace``, which imports them) and see only this, so none
 of them imports the workspace class or reaches into its private members.
 """

@@ -30,7 +30,7 @@ from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
 from ledger.core.errors import CommitFailed, CommitUncertain, DeletePending
-from ledger.core.forks import Branch, RewindResult
+from ledger.core.forks import Branch, RewindResult, branch_of
 from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.rows import Row
@@ -48,6 +48,7 @@ from ledger.storage.files.merge import merge as merge_run
 from ledger.storage.files.merge import plan as plan_merge
 from ledger.storage.files.merge import runnable as runnable_merge
 from ledger.storage.files.merge import settle as settle_merge
+from ledger.storage.files.origin import origin_hint
 from ledger.storage.files.publish import Publishing
 from ledger.storage.files.reader import FileReader
 from ledger.storage.files.receipt import WriterReceipt
@@ -332,9 +333,10 @@ class FileWorkspace(Publishing):
         return dst
 
     def origin(self) -> Branch | None:
-        from ledger.storage.files import fork
-
-        return fork.origin(self)
+        """The fork event the ORIGIN hint names, when that row is one."""
+        seq = origin_hint(self.path)
+        row = self.get(seq) if seq is not None else None
+        return branch_of(self.workspace, row.data) if row is not None else None
 
     def backup(self, dest: str) -> BackupResult:
         """A consistent copy of this history, taken under the lock."""

@@ -9,7 +9,9 @@ tables distributed in the transaction that creates them:
   batches, quarantine and recall index live in the same shard group, on one
   worker, so every statement that names one workspace runs there as one task,
   and a transaction over one workspace is a single-node transaction;
-- ``tl_schema`` a reference table (a copy on every node).
+- ``tl_schema`` a reference table (a copy on every node);
+- ``tl_lineage`` distributed and colocated like the rest, but always empty:
+  a fork on Citus holds its own copy of its prefix (``lineage.py`` says why).
 
 A schema created before the extension (plain tables) is refused when a store
 opens it (``NotDistributed``): every query would run on the coordinator
@@ -36,7 +38,7 @@ __all__ = ["DISTRIBUTED", "REFERENCE", "NotDistributed", "distribute_tables", "i
 
 DISTRIBUTED = ("tl_rows", "tl_head", "tl_batches", "tl_quarantine",  # colocated with tl_rows
                "tl_recall_state", "tl_recall_terms", "tl_recall_docs", "tl_recall_post",
-               "tl_recall_echo", "tl_vec_state", "tl_vec")
+                "tl_recall_echo", "tl_vec_state", "tl_vec", "tl_lineage")
 REFERENCE = ("tl_schema",)
 COLUMN = "workspace"
 COMMAND = "tledger --root URL db distribute"

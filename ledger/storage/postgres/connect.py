@@ -39,6 +39,7 @@ __all__ = ["Database", "check_url", "close_pools", "direct", "is_postgres_root",
 
 _SCHEMES = ("postgresql://", "postgres://")
 _POOLS: dict[tuple[int, str], Any] = {}
+_CITUS: dict[tuple[int, str], bool] = {}  # whether each pool's database is Citus's
 _POOLS_LOCK = threading.Lock()
 OPEN_TIMEOUT = 30.0  # seconds a first connection may take when the URL sets no connect_timeout
 
@@ -134,7 +135,7 @@ class Database:
                 # timed out.
                 try:
                     with _connect(self.psycopg, url) as conn:
-                        ensure_schema(conn, self.where)
+                        _CITUS[key] = ensure_schema(conn, self.where)
                 except self.psycopg.Error as exc:
                     # from None: psycopg's own text may echo the connection string
                     raise Unavailable(f"{self.where}: cannot connect: {reason(exc, url)}") \
@@ -145,6 +146,8 @@ class Database:
                 )
                 _POOLS[key] = pool
         self.pool = pool
+        # Forks share their source's rows on plain PostgreSQL only (lineage.py).
+        self.shared = not _CITUS.get(key, False)
 
     @contextmanager
     def read(self, what: str) -> Iterator[Any]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from ledger.storage.engine import StoreOptions
 from ledger.storage.postgres.connect import Database
+from ledger.storage.postgres.lineage import materialise_forks
 from ledger.storage.postgres.workspace import PgWorkspace
 
 TABLES = ("tl_recall_post", "tl_recall_docs", "tl_recall_terms", "tl_recall_echo",
           "tl_recall_state", "tl_vec", "tl_vec_state",
-          "tl_rows", "tl_batches", "tl_quarantine", "tl_head")
+          "tl_rows", "tl_batches", "tl_quarantine", "tl_lineage", "tl_head")
 
 
 class PostgresEngine:
@@ -30,12 +31,15 @@ class PostgresEngine:
     def delete(self, workspace: str) -> bool:
         """Delete a workspace in one transaction; the head row goes last under
         its own lock, so a concurrent writer either commits before (and its
-        rows go too) or creates a new, empty history after."""
+        rows go too) or creates a new, empty history after. The forks that
+        share its rows get their own copy of them first (``lineage.py``)."""
         with self.db.write(f"delete workspace {workspace!r}") as conn:
             head = conn.execute("SELECT 1 FROM tl_head WHERE workspace = %s FOR UPDATE",
                                 (workspace,)).fetchone()
             if head is None:
                 return False
+            if self.db.shared:  # its forks keep every byte they read (lineage.py)
+                materialise_forks(conn, workspace)
             for table in TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE workspace = %s", (workspace,))
             return True

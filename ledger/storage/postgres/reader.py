@@ -28,6 +28,7 @@ from ledger.core.errors import CursorExpired, NotFound, Unavailable
 from ledger.core.ranking import Query
 from ledger.storage import vectors
 from ledger.storage.engine import Candidate, Located
+from ledger.storage.postgres.lineage import rows_sql
 from ledger.storage.postgres.recall import PgRecall
 from ledger.storage.seqpages import RowState, SeqReader, found
 
@@ -41,20 +42,23 @@ PREFETCH_BYTES = SCAN_BYTES  # and stored bytes per round trip (one row more whe
 class PgRows:
     """``RowSource`` over one connection (one snapshot)."""
 
-    def __init__(self, conn: Any, workspace: str) -> None:
+    def __init__(self, conn: Any, workspace: str, shared: bool) -> None:
         self.conn = conn
         self.workspace = workspace
+        self.shared = shared  # forks read their source's rows (lineage.py)
 
     def lengths(self, first: int, stop: int, limit: int) -> list[tuple[int, int]]:
         got = self.conn.execute(
-            "SELECT seq, octet_length(raw) FROM tl_rows WHERE workspace = %s AND seq >= %s "
-            "AND seq < %s ORDER BY seq LIMIT %s", (self.workspace, first, stop, limit)).fetchall()
+            "SELECT seq, octet_length(raw) FROM "
+            + rows_sql(self.shared, where="seq >= %(first)s AND seq < %(stop)s", order="seq",
+                       limit="%(n)s") + " t ORDER BY seq LIMIT %(n)s",
+            {"ws": self.workspace, "first": first, "stop": stop, "n": limit}).fetchall()
         return [(int(s), int(n)) for s, n in got]
 
     def fetch(self, seqs: list[int]) -> dict[int, bytes]:
         got = self.conn.execute(
-            "SELECT seq, raw FROM tl_rows WHERE workspace = %s AND seq = ANY(%s)",
-            (self.workspace, seqs), binary=True).fetchall()
+            f"SELECT seq, raw FROM {rows_sql(self.shared, where='seq = ANY(%(seqs)s)')} t",
+            {"ws": self.workspace, "seqs": seqs}, binary=True).fetchall()
         return {s: bytes(raw) for s, raw in got}
 
 
@@ -65,6 +69,7 @@ class PgReader(SeqReader):
         self.ws = ws
         self.workspace = ws.workspace
         self.conn: Any = None
+        self.shared: bool = ws.db.shared
         self.recall = PgRecall(ws.db, ws.workspace)
         self._order: list[int] = []  # the ranked candidates of this call, best first
         self._lexical: list[Candidate] = []  # the lexical ones (``similar`` fuses them)
@@ -127,8 +132,9 @@ class PgReader(SeqReader):
 
             def read(seq: int) -> bytes | None:
                 got = conn.execute(
-                    "SELECT CASE WHEN octet_length(raw) <= %s THEN raw END FROM tl_rows "
-                    "WHERE workspace = %s AND seq = %s", (LINE_CAP, self.workspace, seq),
+                    "SELECT CASE WHEN octet_length(raw) <= %(cap)s THEN raw END FROM "
+                    + rows_sql(self.shared, where="seq = %(seq)s") + " t",
+                    {"cap": LINE_CAP, "ws": self.workspace, "seq": seq},
                     binary=True).fetchone()
                 return bytes(got[0]) if got is not None and got[0] is not None else None
 
@@ -176,9 +182,11 @@ class PgReader(SeqReader):
             "FROM (SELECT r.seq, octet_length(r.raw) AS n, r.raw, sum(CASE WHEN "
             "octet_length(r.raw) <= %(cap)s THEN octet_length(r.raw) ELSE 0 END) OVER "
             "(ORDER BY array_position(%(seqs)s::bigint[], r.seq)) AS run, "
-            "(SELECT max(b.seq) FROM tl_rows b WHERE b.workspace = %(ws)s AND b.boundary IS "
-            "NOT NULL AND b.seq < r.seq) AS win FROM tl_rows r WHERE r.workspace = %(ws)s "
-            "AND r.seq = ANY(%(seqs)s::bigint[])) x",
+            "(SELECT max(b.seq) FROM "
+            + rows_sql(self.shared, where="boundary IS NOT NULL AND seq < r.seq",
+                       order="seq DESC", limit="1")
+            + " b) AS win FROM "
+            + rows_sql(self.shared, where="seq = ANY(%(seqs)s::bigint[])") + " r) x",
             {"cap": LINE_CAP, "budget": room, "seqs": seqs, "ws": self.ws.workspace},
             binary=True).fetchall()
         for s, n, raw, win in got:
@@ -211,12 +219,13 @@ class PgReader(SeqReader):
         return f"pg{st.epoch}"
 
     def source(self) -> PgRows:
-        return PgRows(self.conn, self.workspace)
+        return PgRows(self.conn, self.workspace, self.shared)
 
     def is_boundary(self, seq: int) -> bool:
         got = self.conn.execute(
-            "SELECT 1 FROM tl_rows WHERE workspace = %s AND seq = %s AND boundary IS NOT NULL",
-            (self.workspace, seq)).fetchone()
+            "SELECT 1 FROM "
+            + rows_sql(self.shared, where="seq = %(seq)s AND boundary IS NOT NULL") + " t",
+            {"ws": self.workspace, "seq": seq}).fetchone()
         return got is not None
 
     def boundary_before(self, seq: int) -> int:
@@ -224,15 +233,17 @@ class PgReader(SeqReader):
         if fetched is not None and fetched[1] is not None:
             return fetched[2]  # read with the row (locate_at)
         got = self.conn.execute(
-            "SELECT max(seq) FROM tl_rows WHERE workspace = %s AND boundary IS NOT NULL "
-            "AND seq < %s", (self.workspace, seq)).fetchone()
+            "SELECT max(seq) FROM "
+            + rows_sql(self.shared, where="boundary IS NOT NULL AND seq < %(seq)s",
+                       order="seq DESC", limit="1") + " t",
+            {"ws": self.workspace, "seq": seq}).fetchone()
         return int(got[0]) if got and got[0] is not None else 0
 
     def row_at(self, seq: int) -> tuple[int, bytes | None] | None:
         got = self.conn.execute(
-            "SELECT octet_length(raw), CASE WHEN octet_length(raw) <= %s THEN raw END "
-            "FROM tl_rows WHERE workspace = %s AND seq = %s",
-            (LINE_CAP, self.workspace, seq), binary=True).fetchone()
+            "SELECT octet_length(raw), CASE WHEN octet_length(raw) <= %(cap)s THEN raw END "
+            f"FROM {rows_sql(self.shared, where='seq = %(seq)s')} t",
+            {"cap": LINE_CAP, "ws": self.workspace, "seq": seq}, binary=True).fetchone()
         if got is None:
             return None
         n, raw = got

@@ -40,6 +40,7 @@ import sys
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import xxhash
@@ -48,6 +49,7 @@ from ledger.core import ranking
 from ledger.core.errors import CommitFailed, CommitUncertain, Unavailable
 from ledger.core.format import rows as fmt
 from ledger.core.searchable import indexed_terms
+from ledger.storage.postgres.lineage import rows_sql
 
 VERSION = 2  # of what the tables hold; another value is rebuilt (2: from the floor on)
 CHUNK_ROWS = 2_000  # rows per committed chunk of a catch-up, at most
@@ -102,19 +104,29 @@ def _mark(got: Iterable[Any] | None) -> Mark | None:
 # that claims to be current but still holds a removed row (a crash or a bug:
 # the tests' ``pretend_current``) never lends that row's words to another.
 # Every table is read for one workspace (on Citus: one shard).
-_LIVE = ("EXISTS (SELECT 1 FROM tl_rows r WHERE r.workspace = %(ws)s AND r.seq = {s})")
+def _live(shared: bool) -> str:
+    return "EXISTS (SELECT 1 FROM " + rows_sql(shared, where="seq = {s}") + " r)"
+
+
 _LINK = ("(SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s AND d.seq < {s} "
-         "AND d.seq > %(after)s AND " + _LIVE.format(s="d.seq") + " ORDER BY d.seq DESC "
+         "AND d.seq > %(after)s AND {live_d} ORDER BY d.seq DESC "
          "LIMIT 1) AS p, (SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s "
-         "AND d.seq > {s} AND d.seq <= %(high)s AND " + _LIVE.format(s="d.seq")
-         + " ORDER BY d.seq LIMIT 1) AS n")
-_NEAR_SQL = (  # no CTE column lists: Citus's planner loses them
+         "AND d.seq > {s} AND d.seq <= %(high)s AND {live_d} ORDER BY d.seq LIMIT 1) AS n")
+
+
+@cache
+def _near_sql(shared: bool) -> str:
+    """A query's rows (the comment above); ``shared``: a fork's rows include
+    its source's (``lineage.py``)."""
+    live = _live(shared)
+    link = _LINK.replace("{live_d}", live.format(s="d.seq"))
+    return (  # no CTE column lists: Citus's planner loses them
     "WITH h AS (SELECT x.s FROM unnest(%(hits)s::bigint[]) AS x(s) WHERE "
-    + _LIVE.format(s="x.s") + "), "
-    "l1 AS (SELECT h.s, " + _LINK.format(s="h.s") + " FROM h), "
+    + live.format(s="x.s") + "), "
+    "l1 AS (SELECT h.s, " + link.format(s="h.s") + " FROM h), "
     "r AS (SELECT l1.p AS s FROM l1 WHERE l1.p IS NOT NULL UNION "
     "SELECT l1.n FROM l1 WHERE l1.n IS NOT NULL EXCEPT SELECT h.s FROM h), "
-    "l2 AS (SELECT r.s, " + _LINK.format(s="r.s") + " FROM r), "
+    "l2 AS (SELECT r.s, " + link.format(s="r.s") + " FROM r), "
     "l AS (SELECT l1.s, l1.p, l1.n FROM l1 UNION ALL SELECT l2.s, l2.p, l2.n FROM l2), "
     "w AS (SELECT l.s FROM l UNION SELECT l.p FROM l WHERE l.p IS NOT NULL "
     "UNION SELECT l.n FROM l WHERE l.n IS NOT NULL) "
@@ -130,9 +142,11 @@ class _Raced(Exception):
 class PgRecall:
     """The recall index of one workspace (module doc)."""
 
-    def __init__(self, db: Any, workspace: str) -> None:
+    def __init__(self, db: Any, workspace: str, shared: bool | None = None) -> None:
         self.db = db
         self.workspace = workspace
+        # Forks read their source's rows (lineage.py); ``shared`` when there is no db.
+        self.shared: bool = bool(db.shared if db is not None else shared)
 
     # -- the state -----------------------------------------------------------------
 
@@ -243,9 +257,10 @@ class PgRecall:
             start = mark.upto if mark.upto > 0 else mark.seen
             lengths = conn.execute(
                 "SELECT h.epoch, h.next_seq, r.seq, octet_length(r.raw) FROM tl_head h "
-                "LEFT JOIN tl_rows r ON r.workspace = h.workspace AND r.seq >= %s AND "
-                "r.seq < h.next_seq WHERE h.workspace = %s ORDER BY r.seq LIMIT %s",
-                (start, ws, CHUNK_ROWS)).fetchall()
+                "LEFT JOIN LATERAL " + rows_sql(
+                    self.shared, where="seq >= %(start)s AND seq < h.next_seq", order="seq",
+                    limit="%(n)s") + " r ON true WHERE h.workspace = %(ws)s ORDER BY r.seq "
+                "LIMIT %(n)s", {"start": start, "ws": ws, "n": CHUNK_ROWS}).fetchall()
             if not lengths or int(lengths[0][0]) != epoch:
                 raise _Raced()
             next_seq = int(lengths[0][1])
@@ -262,10 +277,10 @@ class PgRecall:
             rows: list[tuple[int, bytes]] = []
             if last is not None:
                 got = conn.execute(
-                    "SELECT h.epoch, r.seq, r.raw FROM tl_head h LEFT JOIN tl_rows r ON "
-                    "r.workspace = h.workspace AND r.seq >= %s AND r.seq <= %s "
-                    "WHERE h.workspace = %s ORDER BY r.seq", (start, last, ws),
-                    binary=True).fetchall()
+                    "SELECT h.epoch, r.seq, r.raw FROM tl_head h LEFT JOIN LATERAL "
+                    + rows_sql(self.shared, where="seq >= %(start)s AND seq <= %(last)s")
+                    + " r ON true WHERE h.workspace = %(ws)s ORDER BY r.seq",
+                    {"start": start, "last": last, "ws": ws}, binary=True).fetchall()
                 if not got or int(got[0][0]) != epoch:
                     raise _Raced()
                 rows = [(int(seq), bytes(raw)) for _, seq, raw in got if seq is not None]
@@ -414,8 +429,9 @@ class PgRecall:
         if window is not None:  # a window is the seq range up to the next boundary
             after = max(after, window)
             nxt = conn.execute(
-                "SELECT min(seq) FROM tl_rows WHERE workspace = %s AND boundary IS NOT NULL "
-                "AND seq > %s", (ws, window)).fetchone()
+                "SELECT min(seq) FROM " + rows_sql(
+                    self.shared, where="boundary IS NOT NULL AND seq > %(win)s", order="seq",
+                    limit="1") + " t", {"ws": ws, "win": window}).fetchone()
             if nxt and nxt[0] is not None:
                 high = min(high, int(nxt[0]) - 1)
         one = ("(SELECT tid, seq, tf FROM (SELECT tid, imp, seq, tf FROM tl_recall_post "
@@ -448,7 +464,7 @@ class PgRecall:
         q = ranking.Query(tuple(kept), query.phrases)
         stage = ranking.widen(list(by.values()), q, corpus)
         for seq, win, length, blob, prev, nxt in conn.execute(
-                _NEAR_SQL, {"ws": ws, "hits": sorted(stage.wide), "after": after,
+                _near_sql(self.shared), {"ws": ws, "hits": sorted(stage.wide), "after": after,
                             "high": high}, binary=True).fetchall():
             d = by.get(seq)
             if d is None:

@@ -28,6 +28,7 @@ from ledger.core import ranking
 from ledger.core.bounds import LINE_CAP
 from ledger.core.format import rows as fmt
 from ledger.core.searchable import hidden, row_text
+from ledger.storage.postgres.lineage import rows_sql
 from ledger.storage.postgres.recall import SWAP, VERSION, PgRecall, row_hash
 
 SAMPLE = 64  # doc entries compared with the log by ``inspect``
@@ -35,11 +36,12 @@ ACTION = ("tledger repair {ws} rebuilds it (so does the next ranked search, for 
           "one)")
 
 
-def inspect(conn: Any, workspace: str, epoch: int, next_seq: int, floor: int = 0
-            ) -> list[tuple[str, str]]:
+def inspect(conn: Any, workspace: str, epoch: int, next_seq: int, floor: int = 0,
+            shared: bool = True) -> list[tuple[str, str]]:
     """(code, message) findings about the index against the head (``epoch``,
     ``next_seq``, the ``floor``'s seq) and the rows, read in ``conn``'s
-    snapshot (module doc)."""
+    snapshot (module doc); ``shared``: a fork's rows include its source's
+    (``lineage.py``; false on Citus)."""
     mark = PgRecall(None, workspace).mark(conn)
     if mark is None:
         return []
@@ -50,8 +52,9 @@ def inspect(conn: Any, workspace: str, epoch: int, next_seq: int, floor: int = 0
         return [("recall_index_stale", "the recall index was built for another state of the "
                  "log (a rewrite or a new privacy floor since)")]
     if mark.upto > 0:
-        got = conn.execute("SELECT raw FROM tl_rows WHERE workspace = %s AND seq = %s",
-                           (workspace, mark.upto), binary=True).fetchone()
+        got = conn.execute(
+            f"SELECT raw FROM {rows_sql(shared, where='seq = %(seq)s')} t",
+            {"ws": workspace, "seq": mark.upto}, binary=True).fetchone()
         if got is None or row_hash(bytes(got[0])) != mark.last_hash:
             return [("recall_index_stale", f"the row the recall index ends at ({mark.upto}) "
                      "is not in the log with the bytes it read")]
@@ -71,9 +74,10 @@ def inspect(conn: Any, workspace: str, epoch: int, next_seq: int, floor: int = 0
                  f"{dfs} but it holds {postings} postings (or a term id is past its counter)")]
     sample = conn.execute(
         "SELECT d.seq, d.len, d.tids, octet_length(r.raw), CASE WHEN octet_length(r.raw) <= "
-        "%s THEN r.raw END FROM (SELECT seq, len, tids FROM tl_recall_docs WHERE workspace = "
-        "%s ORDER BY random() LIMIT %s) d LEFT JOIN tl_rows r ON r.workspace = %s AND "
-        "r.seq = d.seq", (LINE_CAP, workspace, SAMPLE, workspace), binary=True).fetchall()
+        "%(cap)s THEN r.raw END FROM (SELECT seq, len, tids FROM tl_recall_docs WHERE "
+        "workspace = %(ws)s ORDER BY random() LIMIT %(n)s) d LEFT JOIN LATERAL "
+        + rows_sql(shared, where="seq = d.seq") + " r ON true",
+        {"cap": LINE_CAP, "ws": workspace, "n": SAMPLE}, binary=True).fetchall()
     for seq, length, blob, n, raw in sample:
         if n is not None and raw is None:
             continue  # a row longer than LINE_CAP: not read here

@@ -21,6 +21,7 @@ from ledger.core.errors import Conflict, WorkspaceNotFound
 from ledger.core.rows import now_ms
 from ledger.storage.copydir import refuse_existing, write_workspace_dir
 from ledger.storage.engine import BackupResult, StatReport
+from ledger.storage.postgres import lineage
 from ledger.storage.postgres.vectors import TABLES as VECTOR_TABLES
 from ledger.storage.primitives import Edit, Replaced, holds, settle
 from ledger.storage.seqpages import RowState as PgState
@@ -61,6 +62,11 @@ def replace(ws: PgHandle, expect: PgState, edits: Sequence[Edit],
                                     f"{ws.db.where}")
         if not holds(st, expect):
             raise Conflict(f"workspace {ws.workspace!r} changed; read it again")
+        shared = ws.db.shared
+        if shared and edits:  # shared rows never change under a reference (lineage.py)
+            first = min(e.first for e in edits)
+            lineage.materialise_forks(conn, ws.workspace, first)
+            lineage.materialise_own(conn, ws.workspace, first)
         removed = nbytes = 0
         gone_batches: set[str] = set()
         kept_batches: set[str] = set()
@@ -98,17 +104,21 @@ def replace(ws: PgHandle, expect: PgState, edits: Sequence[Edit],
                          (ws.workspace, forget))
         epoch = st.epoch
         if removed or any(e.rows for e in edits) or not edits:
+            here = {"ws": ws.workspace}
             last = conn.execute(
-                "SELECT seq, boundary FROM tl_rows WHERE workspace = %s AND boundary IS NOT "
-                "NULL ORDER BY seq DESC LIMIT 1", (ws.workspace,)).fetchone()
+                "SELECT seq, boundary FROM " + lineage.rows_sql(
+                    shared, where="boundary IS NOT NULL", order="seq DESC", limit="1")
+                + " t ORDER BY seq DESC LIMIT 1", here).fetchone()
             manual = conn.execute(
-                "SELECT seq FROM tl_rows WHERE workspace = %s AND boundary = 'manual' "
-                "ORDER BY seq DESC LIMIT 1", (ws.workspace,)).fetchone()
+                "SELECT seq FROM " + lineage.rows_sql(
+                    shared, where="boundary = 'manual'", order="seq DESC", limit="1")
+                + " t ORDER BY seq DESC LIMIT 1", here).fetchone()
             window, floor = settle(st, boundary(*last) if last else None,
                                    boundary(manual[0], "manual") if manual else None, hold,
                                    edits)
-            top = conn.execute("SELECT max(seq) FROM tl_rows WHERE workspace = %s",
-                               (ws.workspace,)).fetchone()[0]
+            top = conn.execute(
+                "SELECT max(seq) FROM " + lineage.rows_sql(shared, order="seq DESC", limit="1")
+                + " t", here).fetchone()[0]
             epoch = rules.new_epoch(st.epoch)
             conn.execute(
                 "UPDATE tl_head SET epoch = %s, window_seq = %s, window_reason = %s, "
@@ -131,8 +141,8 @@ def backup(ws: PgHandle, dest: str) -> BackupResult:
     with ws.db.read("backup") as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         cur = conn.cursor(name="tl_backup")  # server-side: flat memory
-        cur.execute("SELECT raw FROM tl_rows WHERE workspace = %s ORDER BY seq",
-                    (ws.workspace,))
+        cur.execute(f"SELECT raw FROM {lineage.rows_sql(ws.db.shared)} t ORDER BY seq",
+                    {"ws": ws.workspace})
         total = write_workspace_dir(dest, (bytes(raw) for (raw,) in cur))
     return BackupResult(ws.workspace, dest, 2, total)
 
@@ -142,13 +152,14 @@ def stat(ws: PgHandle) -> StatReport:
     with ws.db.read("stat") as conn:
         st = ws.head_in(conn)
         counts = conn.execute(
-            "SELECT count(*), coalesce(sum(octet_length(raw) + 1), 0) FROM tl_rows "
-            "WHERE workspace = %s", (ws.workspace,)).fetchone()
+            "SELECT count(*), coalesce(sum(octet_length(raw) + 1), 0) FROM "
+            f"{lineage.rows_sql(ws.db.shared)} t", {"ws": ws.workspace}).fetchone()
         q = conn.execute("SELECT coalesce(sum(octet_length(raw)), 0) FROM tl_quarantine "
                          "WHERE workspace = %s", (ws.workspace,)).fetchone()
         bounds = conn.execute(  # by the partial index on boundary rows
-            "SELECT count(*) FROM tl_rows WHERE workspace = %s AND boundary IS NOT NULL",
-            (ws.workspace,)).fetchone()
+            "SELECT count(*) FROM "
+            + lineage.rows_sql(ws.db.shared, where="boundary IS NOT NULL") + " t",
+            {"ws": ws.workspace}).fetchone()
     assert st is not None
     return st.stat(ws.workspace, engine="postgresql", database=ws.db.where,
                    boundaries=int(bounds[0]), rows=counts[0], nbytes=int(counts[1]),

@@ -53,13 +53,20 @@ postings by BM25 impact (GIN returns every matching row, so work would grow
 with the history) and the same terms, statistics and candidates as the file
 engine's index, so both engines rank alike.
 
+``tl_lineage`` (schema version 5) -- one row per fork made on plain
+PostgreSQL: its rows up to ``upto`` are ``source``'s own (``lineage.py`` says
+how reads union them and how sharing survives rewrites and deletes); indexed
+by ``source`` too, for the rewrites that must find a workspace's forks.
+
 ``tl_schema`` -- the schema version. A database written by a newer version of
 the package refuses to open (``FormatError``), like the file engine's FORMAT.
 An older version is upgraded when a store opens it, in one transaction under
 the schema lock: version 1 databases get the (empty) recall tables, version 2
 ones the recall state's ``floor`` column (the index then rebuilds from the
-floor, its format being older), and the index is built lazily by the first
-ranked search, never at the upgrade.
+floor, its format being older), version 3 ones the (empty) vector tables,
+version 4 ones the (empty) ``tl_lineage`` table (their forks stay the full
+copies they are), and the index is built lazily by the first ranked search,
+never at the upgrade.
 
 On a database with the ``citus`` extension the tables are created
 distributed, in the same transaction (``citus.py``): the four workspace
@@ -74,8 +81,8 @@ from typing import Any
 
 from ledger.core.errors import FormatError
 
-SCHEMA_VERSION = 4  # 2: the recall tables (tl_recall_*); 3: tl_recall_state.floor;
-# 4: the semantic channel's vectors (tl_vec_state, tl_vec: ``vectors.py``)
+SCHEMA_VERSION = 5  # 2: the recall tables (tl_recall_*); 3: tl_recall_state.floor;
+# 4: the semantic channel's vectors (tl_vec_state, tl_vec: ``vectors.py``); 5: tl_lineage
 
 # Taken while creating the tables: concurrent first connections must not race
 # CREATE TABLE IF NOT EXISTS (it is not atomic against itself).
@@ -158,6 +165,12 @@ CREATE TABLE IF NOT EXISTS tl_recall_post (
     workspace text NOT NULL,
     PRIMARY KEY (workspace, tid, imp, seq)
 );
+CREATE TABLE IF NOT EXISTS tl_lineage (
+    workspace text PRIMARY KEY,
+    source    text NOT NULL,
+    upto      bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tl_lineage_source ON tl_lineage (source, upto);
 CREATE TABLE IF NOT EXISTS tl_recall_echo (
     workspace text NOT NULL,
     call      text NOT NULL,
@@ -180,11 +193,11 @@ CREATE TABLE IF NOT EXISTS tl_vec (
 """
 
 
-def ensure_schema(conn: Any, where: str) -> None:
+def ensure_schema(conn: Any, where: str) -> bool:
     """Create the tables when missing and check the version, in one
     transaction under an advisory lock; on a Citus database, create them
     distributed, and refuse a plain schema (module doc). ``where`` names the
-    database in errors."""
+    database in errors. Whether the database is Citus's."""
     from psycopg.errors import UndefinedTable
 
     from ledger.storage.postgres import citus
@@ -198,13 +211,15 @@ def ensure_schema(conn: Any, where: str) -> None:
             if got[0] == SCHEMA_VERSION:
                 if on_citus:
                     citus.require_distributed(conn, where)
-                return
+                return bool(on_citus)
     except UndefinedTable:
         pass  # a new database: create everything below
     # A new database, or an older schema to upgrade (CREATE ... IF NOT EXISTS
     # adds what it lacks; nothing is rebuilt here: the recall index is built
     # lazily by the first ranked search).
     create_schema(conn, where, fresh=True)
+    with conn.transaction():
+        return citus.installed(conn)
 
 
 def create_schema(conn: Any, where: str, *, fresh: bool) -> list[str]:
@@ -219,7 +234,11 @@ def create_schema(conn: Any, where: str, *, fresh: bool) -> list[str]:
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,))
         conn.execute(DDL)
-        converted = citus.distribute_tables(conn, where, fresh) if citus.installed(conn) else []
+        if citus.installed(conn):
+            _materialise_all(conn)
+            converted = citus.distribute_tables(conn, where, fresh)
+        else:
+            converted = []
         got = conn.execute("SELECT max(version) FROM tl_schema").fetchone()
         version = got[0] if got else None
         if version is None:
@@ -229,6 +248,25 @@ def create_schema(conn: Any, where: str, *, fresh: bool) -> list[str]:
             if version < SCHEMA_VERSION:
                 conn.execute("UPDATE tl_schema SET version = %s", (SCHEMA_VERSION,))
     return converted
+
+
+def _materialise_all(conn: Any) -> None:
+    """Before the tables go to Citus, give every fork its own copy of the rows
+    it shares with its source (``lineage.py``): a Citus statement reads one
+    workspace's shards, so a fork there holds its whole history."""
+    if conn.execute("SELECT to_regclass('tl_lineage') IS NOT NULL AND NOT EXISTS (SELECT "
+                    "FROM pg_dist_partition WHERE logicalrelid = to_regclass('tl_lineage'))"
+                    ).fetchone()[0] is not True:
+        return
+    conn.execute(
+        "INSERT INTO tl_rows (workspace, seq, batch_id, boundary, raw) SELECT l.workspace, "
+        "r.seq, r.batch_id, r.boundary, r.raw FROM tl_lineage l JOIN tl_rows r ON "
+        "r.workspace = l.source AND r.seq <= l.upto")
+    conn.execute(
+        "INSERT INTO tl_batches (workspace, batch_id, first_seq, n) SELECT l.workspace, "
+        "b.batch_id, b.first_seq, b.n FROM tl_lineage l JOIN tl_batches b ON b.workspace = "
+        "l.source AND b.first_seq <= l.upto ON CONFLICT (workspace, batch_id) DO NOTHING")
+    conn.execute("DELETE FROM tl_lineage")
 
 
 def _check_version(version: int, where: str) -> None:

@@ -40,6 +40,7 @@ from ledger.core.searchable import hidden, row_text
 from ledger.storage import rowcheck
 from ledger.storage.postgres import recall_check
 from ledger.storage.postgres import vectors as pg_vectors
+from ledger.storage.postgres.lineage import rows_sql
 from ledger.storage.primitives import StoredRow
 from ledger.storage.rowcheck import Problem, RowRepair, Verified, report
 from ledger.storage.rowspace import repair_rows
@@ -55,12 +56,13 @@ VECTORS_ACTION = ("tledger repair removes them; the next ranked search with an e
                   "computes them again")
 
 
-def _stored(conn: Any, workspace: str) -> Iterator[StoredRow]:
-    """The rows of one snapshot, in seq order (a server-side cursor)."""
+def _stored(conn: Any, workspace: str, shared: bool) -> Iterator[StoredRow]:
+    """The rows of one snapshot, in seq order (a server-side cursor), a
+    fork's shared prefix included (``lineage.py``)."""
     cur = conn.cursor(name="tl_verify")
     cur.itersize = 2000
-    cur.execute("SELECT seq, batch_id, boundary, raw FROM tl_rows WHERE workspace = %s "
-                "ORDER BY seq", (workspace,))
+    cur.execute(f"SELECT seq, batch_id, boundary, raw FROM {rows_sql(shared)} t ORDER BY seq",
+                {"ws": workspace})
     for seq, bid, b, raw in cur:
         yield StoredRow(seq, bid, b, bytes(raw))
 
@@ -73,7 +75,7 @@ def verify(ws: PgHandle) -> tuple[RowState, Verified]:
         if head is None:
             raise WorkspaceNotFound(f"workspace {ws.workspace!r} has no history in "
                                     f"{ws.db.where}")
-        out = rowcheck.verify_rows(_stored(conn, ws.workspace))
+        out = rowcheck.verify_rows(_stored(conn, ws.workspace, ws.db.shared))
         out.problems.extend(out.open_calls())
 
         def held(before: int, after: int) -> int:
@@ -85,13 +87,14 @@ def verify(ws: PgHandle) -> tuple[RowState, Verified]:
         out.recall_index = recall_check.exists(conn, ws.workspace)
         for code, message in recall_check.inspect(
                 conn, ws.workspace, head.epoch, head.next_seq,
-                head.floor.seq if head.floor is not None else 0):
+                head.floor.seq if head.floor is not None else 0, ws.db.shared):
             out.problems.append(Problem(code, None, message, notice=True,
                                         action=recall_check.ACTION))
 
         def text_of(seq: int) -> str | None:
-            got = conn.execute("SELECT raw FROM tl_rows WHERE workspace = %s AND seq = %s",
-                               (ws.workspace, seq), binary=True).fetchone()
+            got = conn.execute(
+                f"SELECT raw FROM {rows_sql(ws.db.shared, where='seq = %(seq)s')} t",
+                {"ws": ws.workspace, "seq": seq}, binary=True).fetchone()
             row = fmt.decode_line(bytes(got[0])) if got is not None else None
             return None if row is None or hidden(row) else row_text(row)
 

@@ -31,7 +31,7 @@ from typing import Any
 from ledger.core import rules
 from ledger.core.batches import AppendResult, PendingBatch, check_expectations, refuse_on_empty
 from ledger.core.checks import CheckReport, Loaded, Progress, QuarantineCleaned, RepairReport
-from ledger.core.errors import HistoryDamaged, LedgerError, WorkspaceNotFound
+from ledger.core.errors import HistoryDamaged, LedgerError, Unavailable, WorkspaceNotFound
 from ledger.core.rows import Row, now_ms
 from ledger.core.windows import Boundary
 from ledger.storage.engine import (
@@ -45,6 +45,7 @@ from ledger.storage.engine import (
 )
 from ledger.storage.forking import RowForks
 from ledger.storage.postgres.connect import Database
+from ledger.storage.postgres.lineage import batches_sql, rows_sql
 from ledger.storage.postgres.vectors import PgVectors
 from ledger.storage.primitives import Edit, Replaced
 from ledger.storage.rewrites import RowRewrites
@@ -52,6 +53,7 @@ from ledger.storage.seqpages import RowState as PgState
 from ledger.storage.seqpages import boundary, decode_row
 
 PAGE_ROWS = 1000  # rows per round trip when streaming
+WINDOW_TRIES = 20  # reads of the window that may each meet a new boundary
 
 # durability="off": asynchronous commit for this transaction; on Citus the
 # setting goes along to the worker that commits the batch (a placeholder
@@ -135,8 +137,9 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
     def _rows(self, last: int) -> Iterator[Row]:
         epoch: int | None = None
         sql = (
-            "SELECT (SELECT epoch FROM tl_head WHERE workspace = %(ws)s), seq, raw "
-            "FROM tl_rows WHERE workspace = %(ws)s AND seq > %(last)s ORDER BY seq LIMIT %(n)s"
+            "SELECT (SELECT epoch FROM tl_head WHERE workspace = %(ws)s), seq, raw FROM "
+            + rows_sql(self.db.shared, where="seq > %(last)s", order="seq", limit="%(n)s")
+            + " t ORDER BY seq LIMIT %(n)s"
         )
         while True:
             with self.db.read("read rows") as conn:
@@ -159,25 +162,41 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
 
     def get(self, seq: int) -> Row | None:
         with self.db.read("get") as conn:
-            got = conn.execute("SELECT raw FROM tl_rows WHERE workspace = %s AND seq = %s",
-                               (self.workspace, seq), binary=True).fetchone()
+            got = conn.execute(
+                f"SELECT raw FROM {rows_sql(self.db.shared, where='seq = %(seq)s')} t",
+                {"ws": self.workspace, "seq": seq}, binary=True).fetchone()
         return decode(self.workspace, seq, bytes(got[0])) if got is not None else None
 
     def window_rows(self) -> list[Row]:
-        """The rows after the newest boundary: one indexed range read joined
-        to the head row it starts from, in one statement (one round trip; on
-        Citus one task on the workspace's worker). No head row, no result
-        row: the workspace does not exist."""
+        """The rows after the newest boundary: the head's window seq, then one
+        indexed range read from that seq as a constant, which also reads the
+        head again in its own snapshot (on Citus both are one task on the
+        workspace's worker). Two statements, not one join, because with the
+        window seq as a join value the planner cannot estimate the range:
+        it guesses a third of the workspace's rows, which at 1 GiB costs a
+        JIT compilation on every turn (150-400 ms) and, when the statistics
+        predate a workspace or a bulk load, a scan of every row of it
+        (bench/RESULTS.md, issue 33). A clear or rollover that commits
+        between the two shows as a changed window seq: read again."""
         with self.db.read("read the window") as conn:
-            got = conn.execute(
-                "SELECT r.seq, r.raw FROM tl_head h LEFT JOIN tl_rows r ON r.workspace = "
-                "h.workspace AND r.seq > h.window_seq WHERE h.workspace = %s ORDER BY r.seq",
-                (self.workspace,), binary=True,  # bytea as bytes: no hex to encode or parse
-            ).fetchall()
-        if not got:
-            self.require()  # raises WorkspaceNotFound (or reports a race: it exists now)
-            return self.window_rows()
-        return [decode(self.workspace, seq, bytes(raw)) for seq, raw in got if seq is not None]
+            for _ in range(WINDOW_TRIES):
+                head = conn.execute("SELECT window_seq FROM tl_head WHERE workspace = %s",
+                                    (self.workspace,)).fetchone()
+                if head is None:
+                    break
+                got = conn.execute(
+                    "SELECT h.window_seq, r.seq, r.raw FROM tl_head h LEFT JOIN "
+                    + rows_sql(self.db.shared, where="seq > %(w)s")
+                    + " r ON true WHERE h.workspace = %(ws)s ORDER BY r.seq",
+                    {"ws": self.workspace, "w": head[0]},
+                    binary=True,  # bytea as bytes: no hex to encode or parse
+                ).fetchall()
+                if got and got[0][0] == head[0]:
+                    return [decode(self.workspace, seq, bytes(raw))
+                            for _, seq, raw in got if seq is not None]
+        self.require()  # raises WorkspaceNotFound when it is gone
+        raise Unavailable(f"workspace {self.workspace!r}: the window changed {WINDOW_TRIES} "
+                          "times while it was read; read it again")
 
     def pages(self, use: PageUse[T]) -> T:
         from ledger.storage.postgres.reader import PgReader
@@ -204,8 +223,9 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
                 assert st is not None
             if batch.caller_id:
                 found = conn.execute(
-                    "SELECT first_seq, n FROM tl_batches WHERE workspace = %s AND batch_id = %s",
-                    (self.workspace, bid),
+                    "SELECT first_seq, n FROM "
+                    + batches_sql(self.db.shared, where="batch_id = %(bid)s") + " b",
+                    {"ws": self.workspace, "bid": bid},
                 ).fetchone()
                 if found is not None:
                     first, n = found
@@ -357,9 +377,11 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
 
     def read(self, first: int, last: int) -> list[Row]:
         with self.db.read("read rows") as conn:
-            got = conn.execute("SELECT seq, raw FROM tl_rows WHERE workspace = %s AND seq "
-                               "BETWEEN %s AND %s ORDER BY seq", (self.workspace, first, last),
-                               binary=True).fetchall()
+            got = conn.execute(
+                "SELECT seq, raw FROM "
+                + rows_sql(self.db.shared, where="seq BETWEEN %(first)s AND %(last)s")
+                + " t ORDER BY seq", {"ws": self.workspace, "first": first, "last": last},
+                binary=True).fetchall()
         return [decode(self.workspace, seq, bytes(raw)) for seq, raw in got]
 
     def replace(self, expect: PgState, edits: Sequence[Edit],

@@ -22,7 +22,7 @@ psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not ins
 
 WORKSPACE_TABLES = ["tl_batches", "tl_head", "tl_quarantine", "tl_rows", "tl_recall_state",
                     "tl_recall_terms", "tl_recall_docs", "tl_recall_post", "tl_recall_echo",
-                    "tl_vec_state", "tl_vec"]
+                    "tl_vec_state", "tl_vec", "tl_lineage"]
 
 
 def tl(root: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
@@ -91,8 +91,9 @@ def test_a_plain_schema_is_refused_until_db_distribute_converts_it(citus_cluster
             h.append_many([msg(f"{ws} three"), msg(f"{ws} four", "assistant")])
             h.truncate_after(h.snapshot().next_seq - 3)  # a quarantine row as well
             h.append(msg(f"{ws} five"))
+        store.history("alpha").fork("delta")  # on plain PostgreSQL: alpha's rows, shared
         before = {ws: (_lines(root, ws), store.history(ws).snapshot())
-                  for ws in ("alpha", "beta", "gamma")}
+                  for ws in ("alpha", "beta", "gamma", "delta")}
         close_pools(root)
         citus_cluster.enable_citus(name)
 
@@ -114,6 +115,10 @@ def test_a_plain_schema_is_refused_until_db_distribute_converts_it(citus_cluster
             assert h.append(msg("after")).seqs == [snap.next_seq]
         with psycopg.connect(root) as conn:  # the coordinator kept no copy of the rows
             assert conn.execute("SELECT pg_relation_size('tl_rows')").fetchone()[0] == 0
+            # the fork holds its own copy now (a Citus statement reads one workspace)
+            assert conn.execute("SELECT count(*) FROM tl_lineage").fetchone()[0] == 0
+            assert conn.execute("SELECT count(*) FROM tl_rows WHERE workspace = 'delta'"
+                                ).fetchone()[0] == len(before["delta"][0]) + 1
         assert distribute(root)["converted"] == []  # again: nothing left to do
     finally:
         close_pools(root)

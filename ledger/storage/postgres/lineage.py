@@ -1,0 +1,140 @@
+"""Forks that share their source's rows, on plain PostgreSQL (schema version 5).
+
+A fork made on a plain PostgreSQL database copies no row of its prefix: one
+row of ``tl_lineage`` -- ``(workspace, source, upto)`` -- says that the fork's
+rows with ``seq <= upto`` are ``source``'s own rows (``tl_rows`` under the
+source's id), and the fork stores only what follows: its origin event and its
+own appends. Every read of a workspace's rows goes through ``rows_sql``: the
+workspace's own rows UNION ALL its source's rows up to ``upto``, in one
+statement (one snapshot). The two branches are each an index range scan on
+``tl_rows``'s primary key (the source and ``upto`` come from two InitPlans on
+``tl_lineage``'s primary key; with no lineage row they are NULL and the
+second branch reads nothing), so a read of a fork costs what it costs on its
+source. Batch ids (idempotent retries, the origin events) are read the same
+way (``batches_sql``).
+
+One source, one range, always: a fork of a fork that stops at or before its
+source's ``upto`` refers to the same source; one that reaches past it refers
+to the same source up to ``upto`` and copies the rows in between (the
+intermediate fork's own rows up to the fork point: its own turns, the
+"copied tail"). So ``source`` always holds the referenced rows as its own,
+and no read follows more than one link.
+
+What keeps the shared rows safe (the other side never loses a byte): the
+referenced rows are immutable while a reference exists. Every rewrite of a
+workspace -- reject, truncate, purge, repair, rebaseline -- and ``Store.delete``
+first *materialises* (``materialise_forks``): each fork referring to rows the
+rewrite may change (or to any row, for a delete) gets its own copy of them in
+the rewrite's transaction, and its reference is dropped. A rewrite of a fork
+that touches its shared prefix first copies that prefix in
+(``materialise_own``). The copy costs what a fork cost before schema 4, and
+only when a rewrite actually reaches shared rows. Appends never touch rows at
+or below any reference (they go above the head), nor does ``rewind`` (an
+appended boundary event).
+
+Locks: a fork takes its source's head row lock (as every write of the source
+does), then the head row lock of the workspace it will refer to when that is
+another one, so a concurrent rewrite of that workspace, which materialises
+its forks under its own head lock, either commits first (and the fork reads
+the result) or sees the new reference. ``DELETE ... RETURNING`` on the
+lineage row is the claim that makes two materialisations of one fork never
+copy the same rows twice.
+
+On Citus (``shared`` false) none of this is used: a fork copies its prefix
+into its own shard group (``fork.py``), since a statement that reads two
+workspaces' shards cannot be routed to one worker; ``tl_lineage`` stays empty.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+COLUMNS = "seq, batch_id, boundary, raw"
+
+
+def rows_sql(shared: bool, ws: str = "%(ws)s", where: str = "", order: str = "",
+             limit: str = "") -> str:
+    """A derived table ``(seq, batch_id, boundary, raw)`` of the rows of the
+    workspace the placeholder ``ws`` names, its own and (``shared``) its
+    source's up to the fork point. ``where`` (over those columns), ``order``
+    and ``limit`` are applied inside each branch, so each stays an ordered
+    index range scan (PostgreSQL pulls no UNION ALL member with a WHERE clause
+    up into the outer query, so an outer ORDER BY ... LIMIT alone would sort
+    the whole prefix); the caller orders and limits the union again."""
+    tail = (f" AND {where}" if where else "") + (f" ORDER BY {order}" if order else "") + (
+        f" LIMIT {limit}" if limit else "")
+    own = f"SELECT {COLUMNS} FROM tl_rows WHERE workspace = {ws}{tail}"
+    if not shared:
+        return f"({own})"
+    return (f"(({own}) UNION ALL (SELECT {COLUMNS} FROM tl_rows WHERE workspace = "
+            f"(SELECT source FROM tl_lineage WHERE workspace = {ws}) AND seq <= "
+            f"(SELECT upto FROM tl_lineage WHERE workspace = {ws}){tail}))")
+
+
+def batches_sql(shared: bool, ws: str = "%(ws)s", where: str = "") -> str:
+    """A derived table ``(batch_id, first_seq, n)`` of the batches of the
+    workspace ``ws`` names: its own and (``shared``) its source's that start
+    at or before the fork point."""
+    tail = f" AND {where}" if where else ""
+    own = f"SELECT batch_id, first_seq, n FROM tl_batches WHERE workspace = {ws}{tail}"
+    if not shared:
+        return f"({own})"
+    return (f"(({own}) UNION ALL (SELECT batch_id, first_seq, n FROM tl_batches WHERE "
+            f"workspace = (SELECT source FROM tl_lineage WHERE workspace = {ws}) AND "
+            f"first_seq <= (SELECT upto FROM tl_lineage WHERE workspace = {ws}){tail}))")
+
+
+def copy_rows(conn: Any, source: str, target: str, first: int, last: int) -> None:
+    """Copy ``source``'s own rows and batches with ``first <= seq <= last``
+    into ``target``, server-side."""
+    args = {"s": source, "t": target, "lo": first, "hi": last}
+    conn.execute(
+        "INSERT INTO tl_rows (workspace, seq, batch_id, boundary, raw) SELECT %(t)s, seq, "
+        "batch_id, boundary, raw FROM tl_rows WHERE workspace = %(s)s AND seq BETWEEN "
+        "%(lo)s AND %(hi)s", args)
+    conn.execute(
+        "INSERT INTO tl_batches (workspace, batch_id, first_seq, n) SELECT %(t)s, batch_id, "
+        "first_seq, n FROM tl_batches WHERE workspace = %(s)s AND first_seq BETWEEN %(lo)s "
+        "AND %(hi)s ON CONFLICT (workspace, batch_id) DO NOTHING", args)
+
+
+def materialise_forks(conn: Any, source: str, first: int | None = None) -> list[str]:
+    """Give every fork that refers to ``source``'s rows at or after ``first``
+    (None: any) its own copy of them and drop the reference; the caller holds
+    ``source``'s head row lock. Returns the forks."""
+    got = conn.execute(
+        "DELETE FROM tl_lineage WHERE source = %s AND upto >= %s RETURNING workspace, upto",
+        (source, first if first is not None else -(1 << 62))).fetchall()
+    for fork, upto in got:
+        copy_rows(conn, source, fork, -(1 << 62), int(upto))
+    return [fork for fork, _ in got]
+
+
+def materialise_own(conn: Any, workspace: str, first: int | None = None) -> bool:
+    """Copy the shared prefix of the fork ``workspace`` into its own rows when
+    a rewrite may reach it (its ``upto`` at or after ``first``; None: always)
+    and drop the reference; the caller holds the fork's head row lock.
+    Whether there was one."""
+    got = conn.execute(
+        "DELETE FROM tl_lineage WHERE workspace = %s AND upto >= %s RETURNING source, upto",
+        (workspace, first if first is not None else -(1 << 62))).fetchone()
+    if got is None:
+        return False
+    copy_rows(conn, got[0], workspace, -(1 << 62), int(got[1]))
+    return True
+
+
+def reference_of(conn: Any, workspace: str) -> tuple[str, int] | None:
+    """The fork ``workspace``'s (source, upto), or None."""
+    got = conn.execute("SELECT source, upto FROM tl_lineage WHERE workspace = %s",
+                       (workspace,)).fetchone()
+    return (str(got[0]), int(got[1])) if got is not None else None
+
+
+def shared_rows(conn: Any, workspace: str) -> tuple[int, int]:
+    """(rows, bytes with newlines) of ``workspace``'s rows held by its source."""
+    got = conn.execute(
+        "SELECT count(*), coalesce(sum(octet_length(r.raw) + 1), 0) FROM tl_lineage l JOIN "
+        "tl_rows r ON r.workspace = l.source AND r.seq <= l.upto WHERE l.workspace = %s",
+        (workspace,)).fetchone()
+    return int(got[0]), int(got[1])

@@ -1,0 +1,209 @@
+"""A fork on plain PostgreSQL shares its source's rows (issue 33, schema 5,
+``ledger/storage/postgres/lineage.py``): what it stores, that every read of it
+is the same as a copy's, how rewrites and deletes on either side turn the
+shared rows into copies first, forks of forks, and the upgrade of a schema 4
+database (the version before forks shared rows). The contract
+(tests/contract/forks.py) checks the behaviour on every engine; this checks
+the storage a user pays for. Real servers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from ledger import Store
+from ledger.storage.postgres.connect import close_pools
+from ledger.storage.postgres.schema import SCHEMA_VERSION
+from recovery.check import check
+from tests.helpers import msg
+
+psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
+
+
+def _turns(h: Any, n: int, tag: str = "turn") -> None:
+    for i in range(n):
+        h.append_many([msg(f"{tag} {i} question"), msg(f"{tag} {i} answer", "assistant")])
+
+
+def _own(root: str, ws: str) -> int:
+    with psycopg.connect(root) as conn:
+        return int(conn.execute("SELECT count(*) FROM tl_rows WHERE workspace = %s",
+                                (ws,)).fetchone()[0])
+
+
+def _lineage(root: str) -> dict[str, tuple[str, int]]:
+    with psycopg.connect(root) as conn:
+        got = conn.execute("SELECT workspace, source, upto FROM tl_lineage").fetchall()
+    return {w: (s, int(u)) for w, s, u in got}
+
+
+def _lines(h: Any) -> list[bytes]:
+    return [r.line for r in h.rows()]
+
+
+def _search(h: Any, query: str, mode: str = "literal") -> list[int]:
+    got = json.loads(h.session_history().call(
+        {"action": "search", "query": query, "mode": mode}))
+    assert "error" not in got, got
+    return [item["seq"] for item in got["items"]]
+
+
+def test_a_fork_stores_its_event_and_a_reference_not_the_rows(pg_root: str) -> None:
+    store = Store(pg_root)
+    src = store.history("src")
+    _turns(src, 300)
+    src.rollover([msg("window starts")])
+    _turns(src, 5, "late")
+    before = _lines(src)
+    fork = src.fork("f")
+    assert _own(pg_root, "f") == 1  # the origin event alone
+    assert _lineage(pg_root) == {"f": ("src", len(before))}
+    assert _lines(fork)[:-1] == before  # every read is the copy's
+    assert [r.line for r in fork.provider_view()] == [r.line for r in src.provider_view()]
+    assert fork.get(3) is not None and fork.get(3).line == before[2]  # type: ignore[union-attr]
+    assert _search(fork, "turn 7 answer") == _search(src, "turn 7 answer")
+    assert _search(fork, "late answer", "ranked") == _search(src, "late answer", "ranked")
+    assert not check(fork).findings
+    fork.append(msg("only in the fork"))
+    assert _own(pg_root, "f") == 2 and len(_lines(src)) == len(before)
+    assert fork.stat().rows == len(before) + 2
+
+
+def test_rewrites_and_deletes_copy_the_shared_rows_before_they_change(pg_root: str) -> None:
+    store = Store(pg_root)
+    src = store.history("src")
+    _turns(src, 10)  # seqs 1..20
+    fork = src.fork("f", at=12)
+    late = src.fork("late", at=20)
+    kept_f, kept_late = _lines(fork), _lines(late)
+    src.truncate_after(16)  # reaches rows "late" shares, not the ones "f" shares
+    assert _lineage(pg_root) == {"f": ("src", 12)}
+    assert _lines(late) == kept_late and _own(pg_root, "late") == 21
+    assert store.delete("src")
+    assert _lineage(pg_root) == {} and _lines(fork) == kept_f and _own(pg_root, "f") == 13
+    with psycopg.connect(pg_root) as conn:  # the source is gone whole
+        assert conn.execute("SELECT count(*) FROM tl_rows WHERE workspace = 'src'"
+                            ).fetchone()[0] == 0
+
+
+def test_a_rewrite_of_a_fork_copies_its_prefix_only_when_it_reaches_it(pg_root: str) -> None:
+    store = Store(pg_root)
+    src = store.history("src")
+    _turns(src, 10)
+    before = _lines(src)
+    fork = src.fork("f", at=20)
+    _turns(fork, 2, "own")  # seqs 22..25
+    fork.truncate_after(23)  # its own rows only: the reference stays
+    assert _lineage(pg_root) == {"f": ("src", 20)} and _own(pg_root, "f") == 3
+    fork.reject(5)  # a shared row: the fork takes a copy, then rewrites it
+    assert _lineage(pg_root) == {} and _own(pg_root, "f") == 23
+    assert _lines(src) == before
+    assert fork.get(5).to_dict()["parts"] == []  # type: ignore[union-attr]
+
+
+def test_a_fork_of_a_fork_refers_to_the_first_source_and_copies_the_tail(
+    pg_root: str,
+) -> None:
+    store = Store(pg_root)
+    src = store.history("src")
+    _turns(src, 10)  # 1..20
+    a = src.fork("a", at=16)  # event 17
+    _turns(a, 2, "a")  # 18..21
+    inside = a.fork("inside", at=10)
+    past = a.fork("past", at=19)
+    assert _lineage(pg_root) == {"a": ("src", 16), "inside": ("src", 10),
+                                 "past": ("src", 16)}
+    assert _own(pg_root, "inside") == 1
+    assert _own(pg_root, "past") == 1 + 3  # a's event and two of its rows, then its event
+    assert _lines(past)[:19] == _lines(a)[:19]
+    assert _lines(inside)[:10] == _lines(src)[:10]
+    assert past.origin is not None and past.origin.source == "a"
+    kept = _lines(past)
+    store.delete("a")  # past shares src's rows, not a's: nothing to copy
+    assert _lines(past) == kept and _lineage(pg_root)["past"] == ("src", 16)
+
+
+def test_a_schema_4_database_is_upgraded_and_its_forks_share(pg_root: str) -> None:
+    store = Store(pg_root)
+    _turns(store.history("old"), 3)
+    close_pools(pg_root)
+    with psycopg.connect(pg_root, autocommit=True) as conn:
+        conn.execute("DROP TABLE tl_lineage")
+        conn.execute("UPDATE tl_schema SET version = 4")
+    store = Store(pg_root)
+    fork = store.history("old").fork("new")
+    assert _lineage(pg_root) == {"new": ("old", 6)}
+    assert len(_lines(fork)) == 7
+    with psycopg.connect(pg_root) as conn:
+        assert conn.execute("SELECT version FROM tl_schema").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_on_citus_a_fork_holds_its_own_copy(citus_root: str) -> None:
+    store = Store(citus_root)
+    src = store.history("src")
+    _turns(src, 4)
+    fork = src.fork("f", at=6)
+    assert _own(citus_root, "f") == 7 and _lineage(citus_root) == {}
+    store.delete("src")
+    assert len(_lines(fork)) == 7
+
+
+def test_forks_made_while_the_source_is_rewritten_never_change_afterwards(
+    pg_root: str,
+) -> None:
+    """Forks (and forks of forks, which refer to the first source) made while
+    another thread rejects rows of the source: what a fork reads right after
+    it is made is what it reads at the end, and it checks clean."""
+    import threading
+
+    from ledger.core.errors import CommitFailed
+
+    store = Store(pg_root)
+    src = store.history("src")
+    _turns(src, 20)  # 1..40, batches end at even seqs
+    made: list[tuple[str, list[bytes]]] = []
+    errors: list[BaseException] = []
+    rejects: list[int] = []
+    stop = threading.Event()
+
+    def forker() -> None:
+        try:
+            s = Store(pg_root)
+            for i in range(12):
+                try:
+                    f = s.history("src").fork(f"f{i}", at=30)
+                    made.append((f.workspace, _lines(f)))
+                    _turns(f, 1, "own")  # 32..33 after its event at 31
+                    g = f.fork(f"g{i}", at=33)  # past f's reference: a copied tail
+                    made.append((g.workspace, _lines(g)))
+                except CommitFailed:
+                    continue  # the source kept changing under it: nothing was forked
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    def rewriter() -> None:
+        try:
+            h = Store(pg_root).history("src")
+            seq = 1
+            while not stop.is_set():
+                h.reject(seq)
+                rejects.append(seq)
+                seq = seq % 29 + 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=forker), threading.Thread(target=rewriter)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    assert len(made) >= 4 and len(rejects) >= 4, "too little ran side by side to say anything"
+    for ws, first in made:
+        fork = store.history(ws)
+        assert _lines(fork)[:len(first)] == first, f"{ws} changed after it was made"
+        assert not check(fork).findings, ws
