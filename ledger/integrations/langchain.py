@@ -105,26 +105,33 @@ def message_row(message: BaseMessage) -> dict[str, Any]:
 
 class MessageCache:
     """The LangChain message of each stored row, rebuilt once per stored
-    line: the key is the row's line as read (its bytes, checksum included),
-    so a rewritten row is a new key. A message kept is handed out again as a
-    shallow copy (``model_copy``: fields reassigned on it stay its own).
-    Bounded: the oldest entries go first."""
+    line. A message is kept under the row's place (segment and offset; the
+    seq where an engine keeps no offsets) with the line it was built from,
+    checksum included, and served again only while the line read there is
+    the same bytes: a rewritten row is rebuilt. (Comparing the line costs
+    less than hashing it, which a key of the line itself made every read
+    pay for every row.) A message kept is handed out as a shallow copy
+    (``model_copy``: fields reassigned on it stay its own). Bounded: the
+    oldest entries go first."""
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
-        self._kept: dict[bytes, BaseMessage] = {}
+        self._kept: dict[tuple[int, int], tuple[bytes, BaseMessage]] = {}
 
     def message(self, row: Row) -> BaseMessage:
         kept = row.meta[META_KEY]
-        key = bytes(row.line)
-        if not key:  # an engine that keeps no line: nothing to key on
+        line = row.line
+        if not line:  # an engine that keeps no line: nothing to compare
             return messages_from_dict([kept])[0]
-        found = self._kept.get(key)
-        if found is None:
-            found = self._kept[key] = messages_from_dict([kept])[0]
-            while len(self._kept) > self.size:
-                del self._kept[next(iter(self._kept))]
-        return found.model_copy()
+        place = (row.segment, row.offset)
+        found = self._kept.get(place)
+        if found is not None and found[0] == line:
+            return found[1].model_copy()
+        message = messages_from_dict([kept])[0]
+        self._kept[place] = (bytes(line), message)
+        while len(self._kept) > self.size:
+            del self._kept[next(iter(self._kept))]
+        return message.model_copy()
 
 
 def _row_message(row: Row, cache: MessageCache | None = None) -> BaseMessage | None:

@@ -53,11 +53,12 @@ refused with a ``LedgerError`` naming ``context_limit``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from ledger.adapters import openai_responses
 from ledger.adapters.common import raw_part
@@ -94,6 +95,8 @@ __all__ = ["META_KEY", "POP_ATTEMPTS", "LedgerSession", "item_row", "rows_to_ite
 POP_ATTEMPTS = 20
 
 META_KEY = "openai_agents"
+
+_T = TypeVar("_T")
 
 
 def _plain(item: Any) -> dict[str, Any]:
@@ -132,13 +135,18 @@ def rows_to_items(rows: Sequence[Row | Mapping[str, Any]]) -> list[dict[str, Any
     items: list[dict[str, Any]] = []
     foreign: list[dict[str, Any]] = []
     for row in rows:
-        data = row if isinstance(row, Mapping) else row.data
+        # Rows and dicts first: an ABC check costs more than the rest of the
+        # loop's work on a row.
+        data = row.data if isinstance(row, Row) else row if isinstance(row, (dict, Mapping)) \
+            else row.data
         meta = data.get("meta")
-        kept = meta.get(META_KEY) if isinstance(meta, Mapping) else None
-        if isinstance(kept, dict) and str(kept.get("type", "")).endswith("_output") and not any(
-                isinstance(p, Mapping) and p.get("type") == "tool_result"
-                for p in data.get("parts") or ()):
-            kept = None  # a result the view serves as text (its call is settled or sealed)
+        kept = meta.get(META_KEY) if isinstance(meta, (dict, Mapping)) else None
+        if isinstance(kept, dict):
+            kind = kept.get("type")
+            if isinstance(kind, str) and kind.endswith("_output") and not any(
+                    isinstance(p, (dict, Mapping)) and p.get("type") == "tool_result"
+                    for p in data.get("parts") or ()):
+                kept = None  # a result the view serves as text (its call is settled or sealed)
         if isinstance(kept, dict):
             if foreign:
                 items.extend(openai_responses.to_input(foreign))
@@ -240,7 +248,7 @@ class LedgerSession(BranchesMixin, SessionABC):
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
         if branch_id is None or branch_id == self.branch:
-            items = rows_to_items(self._read_view())
+            items = rows_to_items(self.history.provider_view())
         else:
             items = rows_to_items(self.branch_history(branch_id).provider_view())
         if limit is None:
@@ -250,7 +258,7 @@ class LedgerSession(BranchesMixin, SessionABC):
     async def get_items(self, limit: int | None = None,
                         branch_id: str | None = None) -> list[Any]:
         """The current branch's items (``branch_id``: another branch's)."""
-        return await asyncio.to_thread(self.items, limit, branch_id)
+        return await _off_loop(self.items, limit, branch_id)
 
     async def add_items(self, items: list[Any]) -> None:
         if not items:
@@ -265,7 +273,7 @@ class LedgerSession(BranchesMixin, SessionABC):
         if self.branch != "main":
             await asyncio.to_thread(self.require_branch)
         self._added_items, self._added_keys = items, None
-        result, settled = await asyncio.to_thread(self._add_rows, rows)
+        result, settled = await _off_loop(self._add_rows, rows)
         self._batch_from = result.seqs[settled]
 
     def _add_rows(self, rows: list[dict[str, Any]]) -> tuple[Any, int]:
@@ -305,15 +313,6 @@ class LedgerSession(BranchesMixin, SessionABC):
             "was stored", Decision(Action.REJECT, "conflict", "window changed", 0, False, 0,
                                    continuation=False), rows)
 
-    def _read_view(self) -> list[Row]:
-        """The provider view, remembered with the state it was read at (the
-        state is read first, so a write in between makes it older, never
-        newer, than the rows: the next batch then reads the view again)."""
-        state = _state(self.history.snapshot())
-        view = self.history.provider_view()
-        if self._seen is None or self._seen.state != state:
-            self._seen = _Seen(state, None, [r.data for r in view])
-        return view
 
     def _added(self) -> set[str]:
         """The keys of the newest ``add_items`` batch's items."""
@@ -457,7 +456,7 @@ class LedgerSession(BranchesMixin, SessionABC):
         instructions = data.model_data.instructions
         schemas = _tool_schemas(data.agent)
         given = [_plain(i) for i in data.model_data.input]
-        items = await asyncio.to_thread(self.request_items, instructions or "", schemas, given)
+        items = await _off_loop(self.request_items, instructions or "", schemas, given)
         return ModelInputData(input=items, instructions=instructions)
 
     def request_items(
@@ -614,6 +613,15 @@ class LedgerSession(BranchesMixin, SessionABC):
 
 
 _POPPED_ELSEWHERE: Any = object()
+
+
+async def _off_loop(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` in the loop's default executor, as ``asyncio.to_thread``
+    but without running it in a copy of the caller's context variables (the
+    store's code reads none): the hop of every ``add_items``, ``get_items``
+    and model call, where the copy and its ``Context.run`` cost about a tenth
+    of a short turn's CPU (bench/RESULTS.md, issue 31, third round)."""
+    return await asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))
 
 
 def _only_outputs(row: Mapping[str, Any]) -> bool:

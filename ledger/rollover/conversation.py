@@ -203,15 +203,43 @@ def _without_open_calls(messages: list[dict[str, Any]]) -> tuple[dict[str, Any],
     return tuple(out)
 
 
+def _seq_of(row: Mapping[str, Any]) -> int:
+    seq = row.get("seq")
+    return seq if isinstance(seq, int) else 1 << 62  # unknown: never older than a state
+
+
+def _open_after(known: Sequence[OpenCall],
+                rows: Sequence[Mapping[str, Any]]) -> list[OpenCall]:
+    """The open calls once ``rows`` follow a window whose open calls are
+    ``known``: ``_open_calls([*window, *rows])`` without pairing the window
+    again. A result answers the newest open call before it with its id, so
+    only the open calls matter: they stand in for the window as one row."""
+    if not rows:
+        return list(known)
+    head = [{"kind": "message", "role": "assistant", "parts": [
+        {"type": "tool_call", "id": c.id, "name": c.name} for c in known]}] if known else []
+    out = []
+    for c in pair([*head, *rows]).open_calls():
+        if head and c.row == 0:
+            out.append(known[c.part])
+            continue
+        seq = rows[c.row - len(head)].get("seq")
+        out.append(OpenCall(c.id, c.name, seq if isinstance(seq, int) else None))
+    return out
+
+
 def settle_before_user(view: Sequence[Mapping[str, Any]],
-                       trigger: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                       trigger: list[dict[str, Any]],
+                       open_view: Sequence[OpenCall] | None = None) -> list[dict[str, Any]]:
     """``trigger`` with an error result (:data:`MOVED_ON`) for each call still
     open when its first user message arrives, placed just before that
-    message: the user moved on, so the step is settled in the same batch."""
+    message: the user moved on, so the step is settled in the same batch.
+    ``open_view`` is the view's open calls when the caller knows them."""
     k = next((i for i, r in enumerate(trigger) if _is_user_message(r)), None)
     if k is None:
         return trigger
-    open_ = _open_calls([*view, *trigger[:k]])
+    open_ = (_open_calls([*view, *trigger[:k]]) if open_view is None
+             else _open_after(open_view, trigger[:k]))
     if not open_:
         return trigger
     return [*trigger[:k], *settle_rows(open_, MOVED_ON, "user_moved_on"), *trigger[k:]]
@@ -370,6 +398,11 @@ class Conversation:
         )
         self.pinned = PinnedModel.pin(model, self.config)
         self._next_seq = 0  # the history's next seq as the newest _follow read it
+        self._epoch = 0  # and its epoch
+        # The window's open calls with the state (epoch, next seq, window)
+        # they are of: set from this object's own batches, so a send does not
+        # pair the whole window again; any other write changes the state.
+        self._open: tuple[tuple[int, int, int], tuple[OpenCall, ...]] | None = None
         self.state = RolloverState.after_restart(history.window)
 
     @classmethod
@@ -428,8 +461,17 @@ class Conversation:
     def _record(self, given: list[dict[str, Any]], quarantine: bool,
                 memory: str) -> AppendResult:
         # Only a user message settles open calls: the window is read for it.
-        trigger = settle_before_user(self._view(), given) if any(
-            _is_user_message(r) for r in given) else given
+        open_view: list[OpenCall] | None = None
+        if any(_is_user_message(r) for r in given):
+            view = self._view()
+            open_view = self._open_of(view)
+            trigger = settle_before_user(view, given, open_view)
+        else:
+            trigger = given
+            known = self._open
+            if known is not None and known[0] == (self._epoch, self._next_seq,
+                                                  self.state.window):
+                open_view = list(known[1])
         lead = lead_in_message(lead_in_for(self._next_seq, self.parts.lead_in_text))
         fresh = _count(self._count, self._request_for([lead, *trigger], memory))
         if fresh.tokens > self.config.ceiling:
@@ -441,7 +483,9 @@ class Conversation:
                 fresh.tokens, fresh.exact, self.config.ceiling, quarantine=True,
                 continuation=False,
             ), given, quarantine)
-        return self.history.append_many(trigger, expect_window=self.state.window)
+        result = self.history.append_many(trigger, expect_window=self.state.window)
+        self._appended(result, open_view, trigger)
+        return result
 
     # --- tool calls left open -------------------------------------------------------
 
@@ -557,10 +601,13 @@ class Conversation:
         view: list[dict[str, Any]],
         memory: str,
         carry: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        settled: bool | None = None,
     ) -> tuple[int, Decision, RolloverState, Callable[[Sequence[Mapping[str, Any]]],
                                                       ProviderRequest], SendInputs]:
         """The window, decision and next state of one send, its request
-        builder, and the inputs decided on."""
+        builder, and the inputs decided on (``settled``: whether no call is
+        open after the trigger, when the caller knows)."""
         policy = self.parts.current_policy()
 
         def request_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
@@ -578,6 +625,7 @@ class Conversation:
             carry=carry,
             view=view,
             window=self.state.window,
+            settled=settled,
         )
         decision, state = step(self.state, inputs, self.config)
         return window, decision, state, request_for, inputs
@@ -611,14 +659,16 @@ class Conversation:
 
     def _send(self, given: list[dict[str, Any]], quarantine: bool, memory: str) -> Request:
         view = self._view()
-        trigger = settle_before_user(view, given)
+        open_view = self._open_of(view)
+        trigger = settle_before_user(view, given, open_view)
         settle: list[dict[str, Any]] = []
         if len(trigger) > len(given) and _is_user_message(given[0]):
             # The calls the user left open close the window they are in: the
             # settling results count as window rows, never as a step to carry.
             settle, trigger = trigger[: len(trigger) - len(given)], given
         window, decision, state, request_for, inputs = self._decide(
-            trigger, [*view, *settle], memory)
+            trigger, [*view, *settle], memory,
+            settled=not _open_after(open_view, [*settle, *trigger]))
         if decision.action is Action.REJECT:
             self._refuse(decision, given, quarantine)
         if decision.action is Action.ROLLOVER:
@@ -637,7 +687,9 @@ class Conversation:
         # counter gives that count again.)
         provider = request_for(provider_rows([*view, *settle, *trigger, *extra]))
         counted = check_step(provider, self.pinned, self._count)
-        self.history.append_many([*settle, *trigger, *extra], expect_window=window)
+        batch = [*settle, *trigger, *extra]
+        result = self.history.append_many(batch, expect_window=window)
+        self._appended(result, open_view, batch)
         self.state = state
         return self._wrap(provider, counted, decision, warned=bool(extra),
                           blocked=decision.blocked, viewed=True, settled=inputs.settled)
@@ -725,8 +777,30 @@ class Conversation:
         """Adopt the persisted window (a clear or rollover elsewhere, a restart):
         one read of the workspace's state, kept for this try."""
         snap = self.history.snapshot()
-        self._next_seq = snap.next_seq
+        self._next_seq, self._epoch = snap.next_seq, snap.epoch
         self.state = self.state.observe(snap.window_seq)
+
+    def _open_of(self, view: Sequence[Mapping[str, Any]]) -> list[OpenCall]:
+        """The open calls of ``view``, read after the state ``_follow`` saw:
+        kept from this object's last batch when nothing was written since and
+        the view holds nothing newer than that state (a write between the
+        state read and the view read)."""
+        known = self._open
+        if known is not None and known[0] == (self._epoch, self._next_seq, self.state.window) \
+                and view and _seq_of(view[-1]) < self._next_seq:
+            return list(known[1])
+        return _open_calls(view)
+
+    def _appended(self, result: AppendResult, open_before: Sequence[OpenCall] | None,
+                  rows: Sequence[Mapping[str, Any]]) -> None:
+        """Keep the open calls after this object's batch ``rows`` when the
+        batch came right after the state ``_follow`` saw (nothing written in
+        between) and the calls open before it are known; else forget them."""
+        self._open = None
+        if open_before is not None and result.seqs and result.seqs[0] == self._next_seq and (
+                result.epoch == self._epoch):
+            self._open = ((result.epoch, result.seqs[-1] + 1, result.window),
+                          tuple(_open_after(open_before, rows)))
 
     def _view(self) -> list[dict[str, Any]]:
         """The provider view as plain dicts (one read per try)."""

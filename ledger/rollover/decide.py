@@ -309,6 +309,7 @@ def send_inputs(
     carry: Sequence[Mapping[str, Any]] | None = None,
     view: Sequence[Any] | None = None,
     window: int | None = None,
+    settled: bool | None = None,
 ) -> tuple[int, SendInputs]:
     """The window marker and decision inputs, derived from persisted history.
 
@@ -320,6 +321,8 @@ def send_inputs(
     ``view`` is the provider view when the caller already read it, and
     ``window`` the window marker it read it at. The fresh-window count (and
     the carry it needs) is made only when the decision asks for it.
+    ``settled`` is whether no tool call is open in ``[*view, *trigger]``,
+    when the caller knows it without pairing the window again.
     """
     if window is None:
         window = history.window
@@ -337,7 +340,7 @@ def send_inputs(
         current=current,
         fresh=LazyCount(fresh),
         has_context=has_sealable_context(view),
-        settled=is_settled([*view, *trigger]),
+        settled=is_settled([*view, *trigger]) if settled is None else settled,
         history_access=history_access,
         warned=budget_warned(view),
         notes_writable=notes_writable,

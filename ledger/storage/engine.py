@@ -20,7 +20,8 @@ An engine stores the workspaces of one root. For each workspace it provides:
   that bumps the epoch (and only those: a plain append never does);
 - ``fork``: a new workspace of the same root holding the rows up to a seq
   byte for byte and an origin event, all or nothing, cheap (files: hard
-  links; memory: shared rows; PostgreSQL: a server-side copy); ``origin``;
+  links; memory: shared rows; PostgreSQL: a reference to the source's rows;
+  Citus: a server-side copy); ``origin``;
 - ``backup``;
 - the engine operations of recovery (results: ``ledger.core.checks``):
   ``verify`` (read-only; findings with a severity, damage or notice),

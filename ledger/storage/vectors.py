@@ -213,7 +213,7 @@ def catch_up(vs: VectorSet, embedder: Embedder, docs: Sequence[Doc], texts_of: T
                 continue
             text = semantic.embed_text(text)
             todo.append((d, text, semantic.text_hash(text)))
-        missing = list(dict.fromkeys(th_text for _, th_text, th in todo if th not in reuse))
+        missing = list(dict.fromkeys(text for _, text, th in todo if th not in reuse))
         if missing:
             got = semantic.embed(embedder, missing)
             fresh = {semantic.text_hash(t): np.asarray(v, dtype="<f4").tobytes()

@@ -186,3 +186,26 @@ if ToolsUnitTests is not None:
         @property
         def tool_invoke_params_example(self) -> dict[str, Any]:
             return {"action": "search", "query": "searchable"}
+
+
+def test_a_row_rewritten_in_place_is_rebuilt_and_reads_hand_out_copies(tmp_path: Path) -> None:
+    """The messages kept between reads are served again only for the very
+    line they were built from: after a truncation and a new message at the
+    same place, and after a reject that moves every later row, each read
+    holds what is stored now. A message changed by the caller leaves the next
+    read as stored."""
+    history = LedgerChatMessageHistory("s", store=Store(tmp_path))
+    for text in ("first", "second", "third"):
+        history.add_messages([HumanMessage(text)])
+    assert [m.content for m in history.messages] == ["first", "second", "third"]
+    rows = history.history.window_rows()
+    history.history.truncate_after(rows[0].seq)
+    history.add_messages([AIMessage("replaced")])
+    assert [(m.type, m.content) for m in history.messages] == [("human", "first"),
+                                                                ("ai", "replaced")]
+    history.add_messages([HumanMessage("fourth")])
+    history.history.reject(history.history.window_rows()[0].seq)
+    got = history.messages
+    assert [(m.type, m.content) for m in got] == [("ai", "replaced"), ("human", "fourth")]
+    got[0].content = "changed by the caller"
+    assert [m.content for m in history.messages] == ["replaced", "fourth"]

@@ -388,3 +388,41 @@ def test_the_runtime_object_on_postgresql(pg_root: str) -> None:
     assert len(rolled) >= 2
     windows = [w["window"] for w in conv.session_history().list()["items"]]
     assert windows[-1] == conv.window == opened[-1]
+
+
+def _settled_ids(conv: Conversation) -> list[str]:
+    """Ids of the calls a user message settled (``meta.settled``), oldest first."""
+    return [p["id"] for r in conv.history.rows() if r.meta.get("settled") == "user_moved_on"
+            for p in r.parts]
+
+
+def test_open_calls_kept_between_sends_follow_other_writers(tmp_path: Path) -> None:
+    """The open calls a conversation keeps from its own batches are used only
+    while nothing else wrote: a call another writer opened, a result another
+    writer stored and a result another writer's rewrite took away (a new
+    epoch, the next seq unchanged) are each seen by the next user message."""
+    conv = conversation(tmp_path, limit=16000)
+    other = Store(tmp_path, durability="off").history(WS)
+    conv.send(user("hello"))
+    conv.record(calls("a"))
+    conv.send(result("a", "done"))
+    conv.send(user("next"))
+    assert _settled_ids(conv) == []
+    other.append(calls("b"))  # another writer opens a call
+    conv.send(user("and then"))
+    assert _settled_ids(conv) == ["b"]
+    conv.record(calls("c"))
+    other.append(result("c", "stored elsewhere"))  # another writer settles it
+    conv.send(user("after c"))
+    assert _settled_ids(conv) == ["b"]
+    conv.record(calls("d"))
+    conv.send(result("d", "done"))
+    assert conv.open_calls() == []
+    stored = next(r.seq for r in conv.history.rows() if r.parts and r.parts[0].get("id") == "d"
+                  and r.parts[0].get("type") == "tool_result")
+    other.reject(stored)  # a rewrite elsewhere reopens d
+    conv.send(user("after d"))
+    assert _settled_ids(conv) == ["b", "d"]
+    assert conv.open_calls() == []
+    req = conv.send(user("last"))
+    assert_paired(req.messages)
