@@ -27,7 +27,7 @@ made on another machine (a network file system), and writes through an
 receipt, and a receipt the table's stamps do not confirm sends the caller
 to a full pass (``reads.WorkspaceBase.state``); every read verifies each
 line's checksum. Like a same-size rewrite inside one timestamp tick
-(DESIGN 6), such an edit can go unseen for a while: the README says so.
+(DESIGN 6), such an edit can go unseen for a while: docs/explanation/storage.md says so.
 
 The table is a cache: no inotify (another OS, no instance left), a queue
 overflow, the directory replaced, a fork of the process: each is answered
