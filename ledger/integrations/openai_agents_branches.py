@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import re
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -172,23 +173,25 @@ def _preview(content: Any, max_length: int | None) -> str:
     return text
 
 
-class BranchesMixin:
+class BranchesMixin(ABC):
     """The branch calls of ``LedgerSession`` (module doc). The session gives
     ``store``, ``session_id`` (the main branch's workspace), ``history`` (the
-    current branch's), ``items_of`` (``rows_to_items``) and ``_use(ws)``
-    (point the session at another workspace)."""
+    current branch's), and implements ``items_of`` (``rows_to_items``) and
+    ``_use(ws)`` (point the session at another workspace)."""
 
     store: Any
     session_id: str
     history: Any
     branch: str = MAIN
 
-    def _use(self, workspace: str) -> None:  # pragma: no cover - the session's
-        raise NotImplementedError
+    @abstractmethod
+    def _use(self, workspace: str) -> None:
+        """Point the session at ``workspace`` (the session's)."""
 
     @staticmethod
-    def items_of(rows: Sequence[Row]) -> list[Any]:  # pragma: no cover - the session's
-        raise NotImplementedError
+    @abstractmethod
+    def items_of(rows: Sequence[Row]) -> list[Any]:
+        """The SDK items of ``rows`` (the session's ``rows_to_items``)."""
 
     # --- reads ------------------------------------------------------------------------
 
