@@ -60,14 +60,22 @@ class SemanticContract(ContractBase):
         pytest.importorskip("wordllama")  # the semantic extra (.ci/run installs it)
         return make_store(embedder=_embedder(dim))
 
+    def _filled(self, make_store: MakeStore, ws: str) -> History | None:
+        """``ws`` filled (``_fill``) in a store with the embedder; None where
+        the engine has no ranked search."""
+        store = self._store(make_store)
+        if store is None:
+            return None
+        h = store.history(ws)
+        _fill(h)
+        return h
+
     def test_semantic_finds_by_meaning_and_ranks_as_the_reference(
         self, make_store: MakeStore, ws: str
     ) -> None:
-        store = self._store(make_store)
-        if store is None:
+        h = self._filled(make_store, ws)
+        if h is None:
             return
-        h = store.history(ws)
-        _fill(h)
         plain = make_store().history(ws).session_history()
         assert seqs(ranked(plain, MEANING)) == []  # no word matches
         tool = h.session_history()
@@ -84,11 +92,9 @@ class SemanticContract(ContractBase):
         """A list of phrasings with the semantic channel: the lexical rankings
         fused, then the vectors of the phrasings as one text; every engine
         answers as the reference, and a cursor pages the same order."""
-        store = self._store(make_store)
-        if store is None:
+        h = self._filled(make_store, ws)
+        if h is None:
             return
-        h = store.history(ws)
-        _fill(h)
         tool = h.session_history()
         query = [MEANING, "postgres migration"]
         got = ranked(tool, query, limit=25)
@@ -102,11 +108,9 @@ class SemanticContract(ContractBase):
     def test_semantic_catches_up_after_appends_and_pages_stably(
         self, make_store: MakeStore, ws: str
     ) -> None:
-        store = self._store(make_store)
-        if store is None:
+        h = self._filled(make_store, ws)
+        if h is None:
             return
-        h = store.history(ws)
-        _fill(h)
         tool = h.session_history()
         assert seqs(ranked(tool, MEANING))[0] == 2
         h.append(msg("the dog chased the neighbour's cat up a tree"))
@@ -120,11 +124,9 @@ class SemanticContract(ContractBase):
     def test_semantic_never_crosses_the_floor(self, make_store: MakeStore, ws: str) -> None:
         """Rows before a clear are never returned, though their vectors were
         computed before the floor moved (the projection is then stale)."""
-        store = self._store(make_store)
-        if store is None:
+        h = self._filled(make_store, ws)
+        if h is None:
             return
-        h = store.history(ws)
-        _fill(h)
         tool = h.session_history()
         assert seqs(ranked(tool, MEANING))[0] == 2  # vectors of rows 1-6 computed
         floor = h.clear_soft().seqs[0]
@@ -139,11 +141,9 @@ class SemanticContract(ContractBase):
             assert "error" in res or all(s > floor for s in seqs(res))
 
     def test_semantic_forgets_what_rewrites_remove(self, make_store: MakeStore, ws: str) -> None:
-        store = self._store(make_store)
-        if store is None:
+        h = self._filled(make_store, ws)
+        if h is None:
             return
-        h = store.history(ws)
-        _fill(h)
         h.append(msg("a tabby cat sleeps on the sofa"))
         h.append(msg("unrelated: tax forms"))
         h.append(msg("cats purr when they are happy"))
