@@ -74,18 +74,40 @@ class Ctx:
 
 
 def weighted_scores(ix: Index, qw: dict[str, float], cfg: Lexical,
-                    bs: tuple[float, float] | None = None) -> Floats:
+                    bs: tuple[float, float] | None = None,
+                    length: tuple[str, float] | None = None) -> Floats:
     """``recall_v2.lexical_scores`` with a weight per query term (each term's
     idf multiplied by it); all weights 1 gives the same scores. ``bs``: BM25's
     b for the own field and for the neighbour field (both ``ranking.B``
-    when None)."""
+    when None). ``length``: ("floor", f) normalises a row's own field as if
+    it had at least f terms; ("pad", p) as if every row had p more terms
+    (its length and the mean both)."""
     n = ix.n
-    avg_own = float(ix.own_len.mean()) or 1.0
+    own_len = ix.own_len
+    avg_own = float(own_len.mean()) or 1.0
+    nb_len = ix.nb_len
+    if length is not None and length[0] == "floor":
+        own_len = np.maximum(own_len, length[1])
+    elif length is not None and length[0] == "floor<=avg":
+        own_len = np.maximum(own_len, min(length[1], avg_own))
+    elif length is not None and length[0] == "floor both":
+        own_len = np.maximum(own_len, length[1])
+        if length[1] == ranking.MIN_LENGTH and ix.nb_len_floor is not None:
+            nb_len = ix.nb_len_floor
+        else:
+            nb_len = np.zeros(n)
+            for i in range(n):
+                for j in (i - 1, i + 1):
+                    if 0 <= j < n and ix.windows[j] == ix.windows[i]:
+                        nb_len[i] += own_len[j]
+    elif length is not None:
+        own_len = own_len + length[1]
+        avg_own += length[1]
     avg_nb = (cfg.nb_avg_factor * avg_own if cfg.nb_avg_factor
               else float(ix.nb_len.mean()) or 1.0)
     b_own, b_nb = bs if bs is not None else (ranking.B, ranking.B)
-    norm_own = 1 - b_own + b_own * ix.own_len / avg_own
-    norm_nb = 1 - b_nb + b_nb * ix.nb_len / avg_nb
+    norm_own = 1 - b_own + b_own * own_len / avg_own
+    norm_nb = 1 - b_nb + b_nb * nb_len / avg_nb
     own_scores = np.zeros(n)
     scores = np.zeros(n)
     w = cfg.neighbour_field
@@ -118,6 +140,9 @@ def qweights(q: str) -> dict[str, float]:
 
 
 SHIPPED = Lexical(ranking.FIELD, ranking.WINDOW, ranking.NB_AVG)
+BASE = "round 2 (shipped before): neighbours 0.3, window 0.3"
+ADOPTED = (f"**adopted**: round 2 + a row and each neighbour at least {ranking.MIN_LENGTH} "
+           "terms long (ranking.MIN_LENGTH)")
 
 
 # -- variants -------------------------------------------------------------------
@@ -307,6 +332,12 @@ def v_names(cfg: Lexical, w: float) -> Factory:
     return make
 
 
+def v_length(cfg: Lexical, how: str, x: float) -> Factory:
+    def make(c: Ctx) -> Ranker:
+        return lambda q: top(weighted_scores(c.ix, qweights(q), cfg, None, (how, x)), c.ix.seqs)
+    return make
+
+
 def v_split(cfg: Lexical, b_own: float, b_nb: float) -> Factory:
     def make(c: Ctx) -> Ranker:
         return lambda q: top(weighted_scores(c.ix, qweights(q), cfg, (b_own, b_nb)), c.ix.seqs)
@@ -317,7 +348,7 @@ def grid() -> list[tuple[str, Factory]]:
     """The field weights and BM25 constants on a finer grid."""
     out: list[tuple[str, Factory]] = [
         ("plain BM25 (rank_bm25, white-space tokens)", v_plain),
-        ("**shipped**: neighbours 0.3, window 0.3", v_lex(SHIPPED)),
+        (BASE, v_lex(SHIPPED)),
     ]
     for w in (0.1, 0.2, 0.3, 0.4):
         for win in (0.0, 0.15, 0.3, 0.45):
@@ -351,10 +382,16 @@ def date_words(when: str) -> str:
     return f"{d:%d %B %b %Y %A %d.%m.%Y}"
 
 
-def v_dated(cfg: Lexical) -> Factory:
-    """Each turn's own terms with its date's words (``date_words``)."""
+_PAD = " ".join(f"zzpad{i}" for i in range(9))  # as many terms as date_words gives
+
+
+def v_dated(cfg: Lexical, pad: bool = False) -> Factory:
+    """Each turn's own terms with its date's words (``date_words``); with
+    ``pad``, nine terms no query holds instead (the same added length, so
+    what the dates add beyond a softer length normalisation shows)."""
     def make(c: Ctx) -> Ranker:
-        turns = [replace(t, text=f"{t.text} {date_words(t.when)}") for t in c.qs.turns]
+        turns = [replace(t, text=f"{t.text} {_PAD if pad else date_words(t.when)}")
+                 for t in c.qs.turns]
         ix = build_index(turns)
         return lambda q: top(weighted_scores(ix, qweights(q), cfg), ix.seqs)
     return make
@@ -385,7 +422,8 @@ def variants(quick: bool) -> list[tuple[str, Factory]]:
     out: list[tuple[str, Factory]] = [
         ("plain BM25 (rank_bm25, white-space tokens)", v_plain),
         ("lexical, no neighbour field (window 0.3)", v_lex(Lexical(0.0, 0.3))),
-        ("**shipped**: neighbours 0.3, window 0.3", v_lex(s)),
+        (BASE, v_lex(s)),
+        (ADOPTED, v_length(s, "floor both", ranking.MIN_LENGTH)),
         ("engine: session_history ranked, current: true (file store)", v_engine()),
         ("engine, + the store's semantic channel (wordllama 64 d, ALPHA 0.95)",
          v_engine(True)),
@@ -396,7 +434,13 @@ def variants(quick: bool) -> list[tuple[str, Factory]]:
     for w in (0.3, 0.5, 1.0):
         out.append((f"wide neighbours (2 each side) {w}, window 0.3",
                     v_lex(Lexical(w, 0.3, 4.0), wide=True)))
+    for how, xs in (("floor", (4, 8, 10, 12, 14, 16, 20)), ("pad", (4, 8, 16)),
+                    ("floor<=avg", (12, 16)), ("floor both", (8, 12, 16))):
+        for x in xs:
+            out.append((f"shipped, own length {how} {x}", v_length(s, how, x)))
     out.append(("shipped + the turn's date as words", v_dated(s)))
+    out.append(("shipped + nine padding terms a row (the dates' length, no dates)",
+                v_dated(s, pad=True)))
     for sw in (0.1, 0.3, 0.6):
         out.append((f"shipped + session doc {sw}", v_session(s, sw)))
     for g, tau in ((0.3, 0.6), (0.5, 0.6), (0.5, 0.75), (1.0, 0.75)):
