@@ -31,7 +31,12 @@ silently):
   terms that the best hit lacks plus the best hit's five rarest terms), its
   ranking fused with the first by score (``hop`` the second's weight).
 - ``semantic a``: wordllama 64 d vectors fused by weighted score fusion, as
-  shipped in ``ledger.core.semantic`` (a = 0.95).
+  shipped in ``ledger.core.semantic`` (a = 0.95), over the adopted lexical
+  ranking (``recall_v2.lexical_scores``, which mirrors ``ranking``).
+
+Every other variant is measured against round 2's ranking (``BASE``: no
+short-row floor), the ranking shipped when this round began; ``ADOPTED``
+is round 2 with ``ranking.MIN_LENGTH``.
 """
 
 from __future__ import annotations
@@ -452,7 +457,7 @@ def variants(quick: bool) -> list[tuple[str, Factory]]:
     for hop in (0.3, 0.6):
         out.append((f"shipped + second hop {hop}", v_hop(s, hop)))
     for a in (0.95, 0.8):
-        out.append((f"shipped + semantic 64 d a={a}", v_semantic(s, a)))
+        out.append((f"adopted + semantic 64 d a={a}", v_semantic(s, a)))
     return out
 
 
