@@ -7,7 +7,8 @@ environment and working directory are the caller's, its file descriptors 0, 1
 and 2 are files the caller wrote and reads back, ``sys.stdin``/``stdout``/
 ``stderr`` are set up over them as a new interpreter sets them up (the zygote's
 own, which a new interpreter made over pipes), ``sys.argv`` and ``sys.path[0]``
-are a ``-m`` run's, and ``ledger.cli.__main__`` runs as ``__main__``. Its exit
+are a ``-m`` run's, and ``ledger.cli.__main__`` (or ``ledger.__main__``) runs
+as ``__main__``. Its exit
 status is the one the interpreter would exit with: ``SystemExit``'s code, 1 with
 the traceback on stderr for an exception that escapes, 120 when flushing the
 output fails. What it does not repeat is the import of the CLI's modules (each
@@ -36,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-ARGV0 = [sys.executable, "-m", "ledger.cli"]  # what the result's args name
 
 _lock = threading.Lock()
 _zygote: subprocess.Popen[str] | None = None
@@ -51,17 +51,21 @@ def _start() -> subprocess.Popen[str]:
 
 
 def run(argv: list[str], *, stdin: bytes = b"", env: dict[str, str] | None = None,
-        cwd: Path | str | None = None, timeout: float = 120.0
+        cwd: Path | str | None = None, timeout: float = 120.0, module: str = "ledger.cli"
         ) -> subprocess.CompletedProcess[bytes]:
-    """``subprocess.run([python, "-m", "ledger.cli", *argv], input=stdin,
-    capture_output=True, env=env, cwd=cwd, timeout=timeout)``, forked from the zygote."""
+    """``subprocess.run([python, "-m", module, *argv], input=stdin, capture_output=True,
+    env=env, cwd=cwd, timeout=timeout)``, forked from the zygote; ``module``:
+    ``ledger.cli`` or ``ledger`` (both ``tledger``)."""
+    if module not in ("ledger.cli", "ledger"):
+        raise ValueError(f"cli_proc runs python -m ledger.cli or ledger, not {module!r}")
     global _zygote
     with tempfile.TemporaryDirectory(prefix="tledger-cli-") as d:
         files = {name: os.path.join(d, name) for name in ("stdin", "stdout", "stderr")}
         Path(files["stdin"]).write_bytes(stdin)
         for name in ("stdout", "stderr"):
             Path(files[name]).write_bytes(b"")
-        req = {"argv": list(argv), "env": dict(os.environ if env is None else env),
+        req = {"module": module, "argv": list(argv),
+               "env": dict(os.environ if env is None else env),
                "cwd": str(cwd if cwd is not None else os.getcwd()), "timeout": timeout,
                **files}
         with _lock:
@@ -76,7 +80,7 @@ def run(argv: list[str], *, stdin: bytes = b"", env: dict[str, str] | None = Non
         answer = json.loads(line)
         out = Path(files["stdout"]).read_bytes()
         err = Path(files["stderr"]).read_bytes()
-    args = [*ARGV0, *argv]
+    args = [sys.executable, "-m", module, *argv]
     if answer.get("timeout"):
         raise subprocess.TimeoutExpired(args, timeout, output=out, stderr=err)
     return subprocess.CompletedProcess(args, int(answer["returncode"]), out, err)
@@ -114,7 +118,7 @@ def _child(req: dict[str, Any]) -> None:
         sys.argv = ["-m", *req["argv"]]  # runpy puts the module's path first, as -m does
         sys.path[0] = os.getcwd()
         try:
-            runpy.run_module("ledger.cli", run_name="__main__", alter_sys=True)
+            runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:
             code = _exit_code(exc)
