@@ -154,14 +154,19 @@ def materialise_own(conn: Any, workspace: str, first: int | None = None,
     a rewrite may reach it (its ``upto`` at or after ``first``; None: always)
     and drop the reference (``copy`` false: a delete, which only drops it);
     the caller holds the fork's head row lock. Whether there was one."""
+    low = first if first is not None else -(1 << 62)
+    if citus:  # the index row first: the lock order of materialise_forks (no deadlock)
+        ref = conn.execute("SELECT source FROM tl_lineage WHERE workspace = %s AND upto >= %s",
+                           (workspace, low)).fetchone()
+        if ref is None:
+            return False
+        conn.execute("DELETE FROM tl_forks WHERE workspace = %s AND fork = %s",
+                     (ref[0], workspace))
     got = conn.execute(
         "DELETE FROM tl_lineage WHERE workspace = %s AND upto >= %s RETURNING source, upto",
-        (workspace, first if first is not None else -(1 << 62))).fetchone()
+        (workspace, low)).fetchone()
     if got is None:
         return False
-    if citus:
-        conn.execute("DELETE FROM tl_forks WHERE workspace = %s AND fork = %s",
-                     (got[0], workspace))
     if copy:
         copy_rows(conn, got[0], workspace, -(1 << 62), int(got[1]))
     return True
