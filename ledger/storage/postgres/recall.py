@@ -40,7 +40,7 @@ import sys
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 import xxhash
@@ -114,7 +114,7 @@ _LINK = ("(SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s AND d.s
          "AND d.seq > {s} AND d.seq <= %(high)s AND {live_d} ORDER BY d.seq LIMIT 1) AS n")
 
 
-@cache
+@lru_cache(maxsize=256)  # a key per source on Citus (keys.py): bounded
 def _near_sql(link: str | None) -> str:
     """A query's rows (the comment above); ``link``: a fork's rows include
     its source's (``lineage.py``)."""
