@@ -319,3 +319,42 @@ def test_forks_made_while_the_source_is_rewritten_never_change_afterwards(
         fork = store.history(ws)
         assert _lines(fork)[:len(first)] == first, f"{ws} changed after it was made"
         assert not check(fork).findings, ws
+
+
+def test_a_fork_and_its_source_rewritten_at_once_both_keep_every_byte(root: str) -> None:
+    """The source and its fork each reject shared rows in their own thread,
+    so both sides materialise the same reference at once (on Citus through
+    ``tl_forks`` and ``tl_lineage``, taken in one order on both sides): no
+    deadlock, no error, and each side ends with the rows a copy would hold."""
+    import threading
+
+    store = Store(root)
+    src = store.history("src")
+    _turns(src, 10)  # 1..20
+    errors: list[BaseException] = []
+    rounds = 6
+    for r in range(rounds):
+        fork = src.fork(f"f{r}", at=20)
+        expected = _lines(fork)
+        barrier = threading.Barrier(2)
+
+        def reject(ws: str, seq: int) -> None:
+            try:
+                barrier.wait(timeout=30)
+                Store(root).history(ws).reject(seq)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=reject, args=("src", 2 * r + 1)),
+                   threading.Thread(target=reject, args=(f"f{r}", 2 * r + 2))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not errors, errors
+        got = _lines(fork)
+        assert "f" + str(r) not in _lineage(root) and len(got) == len(expected)
+        changed = [i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b]
+        assert changed == [2 * r + 1], changed  # only the fork's own reject shows in it
+        assert not check(fork).findings
+    assert not check(src).findings
