@@ -338,7 +338,7 @@ def test_a_fork_and_its_source_rewritten_at_once_both_keep_every_byte(root: str)
         expected = _lines(fork)
         barrier = threading.Barrier(2)
 
-        def reject(ws: str, seq: int) -> None:
+        def reject(ws: str, seq: int, barrier: threading.Barrier = barrier) -> None:
             try:
                 barrier.wait(timeout=30)
                 Store(root).history(ws).reject(seq)
