@@ -195,11 +195,25 @@ class _Writer:
         self.doc_rows: list[tuple[Any, ...]] = []
         self.post_rows: list[tuple[int, int, int, int]] = []
         self.new_calls: list[str] = []
+        self.looked: set[str] = set()  # terms looked up already (``preload``)
+
+    def preload(self, terms: Iterable[str]) -> None:
+        """Look up the ids of many terms at once (a fold knows them all)."""
+        wanted = sorted(set(terms) - self.tids.keys())
+        for i in range(0, len(wanted), 500):
+            part = wanted[i:i + 500]
+            for term, tid, n, h in self.db.execute(
+                    f"SELECT term, tid, n, h FROM df WHERE term IN ({','.join('?' * len(part))})",
+                    part):
+                if h != _h(term, tid, n):
+                    raise Damaged("a term fails its checksum")
+                self.tids[term] = [int(tid), int(n)]
+            self.looked.update(part)
 
     def _tid_of(self, term: str) -> int:
         got = self.tids.get(term)
         if got is None:
-            row = None if self.fresh else self.db.execute(
+            row = None if self.fresh or term in self.looked else self.db.execute(
                 "SELECT tid, n, h FROM df WHERE term = ?", (term,)).fetchone()
             if row is None:
                 got = [self.next_tid, 0]
@@ -235,9 +249,10 @@ class _Writer:
         db, tids = self.db, self.tids
         db.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                        self.doc_rows)
+        self.post_rows.sort()  # in key order: each b-tree page visited once
         db.executemany(_POST_INSERT, self.post_rows)
         db.executemany("INSERT OR REPLACE INTO df VALUES (?, ?, ?, ?)",
-                       [(t, *tids[t], _h(t, *tids[t])) for t in self.touched])
+                       [(t, *tids[t], _h(t, *tids[t])) for t in sorted(self.touched)])
         db.executemany("INSERT OR IGNORE INTO echo VALUES (?, ?)",
                        [(c, _h(c)) for c in self.new_calls])
         self.doc_rows.clear()
@@ -370,6 +385,7 @@ class RecallIndex:
         self._tail_base = _EMPTY
         self._tail_mark = _EMPTY
         self._guard = threading.RLock()
+        self._known: tuple[int, Mark] | None = None  # (data_version, the mark read then)
 
     # -- the database --------------------------------------------------------
 
@@ -418,6 +434,7 @@ class RecallIndex:
 
     def close(self) -> None:
         self._tail = None
+        self._known = None
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -433,6 +450,21 @@ class RecallIndex:
 
     def _mark(self, db: sqlite3.Connection) -> Mark:
         return read_mark(db)
+
+    def _mark_now(self, db: sqlite3.Connection) -> Mark:
+        """The index's mark, read again only when another connection
+        committed since this one last read it (SQLite's ``data_version``):
+        a catch-up that finds nothing new to write costs no mark read. Our
+        own writes forget it (``_forget``)."""
+        version = db.execute("PRAGMA data_version").fetchone()[0]
+        if self._known is not None and self._known[0] == version:
+            return self._known[1]
+        mark = read_mark(db)
+        self._known = (version, mark)
+        return mark
+
+    def _forget(self) -> None:
+        self._known = None
 
     def _held(self, base: Mark) -> Tail | None:
         """The tail, when it extends ``base`` (the index's mark now)."""
@@ -488,6 +520,7 @@ class RecallIndex:
                 try:
                     return self.candidates(mark, query, after, high, window)
                 except _Raced:
+                    self._forget()
                     continue  # another process folded or rebuilt it meanwhile
                 except sqlite3.OperationalError as exc:
                     _raise_if_busy(exc)
@@ -497,6 +530,7 @@ class RecallIndex:
                 try:
                     return self.candidates(mark, query, after, high, window)
                 except _Raced:
+                    self._forget()
                     continue
                 except (Damaged, *DAMAGE_ERRORS) as exc:
                     raise Unavailable(f"the recall index cannot be read: {exc}") from None
@@ -505,7 +539,7 @@ class RecallIndex:
 
     def _refresh(self, st: Any, layout: str) -> Mark:
         db = self._open()
-        base = self._mark(db)
+        base = self._mark_now(db)
         tail = self._held(base)
         mark = self._tail_mark if tail is not None else base
         if self._current(st, layout, mark, tail):
@@ -515,6 +549,7 @@ class RecallIndex:
             if got is not None:
                 return got
         self._tail = None
+        self._forget()
         db.execute("BEGIN IMMEDIATE")
         try:
             mark = self._mark(db)  # another reader may have done it meanwhile
@@ -580,11 +615,13 @@ class RecallIndex:
     def _fold(self, db: sqlite3.Connection, st: Any, base: Mark, tail: Tail, mark: Mark) -> Mark:
         """Write the tail into the index in one transaction (``_Raced`` when
         another process moved the index on meanwhile: read again)."""
+        self._forget()
         db.execute("BEGIN IMMEDIATE")
         try:
             if self._mark(db) != base:
                 raise _Raced()
             writer = _Writer(db, base.next_tid)
+            writer.preload(t for d in tail.docs.values() for t in d.tfs)
             writer.new_calls.extend(tail.new_calls)
             for seq in sorted([*tail.order, *tail.wins]):
                 d = tail.docs.get(seq)
@@ -820,7 +857,7 @@ class RecallIndex:
             if got and n > 0:
                 tid[t] = int(got[0])
             if tail is not None:
-                n += tail.df.get(t, 0)
+                n += len(tail.postings_of(t))
             if n > 0:
                 dfs[t] = n
         self.sizes = {}
@@ -844,7 +881,7 @@ class RecallIndex:
         for t in kept:
             taken = 0
             merged: Iterable[tuple[int, int, int]] = self._postings(db, tid.get(t), examine)
-            if tail is not None and t in tail.postings:  # the tail's come after the mark
+            if tail is not None and tail.postings_of(t):  # the tail's come after the mark
                 merged = islice(heapq.merge(merged, tail.postings_of(t)), examine)
             for _imp, neg, tf in merged:
                 if after < -neg <= high:

@@ -53,19 +53,21 @@ class Tail:
     """The rows after the index's mark (module doc). ``calls`` starts as the
     index's echo entries; ``new_calls`` are the ones the index has yet to
     store. ``seg_ends``: each segment read, the offset and hash of the last
-    row line read there and the segment's stamp then."""
+    row line read there and the segment's stamp then. A term's document
+    frequency and postings are worked out when a query first asks for the
+    term (``postings_of``) and kept until more rows come: reading a row costs
+    its terms and no more."""
 
     calls: set[str]
     docs: dict[int, TailDoc] = field(default_factory=dict)
     order: list[int] = field(default_factory=list)  # the seqs of ``docs``, ascending
     wins: list[int] = field(default_factory=list)  # boundaries (window names), ascending
-    df: Counter[str] = field(default_factory=Counter)
     total: int = 0
-    postings: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
-    dirty: set[str] = field(default_factory=set)
     new_calls: list[str] = field(default_factory=list)
     seg_ends: dict[int, tuple[int, str, str]] = field(default_factory=dict)
     bytes: int = 0
+    # term -> (documents looked at, its postings among them in the index's order)
+    _postings: dict[str, tuple[int, list[tuple[int, int, int]]]] = field(default_factory=dict)
 
     def boundary(self, seq: int) -> None:
         self.wins.append(seq)
@@ -74,25 +76,23 @@ class Tail:
         self.docs[doc.seq] = doc
         self.order.append(doc.seq)
         self.total += doc.length
-        for t, n in doc.tfs.items():
-            self.df[t] += 1
-            self.postings.setdefault(t, []).append(
-                (-round(ranking.impact(n, doc.length) * 1000), -doc.seq, n))
-            self.dirty.add(t)
 
     def full(self) -> bool:
         return len(self.docs) >= FOLD_ROWS or self.bytes >= FOLD_BYTES
 
     def postings_of(self, term: str) -> list[tuple[int, int, int]]:
-        """The term's postings (-impact, -seq, tf) in the index's order."""
-        got = self.postings.get(term)
-        if got is None:
-            return []
-        if term in self.dirty:
+        """The term's postings (-impact, -seq, tf) in the index's order: as
+        many as its document frequency in the tail."""
+        seen, got = self._postings.get(term, (0, []))
+        if seen < len(self.order):
+            for seq in self.order[seen:]:
+                d = self.docs[seq]
+                n = d.tfs.get(term)
+                if n:
+                    got.append((-round(ranking.impact(n, d.length) * 1000), -seq, n))
             got.sort()
-            self.dirty.discard(term)
+            self._postings[term] = (len(self.order), got)
         return got
-
     def next_window(self, window: int) -> int | None:
         """The first boundary after ``window`` in the tail, if any."""
         i = bisect.bisect_right(self.wins, window)
