@@ -11,6 +11,15 @@
   ...) planted among the real agent transcripts under ``../shared`` (read at
   run time, never copied; synthetic filler without them), each asked back
   later in other words, with distractors that share the question's entities.
+- ``realtalk``: REALTALK (Lee et al. 2025, "REALTALK: A 21-Day Real-World
+  Dataset for Long-Term Conversation"): ten real messaging-app conversations
+  of 18-25 daily sessions between two people, with memory-probing questions
+  whose evidence turns are annotated (``D3:12``); the repository states no
+  licence, so nothing of it is copied here: the JSON files are read from the
+  directory named by ``REALTALK`` (an environment variable; its
+  ``data/Chat_*.json``, never ``data/locomo``, which is LoCoMo itself and
+  stays out of dev work). Each session is a window, each message one row
+  (its text, a shared photo's caption appended as ``[photo: ...]``).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ class Turn:
     window: int
     role: str
     text: str
+    when: str = ""  # the turn's date and time as the source gives it, when it does
 
 
 @dataclass
@@ -356,6 +366,86 @@ def transcript_set(window_rows: int = 120, seed: int = 11) -> QuestionSet | None
     )
 
 
+def _realtalk_files() -> list[Path] | None:
+    where = os.environ.get("REALTALK")
+    if not where:
+        return None
+    base = Path(where)
+    if (base / "data").is_dir():
+        base = base / "data"
+    files = sorted(base.glob("Chat_*.json"), key=lambda f: int(f.name.split("_")[1]))
+    return files or None
+
+
+def realtalk_conversations(speakers: bool = False) -> list[QuestionSet] | None:
+    """Each REALTALK conversation as its own history (its sessions in order,
+    a session a window) with its memory-probing questions; a question's
+    evidence is every annotated turn that exists (questions with none are
+    skipped). ``speakers``: each row's text starts with its speaker's name.
+    Kinds are the categories: 1 multi-hop, 2 temporal, 3 open-domain
+    (LoCoMo's numbering, which REALTALK keeps). Seqs are unique across the
+    conversations. None when ``REALTALK`` names no directory with them."""
+    files = _realtalk_files()
+    if files is None:
+        return None
+    names = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+    out: list[QuestionSet] = []
+    seq = 1
+    for f in files:
+        d = json.loads(f.read_text("utf-8"))
+        turns: list[Turn] = []
+        questions: list[tuple[str, set[int]]] = []
+        kinds: list[str] = []
+        skipped = 0
+        at: dict[str, int] = {}
+        keys = sorted((k for k, v in d.items() if k.startswith("session_")
+                       and isinstance(v, list)), key=lambda k: int(k.split("_")[1]))
+        for k in keys:
+            window = seq
+            seq += 1
+            for t in d[k]:
+                text = str(t.get("clean_text") or "")
+                if t.get("blip_caption"):
+                    text += f" [photo: {t['blip_caption']}]"
+                if not text.strip():
+                    continue
+                if speakers:
+                    text = f"{t.get('speaker', '')}: {text}"
+                at.setdefault(str(t.get("dia_id")), seq)
+                turns.append(Turn(seq, window, "user", text, str(t.get("date_time") or "")))
+                seq += 1
+        for q in d.get("qa", []):
+            ev = {at[e] for e in q.get("evidence") or [] if e in at}
+            if ev and q.get("question"):
+                questions.append((str(q["question"]), ev))
+                kinds.append(names.get(int(q.get("category") or 0), "other"))
+            else:
+                skipped += 1
+        out.append(QuestionSet(
+            f"REALTALK {f.stem}", str(f), turns, questions, skipped,
+            [f"{len(keys)} sessions as windows, {len(turns)} turns"], kinds))
+    return out
+
+
+def realtalk(speakers: bool = False) -> QuestionSet | None:
+    """Every REALTALK conversation in one history (``realtalk_conversations``
+    concatenated): harder than one history per conversation, as each
+    question competes with the other nine conversations' turns."""
+    convs = realtalk_conversations(speakers)
+    if convs is None:
+        return None
+    return QuestionSet(
+        "REALTALK (real multi-session conversations, one history)"
+        + (", speaker names" if speakers else ""),
+        str(Path(convs[0].source).parent),
+        [t for c in convs for t in c.turns], [q for c in convs for q in c.questions],
+        sum(c.skipped for c in convs),
+        [f"{len(convs)} conversations, {len({t.window for c in convs for t in c.turns})} "
+         f"sessions as windows, {sum(len(c.turns) for c in convs)} turns"],
+        [k for c in convs for k in c.kinds],
+    )
+
+
 def by_name(name: str) -> tuple[QuestionSet | None, str]:
     """A set by its short name, or None and why it is absent."""
     if name == "longmemeval":
@@ -366,4 +456,7 @@ def by_name(name: str) -> tuple[QuestionSet | None, str]:
         return agent_set(), ""
     if name == "transcripts":
         return transcript_set(), "../shared/real-transcripts is absent"
-    return None, f"unknown set {name!r} (longmemeval, agent, transcripts)"
+    if name in ("realtalk", "realtalk-speakers"):
+        return realtalk(name.endswith("speakers")), \
+            "REALTALK is not set: REALTALK=path/to/a/clone/of/the/REALTALK/repository"
+    return None, f"unknown set {name!r} (longmemeval, agent, transcripts, realtalk)"

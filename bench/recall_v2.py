@@ -115,6 +115,7 @@ class Index:
     own_len: Floats
     nb_len: Floats
     df: dict[str, int]
+    nb_len_floor: Floats | None = None  # nb_len with each neighbour at least MIN_LENGTH long
 
     @property
     def n(self) -> int:
@@ -132,15 +133,18 @@ def build_index(turns: list[Turn], sides: tuple[int, ...] = (-1, 1)) -> Index:
         lengths.append(n)
     nb_counts: list[Counter[str]] = []
     nb_len: list[int] = []
+    nb_floor: list[int] = []
     for i, t in enumerate(turns):
         near: Counter[str] = Counter()
-        n = 0
+        n = nf = 0
         for j in (i + d for d in sides):
             if 0 <= j < len(turns) and turns[j].window == t.window:
                 near.update(own_counts[j])
                 n += lengths[j]
+                nf += max(lengths[j], ranking.MIN_LENGTH)
         nb_counts.append(near)
         nb_len.append(n)
+        nb_floor.append(nf)
     dense: dict[int, int] = {}
     windows = [dense.setdefault(t.window, len(dense)) for t in turns]
     df: Counter[str] = Counter()
@@ -151,6 +155,7 @@ def build_index(turns: list[Turn], sides: tuple[int, ...] = (-1, 1)) -> Index:
         np.array(windows, dtype=np.int64), len(dense) - 1, own_counts,
         _postings(own_counts), _postings(nb_counts),
         np.array(lengths, dtype=np.float64), np.array(nb_len, dtype=np.float64), dict(df),
+        np.array(nb_floor, dtype=np.float64),
     )
 
 
@@ -176,8 +181,13 @@ def lexical_scores(ix: Index, qterms: Sequence[str], cfg: Lexical,
     avg_own = float(own_len.mean()) or 1.0
     avg_nb = (cfg.nb_avg_factor * avg_own if cfg.nb_avg_factor
               else float(nb_len.mean()) or 1.0)
-    norm_own = 1 - ranking.B + ranking.B * own_len / avg_own
-    norm_nb = 1 - ranking.B + ranking.B * nb_len / avg_nb
+    # as ranking: a row, and each neighbour in the field, at least MIN_LENGTH long
+    floor = float(ranking.MIN_LENGTH)
+    nb_floor = ix.nb_len_floor if ix.nb_len_floor is not None else nb_len
+    if extra:
+        nb_floor = np.append(nb_floor, max(float(ix.own_len[extra[2]]), floor))
+    norm_own = 1 - ranking.B + ranking.B * np.maximum(own_len, floor) / avg_own
+    norm_nb = 1 - ranking.B + ranking.B * nb_floor / avg_nb
     docs = n
     own_scores = np.zeros(n)
     scores = np.zeros(n)

@@ -23,6 +23,12 @@ measures every choice below against plain BM25.
   any other hit without it (its score a lower bound). Quoted phrases in the
   query must occur (case- and accent-folded) in the row's text. Ties go to
   the newer row.
+- Short rows: a row is length-normalised as if it had at least
+  ``MIN_LENGTH`` terms (in its own field, and each neighbour in the
+  neighbour field), so "Hi Kate!" is not a better match for a question
+  about Kate than a sentence about her (real conversations are full of such
+  rows; bench/RESULTS.md, "Issue 32, third round (recall5)"). The postings'
+  order (``impact``) is unchanged, so stored indexes stay valid.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ WIDEN = 32  # hits scored with their neighbours: the best by the score without t
 FIELD = 0.3  # weight of the neighbour field (measured: bench/RESULTS.md, "Recall v2")
 NB_AVG = 2.0  # the neighbour field's mean length, as this times the rows' mean length
 WINDOW = 0.3  # weight of the best own score in the row's window
+MIN_LENGTH = 12  # a row (own field, and each neighbour in the field) counts at least this long
 AVGDL_IMPACT = 64.0  # the fixed length that orders a term's postings by impact
 MAX_TERMS = 32  # query terms kept (the rarest when there are more)
 QUERY_TERMS = 64  # distinct terms a query is parsed into, at most (the first ones)
@@ -229,7 +236,7 @@ def _weights(query: Query, corpus: Corpus) -> list[tuple[str, float]]:
 
 
 def _own(doc: Doc, weighted: Sequence[tuple[str, float]], avgdl: float) -> float:
-    norm = K1 * (1 - B + B * doc.length / avgdl)
+    norm = K1 * (1 - B + B * max(doc.length, MIN_LENGTH) / avgdl)
     tfs = doc.tfs
     score = 0.0
     for t, w in weighted:
@@ -243,8 +250,9 @@ def _fielded(doc: Doc, near: Sequence[Doc], weighted: Sequence[tuple[str, float]
              avgdl: float, weight: float) -> float:
     if not near or not weight:
         return _own(doc, weighted, avgdl)
-    norm = 1 - B + B * doc.length / avgdl
-    near_w = weight / (1 - B + B * sum(n.length for n in near) / (NB_AVG * avgdl))
+    norm = 1 - B + B * max(doc.length, MIN_LENGTH) / avgdl
+    near_len = sum(max(n.length, MIN_LENGTH) for n in near)
+    near_w = weight / (1 - B + B * near_len / (NB_AVG * avgdl))
     tfs = doc.tfs
     score = 0.0
     for t, w in weighted:

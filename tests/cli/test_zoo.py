@@ -2,11 +2,11 @@
 damaged workspaces. Whatever the damage: no traceback, an exit code in {0, 1, 2},
 and an end within a time bound (per invocation, and per driver process).
 
-The driver (``tests/helpers/cli_zoo.py``) runs in real subprocesses: the cases of
-``DAMAGE`` in two processes side by side; each case of ``STORAGE_DAMAGE``
-(non-regular files, symlinks, unreadable segments, a row nested past the stack;
-a FIFO can hang a reader) in a process of its own, so one hang cannot hide the
-others.
+The driver (``tests/helpers/cli_zoo.py``) runs as one real subprocess that builds
+the history and imports the CLI once, then forks: the cases of ``DAMAGE`` in two
+processes side by side; each case of ``STORAGE_DAMAGE`` (non-regular files,
+symlinks, unreadable segments, a row nested past the stack; a FIFO can hang a
+reader) in a process of its own, so one hang cannot hide the others.
 """
 
 from __future__ import annotations
@@ -24,32 +24,36 @@ from tests.helpers import cli_zoo, subprocess_env
 PROCESS_SECONDS = 240.0  # a driver process that takes longer has hung
 
 
-def _start(work: Path, cases: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "tests.helpers.cli_zoo", str(work), *cases],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, env=subprocess_env(),
-                            cwd=cli_zoo.REPO)
-
-
-def _collect(procs: list[subprocess.Popen[bytes]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for p in procs:
-        try:
-            stdout, stderr = p.communicate(timeout=PROCESS_SECONDS)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.communicate()
-            pytest.fail(f"the zoo driver {p.args!r} did not end within {PROCESS_SECONDS} s")
-        assert p.returncode == 0, stderr.decode("utf-8", "replace")[-3000:]
-        out.update(json.loads(stdout))
+def _drive(work: Path, groups: list[list[str]]) -> dict[str, list[dict[str, Any]]]:
+    """Every case of every group (each group in a process of its own)."""
+    p = subprocess.Popen([sys.executable, "-m", "tests.helpers.cli_zoo", str(work),
+                          *(",".join(g) for g in groups)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, env=subprocess_env(), cwd=cli_zoo.REPO)
+    try:
+        stdout, stderr = p.communicate(timeout=PROCESS_SECONDS)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        pytest.fail(f"the zoo driver {p.args!r} did not end within {PROCESS_SECONDS} s")
+    assert p.returncode == 0, stderr.decode("utf-8", "replace")[-3000:]
+    out: dict[str, list[dict[str, Any]]] = json.loads(stdout)
+    expected = {c for g in groups for c in g}
+    assert set(out) == expected, sorted(expected ^ set(out))
     return out
 
 
 @pytest.fixture(scope="module")
-def zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+def all_cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """The DAMAGE cases in two processes, each STORAGE_DAMAGE case in its own."""
     names = list(cli_zoo.DAMAGE)
-    procs = [_start(tmp_path_factory.mktemp("zoo"), names[i::2]) for i in range(2)]
-    return _collect(procs)
+    groups = [names[0::2], names[1::2], *([case] for case in cli_zoo.STORAGE_DAMAGE)]
+    return _drive(tmp_path_factory.mktemp("zoo"), groups)
+
+
+@pytest.fixture(scope="module")
+def zoo(all_cases: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    return {case: all_cases[case] for case in cli_zoo.DAMAGE}
 
 
 def problems(results: list[dict[str, Any]]) -> list[str]:
@@ -114,9 +118,8 @@ def test_stored_control_characters_never_reach_the_terminal(
 # The storage-side cases (special files, symlinks, unreadable segments, deep
 # stored rows): each in a process of its own, so one hang cannot hide another.
 @pytest.fixture(scope="module")
-def storage_zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    work = tmp_path_factory.mktemp("storage-zoo")
-    return _collect([_start(work / case, [case]) for case in cli_zoo.STORAGE_DAMAGE])
+def storage_zoo(all_cases: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    return {case: all_cases[case] for case in cli_zoo.STORAGE_DAMAGE}
 
 
 @pytest.mark.parametrize("case", list(cli_zoo.STORAGE_DAMAGE))

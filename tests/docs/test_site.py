@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import importlib
 import importlib.util
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -16,12 +17,42 @@ import pytest
 
 from tests.helpers import PYTHON, REPO, subprocess_env
 
+# What the site is built from (mkdocs.yml; docsgen/hooks.py reads the code and bench/).
+SITE_SOURCES = ("mkdocs.yml", "README.md", "docs", "docsgen", "ledger", "recovery", "bench")
+BUILT_SITE = "TLEDGER_DOCS_SITE"  # .ci/run: the site its `mkdocs build --strict` just built
+
+
+def _newest_source() -> float:
+    newest = 0.0
+    for name in SITE_SOURCES:
+        top = REPO / name
+        paths = [top] if top.is_file() else top.rglob("*") if top.is_dir() else []
+        for p in paths:
+            if "__pycache__" not in p.parts and p.is_file():
+                newest = max(newest, p.stat().st_mtime)
+    return newest
+
+
+def _built_by_ci() -> Path | None:
+    """The site .ci/run built from this checkout before pytest (``$TLEDGER_DOCS_SITE``),
+    if it is there and newer than every source file; else None (build it here)."""
+    given = os.environ.get(BUILT_SITE)
+    if not given:
+        return None
+    index = Path(given) / "index.html"
+    if not index.is_file() or index.stat().st_mtime < _newest_source():
+        return None
+    return Path(given)
+
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if importlib.util.find_spec("mkdocs") is None or \
             importlib.util.find_spec("mkdocstrings_handlers") is None:
         pytest.skip("mkdocs not installed (pip install -e '.[docs]')")
+    built = _built_by_ci()
+    if built is not None:  # the same `mkdocs build --strict`: its failure failed CI already
+        return built
     out = tmp_path_factory.mktemp("site")
     env = {**subprocess_env(), "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run([PYTHON, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],

@@ -1,12 +1,17 @@
 """The CLI zoo: every registered ``tledger`` command against damaged workspaces.
 
-``tests/cli/test_zoo.py`` runs this module as a subprocess per damage case
-(``python -m tests.helpers.cli_zoo CASE WORKDIR``). The driver builds one clean
-history, and for every invocation of every command copies it, applies the
-damage, and runs ``ledger.cli.main`` in-process with stdin/stdout/stderr of its
-own and a time bound (SIGALRM), then prints one JSON result per invocation:
-argv, exit code, stdout/stderr heads, seconds, and the traceback of anything
-that escaped ``main`` (which a real ``tledger`` would have printed).
+``tests/cli/test_zoo.py`` runs this module as one subprocess
+(``python -m tests.helpers.cli_zoo WORKDIR GROUP...``, a group being damage
+cases joined by commas). The driver builds one clean history and imports the
+CLI once, then forks a process per group, all side by side, so one hang
+cannot hide another group's results. For every invocation of every command
+a group's process copies the history, applies the damage, and runs
+``ledger.cli.main`` in-process with stdin/stdout/stderr of its own and a time
+bound (SIGALRM); the driver prints one JSON result per invocation: argv, exit
+code, stdout/stderr heads, seconds, and the traceback of anything that
+escaped ``main`` (which a real ``tledger`` would have printed). A group's
+process that does not end within ``GROUP_SECONDS`` is killed and named, and
+the driver exits 1.
 
 The commands come from the registry (``ledger.cli.registry.commands()``); a
 command without an entry in ``INVOCATIONS`` still runs, as ``NAME WS`` or
@@ -33,6 +38,7 @@ WS = "ws"
 # A command that takes longer is reported as a hang (tledger mcp's first import
 # alone took 5.7 s at a load of 16 on 2 cores).
 INVOCATION_SECONDS = 30.0
+GROUP_SECONDS = 220.0  # a group's process that takes longer has hung (test_zoo waits 240 s)
 
 
 def _deep(depth: int) -> bytes:
@@ -471,14 +477,73 @@ def drive(case: str, work: Path, template: Path) -> list[dict[str, Any]]:
     return results
 
 
+def _warm() -> None:
+    """Import what the commands import, once, before the groups fork (each
+    fresh process paid it: ``tledger mcp``'s imports alone are ~1 s of CPU)."""
+    from ledger.cli import build_parser
+
+    build_parser()
+    try:
+        import ledger.integrations.mcp_server  # noqa: F401  (the mcp command's)
+    except ImportError:  # no mcp extra: the command says so in each group's run
+        pass
+
+
+def _run_group(cases: list[str], work: Path, template: Path, out: Path) -> None:
+    """In a forked process: drive ``cases``, write their results to ``out``."""
+    code = 1
+    try:
+        results = {case: drive(case, work / case, template) for case in cases}
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(results), encoding="utf-8")
+        os.replace(tmp, out)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 def main() -> None:
-    """``python -m tests.helpers.cli_zoo WORKDIR CASE...``: prints ``{case: [result, ...]}``."""
-    work, cases = Path(sys.argv[1]), sys.argv[2:]
+    """``python -m tests.helpers.cli_zoo WORKDIR GROUP...`` (a group: cases joined by
+    commas): prints ``{case: [result, ...]}`` for every case of every group."""
+    work, groups = Path(sys.argv[1]), [g.split(",") for g in sys.argv[2:]]
     template = work / "template"
     build(template)
+    _warm()
     signal.signal(signal.SIGALRM, _alarm)
-    out = {case: drive(case, work / case, template) for case in cases}
-    json.dump(out, sys.__stdout__)
+    children: dict[int, tuple[list[str], Path]] = {}
+    for i, cases in enumerate(groups):
+        out = work / f"results-{i}.json"
+        pid = os.fork()
+        if pid == 0:
+            _run_group(cases, work, template, out)
+        children[pid] = (cases, out)
+    deadline = time.monotonic() + GROUP_SECONDS
+    failed: list[str] = []
+    while children:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            if time.monotonic() > deadline:
+                for late, (cases, _) in children.items():
+                    os.kill(late, signal.SIGKILL)
+                    os.waitpid(late, 0)
+                    failed.append(f"{','.join(cases)}: no end within {GROUP_SECONDS} s")
+                break
+            time.sleep(0.05)
+            continue
+        cases, _ = children.pop(pid)
+        if os.waitstatus_to_exitcode(status) != 0:
+            failed.append(f"{','.join(cases)}: its process ended with status {status}")
+    if failed:
+        print("\n".join(failed), file=sys.stderr)
+        sys.exit(1)
+    merged: dict[str, Any] = {}
+    for i in range(len(groups)):
+        merged.update(json.loads((work / f"results-{i}.json").read_text(encoding="utf-8")))
+    json.dump(merged, sys.__stdout__)
 
 
 if __name__ == "__main__":

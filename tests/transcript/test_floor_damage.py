@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -175,18 +176,21 @@ def _mutations(data: bytes) -> Iterator[tuple[str, bytes]]:
                     yield f"{b!r}@{i}", data[:i] + b + data[i + 1 :]
 
 
-def test_every_byte_change_and_cut_keeps_the_floor(
-    pristine: tuple[Path, list[int]], tmp_path: Path
-) -> None:
-    src, seqs = pristine
+WORKERS = 2  # forked processes sharing the damage loop (the CI machine has two cores)
+
+
+def _damage_share(src: Path, seqs: list[int], worker: int) -> tuple[int, list[str]]:
+    """Every WORKERS-th case of the loop, from ``worker`` on, in a copy of its own."""
     work = Path(tempfile.mkdtemp(dir=src.parent))
     shutil.copytree(src, work, dirs_exist_ok=True)
-    assert _leaks(work, seqs) == []
     failures: list[str] = []
-    cases = 0
+    cases = k = 0
     for path in _segment_files(work):
         data = path.read_bytes()
         for name, damaged in _mutations(data):
+            k += 1
+            if k % WORKERS != worker:
+                continue
             cases += 1
             _replace(path, damaged)
             found = _leaks(work, seqs)
@@ -194,7 +198,24 @@ def test_every_byte_change_and_cut_keeps_the_floor(
             failures += [f"{path.name} {name}: {f}" for f in found]
             if len(failures) > 20:
                 break
+    shutil.rmtree(work)
+    return cases, failures
+
+
+def test_every_byte_change_and_cut_keeps_the_floor(
+    pristine: tuple[Path, list[int]], tmp_path: Path
+) -> None:
+    src, seqs = pristine
+    work = Path(tempfile.mkdtemp(dir=src.parent))
+    shutil.copytree(src, work, dirs_exist_ok=True)
+    assert _leaks(work, seqs) == []
+    expected = sum(1 for path in _segment_files(work) for _ in _mutations(path.read_bytes()))
+    with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
+        shares = pool.starmap(_damage_share, [(src, seqs, w) for w in range(WORKERS)])
+    cases = sum(n for n, _ in shares)
+    failures = [f for _, found in shares for f in found]
     assert cases > 10_000
+    assert failures or cases == expected, f"{cases} of {expected} cases ran"
     assert failures == [], "\n".join(failures[:20])
 
 
