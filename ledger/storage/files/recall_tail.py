@@ -10,10 +10,11 @@ into the index in one transaction once it holds ``FOLD_ROWS`` rows or
 ``FOLD_BYTES`` bytes of lines.
 
 The tail holds what the index would hold of its rows, and nothing else: each
-row's window, length, line size and place, its term frequencies, each term's
-document frequency and its postings in the index's order (``ranking.impact``
-in thousandths, newest first among equals), the boundaries, and the tool's
-own calls first seen here (``echo``). A ranked search adds its statistics to
+row's window, length, line size and place and its term frequencies, the
+boundaries, and the tool's own calls first seen here (``echo``); a query
+term's document frequency and postings in the index's order
+(``ranking.impact`` in thousandths, newest first among equals) are worked
+out from those when a query asks. A ranked search adds its statistics to
 the index's and merges its postings with the index's in that order, so it
 finds and scores exactly what an index holding these rows would. Every row of
 the tail comes after the index's mark, so after the privacy floor the index
