@@ -15,6 +15,13 @@ them), in one process, interleaved round by round:
   on its newest user turn, over the same rows as SDK items
   (``{"role", "content"}``), added with its own ``add_items``.
 
+With ``--citus DSN`` (a running cluster: ``python -m tests.helpers.citus_cluster
+start DIR``) it measures Citus alone instead, in a new schema per size: the
+rows loaded byte for byte, then ``History.fork`` at the head (wall time, and
+the bytes it added: ``citus_total_relation_size`` of the engine's tables,
+summed over the workers), and a turn on the newest fork against the same turn
+on its source, interleaved.
+
 Each fork's wall time and the bytes it added: on files, the fork directory's
 files whose inode the source does not share (hard-linked segments cost
 nothing); on PostgreSQL, ``pg_database_size`` after a ``CHECKPOINT``; for the
@@ -229,19 +236,98 @@ def run(sizes: list[int], rounds: int, log: Any) -> dict[str, Any]:
     return out
 
 
+CITUS_TABLES = ("tl_rows", "tl_batches", "tl_head", "tl_lineage")
+
+
+def _citus_bytes(root: str) -> int:
+    import psycopg
+
+    with psycopg.connect(root, autocommit=True) as conn:
+        got = 0
+        for table in CITUS_TABLES:
+            if conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0]:
+                got += int(conn.execute("SELECT citus_total_relation_size(%s)",
+                                        (table,)).fetchone()[0])
+        return got
+
+
+def run_citus(dsn: str, sizes: list[int], rounds: int, log: Any) -> dict[str, Any]:
+    """``--citus`` (module doc): fork time and added bytes, and the turn on
+    a fork over the turn on its source, per size."""
+    from urllib.parse import quote
+
+    import psycopg
+
+    from ledger.storage.postgres.connect import close_pools
+
+    corpus = load_corpus()
+    tmp = tempfile.mkdtemp(prefix="tledger-forkbench-citus-")
+    out: dict[str, Any] = {"corpus": corpus.source, "sizes_mib": sizes, "fork": {},
+                           "turn_ms": {}, "ratios": {}}
+    try:
+        for size in sizes:
+            schema = f"forkbench_{size}"
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+                conn.execute(f"CREATE SCHEMA {schema}")
+            root = dsn + ("&" if "?" in dsn else "?") + "options=" + quote(
+                f"-c search_path={schema}", safe="")
+            batches, tail = history_batches(corpus, size)
+            files = Store(os.path.join(tmp, f"files-{size}")).history(WS)
+            bulk_load(files, [*batches, *tail], SEGMENT, durability="off", internal=True)
+            t0 = time.monotonic()
+            source = Store(root).history(WS)
+            source.engine.load_rows(files.rows())  # type: ignore[attr-defined]
+            log(f"{size} MiB: Citus loaded in {time.monotonic() - t0:.1f}s")
+            w = World.__new__(World)  # only its turn (the corpus and a counter)
+            w.corpus, w.k = corpus, 0
+            got: list[dict[str, float]] = []
+            forks = []
+            for n in range(rounds):
+                before = _citus_bytes(root)
+                t0 = time.perf_counter()
+                forks.append(source.fork(f"{WS}-f{n}"))
+                wall = time.perf_counter() - t0
+                got.append({"ms": wall * 1e3, "added_bytes": _citus_bytes(root) - before})
+                log(f"{size} MiB round {n}: citus {got[-1]['ms']:.1f} ms "
+                    f"+{got[-1]['added_bytes'] / MIB:.2f} MiB")
+            out["fork"][size] = {
+                "ms_median": round(sorted(r["ms"] for r in got)[len(got) // 2], 2),
+                "added_bytes_median": int(sorted(r["added_bytes"] for r in got)[len(got) // 2]),
+                "rounds": got}
+            turns = interleave({
+                "citus_source": lambda w=w, h=source: w.turn(h),
+                "citus_fork": lambda w=w, f=forks[-1]: w.turn(f),
+            }, min_runs=30, max_runs=30, budget_s=120)
+            t = {k: round(v.p50 * 1e3, 3) for k, v in turns.items()}
+            out["turn_ms"][size] = t
+            out["ratios"][size] = {"citus_turn_fork_over_source":
+                                   ratio(t["citus_fork"], t["citus_source"])}
+            log(f"{size} MiB: turns {t} ratios {out['ratios'][size]}")
+            close_pools(root)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.fork_bench",
                                 description=__doc__.split("\n\n")[1])
     p.add_argument("--sizes", default="100,1024", metavar="MIB,...")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", metavar="FILE")
+    p.add_argument("--citus", metavar="DSN", help="measure Citus alone, on this cluster")
     args = p.parse_args(argv)
     started = time.monotonic()
 
     def log(msg: str) -> None:
         print(f"{time.monotonic() - started:7.1f}s {msg}", file=sys.stderr, flush=True)
 
-    doc = run(sorted({int(x) for x in args.sizes.split(",")}), args.rounds, log)
+    sizes = sorted({int(x) for x in args.sizes.split(",")})
+    doc = (run_citus(args.citus, sizes, args.rounds, log) if args.citus
+           else run(sizes, args.rounds, log))
     doc["machine"] = {"cpus": os.cpu_count(), "load_at_end": os.getloadavg()}
     text = json.dumps(doc, indent=2)
     print(text)

@@ -31,7 +31,12 @@ silently):
   terms that the best hit lacks plus the best hit's five rarest terms), its
   ranking fused with the first by score (``hop`` the second's weight).
 - ``semantic a``: wordllama 64 d vectors fused by weighted score fusion, as
-  shipped in ``ledger.core.semantic`` (a = 0.95).
+  shipped in ``ledger.core.semantic`` (a = 0.95), over the adopted lexical
+  ranking (``recall_v2.lexical_scores``, which mirrors ``ranking``).
+
+Every other variant is measured against round 2's ranking (``BASE``: no
+short-row floor), the ranking shipped when this round began; ``ADOPTED``
+is round 2 with ``ranking.MIN_LENGTH``.
 """
 
 from __future__ import annotations
@@ -73,6 +78,9 @@ class Ctx:
     tmp: list[str] = field(default_factory=list)
 
 
+ON_ADOPTED: list[tuple[str, float]] = []  # set by --on-adopted: the default ``length``
+
+
 def weighted_scores(ix: Index, qw: dict[str, float], cfg: Lexical,
                     bs: tuple[float, float] | None = None,
                     length: tuple[str, float] | None = None) -> Floats:
@@ -83,6 +91,8 @@ def weighted_scores(ix: Index, qw: dict[str, float], cfg: Lexical,
     it had at least f terms; ("pad", p) as if every row had p more terms
     (its length and the mean both)."""
     n = ix.n
+    if length is None and ON_ADOPTED:
+        length = ON_ADOPTED[0]
     own_len = ix.own_len
     avg_own = float(own_len.mean()) or 1.0
     nb_len = ix.nb_len
@@ -452,7 +462,7 @@ def variants(quick: bool) -> list[tuple[str, Factory]]:
     for hop in (0.3, 0.6):
         out.append((f"shipped + second hop {hop}", v_hop(s, hop)))
     for a in (0.95, 0.8):
-        out.append((f"shipped + semantic 64 d a={a}", v_semantic(s, a)))
+        out.append((f"adopted + semantic 64 d a={a}", v_semantic(s, a)))
     return out
 
 
@@ -515,9 +525,10 @@ def report(title: str, histories: Sequence[QuestionSet], total: dict[str, Tally]
         if t.n:
             lines.append(f"| {name} | {t.cells()} | {1000 * t.ms / t.n:.1f} |")
     ks = sorted({k for _, k in kinds})
-    if len(ks) > 1:
+    ran = [name for name, t in total.items() if t.n]
+    if len(ks) > 1 and ran:
         lines += ["", "| variant | " + " | ".join(
-            f"{k} ({kinds[(next(iter(total)), k)].n})" for k in ks) + " |",
+            f"{k} ({kinds[(ran[0], k)].n})" for k in ks) + " |",
             "|---" * (len(ks) + 1) + "|"]
         for name, t in total.items():
             if t.n:
@@ -532,11 +543,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--only", default="", help="comma-separated parts of variant names")
     p.add_argument("--no-embedder", action="store_true")
+    p.add_argument("--on-adopted", action="store_true",
+                   help="every variant over the adopted ranking (the short-row floor) "
+                   "instead of round 2's")
     p.add_argument("--grid", action="store_true",
                    help="only the field weights and BM25 constants on a finer grid")
     args = p.parse_args(argv)
     emb = None if args.no_embedder else recall_v2.wordllama_embedder(64)
     only = {o for o in args.only.split(",") if o} or None
+    if args.on_adopted:
+        ON_ADOPTED.append(("floor both", float(ranking.MIN_LENGTH)))
     for name in args.sets.split(","):
         histories: list[QuestionSet]
         if name in ("realtalk", "realtalk-speakers"):

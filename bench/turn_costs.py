@@ -29,6 +29,12 @@ durable steps, views and counts:
     the middleware's turn on ``message_row`` rows: ``[user]``, view + count,
     ``[call, result]`` (the answer rides with the results), view + count,
     the final answer (``after_agent``).
+``by hand, 3 steps (messages), async``
+    the same three steps, each in a worker thread (``asyncio.to_thread``)
+    inside one running loop: the floor of ``RolloverMiddleware, async``, the
+    middleware under ``ainvoke`` (``awrap_model_call`` twice and
+    ``aafter_agent``, awaited in one running loop, as ``create_agent``'s async
+    nodes call them); its ratio is over both the synchronous floor and this.
 
 ``--time`` times the same turns instead, in one process, round-robin over
 the contenders (one turn of each in turn, so load from elsewhere falls on all
@@ -63,18 +69,22 @@ WARMUP = 3
 
 CONTENDERS = ("by hand", "by hand, async", "ledger agents", "sdk SQLiteSession", "ledger langchain",
               "SQLChatMessageHistory", "FileChatMessageHistory", "by hand, 3 steps",
-              "Conversation", "by hand, 3 steps (messages)", "RolloverMiddleware")
+              "Conversation", "by hand, 3 steps (messages)", "RolloverMiddleware",
+              "by hand, 3 steps (messages), async", "RolloverMiddleware, async")
 
 #: The floor each contender's ratio is over: the same durable steps, views
 #: and counts, done by hand on the engine (module doc).
 FLOOR_OF = {"ledger agents": "by hand", "ledger langchain": "by hand",
             "Conversation": "by hand, 3 steps",
-            "RolloverMiddleware": "by hand, 3 steps (messages)", "by hand, async": "by hand"}
+            "RolloverMiddleware": "by hand, 3 steps (messages)", "by hand, async": "by hand",
+            "RolloverMiddleware, async": "by hand, 3 steps (messages)",
+            "by hand, 3 steps (messages), async": "by hand, 3 steps (messages)"}
 
 #: A second floor, where the contender's protocol adds work the engine's own
 #: floor does not do: the Agents SDK's ``Session`` is async, and a session
 #: that does not block the event loop hops to a thread per call.
-ALSO_OVER = {"ledger agents": "by hand, async"}
+ALSO_OVER = {"ledger agents": "by hand, async",
+             "RolloverMiddleware, async": "by hand, 3 steps (messages), async"}
 
 
 def _preload(name: str, directory: str, turns: int) -> None:
@@ -88,9 +98,11 @@ def _preload(name: str, directory: str, turns: int) -> None:
 
     ws = {"by hand": "hand", "by hand, async": "hand", "ledger agents": "agents",
           "ledger langchain": "langchain", "Conversation": "conv", "RolloverMiddleware": "mw",
-          "by hand, 3 steps": "hand", "by hand, 3 steps (messages)": "hand"}[name]
+          "by hand, 3 steps": "hand", "by hand, 3 steps (messages)": "hand",
+          "by hand, 3 steps (messages), async": "hand", "RolloverMiddleware, async": "mw"}[name]
     h = Store(directory).history(ws)
-    if name in ("ledger langchain", "RolloverMiddleware", "by hand, 3 steps (messages)"):
+    if name in ("ledger langchain", "RolloverMiddleware", "by hand, 3 steps (messages)",
+                "by hand, 3 steps (messages), async", "RolloverMiddleware, async"):
         bulk_load(h, _windowed(turns, lambda k: [message_row(m) for m in turn_messages(k)]),
                   internal=True, durability="off")
     else:
@@ -157,6 +169,26 @@ def _turn_fn(name: str, directory: str) -> Callable[[int], Any]:
 
         from langchain_core.messages import AIMessage
 
+        if name == "by hand, 3 steps (messages), async":
+            def message_steps_async(k: int) -> Any:
+                # The middleware's turn under ainvoke: each durable step (the
+                # store work of one model call, the run's end) in a worker
+                # thread, in one running loop, as awrap_model_call and
+                # aafter_agent run it.
+                user, call, result = (message_row(m) for m in turn_messages(k))
+
+                def step(rows: list[dict[str, Any]], view: bool) -> Any:
+                    h3.append_many(rows)
+                    return budgeted_view() if view else None
+
+                async def turn() -> Any:
+                    await asyncio.to_thread(step, [user], True)
+                    view = await asyncio.to_thread(step, [call, result], True)
+                    await asyncio.to_thread(step, [message_row(AIMessage(f"done {k}"))], False)
+                    return view
+                return loop.run_until_complete(turn())
+            return message_steps_async
+
         def message_steps(k: int) -> Any:
             # The middleware's turn: [user] before the first model call,
             # [call, result] before the second, the answer at the run's end.
@@ -217,7 +249,7 @@ def _turn_fn(name: str, directory: str) -> Callable[[int], Any]:
             conv.record(call)
             return conv.send(result)
         return conversation
-    if name == "RolloverMiddleware":
+    if name.startswith("RolloverMiddleware"):
         from langchain.agents.middleware import ModelRequest
         from langchain_core.messages import AIMessage
 
@@ -233,6 +265,26 @@ def _turn_fn(name: str, directory: str) -> Callable[[int], Any]:
             # What create_agent hands wrap_model_call (no model is called).
             return ModelRequest(model=None, messages=messages,  # type: ignore[arg-type]
                                 system_prompt="You are an agent.", tools=tools)
+
+        if name == "RolloverMiddleware, async":
+            async def amiddleware(k: int) -> Any:
+                # The same turn under ainvoke: create_agent's async nodes call
+                # awrap_model_call and aafter_agent inside one running loop.
+                user, call, result = turn_messages(k)
+                state["messages"] += [user]
+
+                async def give(answer: Any) -> Any:
+                    return answer
+
+                await mw.awrap_model_call(request(list(state["messages"])), lambda r: give(call))
+                state["messages"] += [call, result]
+                answer = AIMessage(f"done {k}")
+                await mw.awrap_model_call(request(list(state["messages"])),
+                                          lambda r: give(answer))
+                state["messages"] += [answer]
+                await mw.aafter_agent(state, None)
+                return state
+            return lambda k: loop.run_until_complete(amiddleware(k))
 
         def middleware(k: int) -> Any:
             user, call, result = turn_messages(k)
@@ -303,7 +355,8 @@ def count(name: str, turns: int) -> dict[str, Any]:
 
 
 TIMED = ("by hand", "by hand, async", "ledger agents", "ledger langchain", "by hand, 3 steps",
-         "Conversation", "by hand, 3 steps (messages)", "RolloverMiddleware")
+         "Conversation", "by hand, 3 steps (messages)", "RolloverMiddleware",
+         "by hand, 3 steps (messages), async", "RolloverMiddleware, async")
 
 
 def timed(names: list[str], turns: int, sizes: list[int]) -> dict[str, Any]:

@@ -101,3 +101,104 @@ def with_headroom(fn: Callable[[Any], T], arg: Any) -> T:
             return fn(arg)
         finally:
             sys.setrecursionlimit(old)
+
+
+# --- decoding a chunk of lines with msgspec's own depth guard ----------------
+#
+# msgspec counts one level of Python recursion per array and object it
+# decodes (or skips), against the thread's recursion limit. Called with only
+# ``_BUDGET`` levels of that limit left, a decode of lines nesting deeper
+# than MAX_DEPTH raises RecursionError -- the depth test of a whole chunk for
+# the price of a few hundred Python calls, where counting brackets reads every
+# byte (``bytes.translate``: ~8 instructions a byte, the largest cost of a
+# check or a provider view above decoding itself; bench/RESULTS.md, issue 31).
+# Where the interpreter counts differently (Python 3.12 moved C recursion to a
+# separate counter), the self-test below fails and callers count brackets.
+
+_BUDGET = MAX_DEPTH - 8  # levels left to msgspec; lines 249-256 deep go line by line
+_MAX_SINK = 4000  # frames this may add; a higher recursion limit counts brackets instead
+_OPENING_OR_NL = bytes(b for b in range(256) if b not in b"[{\n")  # translate deletes these
+
+
+def _frames() -> int:
+    """Python frames on this thread's stack (each holds one level of the
+    recursion limit; C code may hold more, which only leaves less room)."""
+    n = 0
+    f: Any = sys._getframe(1)
+    while f is not None:
+        n += 1
+        f = f.f_back
+    return n
+
+
+def _sink(k: int, fn: Callable[[Any], T], arg: Any) -> T:
+    return _sink(k - 1, fn, arg) if k > 0 else fn(arg)
+
+
+def _capped(fn: Callable[[Any], T], arg: Any) -> T | None:
+    """``fn(arg)`` with at most ``_BUDGET`` levels of recursion left (input
+    deeper raises RecursionError); None when that would take more than
+    ``_MAX_SINK`` frames."""
+    spare = sys.getrecursionlimit() - _frames() - _BUDGET - 1  # _sink(0) holds one more
+    if spare <= 0:
+        return fn(arg)  # already less room than the budget: the cap holds
+    if spare > _MAX_SINK:
+        return None
+    return _sink(spare, fn, arg)
+
+
+def _self_test() -> bool:
+    """Whether msgspec's decode, run by :func:`_capped`, refuses one level
+    more than ``_BUDGET`` (objects, arrays, and values a typed decoder skips)
+    and accepts rows of ordinary depth, on this interpreter. (Where C code
+    between the frames holds levels too, as the import machinery does while
+    this runs, a row may get fewer than ``_BUDGET``: never more.)"""
+    import msgspec
+
+    class _Probe(msgspec.Struct):
+        a: int = 0
+
+    def nested(depth: int, open_: bytes, close: bytes) -> bytes:
+        return b'{"b":' + open_ * (depth - 1) + b"1" + close * (depth - 1) + b"}"
+
+    generic = msgspec.json.Decoder().decode_lines
+    typed = msgspec.json.Decoder(_Probe).decode_lines  # "b" is skipped, not built
+    for dec in (generic, typed):
+        for open_, close in ((b"[", b"]"), (b'{"x":', b"}")):
+            try:
+                if _capped(dec, nested(64, open_, close)) is None:
+                    return False
+            except RecursionError:
+                return False
+            try:
+                _capped(dec, nested(_BUDGET + 1, open_, close))
+            except RecursionError:
+                continue
+            return False
+    return True
+
+
+DEPTH_CAPPED = _self_test()
+
+
+def shallow_lines(fn: Callable[[Any], T], data: Any, raw: bytes) -> T | None:
+    """``fn(data)`` (a msgspec ``decode_lines``) when no line of ``raw`` (the
+    same lines, as bytes) can nest deeper than MAX_DEPTH; None when one may,
+    or the decode ran out of recursion: the caller then goes line by line,
+    where ``too_deep`` decides each line. msgspec's DecodeError propagates.
+
+    Where :data:`DEPTH_CAPPED`, the decode itself is the test (see above);
+    elsewhere no line may hold more opening brackets than MAX_DEPTH."""
+    if DEPTH_CAPPED:
+        try:
+            out = _capped(fn, data)
+        except RecursionError:
+            return None
+        if out is not None:
+            return out
+    if max(map(len, raw.translate(None, _OPENING_OR_NL).split(b"\n"))) > MAX_DEPTH:
+        return None
+    try:
+        return with_headroom(fn, data)
+    except RecursionError:
+        return None

@@ -86,7 +86,8 @@ class KeptMessages:
     """The LangChain message of each kept message dict, rebuilt once (keyed
     by its JSON): each model call of a run sends the whole window again, and
     rebuilding every message each time was most of a call's cost. Handed out
-    as shallow copies (``model_copy``). Bounded: the oldest go first."""
+    as shallow copies (pydantic's ``__copy__``, what ``model_copy`` does).
+    Bounded: the oldest go first."""
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
@@ -102,7 +103,7 @@ class KeptMessages:
             found = self._kept[key] = messages_from_dict([kept])[0]
             while len(self._kept) > self.size:
                 del self._kept[next(iter(self._kept))]
-        return found.model_copy()
+        return found.__copy__()  # what model_copy() does, one call less
 
 
 _encode = msgspec.json.Encoder().encode
@@ -113,15 +114,18 @@ def row_message(row: Mapping[str, Any],
     """The LangChain message for a provider-view row: the kept message when
     the row holds one, else its text (the lead-in and warnings are written
     by the ledger) as a system, AI or human message."""
+    # (Each request holds the whole window: dicts are tested before the
+    # ABC, and a kept message's parts only where its type needs them.)
     meta = row.get("meta")
-    kept = meta.get(META_KEY) if isinstance(meta, Mapping) else None
-    parts = [p for p in row.get("parts", []) if isinstance(p, Mapping)]
-    results = [p for p in parts if p.get("type") == "tool_result"]
+    kept = meta.get(META_KEY) if type(meta) is dict or isinstance(meta, Mapping) else None
+    parts = [p for p in row.get("parts", []) if type(p) is dict or isinstance(p, Mapping)]
     if isinstance(kept, dict):
         message = (kept_messages.message(kept) if kept_messages is not None
                    else messages_from_dict([kept])[0])
-        if isinstance(message, ToolMessage) and not results:
-            kept = None  # served as text: its call is settled already, or sealed
+        if isinstance(message, ToolMessage):
+            if any(p.get("type") == "tool_result" for p in parts):
+                return message
+            # else served as text: its call is settled already, or sealed
         elif isinstance(message, AIMessage) and message.tool_calls:
             # The request leaves out calls that have no result yet.
             sent = {str(p.get("id")) for p in parts if p.get("type") == "tool_call"}
@@ -130,6 +134,7 @@ def row_message(row: Mapping[str, Any],
                 message.model_copy(update={"tool_calls": calls})
         else:
             return message
+    results = [p for p in parts if p.get("type") == "tool_result"]
     text = "\n".join(p["text"] for p in parts
                      if p.get("type") == "text" and isinstance(p.get("text"), str))
     role = row.get("role")

@@ -282,10 +282,17 @@ class LedgerSession(BranchesMixin, SessionABC):
         batch, just before the message (``Conversation``'s rule)."""
         from ledger.core.errors import Conflict
 
-        for _ in range(5):
-            snap = self.history.snapshot()
-            state = _state(snap)
-            k = next((i for i, r in enumerate(rows) if _is_user_item(r)), None)
+        k = next((i for i, r in enumerate(rows) if _is_user_item(r)), None)
+        for attempt in range(5):
+            if k is None and attempt == 0 and self._seen is not None:
+                # Nothing to settle: no read of the state. The state this
+                # session's own last batch left stands in for it; the append
+                # is conditional on its window, and the batch's first seq and
+                # epoch below say whether anything was written since.
+                state = self._seen.state
+            else:
+                state = _state(self.history.snapshot())
+            epoch, next_seq, window = state
             batch = rows
             seen = self._seen if self._seen is not None and self._seen.state == state else None
             if k is not None:
@@ -296,12 +303,11 @@ class LedgerSession(BranchesMixin, SessionABC):
                                     "output": MOVED_ON}) for cid in open_]
                 batch = [*rows[:k], *settle, *rows[k:]]
             try:
-                result = self.history.append_many(batch, expect_window=snap.window_seq)
+                result = self.history.append_many(batch, expect_window=window)
             except Conflict:
                 continue
             self._seen = None
-            if seen is not None and result.seqs[0] == snap.next_seq and (
-                    result.epoch == snap.epoch):
+            if seen is not None and result.seqs[0] == next_seq and result.epoch == epoch:
                 # Nothing was written between the read and this batch.
                 self._seen = _Seen((result.epoch, result.seqs[-1] + 1, result.window),
                                    _open_after(seen.open_ids(), batch), None)

@@ -456,7 +456,14 @@ class Conversation:
         send an error result for the call instead.
         """
         given = _input(rows)
-        return self._attempts(given, lambda memory: self._record(given, quarantine, memory))
+        # Rows that settle nothing (no user message) need no read of the
+        # window: the first try may start from the state this object's own
+        # last batch left (``_resume``); the conditional append refuses it if
+        # the window changed meanwhile, and the result says whether anything
+        # else was written in between.
+        own = not any(_is_user_message(r) for r in given)
+        return self._attempts(given, lambda memory: self._record(given, quarantine, memory),
+                              resume=own)
 
     def _record(self, given: list[dict[str, Any]], quarantine: bool,
                 memory: str) -> AppendResult:
@@ -543,15 +550,17 @@ class Conversation:
         return self._attempts(trigger, lambda memory: self._send(trigger, quarantine, memory))
 
     def _attempts(self, given: list[dict[str, Any]], once: Callable[[str], _T], *,
-                  memory: bool = True) -> _T:
+                  memory: bool = True, resume: bool = False) -> _T:
         """Run one write (a send, a record, settling open calls) over the
         persisted window, again (up to ``SEND_ATTEMPTS``) while another writer
         changes the window under it; each failed try stored nothing.
         ``once`` gets the memory context's text of this try (with ``memory``).
         Every refusal is a :class:`SendRefused`, a conflict on every try a
-        :class:`SendConflict`."""
-        for _ in range(SEND_ATTEMPTS):
-            self._follow()
+        :class:`SendConflict`. ``resume``: the first try starts from the state
+        of this object's own last batch when it knows one (``_resume``)."""
+        for attempt in range(SEND_ATTEMPTS):
+            if not (resume and attempt == 0 and self._resume()):
+                self._follow()
             try:
                 if not memory:
                     return once("")
@@ -779,6 +788,20 @@ class Conversation:
         snap = self.history.snapshot()
         self._next_seq, self._epoch = snap.next_seq, snap.epoch
         self.state = self.state.observe(snap.window_seq)
+
+    def _resume(self) -> bool:
+        """Take the state this object's own last batch left (epoch, next
+        seq, window) instead of reading it, when that batch was appended
+        right after a state read and the window is the one ``state`` holds;
+        False (nothing changed) when there is none. Only for a write that
+        reads no rows: its append is conditional on the window, and
+        ``_appended`` keeps the open calls only when the batch's first seq
+        and epoch show that nothing was written since that state."""
+        known = self._open
+        if known is None or known[0][2] != self.state.window:
+            return False
+        self._epoch, self._next_seq = known[0][0], known[0][1]
+        return True
 
     def _open_of(self, view: Sequence[Mapping[str, Any]]) -> list[OpenCall]:
         """The open calls of ``view``, read after the state ``_follow`` saw:

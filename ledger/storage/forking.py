@@ -8,7 +8,8 @@ workspace ``target`` (``ForkRefused`` when it exists) hold this workspace's
 rows with ``seq <= at`` byte for byte and ``event`` after them, with a new
 epoch and the window and floor those rows give. Each engine makes it cheap
 its own way (memory shares the row objects; PostgreSQL refers to the
-source's rows, ``postgres/lineage.py``; Citus copies server-side).
+source's rows, ``postgres/lineage.py``, on Citus from its source's shard,
+``postgres/keys.py``).
 
 ``origin_seqs()``: the first seq of each one-row batch whose id starts
 ``fork_`` (an engine finds them by batch id, without a scan); the rule here

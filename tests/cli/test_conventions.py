@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ledger.cli import build_parser
+from tests.helpers import cli_proc
 from tests.helpers import subprocess_env as cli_env
 
 PYTHON_CLI = ["-m", "ledger.cli"]
@@ -17,11 +18,9 @@ PYTHON_CLI = ["-m", "ledger.cli"]
 
 def tl(root: Path | None, *args: str, stdin: bytes = b"",
        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
-    import sys
 
-    base = [sys.executable, *PYTHON_CLI] + (["--root", str(root)] if root else [])
-    return subprocess.run([*base, *args], input=stdin, capture_output=True, timeout=120,
-                          env=env or cli_env())
+    base = ["--root", str(root)] if root else []
+    return cli_proc.run([*base, *args], stdin=stdin, timeout=120, env=env or cli_env())
 
 
 def commands() -> dict[str, object]:

@@ -8,15 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from ledger import Store
-from tests.helpers import PYTHON, REPO, msg, subprocess_env, tree
+from tests.helpers import REPO, cli_proc, msg, subprocess_env, tree
 
 
 def tl(root: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [PYTHON, "-m", "ledger.cli", "--root", str(root), *args],
-        input=stdin if stdin is not None else b"", capture_output=True, cwd=REPO,
-        env=subprocess_env(), timeout=60,
-    )
+    return cli_proc.run(["--root", str(root), *args],
+                        stdin=stdin if stdin is not None else b"", cwd=REPO,
+                        env=subprocess_env(), timeout=60)
 
 
 def jsonl(data: bytes) -> list[dict[str, Any]]:

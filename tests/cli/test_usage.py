@@ -7,19 +7,18 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from ledger import LedgerError, Store
-from tests.helpers import msg, subprocess_env
+from tests.helpers import cli_proc, msg, subprocess_env
 
 
 def tl(root: Path | str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "ledger.cli", "--root", str(root), *args],
-                          input=stdin, capture_output=True, timeout=120, env=subprocess_env())
+    return cli_proc.run(["--root", str(root), *args], stdin=stdin, timeout=120,
+                        env=subprocess_env())
 
 
 @pytest.fixture()

@@ -219,3 +219,45 @@ def test_opening_a_session_writes_nothing_and_its_budget_is_checked(tmp_path: Pa
         LedgerSession("bad", store=store, context_limit=0)
     with pytest.raises(LedgerError, match="context_limit"):
         LedgerSession("old", store=store, rollover_tokens=1500)
+
+
+def test_a_batch_that_settles_nothing_still_sees_other_writers(tmp_path: Path) -> None:
+    """A batch without a user message starts from the state of the session's
+    own last batch instead of reading it. What another writer did in between
+    is still seen: a call it opened and an output its rewrite took away (a
+    new epoch, the next seq unchanged) are settled by the next user message,
+    and a clear moves the batch into the new window."""
+    from ledger.integrations.openai_agents import item_row
+
+    session = _session(tmp_path)
+    other = Store(tmp_path, durability="off").history("chat-1")
+
+    def add(*items: dict[str, Any]) -> None:
+        asyncio.run(session.add_items(list(items)))
+
+    def settled() -> list[str]:
+        return [r.meta["openai_agents"]["call_id"] for r in session.history.rows()
+                if r.meta.get("openai_agents", {}).get("type") == "function_call_output"
+                and "before the user went on" in r.meta["openai_agents"]["output"]]
+
+    add({"role": "user", "content": "hello"})  # the first write: a new epoch
+    add({"role": "user", "content": "again"})  # the session knows the state after it
+    other.append(item_row({"type": "function_call", "call_id": "c_x", "name": "f",
+                           "arguments": "{}"}))  # another writer opens a call
+    add({"role": "assistant", "content": "thinking"})
+    add({"role": "user", "content": "next"})
+    assert settled() == ["c_x"]
+    add({"type": "function_call", "call_id": "c_a", "name": "f", "arguments": "{}"})
+    add({"type": "function_call_output", "call_id": "c_a", "output": "done"})
+    output = next(r.seq for r in session.history.rows()
+                  if r.meta.get("openai_agents", {}).get("output") == "done")
+    other.reject(output)  # a rewrite elsewhere reopens c_a
+    add({"role": "assistant", "content": "still thinking"})
+    add({"role": "user", "content": "after c_a"})
+    assert settled() == ["c_x", "c_a"]
+    assert session.open_calls() == []
+    other.clear_soft()  # a new window, opened elsewhere
+    add({"role": "assistant", "content": "after the clear"})
+    assert session.items() == [{"role": "assistant", "content": "after the clear"}]
+    add({"role": "user", "content": "last"})
+    assert settled() == ["c_x", "c_a"]

@@ -426,3 +426,34 @@ def test_open_calls_kept_between_sends_follow_other_writers(tmp_path: Path) -> N
     assert conv.open_calls() == []
     req = conv.send(user("last"))
     assert_paired(req.messages)
+
+
+def test_a_record_that_reads_no_window_still_sees_other_writers(tmp_path: Path) -> None:
+    """A record of rows that settle nothing starts from the state of the
+    conversation's own last batch instead of reading it. What another writer
+    did in between is still seen: a call it opened and a result its rewrite
+    took away (a new epoch, the next seq unchanged) are settled by the next
+    user message, and a clear moves the record into the new window."""
+    conv = conversation(tmp_path, limit=16000)
+    other = Store(tmp_path, durability="off").history(WS)
+    conv.send(user("hello"))
+    other.append(calls("x"))  # another writer opens a call
+    conv.record(says("thinking"))
+    conv.send(user("next"))
+    assert _settled_ids(conv) == ["x"]
+    conv.record(calls("a"))
+    conv.send(result("a", "done"))
+    stored = next(r.seq for r in conv.history.rows() if r.parts and r.parts[0].get("id") == "a"
+                  and r.parts[0].get("type") == "tool_result")
+    other.reject(stored)  # a rewrite elsewhere reopens a
+    conv.record(says("still thinking"))
+    conv.send(user("after a"))
+    assert _settled_ids(conv) == ["x", "a"]
+    assert conv.open_calls() == []
+    other.clear_soft()  # a new window, opened elsewhere
+    conv.record(says("after the clear"))
+    assert conv.window == conv.history.window == other.window
+    assert [r.parts[0]["text"] for r in conv.history.provider_view()] == ["after the clear"]
+    req = conv.send(user("last"))
+    assert_paired(req.messages)
+    assert [m["parts"][0]["text"] for m in req.messages] == ["after the clear", "last"]

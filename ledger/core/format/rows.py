@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from itertools import repeat
+from operator import add, itemgetter
 from typing import Any
 
 import msgspec
@@ -16,6 +19,7 @@ import xxhash
 # Rows nest at most MAX_DEPTH levels; stored lines deeper than that are damage
 # (the depth scanner and the recursion headroom: ``ledger.core.nesting``).
 from ledger.core.nesting import MAX_DEPTH as MAX_DEPTH
+from ledger.core.nesting import shallow_lines as shallow_lines
 from ledger.core.nesting import too_deep, with_headroom
 
 CANONICAL_KEYS = ("seq", "id", "kind", "role", "parts", "partial", "meta", "ts", "batch")
@@ -63,31 +67,44 @@ def body_of(line: bytes) -> bytes | None:
     return body
 
 
+_BODY = itemgetter(slice(None, -LINE_SUFFIX))  # a line's body without its closing brace
+_SUFFIX = itemgetter(slice(-LINE_SUFFIX, None))  # ,"_c":"<16 hex>"}
+_SUFFIX_FORMAT = SUFFIX_HEAD + b'%016x"}'
+
+
+def _framed(lines: list[bytes], hashes: Any) -> bool:
+    """Whether every line is longer than its framing and ends in exactly the
+    suffix ``frame`` writes for the matching hash of ``hashes``. Each suffix
+    slice is LINE_SUFFIX bytes long and each formatted one too, so comparing
+    the joined suffixes compares every line with its own (no Python-level
+    loop per line: the chunk's lines go through ``map`` in C). ``hashes``
+    is lazy: a short line fails before any is computed."""
+    n = len(lines)
+    if n == 0:
+        return True
+    if min(map(len, lines)) <= LINE_SUFFIX:
+        return False
+    return (_SUFFIX_FORMAT * n) % tuple(hashes) == b"".join(map(_SUFFIX, lines))
+
+
+def _bodies(lines: list[bytes]) -> Iterator[bytes]:
+    """Each line's checksummed body (``line[:cut] + b"}"``), lazily."""
+    return map(add, map(_BODY, lines), repeat(b"}"))
+
+
 def all_verified(lines: list[bytes]) -> bool:
     """Whether every line (each without its newline) has its framing and a
     matching checksum, as :func:`body_of` verifies one line: one pass over a
     chunk of lines, the fast path of a scan (a False sends it line by line)."""
-    cut, head, x3 = -LINE_SUFFIX, SUFFIX_HEAD, xxhash.xxh3_64_intdigest
-    return all([
-        len(line) > LINE_SUFFIX and line[cut:-18] == head and line[-2:] == b'"}'
-        and b"%016x" % x3(line[:cut] + b"}") == line[-18:-2]
-        for line in lines
-    ])
+    return _framed(lines, map(xxhash.xxh3_64_intdigest, _bodies(lines)))
 
 
 def verified_bodies(lines: list[bytes]) -> list[bytes] | None:
     """The checksummed bodies of ``lines`` (each without its newline), as
     :func:`body_of` gives them, or None when any line fails its checks: one
     pass over a chunk of lines (a None sends the caller line by line)."""
-    cut, head, x3 = -LINE_SUFFIX, SUFFIX_HEAD, xxhash.xxh3_64_intdigest
-    bodies = [line[:cut] + b"}" for line in lines]
-    if all([
-        len(line) > LINE_SUFFIX and line[cut:-18] == head and line[-2:] == b'"}'
-        and b"%016x" % x3(body) == line[-18:-2]
-        for line, body in zip(lines, bodies, strict=True)
-    ]):
-        return bodies
-    return None
+    bodies = list(_bodies(lines))
+    return bodies if _framed(lines, map(xxhash.xxh3_64_intdigest, bodies)) else None
 
 
 def decode_line(line: bytes) -> dict[str, Any] | None:

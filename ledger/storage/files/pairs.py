@@ -23,6 +23,7 @@ files, memory and PostgreSQL alike).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import msgspec
@@ -87,6 +88,8 @@ class SplitPairs:
             hits.extend((i, rows[i].seq, "reset", None) for i in resets)
             hits.sort(key=lambda h: h[0])
         calls, waiting, earlier = self.calls, self.waiting, self.earlier
+        # Bytes before each line but its newlines, summed once a split needs an offset.
+        before: list[int] | None = None
         for i, seq, t, cid in hits:  # _call and _answered, inlined
             key = str(cid)
             if t == "tool_call":
@@ -101,8 +104,9 @@ class SplitPairs:
                 if open_:
                     open_.pop()
                 elif key not in calls and key in earlier:
-                    off = base + sum(len(line) + 1 for line in lines[:i])
-                    self._split(segment, off, seq, key)
+                    if before is None:
+                        before = list(accumulate(map(len, lines), initial=0))
+                    self._split(segment, base + before[i] + i, seq, key)
             else:
                 self._reset(seq)
                 calls, waiting = self.calls, self.waiting

@@ -4,9 +4,9 @@ view's window read and row lookups decode.
 Each line is what :func:`ledger.core.format.rows.decode_line` makes of it (a row
 dict, or nothing for a line that fails verification, nests deeper than
 ``MAX_DEPTH``, is no JSON object or has no integer seq). Whole chunks take a
-fast path -- every checksum verified in one pass, no line holding more
-opening brackets than the nesting limit, every body decoded by one
-``decode_lines`` call -- and a chunk where any of that fails is read line by
+fast path -- every checksum verified in one pass, every body decoded by
+one ``decode_lines`` call that also proves no body nests deeper than the
+limit (``ledger.core.nesting.shallow_lines``) -- and a chunk where any of that fails is read line by
 line through ``decode_line`` itself, so both give the same rows.
 """
 
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from itertools import accumulate
+from itertools import accumulate, count, repeat
+from operator import add
 from typing import Any
 
 import msgspec
@@ -24,7 +25,7 @@ from ledger.core.rows import Row
 from ledger.storage.files import segments as segs
 
 _decode_lines = msgspec.json.Decoder().decode_lines
-_NOT_OPENING = bytes(b for b in range(256) if b not in b"[{\n")  # translate deletes these
+_DICT = {dict}
 
 
 def _chunk_dicts(lines: list[bytes]) -> list[Any] | None:
@@ -34,14 +35,28 @@ def _chunk_dicts(lines: list[bytes]) -> list[Any] | None:
     if bodies is None:
         return None
     joined = b"\n".join(bodies)
-    # No body nests deeper than the limit when none holds more opening brackets.
-    if max(map(len, joined.translate(None, _NOT_OPENING).split(b"\n"))) > fmt.MAX_DEPTH:
-        return None
+    # Freed before the decode, whose rows then take memory still in the
+    # caches (2-3% of the chunk's CPU time, bench/RESULTS.md, issue 31).
+    del bodies
     try:
-        rows = fmt.with_headroom(_decode_lines, joined)
+        # None: a body may nest deeper than the limit (or the caller's stack
+        # is too deep to tell): decided body by body, as decode_line does.
+        rows = fmt.shallow_lines(_decode_lines, joined, joined)
+        if rows is None:
+            if any(map(fmt.too_deep, joined.split(b"\n"))):
+                return None
+            rows = fmt.with_headroom(_decode_lines, joined)
     except (msgspec.DecodeError, RecursionError):
         return None
     return rows if len(rows) == len(lines) else None
+
+
+def _all_rows(dicts: list[Any]) -> bool:
+    """Whether every decoded line is a dict with an integer seq (a row):
+    tested in C over the whole chunk, so the common case builds its rows
+    without a Python-level test per line."""
+    return set(map(type, dicts)) == _DICT and all(
+        map(isinstance, map(dict.get, dicts, repeat("seq")), repeat(int)))
 
 
 def segment_rows(path: str, number: int, start: int = 0, *,
@@ -64,10 +79,15 @@ def segment_rows(path: str, number: int, start: int = 0, *,
             dicts = _chunk_dicts(lines) if lines else []
             if dicts is None:
                 dicts = [fmt.decode_line(line) for line in lines]
-            offsets = accumulate([len(line) + 1 for line in lines], initial=off)
-            yield from [Row(line, number, at, data)
-                        for line, data, at in zip(lines, dicts, offsets, strict=False)
-                        if type(data) is dict and isinstance(data.get("seq"), int)]
+            # Each line's offset: the bytes of the lines before it, plus
+            # their newlines (``count``), from the chunk's start.
+            offsets = map(add, accumulate(map(len, lines), initial=0), count(off))
+            if _all_rows(dicts):
+                yield from list(map(Row, lines, repeat(number), offsets, dicts))
+            else:
+                yield from [Row(line, number, at, data)
+                            for line, data, at in zip(lines, dicts, offsets, strict=False)
+                            if type(data) is dict and isinstance(data.get("seq"), int)]
             del buf
     finally:
         os.close(fd)

@@ -68,8 +68,6 @@ class PairCheckRow(CheckRow, gc=False):
 _decode_row = msgspec.json.Decoder(CheckRow).decode
 _too_deep = fmt.too_deep
 with_headroom = fmt.with_headroom
-_LIMIT = fmt.MAX_DEPTH
-_NOT_OPENING = bytes(b for b in range(256) if b not in b"[{\n")  # bytes.translate deletes these
 
 
 @dataclass
@@ -168,7 +166,7 @@ def may_hide_reset(data: bytes) -> bool:
 _decode_lines = msgspec.json.Decoder(CheckRow).decode_lines
 _decode_pair_lines = msgspec.json.Decoder(PairCheckRow).decode_lines
 # Read and verified a chunk at a time: 1 MiB stays in the CPU caches across
-# the chunk's passes (split, checksums, bracket count, decode, UTF-8); 4 MiB
+# the chunk's passes (split, checksums, decode, UTF-8); 4 MiB
 # chunks made check about 10% slower (bench/RESULTS.md, issue 31).
 CHUNK = 1 << 20
 
@@ -397,19 +395,20 @@ class _Scanner:
     def _fast(self, base: int, buf: bytes, end: int) -> None:
         """Whole lines ``buf[:end]`` read from ``base`` (the bytes after
         ``end`` are the start of the next run: split off, and only ever make
-        the bracket and ASCII tests below look closer, never pass)."""
+        the depth and ASCII tests below look closer, never pass)."""
         lines = buf.split(b"\n")
         lines.pop()  # after the last newline: b"" or the next run's start
         try:
             if not fmt.all_verified(lines):
                 raise _Slow
-            # No line nests deeper than the limit when none holds more opening
-            # brackets than that: one pass over the chunk keeps just those.
-            if max(map(len, buf.translate(None, _NOT_OPENING).split(b"\n"))) > _LIMIT:
-                if any(_too_deep(line) for line in lines):
+            data = buf if end == len(buf) else memoryview(buf)[:end]
+            # None: a line may nest deeper than the limit (or the caller's
+            # stack is too deep to tell): decided line by line.
+            rows = fmt.shallow_lines(self.decode_lines, data, buf)
+            if rows is None:
+                if any(map(_too_deep, lines)):
                     raise _Slow
-            rows = with_headroom(self.decode_lines,
-                                 buf if end == len(buf) else memoryview(buf)[:end])
+                rows = with_headroom(self.decode_lines, data)
             if len(rows) != len(lines):
                 raise _Slow
             if not buf.isascii():

@@ -10,8 +10,10 @@ tables distributed in the transaction that creates them:
   worker, so every statement that names one workspace runs there as one task,
   and a transaction over one workspace is a single-node transaction;
 - ``tl_schema`` a reference table (a copy on every node);
-- ``tl_lineage`` distributed and colocated like the rest, but always empty:
-  a fork on Citus holds its own copy of its prefix (``lineage.py`` says why).
+- ``tl_lineage`` and ``tl_forks`` distributed and colocated like the rest: a
+  fork on Citus is a reference to its source's rows, stored under a key that
+  hashes into its source's shard (``keys.py``), so the statements that read
+  both are one task too.
 
 A schema created before the extension (plain tables) is refused when a store
 opens it (``NotDistributed``): every query would run on the coordinator
@@ -38,7 +40,7 @@ __all__ = ["DISTRIBUTED", "REFERENCE", "NotDistributed", "distribute_tables", "i
 
 DISTRIBUTED = ("tl_rows", "tl_head", "tl_batches", "tl_quarantine",  # colocated with tl_rows
                "tl_recall_state", "tl_recall_terms", "tl_recall_docs", "tl_recall_post",
-                "tl_recall_echo", "tl_vec_state", "tl_vec", "tl_lineage")
+                "tl_recall_echo", "tl_vec_state", "tl_vec", "tl_lineage", "tl_forks")
 REFERENCE = ("tl_schema",)
 COLUMN = "workspace"
 COMMAND = "tledger --root URL db distribute"

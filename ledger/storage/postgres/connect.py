@@ -146,8 +146,8 @@ class Database:
                 )
                 _POOLS[key] = pool
         self.pool = pool
-        # Forks share their source's rows on plain PostgreSQL only (lineage.py).
-        self.shared = not _CITUS.get(key, False)
+        # On Citus a fork's rows live under a storage key (keys.py, lineage.py).
+        self.citus: bool = _CITUS.get(key, False)
 
     @contextmanager
     def read(self, what: str) -> Iterator[Any]:

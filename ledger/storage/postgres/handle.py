@@ -23,6 +23,18 @@ class PgHandle(RowPrimitives, Protocol):
     db: Database  # the database's pool; ``db.where`` names it in messages
     store: StoreOptions
 
+    @property
+    def key(self) -> str:
+        """The key the rows are stored under: the id, but for a fork made on
+        Citus (``keys.py``)."""
+        ...
+
+    @property
+    def link(self) -> str | None:
+        """How a statement reads the rows shared with a source
+        (``lineage.rows_sql``)."""
+        ...
+
     def vector_backend(self) -> PgVectors:
         """The semantic channel's vectors of this workspace (``vectors.py``)."""
         ...

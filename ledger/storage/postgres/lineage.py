@@ -40,9 +40,19 @@ the result) or sees the new reference. ``DELETE ... RETURNING`` on the
 lineage row is the claim that makes two materialisations of one fork never
 copy the same rows twice.
 
-On Citus (``shared`` false) none of this is used: a fork copies its prefix
-into its own shard group (``fork.py``), since a statement that reads two
-workspaces' shards cannot be routed to one worker; ``tl_lineage`` stays empty.
+On Citus (schema version 6) forks are references too, colocated with their
+source: a statement that reads two workspaces' rows is one task when both
+ids hash into the same shard, so a fork's rows are stored under a *storage
+key* -- its id, a ``/`` (which no workspace id holds) and a random salt,
+chosen so that the key hashes into its source's shard (``citus_keys.py``) --
+and its id holds only a pointer head row (``tl_head.alias``). The reference
+is the same ``tl_lineage`` row, by keys; since Citus routes by a constant,
+the source key is read when a handle first resolves its key and goes into
+the statement as a literal (``link``), and the fork point is still read in
+the statement (``upto`` NULL once a rewrite materialised the fork: the branch
+reads nothing, and the fork's own copy answers). ``tl_forks`` indexes the
+references by source, in the source's shard (a query by ``source`` alone on
+``tl_lineage`` would go to every shard).
 """
 
 from __future__ import annotations
@@ -50,13 +60,26 @@ from __future__ import annotations
 from typing import Any
 
 COLUMNS = "seq, batch_id, boundary, raw"
+PG = "pg"  # the link on plain PostgreSQL: the source is read in the statement
 
 
-def rows_sql(shared: bool, ws: str = "%(ws)s", where: str = "", order: str = "",
+def _ref(link: str, ws: str) -> tuple[str, str]:
+    """(source, fork point) SQL of the workspace ``ws`` names, by ``link``:
+    ``PG`` reads both from ``tl_lineage`` (two InitPlans); a literal (Citus)
+    is the source key itself, which Citus prunes by, and the fork point is
+    read for that source (NULL once the reference is gone)."""
+    if link == PG:
+        return (f"(SELECT source FROM tl_lineage WHERE workspace = {ws})",
+                f"(SELECT upto FROM tl_lineage WHERE workspace = {ws})")
+    return link, f"(SELECT upto FROM tl_lineage WHERE workspace = {ws} AND source = {link})"
+
+
+def rows_sql(link: str | None, ws: str = "%(ws)s", where: str = "", order: str = "",
              limit: str = "") -> str:
     """A derived table ``(seq, batch_id, boundary, raw)`` of the rows of the
-    workspace the placeholder ``ws`` names, its own and (``shared``) its
-    source's up to the fork point. ``where`` (over those columns), ``order``
+    workspace the placeholder ``ws`` names (its storage key), its own and
+    (``link``: ``PG``, or on Citus the literal of its source's key; None: it
+    has no source) its source's up to the fork point. ``where`` (over those columns), ``order``
     and ``limit`` are applied inside each branch, so each stays an ordered
     index range scan (PostgreSQL pulls no UNION ALL member with a WHERE clause
     up into the outer query, so an outer ORDER BY ... LIMIT alone would sort
@@ -64,24 +87,24 @@ def rows_sql(shared: bool, ws: str = "%(ws)s", where: str = "", order: str = "",
     tail = (f" AND {where}" if where else "") + (f" ORDER BY {order}" if order else "") + (
         f" LIMIT {limit}" if limit else "")
     own = f"SELECT {COLUMNS} FROM tl_rows WHERE workspace = {ws}{tail}"
-    if not shared:
+    if link is None:
         return f"({own})"
+    source, upto = _ref(link, ws)
     return (f"(({own}) UNION ALL (SELECT {COLUMNS} FROM tl_rows WHERE workspace = "
-            f"(SELECT source FROM tl_lineage WHERE workspace = {ws}) AND seq <= "
-            f"(SELECT upto FROM tl_lineage WHERE workspace = {ws}){tail}))")
+            f"{source} AND seq <= {upto}{tail}))")
 
 
-def batches_sql(shared: bool, ws: str = "%(ws)s", where: str = "") -> str:
+def batches_sql(link: str | None, ws: str = "%(ws)s", where: str = "") -> str:
     """A derived table ``(batch_id, first_seq, n)`` of the batches of the
-    workspace ``ws`` names: its own and (``shared``) its source's that start
-    at or before the fork point."""
+    workspace ``ws`` names: its own and (``link``, as ``rows_sql``) its
+    source's that start at or before the fork point."""
     tail = f" AND {where}" if where else ""
     own = f"SELECT batch_id, first_seq, n FROM tl_batches WHERE workspace = {ws}{tail}"
-    if not shared:
+    if link is None:
         return f"({own})"
+    source, upto = _ref(link, ws)
     return (f"(({own}) UNION ALL (SELECT batch_id, first_seq, n FROM tl_batches WHERE "
-            f"workspace = (SELECT source FROM tl_lineage WHERE workspace = {ws}) AND "
-            f"first_seq <= (SELECT upto FROM tl_lineage WHERE workspace = {ws}){tail}))")
+            f"workspace = {source} AND first_seq <= {upto}{tail}))")
 
 
 def copy_rows(conn: Any, source: str, target: str, first: int, last: int) -> None:
@@ -98,29 +121,54 @@ def copy_rows(conn: Any, source: str, target: str, first: int, last: int) -> Non
         "AND %(hi)s ON CONFLICT (workspace, batch_id) DO NOTHING", args)
 
 
-def materialise_forks(conn: Any, source: str, first: int | None = None) -> list[str]:
+def materialise_forks(conn: Any, source: str, first: int | None = None,
+                      citus: bool = False) -> list[str]:
     """Give every fork that refers to ``source``'s rows at or after ``first``
     (None: any) its own copy of them and drop the reference; the caller holds
-    ``source``'s head row lock. Returns the forks."""
-    got = conn.execute(
-        "DELETE FROM tl_lineage WHERE source = %s AND upto >= %s RETURNING workspace, upto",
-        (source, first if first is not None else -(1 << 62))).fetchall()
+    ``source``'s head row lock. Returns the forks (their storage keys). On
+    Citus the forks are found in ``tl_forks`` (in ``source``'s shard), and
+    each reference is claimed by deleting its ``tl_lineage`` row."""
+    low = first if first is not None else -(1 << 62)
+    if not citus:
+        got = conn.execute(
+            "DELETE FROM tl_lineage WHERE source = %s AND upto >= %s RETURNING workspace, upto",
+            (source, low)).fetchall()
+    else:
+        got = []
+        for (fork,) in conn.execute(
+                "DELETE FROM tl_forks WHERE workspace = %s AND upto >= %s RETURNING fork",
+                (source, low)).fetchall():
+            claim = conn.execute(
+                "DELETE FROM tl_lineage WHERE workspace = %s AND source = %s RETURNING upto",
+                (fork, source)).fetchone()
+            if claim is not None:
+                got.append((fork, claim[0]))
     for fork, upto in got:
         copy_rows(conn, source, fork, -(1 << 62), int(upto))
     return [fork for fork, _ in got]
 
 
-def materialise_own(conn: Any, workspace: str, first: int | None = None) -> bool:
+def materialise_own(conn: Any, workspace: str, first: int | None = None,
+                    citus: bool = False, copy: bool = True) -> bool:
     """Copy the shared prefix of the fork ``workspace`` into its own rows when
     a rewrite may reach it (its ``upto`` at or after ``first``; None: always)
-    and drop the reference; the caller holds the fork's head row lock.
-    Whether there was one."""
+    and drop the reference (``copy`` false: a delete, which only drops it);
+    the caller holds the fork's head row lock. Whether there was one."""
+    low = first if first is not None else -(1 << 62)
+    if citus:  # the index row first: the lock order of materialise_forks (no deadlock)
+        ref = conn.execute("SELECT source FROM tl_lineage WHERE workspace = %s AND upto >= %s",
+                           (workspace, low)).fetchone()
+        if ref is None:
+            return False
+        conn.execute("DELETE FROM tl_forks WHERE workspace = %s AND fork = %s",
+                     (ref[0], workspace))
     got = conn.execute(
         "DELETE FROM tl_lineage WHERE workspace = %s AND upto >= %s RETURNING source, upto",
-        (workspace, first if first is not None else -(1 << 62))).fetchone()
+        (workspace, low)).fetchone()
     if got is None:
         return False
-    copy_rows(conn, got[0], workspace, -(1 << 62), int(got[1]))
+    if copy:
+        copy_rows(conn, got[0], workspace, -(1 << 62), int(got[1]))
     return True
 
 

@@ -42,22 +42,22 @@ PREFETCH_BYTES = SCAN_BYTES  # and stored bytes per round trip (one row more whe
 class PgRows:
     """``RowSource`` over one connection (one snapshot)."""
 
-    def __init__(self, conn: Any, workspace: str, shared: bool) -> None:
+    def __init__(self, conn: Any, workspace: str, link: str | None) -> None:
         self.conn = conn
         self.workspace = workspace
-        self.shared = shared  # forks read their source's rows (lineage.py)
+        self.link = link  # forks read their source's rows (lineage.py)
 
     def lengths(self, first: int, stop: int, limit: int) -> list[tuple[int, int]]:
         got = self.conn.execute(
             "SELECT seq, octet_length(raw) FROM "
-            + rows_sql(self.shared, where="seq >= %(first)s AND seq < %(stop)s", order="seq",
+            + rows_sql(self.link, where="seq >= %(first)s AND seq < %(stop)s", order="seq",
                        limit="%(n)s") + " t ORDER BY seq LIMIT %(n)s",
             {"ws": self.workspace, "first": first, "stop": stop, "n": limit}).fetchall()
         return [(int(s), int(n)) for s, n in got]
 
     def fetch(self, seqs: list[int]) -> dict[int, bytes]:
         got = self.conn.execute(
-            f"SELECT seq, raw FROM {rows_sql(self.shared, where='seq = ANY(%(seqs)s)')} t",
+            f"SELECT seq, raw FROM {rows_sql(self.link, where='seq = ANY(%(seqs)s)')} t",
             {"ws": self.workspace, "seqs": seqs}, binary=True).fetchall()
         return {s: bytes(raw) for s, raw in got}
 
@@ -69,11 +69,19 @@ class PgReader(SeqReader):
         self.ws = ws
         self.workspace = ws.workspace
         self.conn: Any = None
-        self.shared: bool = ws.db.shared
-        self.recall = PgRecall(ws.db, ws.workspace)
+        self.recall = PgRecall(ws.db, ws.workspace, handle=ws)
         self._order: list[int] = []  # the ranked candidates of this call, best first
         self._lexical: list[Candidate] = []  # the lexical ones (``similar`` fuses them)
         self._fetched: dict[int, tuple[int, bytes | None, int]] = {}  # seq -> (len, raw, window)
+
+    @property
+    def key(self) -> str:
+        """The key the rows are stored under (``keys.py``)."""
+        return self.ws.key
+
+    @property
+    def link(self) -> str | None:
+        return self.ws.link
 
     # -- ranked search (module doc) ---------------------------------------------------
 
@@ -127,14 +135,14 @@ class PgReader(SeqReader):
 
             def docs_after(upto: int) -> list[vectors.Doc]:
                 got = conn.execute("SELECT seq, win FROM tl_recall_docs WHERE workspace = %s "
-                                   "AND seq > %s ORDER BY seq", (self.workspace, upto))
+                                   "AND seq > %s ORDER BY seq", (self.key, upto))
                 return [(int(s), int(w), (int(s), 0)) for s, w in got.fetchall()]
 
             def read(seq: int) -> bytes | None:
                 got = conn.execute(
                     "SELECT CASE WHEN octet_length(raw) <= %(cap)s THEN raw END FROM "
-                    + rows_sql(self.shared, where="seq = %(seq)s") + " t",
-                    {"cap": LINE_CAP, "ws": self.workspace, "seq": seq},
+                    + rows_sql(self.link, where="seq = %(seq)s") + " t",
+                    {"cap": LINE_CAP, "ws": self.key, "seq": seq},
                     binary=True).fetchone()
                 return bytes(got[0]) if got is not None and got[0] is not None else None
 
@@ -183,11 +191,11 @@ class PgReader(SeqReader):
             "octet_length(r.raw) <= %(cap)s THEN octet_length(r.raw) ELSE 0 END) OVER "
             "(ORDER BY array_position(%(seqs)s::bigint[], r.seq)) AS run, "
             "(SELECT max(b.seq) FROM "
-            + rows_sql(self.shared, where="boundary IS NOT NULL AND seq < r.seq",
+            + rows_sql(self.link, where="boundary IS NOT NULL AND seq < r.seq",
                        order="seq DESC", limit="1")
             + " b) AS win FROM "
-            + rows_sql(self.shared, where="seq = ANY(%(seqs)s::bigint[])") + " r) x",
-            {"cap": LINE_CAP, "budget": room, "seqs": seqs, "ws": self.ws.workspace},
+            + rows_sql(self.link, where="seq = ANY(%(seqs)s::bigint[])") + " r) x",
+            {"cap": LINE_CAP, "budget": room, "seqs": seqs, "ws": self.ws.key},
             binary=True).fetchall()
         for s, n, raw, win in got:
             if raw is not None:
@@ -219,13 +227,13 @@ class PgReader(SeqReader):
         return f"pg{st.epoch}"
 
     def source(self) -> PgRows:
-        return PgRows(self.conn, self.workspace, self.shared)
+        return PgRows(self.conn, self.key, self.link)
 
     def is_boundary(self, seq: int) -> bool:
         got = self.conn.execute(
             "SELECT 1 FROM "
-            + rows_sql(self.shared, where="seq = %(seq)s AND boundary IS NOT NULL") + " t",
-            {"ws": self.workspace, "seq": seq}).fetchone()
+            + rows_sql(self.link, where="seq = %(seq)s AND boundary IS NOT NULL") + " t",
+            {"ws": self.key, "seq": seq}).fetchone()
         return got is not None
 
     def boundary_before(self, seq: int) -> int:
@@ -234,16 +242,16 @@ class PgReader(SeqReader):
             return fetched[2]  # read with the row (locate_at)
         got = self.conn.execute(
             "SELECT max(seq) FROM "
-            + rows_sql(self.shared, where="boundary IS NOT NULL AND seq < %(seq)s",
+            + rows_sql(self.link, where="boundary IS NOT NULL AND seq < %(seq)s",
                        order="seq DESC", limit="1") + " t",
-            {"ws": self.workspace, "seq": seq}).fetchone()
+            {"ws": self.key, "seq": seq}).fetchone()
         return int(got[0]) if got and got[0] is not None else 0
 
     def row_at(self, seq: int) -> tuple[int, bytes | None] | None:
         got = self.conn.execute(
             "SELECT octet_length(raw), CASE WHEN octet_length(raw) <= %(cap)s THEN raw END "
-            f"FROM {rows_sql(self.shared, where='seq = %(seq)s')} t",
-            {"cap": LINE_CAP, "ws": self.workspace, "seq": seq}, binary=True).fetchone()
+            f"FROM {rows_sql(self.link, where='seq = %(seq)s')} t",
+            {"cap": LINE_CAP, "ws": self.key, "seq": seq}, binary=True).fetchone()
         if got is None:
             return None
         n, raw = got

@@ -40,7 +40,7 @@ import sys
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 import xxhash
@@ -49,7 +49,7 @@ from ledger.core import ranking
 from ledger.core.errors import CommitFailed, CommitUncertain, Unavailable
 from ledger.core.format import rows as fmt
 from ledger.core.searchable import indexed_terms
-from ledger.storage.postgres.lineage import rows_sql
+from ledger.storage.postgres.lineage import PG, rows_sql
 
 VERSION = 2  # of what the tables hold; another value is rebuilt (2: from the floor on)
 CHUNK_ROWS = 2_000  # rows per committed chunk of a catch-up, at most
@@ -104,8 +104,8 @@ def _mark(got: Iterable[Any] | None) -> Mark | None:
 # that claims to be current but still holds a removed row (a crash or a bug:
 # the tests' ``pretend_current``) never lends that row's words to another.
 # Every table is read for one workspace (on Citus: one shard).
-def _live(shared: bool) -> str:
-    return "EXISTS (SELECT 1 FROM " + rows_sql(shared, where="seq = {s}") + " r)"
+def _live(link: str | None) -> str:
+    return "EXISTS (SELECT 1 FROM " + rows_sql(link, where="seq = {s}") + " r)"
 
 
 _LINK = ("(SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s AND d.seq < {s} "
@@ -114,11 +114,11 @@ _LINK = ("(SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s AND d.s
          "AND d.seq > {s} AND d.seq <= %(high)s AND {live_d} ORDER BY d.seq LIMIT 1) AS n")
 
 
-@cache
-def _near_sql(shared: bool) -> str:
-    """A query's rows (the comment above); ``shared``: a fork's rows include
+@lru_cache(maxsize=256)  # a key per source on Citus (keys.py): bounded
+def _near_sql(link: str | None) -> str:
+    """A query's rows (the comment above); ``link``: a fork's rows include
     its source's (``lineage.py``)."""
-    live = _live(shared)
+    live = _live(link)
     link = _LINK.replace("{live_d}", live.format(s="d.seq"))
     return (  # no CTE column lists: Citus's planner loses them
     "WITH h AS (SELECT x.s FROM unnest(%(hits)s::bigint[]) AS x(s) WHERE "
@@ -142,11 +142,22 @@ class _Raced(Exception):
 class PgRecall:
     """The recall index of one workspace (module doc)."""
 
-    def __init__(self, db: Any, workspace: str, shared: bool | None = None) -> None:
+    def __init__(self, db: Any, workspace: str, link: str | None = PG,
+                 handle: Any = None) -> None:
         self.db = db
-        self.workspace = workspace
-        # Forks read their source's rows (lineage.py); ``shared`` when there is no db.
-        self.shared: bool = bool(db.shared if db is not None else shared)
+        self._workspace = workspace
+        self._link = link
+        self._handle = handle  # a workspace handle: its key and link (keys.py)
+
+    @property
+    def workspace(self) -> str:
+        """The key the workspace's rows and index are stored under."""
+        return self._handle.key if self._handle is not None else self._workspace
+
+    @property
+    def shared(self) -> str | None:
+        """How a fork's rows include its source's (``lineage.rows_sql``)."""
+        return self._handle.link if self._handle is not None else self._link
 
     # -- the state -----------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from ledger.core import ranking
 from ledger.core.bounds import LINE_CAP
 from ledger.core.format import rows as fmt
 from ledger.core.searchable import hidden, row_text
-from ledger.storage.postgres.lineage import rows_sql
+from ledger.storage.postgres.lineage import PG, rows_sql
 from ledger.storage.postgres.recall import SWAP, VERSION, PgRecall, row_hash
 
 SAMPLE = 64  # doc entries compared with the log by ``inspect``
@@ -37,11 +37,11 @@ ACTION = ("tledger repair {ws} rebuilds it (so does the next ranked search, for 
 
 
 def inspect(conn: Any, workspace: str, epoch: int, next_seq: int, floor: int = 0,
-            shared: bool = True) -> list[tuple[str, str]]:
+            link: str | None = PG) -> list[tuple[str, str]]:
     """(code, message) findings about the index against the head (``epoch``,
     ``next_seq``, the ``floor``'s seq) and the rows, read in ``conn``'s
-    snapshot (module doc); ``shared``: a fork's rows include its source's
-    (``lineage.py``; false on Citus)."""
+    snapshot (module doc); ``link``: how a fork's rows include its source's
+    (``lineage.rows_sql``); ``workspace`` is the key the rows are stored under."""
     mark = PgRecall(None, workspace).mark(conn)
     if mark is None:
         return []
@@ -53,7 +53,7 @@ def inspect(conn: Any, workspace: str, epoch: int, next_seq: int, floor: int = 0
                  "log (a rewrite or a new privacy floor since)")]
     if mark.upto > 0:
         got = conn.execute(
-            f"SELECT raw FROM {rows_sql(shared, where='seq = %(seq)s')} t",
+            f"SELECT raw FROM {rows_sql(link, where='seq = %(seq)s')} t",
             {"ws": workspace, "seq": mark.upto}, binary=True).fetchone()
         if got is None or row_hash(bytes(got[0])) != mark.last_hash:
             return [("recall_index_stale", f"the row the recall index ends at ({mark.upto}) "
@@ -76,7 +76,7 @@ def inspect(conn: Any, workspace: str, epoch: int, next_seq: int, floor: int = 0
         "SELECT d.seq, d.len, d.tids, octet_length(r.raw), CASE WHEN octet_length(r.raw) <= "
         "%(cap)s THEN r.raw END FROM (SELECT seq, len, tids FROM tl_recall_docs WHERE "
         "workspace = %(ws)s ORDER BY random() LIMIT %(n)s) d LEFT JOIN LATERAL "
-        + rows_sql(shared, where="seq = d.seq") + " r ON true",
+        + rows_sql(link, where="seq = d.seq") + " r ON true",
         {"cap": LINE_CAP, "ws": workspace, "n": SAMPLE}, binary=True).fetchall()
     for seq, length, blob, n, raw in sample:
         if n is not None and raw is None:
@@ -96,9 +96,9 @@ def inspect(conn: Any, workspace: str, epoch: int, next_seq: int, floor: int = 0
     return []
 
 
-def rebuild(db: Any, workspace: str) -> None:
+def rebuild(db: Any, workspace: str, link: str | None) -> None:
     """Discard the index and build it again from the rows (``repair``)."""
-    PgRecall(db, workspace).rebuild()
+    PgRecall(db, workspace, link).rebuild()
 
 
 def exists(conn: Any, workspace: str) -> bool:

@@ -62,11 +62,12 @@ def replace(ws: PgHandle, expect: PgState, edits: Sequence[Edit],
                                     f"{ws.db.where}")
         if not holds(st, expect):
             raise Conflict(f"workspace {ws.workspace!r} changed; read it again")
-        shared = ws.db.shared
-        if shared and edits:  # shared rows never change under a reference (lineage.py)
+        link, key, citus = ws.link, ws.key, ws.db.citus
+        if edits:  # shared rows never change under a reference (lineage.py)
             first = min(e.first for e in edits)
-            lineage.materialise_forks(conn, ws.workspace, first)
-            lineage.materialise_own(conn, ws.workspace, first)
+            lineage.materialise_forks(conn, key, first, citus)
+            if lineage.materialise_own(conn, key, first, citus) and citus:
+                link = None  # the prefix is its own now; the reference is gone
         removed = nbytes = 0
         gone_batches: set[str] = set()
         kept_batches: set[str] = set()
@@ -74,16 +75,16 @@ def replace(ws: PgHandle, expect: PgState, edits: Sequence[Edit],
             back = [p.row.seq for p in e.rows]  # taken out and put back: not put aside
             if back:
                 conn.execute("DELETE FROM tl_rows WHERE workspace = %s AND seq = ANY(%s)",
-                             (ws.workspace, back))
+                             (key, back))
             cond, args = "seq BETWEEN %(first)s AND %(last)s", {"first": e.first, "last": e.last}
             if put_aside is not None:
-                n, b, bids = quarantine(conn, ws.workspace, cond, args, put_aside)
+                n, b, bids = quarantine(conn, key, cond, args, put_aside)
             else:
                 n, b, bids = conn.execute(
                     f"WITH gone AS (DELETE FROM tl_rows WHERE workspace = %(ws)s AND {cond} "
                     "RETURNING batch_id, raw) SELECT count(*), coalesce(sum(octet_length(raw) "
                     "+ 1), 0), array_agg(DISTINCT batch_id) FROM gone",
-                    {**args, "ws": ws.workspace}).fetchone()
+                    {**args, "ws": key}).fetchone()
             removed, nbytes = removed + int(n), nbytes + int(b)
             gone_batches.update(x for x in bids or () if x is not None)
             if e.rows:
@@ -93,31 +94,31 @@ def replace(ws: PgHandle, expect: PgState, edits: Sequence[Edit],
                     cur.executemany(
                         "INSERT INTO tl_rows (workspace, seq, batch_id, boundary, raw) VALUES "
                         "(%s, %s, %s, %s, %s)",
-                        [(ws.workspace, p.row.seq, b_id, p.boundary, p.row.line)
+                        [(key, p.row.seq, b_id, p.boundary, p.row.line)
                          for p, b_id in zip(e.rows, bid, strict=True)])
         # No vector of a row this rewrite removes outlives it (vectors.py).
         for table in VECTOR_TABLES:
-            conn.execute(f"DELETE FROM {table} WHERE workspace = %s", (ws.workspace,))
+            conn.execute(f"DELETE FROM {table} WHERE workspace = %s", (key,))
         forget = sorted(gone_batches - kept_batches)
         if forget:
             conn.execute("DELETE FROM tl_batches WHERE workspace = %s AND batch_id = ANY(%s)",
-                         (ws.workspace, forget))
+                         (key, forget))
         epoch = st.epoch
         if removed or any(e.rows for e in edits) or not edits:
-            here = {"ws": ws.workspace}
+            here = {"ws": key}
             last = conn.execute(
                 "SELECT seq, boundary FROM " + lineage.rows_sql(
-                    shared, where="boundary IS NOT NULL", order="seq DESC", limit="1")
+                    link, where="boundary IS NOT NULL", order="seq DESC", limit="1")
                 + " t ORDER BY seq DESC LIMIT 1", here).fetchone()
             manual = conn.execute(
                 "SELECT seq FROM " + lineage.rows_sql(
-                    shared, where="boundary = 'manual'", order="seq DESC", limit="1")
+                    link, where="boundary = 'manual'", order="seq DESC", limit="1")
                 + " t ORDER BY seq DESC LIMIT 1", here).fetchone()
             window, floor = settle(st, boundary(*last) if last else None,
                                    boundary(manual[0], "manual") if manual else None, hold,
                                    edits)
             top = conn.execute(
-                "SELECT max(seq) FROM " + lineage.rows_sql(shared, order="seq DESC", limit="1")
+                "SELECT max(seq) FROM " + lineage.rows_sql(link, order="seq DESC", limit="1")
                 + " t", here).fetchone()[0]
             epoch = rules.new_epoch(st.epoch)
             conn.execute(
@@ -125,7 +126,7 @@ def replace(ws: PgHandle, expect: PgState, edits: Sequence[Edit],
                 "floor_seq = %s, next_seq = %s, updated_ms = %s WHERE workspace = %s",
                 (epoch, window.seq if window else 0, window.reason if window else None,
                  floor.seq if floor else None, max(st.next_seq, (top or 0) + 1), now_ms(),
-                 ws.workspace))
+                 key))
     return Replaced(epoch, removed, nbytes,
                     [f"tl_quarantine ({removed} rows)"] if put_aside is not None and removed
                     else [])
@@ -141,8 +142,8 @@ def backup(ws: PgHandle, dest: str) -> BackupResult:
     with ws.db.read("backup") as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         cur = conn.cursor(name="tl_backup")  # server-side: flat memory
-        cur.execute(f"SELECT raw FROM {lineage.rows_sql(ws.db.shared)} t ORDER BY seq",
-                    {"ws": ws.workspace})
+        cur.execute(f"SELECT raw FROM {lineage.rows_sql(ws.link)} t ORDER BY seq",
+                    {"ws": ws.key})
         total = write_workspace_dir(dest, (bytes(raw) for (raw,) in cur))
     return BackupResult(ws.workspace, dest, 2, total)
 
@@ -153,13 +154,13 @@ def stat(ws: PgHandle) -> StatReport:
         st = ws.head_in(conn)
         counts = conn.execute(
             "SELECT count(*), coalesce(sum(octet_length(raw) + 1), 0) FROM "
-            f"{lineage.rows_sql(ws.db.shared)} t", {"ws": ws.workspace}).fetchone()
+            f"{lineage.rows_sql(ws.link)} t", {"ws": ws.key}).fetchone()
         q = conn.execute("SELECT coalesce(sum(octet_length(raw)), 0) FROM tl_quarantine "
-                         "WHERE workspace = %s", (ws.workspace,)).fetchone()
+                         "WHERE workspace = %s", (ws.key,)).fetchone()
         bounds = conn.execute(  # by the partial index on boundary rows
             "SELECT count(*) FROM "
-            + lineage.rows_sql(ws.db.shared, where="boundary IS NOT NULL") + " t",
-            {"ws": ws.workspace}).fetchone()
+            + lineage.rows_sql(ws.link, where="boundary IS NOT NULL") + " t",
+            {"ws": ws.key}).fetchone()
     assert st is not None
     return st.stat(ws.workspace, engine="postgresql", database=ws.db.where,
                    boundaries=int(bounds[0]), rows=counts[0], nbytes=int(counts[1]),

@@ -53,10 +53,18 @@ postings by BM25 impact (GIN returns every matching row, so work would grow
 with the history) and the same terms, statistics and candidates as the file
 engine's index, so both engines rank alike.
 
-``tl_lineage`` (schema version 5) -- one row per fork made on plain
-PostgreSQL: its rows up to ``upto`` are ``source``'s own (``lineage.py`` says
+``tl_lineage`` (schema version 5) -- one row per fork that shares its
+source's rows: its rows up to ``upto`` are ``source``'s own (``lineage.py`` says
 how reads union them and how sharing survives rewrites and deletes); indexed
 by ``source`` too, for the rewrites that must find a workspace's forks.
+
+``tl_head.alias`` and ``tl_forks`` (schema version 6) -- forks by reference
+on Citus (``keys.py``): a fork made there is stored under a key that hashes
+into its source's shard, and its id's head row is a pointer whose ``alias``
+is that key (NULL on every other head row, and on plain PostgreSQL);
+``tl_forks`` lists each source's forks in the source's shard (on Citus a
+query by ``tl_lineage.source`` would go to every shard; plain PostgreSQL uses
+the index and leaves ``tl_forks`` empty).
 
 ``tl_schema`` -- the schema version. A database written by a newer version of
 the package refuses to open (``FormatError``), like the file engine's FORMAT.
@@ -65,8 +73,10 @@ the schema lock: version 1 databases get the (empty) recall tables, version 2
 ones the recall state's ``floor`` column (the index then rebuilds from the
 floor, its format being older), version 3 ones the (empty) vector tables,
 version 4 ones the (empty) ``tl_lineage`` table (their forks stay the full
-copies they are), and the index is built lazily by the first ranked search,
-never at the upgrade.
+copies they are), version 5 ones ``tl_head.alias`` and the (empty)
+``tl_forks`` (on Citus, the forks made before stay the full copies they
+are; on plain PostgreSQL nothing else changes), and the index is built
+lazily by the first ranked search, never at the upgrade.
 
 On a database with the ``citus`` extension the tables are created
 distributed, in the same transaction (``citus.py``): the four workspace
@@ -81,8 +91,9 @@ from typing import Any
 
 from ledger.core.errors import FormatError
 
-SCHEMA_VERSION = 5  # 2: the recall tables (tl_recall_*); 3: tl_recall_state.floor;
-# 4: the semantic channel's vectors (tl_vec_state, tl_vec: ``vectors.py``); 5: tl_lineage
+SCHEMA_VERSION = 6  # 2: the recall tables (tl_recall_*); 3: tl_recall_state.floor;
+# 4: the semantic channel's vectors (tl_vec_state, tl_vec: ``vectors.py``); 5: tl_lineage;
+# 6: tl_head.alias and tl_forks (forks by reference on Citus: ``keys.py``)
 
 # Taken while creating the tables: concurrent first connections must not race
 # CREATE TABLE IF NOT EXISTS (it is not atomic against itself).
@@ -171,6 +182,13 @@ CREATE TABLE IF NOT EXISTS tl_lineage (
     upto      bigint NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tl_lineage_source ON tl_lineage (source, upto);
+ALTER TABLE tl_head ADD COLUMN IF NOT EXISTS alias text;
+CREATE TABLE IF NOT EXISTS tl_forks (
+    workspace text NOT NULL,
+    fork      text NOT NULL,
+    upto      bigint NOT NULL,
+    PRIMARY KEY (workspace, fork)
+);
 CREATE TABLE IF NOT EXISTS tl_recall_echo (
     workspace text NOT NULL,
     call      text NOT NULL,
@@ -252,8 +270,9 @@ def create_schema(conn: Any, where: str, *, fresh: bool) -> list[str]:
 
 def _materialise_all(conn: Any) -> None:
     """Before the tables go to Citus, give every fork its own copy of the rows
-    it shares with its source (``lineage.py``): a Citus statement reads one
-    workspace's shards, so a fork there holds its whole history."""
+    it shares with its source (``lineage.py``): a fork made on plain
+    PostgreSQL is stored under its id, which hashes into any shard, and a
+    Citus statement is one task only over one shard."""
     if conn.execute("SELECT to_regclass('tl_lineage') IS NOT NULL AND NOT EXISTS (SELECT "
                     "FROM pg_dist_partition WHERE logicalrelid = to_regclass('tl_lineage'))"
                     ).fetchone()[0] is not True:

@@ -56,12 +56,12 @@ VECTORS_ACTION = ("tledger repair removes them; the next ranked search with an e
                   "computes them again")
 
 
-def _stored(conn: Any, workspace: str, shared: bool) -> Iterator[StoredRow]:
+def _stored(conn: Any, workspace: str, link: str | None) -> Iterator[StoredRow]:
     """The rows of one snapshot, in seq order (a server-side cursor), a
     fork's shared prefix included (``lineage.py``)."""
     cur = conn.cursor(name="tl_verify")
     cur.itersize = 2000
-    cur.execute(f"SELECT seq, batch_id, boundary, raw FROM {rows_sql(shared)} t ORDER BY seq",
+    cur.execute(f"SELECT seq, batch_id, boundary, raw FROM {rows_sql(link)} t ORDER BY seq",
                 {"ws": workspace})
     for seq, bid, b, raw in cur:
         yield StoredRow(seq, bid, b, bytes(raw))
@@ -75,31 +75,31 @@ def verify(ws: PgHandle) -> tuple[RowState, Verified]:
         if head is None:
             raise WorkspaceNotFound(f"workspace {ws.workspace!r} has no history in "
                                     f"{ws.db.where}")
-        out = rowcheck.verify_rows(_stored(conn, ws.workspace, ws.db.shared))
+        out = rowcheck.verify_rows(_stored(conn, ws.key, ws.link))
         out.problems.extend(out.open_calls())
 
         def held(before: int, after: int) -> int:
             return int(conn.execute(
                 "SELECT count(DISTINCT seq) FROM tl_quarantine WHERE workspace = %s AND "
-                "seq > %s AND seq < %s", (ws.workspace, before, after)).fetchone()[0])
+                "seq > %s AND seq < %s", (ws.key, before, after)).fetchone()[0])
 
         rowcheck.explain_gaps(out, held, QUARANTINE)
-        out.recall_index = recall_check.exists(conn, ws.workspace)
+        out.recall_index = recall_check.exists(conn, ws.key)
         for code, message in recall_check.inspect(
-                conn, ws.workspace, head.epoch, head.next_seq,
-                head.floor.seq if head.floor is not None else 0, ws.db.shared):
+                conn, ws.key, head.epoch, head.next_seq,
+                head.floor.seq if head.floor is not None else 0, ws.link):
             out.problems.append(Problem(code, None, message, notice=True,
                                         action=recall_check.ACTION))
 
         def text_of(seq: int) -> str | None:
             got = conn.execute(
-                f"SELECT raw FROM {rows_sql(ws.db.shared, where='seq = %(seq)s')} t",
-                {"ws": ws.workspace, "seq": seq}, binary=True).fetchone()
+                f"SELECT raw FROM {rows_sql(ws.link, where='seq = %(seq)s')} t",
+                {"ws": ws.key, "seq": seq}, binary=True).fetchone()
             row = fmt.decode_line(bytes(got[0])) if got is not None else None
             return None if row is None or hidden(row) else row_text(row)
 
         for code, message in pg_vectors.inspect(
-                conn, ws.workspace, head.epoch,
+                conn, ws.key, head.epoch,
                 head.floor.seq if head.floor is not None else 0, text_of):
             out.problems.append(Problem(code, None, message, notice=True,
                                         action=VECTORS_ACTION))
@@ -125,11 +125,11 @@ def repair(ws: PgHandle, policy: str = "salvage", dry_run: bool = False,
     out, found = repair_rows(ws, lambda: verify(ws), QUARANTINE, policy, dry_run)
     stale = any(p.code.startswith("recall_index") for p in found.problems)
     if not dry_run and (stale or (out.changed and found.recall_index)):
-        recall_check.rebuild(ws.db, ws.workspace)
+        recall_check.rebuild(ws.db, ws.key, ws.link)
     if not dry_run and any(p.code.startswith("recall_vectors") for p in found.problems):
         with ws.db.write(f"remove the vectors of {ws.workspace!r}") as conn:
             for table in pg_vectors.TABLES:  # computed again by the next ranked search
-                conn.execute(f"DELETE FROM {table} WHERE workspace = %s", (ws.workspace,))
+                conn.execute(f"DELETE FROM {table} WHERE workspace = %s", (ws.key,))
     if not dry_run:
         out.after = check(ws)
     return out

@@ -44,8 +44,9 @@ from ledger.storage.engine import (
     WorkspaceHandle,
 )
 from ledger.storage.forking import RowForks
+from ledger.storage.postgres import keys
 from ledger.storage.postgres.connect import Database
-from ledger.storage.postgres.lineage import batches_sql, rows_sql
+from ledger.storage.postgres.lineage import PG, batches_sql, rows_sql
 from ledger.storage.postgres.vectors import PgVectors
 from ledger.storage.primitives import Edit, Replaced
 from ledger.storage.rewrites import RowRewrites
@@ -93,20 +94,59 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
         super().__init__(store, workspace)
         self.db = db
         self._vectors: PgVectors | None = None
+        self._where: tuple[str, str | None] | None = None  # (key, link): keys.py
+
+    # --- where the rows are (keys.py) -------------------------------------------
+
+    @property
+    def key(self) -> str:
+        """The key this workspace's rows are stored under: its id, except for
+        a fork made on Citus (``keys.py``)."""
+        return self._resolved()[0]
+
+    @property
+    def link(self) -> str | None:
+        """How a statement reads the rows this workspace shares with its
+        source (``lineage.rows_sql``)."""
+        return self._resolved()[1]
+
+    def _resolved(self) -> tuple[str, str | None]:
+        if self._where is None:
+            if not self.db.citus:
+                self._where = (self.workspace, PG)
+            else:
+                with self.db.read("find the workspace") as conn:
+                    self._where = keys.resolve(conn, self.workspace, self.db.where)
+        return self._where
+
+    def _stale(self, conn: Any, pointer: bool) -> bool:
+        """After a head read under the key found a pointer (``pointer``) or
+        no head: resolve the key again on ``conn``; whether it changed (the
+        workspace was deleted and made again, as or instead of a fork)."""
+        if not self.db.citus or (not pointer and self.key == self.workspace):
+            return False
+        old = self._where
+        self._where = keys.resolve(conn, self.workspace, self.db.where)
+        return self._where != old
 
     def vector_backend(self) -> PgVectors:
         """The semantic channel's vectors (``vectors.py``), kept for the
         calls of this handle."""
         if self._vectors is None:
-            self._vectors = PgVectors(self.db, self.workspace)
+            self._vectors = PgVectors(self.db, self.key)
         return self._vectors
 
     # --- state ------------------------------------------------------------------
 
     def head_in(self, conn: Any, lock: bool = False) -> PgState | None:
-        sql = f"SELECT {HEAD_COLUMNS} FROM tl_head WHERE workspace = %s"
-        got = conn.execute(sql + (" FOR UPDATE" if lock else ""), (self.workspace,)).fetchone()
-        return state_of(got) if got is not None else None
+        sql = f"SELECT {HEAD_COLUMNS}, alias FROM tl_head WHERE workspace = %s" + (
+            " FOR UPDATE" if lock else "")
+        while True:
+            got = conn.execute(sql, (self.key,)).fetchone()
+            pointer = got is not None and got[5] is not None
+            if (got is None or pointer) and self._stale(conn, pointer):
+                continue  # read the head under the new key
+            return state_of(got[:5]) if got is not None and not pointer else None
 
     def exists(self) -> bool:
         with self.db.read("exists") as conn:
@@ -138,12 +178,12 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
         epoch: int | None = None
         sql = (
             "SELECT (SELECT epoch FROM tl_head WHERE workspace = %(ws)s), seq, raw FROM "
-            + rows_sql(self.db.shared, where="seq > %(last)s", order="seq", limit="%(n)s")
+            + rows_sql(self.link, where="seq > %(last)s", order="seq", limit="%(n)s")
             + " t ORDER BY seq LIMIT %(n)s"
         )
         while True:
             with self.db.read("read rows") as conn:
-                page = conn.execute(sql, {"ws": self.workspace, "last": last,
+                page = conn.execute(sql, {"ws": self.key, "last": last,
                                           "n": PAGE_ROWS}, binary=True).fetchall()
             if not page:
                 return
@@ -163,8 +203,8 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
     def get(self, seq: int) -> Row | None:
         with self.db.read("get") as conn:
             got = conn.execute(
-                f"SELECT raw FROM {rows_sql(self.db.shared, where='seq = %(seq)s')} t",
-                {"ws": self.workspace, "seq": seq}, binary=True).fetchone()
+                f"SELECT raw FROM {rows_sql(self.link, where='seq = %(seq)s')} t",
+                {"ws": self.key, "seq": seq}, binary=True).fetchone()
         return decode(self.workspace, seq, bytes(got[0])) if got is not None else None
 
     def window_rows(self) -> list[Row]:
@@ -180,15 +220,17 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
         between the two shows as a changed window seq: read again."""
         with self.db.read("read the window") as conn:
             for _ in range(WINDOW_TRIES):
-                head = conn.execute("SELECT window_seq FROM tl_head WHERE workspace = %s",
-                                    (self.workspace,)).fetchone()
-                if head is None:
+                head = conn.execute("SELECT window_seq, alias FROM tl_head WHERE workspace = %s",
+                                    (self.key,)).fetchone()
+                if head is None or head[1] is not None:  # none, or a pointer (keys.py)
+                    if self._stale(conn, head is not None):
+                        continue
                     break
                 got = conn.execute(
                     "SELECT h.window_seq, r.seq, r.raw FROM tl_head h LEFT JOIN "
-                    + rows_sql(self.db.shared, where="seq > %(w)s")
+                    + rows_sql(self.link, where="seq > %(w)s")
                     + " r ON true WHERE h.workspace = %(ws)s ORDER BY r.seq",
-                    {"ws": self.workspace, "w": head[0]},
+                    {"ws": self.key, "w": head[0]},
                     binary=True,  # bytea as bytes: no hex to encode or parse
                 ).fetchall()
                 if got and got[0][0] == head[0]:
@@ -217,15 +259,15 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
                 conn.execute(
                     "INSERT INTO tl_head (workspace, next_seq, epoch, created_ms, updated_ms) "
                     "VALUES (%s, 1, %s, %s, %s) ON CONFLICT (workspace) DO NOTHING",
-                    (self.workspace, rules.new_epoch(), now, now),
+                    (self.key, rules.new_epoch(), now, now),
                 )
                 st = self.head_in(conn, lock=True)
                 assert st is not None
             if batch.caller_id:
                 found = conn.execute(
                     "SELECT first_seq, n FROM "
-                    + batches_sql(self.db.shared, where="batch_id = %(bid)s") + " b",
-                    {"ws": self.workspace, "bid": bid},
+                    + batches_sql(self.link, where="batch_id = %(bid)s") + " b",
+                    {"ws": self.key, "bid": bid},
                 ).fetchone()
                 if found is not None:
                     first, n = found
@@ -241,13 +283,13 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
             conn.execute(
                 "INSERT INTO tl_batches (workspace, batch_id, first_seq, n) VALUES (%s, %s, %s, "
                 "%s) ON CONFLICT (workspace, batch_id) DO NOTHING",
-                (self.workspace, bid, st.next_seq, len(lines)),
+                (self.key, bid, st.next_seq, len(lines)),
             )
             conn.execute(
                 "UPDATE tl_head SET next_seq = %s, window_seq = %s, window_reason = %s, "
                 "floor_seq = %s, updated_ms = %s WHERE workspace = %s",
                 (next_seq, window.seq if window else 0, window.reason if window else None,
-                 floor.seq if floor else None, now_ms(), self.workspace),
+                 floor.seq if floor else None, now_ms(), self.key),
             )
         return AppendResult([int(r["seq"]) for r in stored], st.epoch,
                             window.seq if window else 0, bid)
@@ -258,7 +300,7 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
         params: list[Any] = []
         for i, (row, line) in enumerate(zip(stored, lines, strict=True)):
             values.append("(%s, %s, %s, %s, %s)")
-            params += [self.workspace, row["seq"], bid, reasons.get(i),
+            params += [self.key, row["seq"], bid, reasons.get(i),
                        line[:-1] if line.endswith(b"\n") else line]
         conn.execute("INSERT INTO tl_rows (workspace, seq, batch_id, boundary, raw) VALUES "
                      + ", ".join(values), params)
@@ -275,7 +317,7 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
             now = now_ms()
             conn.execute(
                 "INSERT INTO tl_head (workspace, next_seq, epoch, created_ms, updated_ms) "
-                "VALUES (%s, 1, %s, %s, %s)", (self.workspace, rules.new_epoch(), now, now))
+                "VALUES (%s, 1, %s, %s, %s)", (self.key, rules.new_epoch(), now, now))
             window: Boundary | None = None
             floor: Boundary | None = None
             batches: list[tuple[str, int, int]] = []
@@ -295,7 +337,7 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
                             "where it is; nothing was written")
                     batches.append((bid, run[0].seq, len(run)))
                     for row in run:
-                        copy.write_row((self.workspace, row.seq, bid, reasons.get(row.seq),
+                        copy.write_row((self.key, row.seq, bid, reasons.get(row.seq),
                                         row.line))
                         count += 1
                         total += len(row.line) + 1
@@ -304,12 +346,12 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
                 cur.executemany(
                     "INSERT INTO tl_batches (workspace, batch_id, first_seq, n) VALUES "
                     "(%s, %s, %s, %s) ON CONFLICT (workspace, batch_id) DO NOTHING",
-                    [(self.workspace, b, first, n) for b, first, n in batches])
+                    [(self.key, b, first, n) for b, first, n in batches])
             conn.execute(
                 "UPDATE tl_head SET next_seq = %s, window_seq = %s, window_reason = %s, "
                 "floor_seq = %s WHERE workspace = %s",
                 (last + 1, window.seq if window else 0, window.reason if window else None,
-                 floor.seq if floor else None, self.workspace))
+                 floor.seq if floor else None, self.key))
         return Loaded(count, total)
 
     def clean_quarantine(self, older_than_s: float) -> QuarantineCleaned:
@@ -319,7 +361,7 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
             got = conn.execute(
                 "WITH gone AS (DELETE FROM tl_quarantine WHERE workspace = %s AND ts_ms < %s "
                 "RETURNING raw) SELECT count(*), coalesce(sum(octet_length(raw)), 0) FROM gone",
-                (self.workspace, cutoff)).fetchone()
+                (self.key, cutoff)).fetchone()
         return QuarantineCleaned(int(got[0]), int(got[1]))
 
     def list_quarantine(self) -> list[QuarantineEntry]:
@@ -329,7 +371,7 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
                     f"workspace {self.workspace!r} has no history in {self.db.where}")
             got = conn.execute(
                 "SELECT id, ts_ms, reason, octet_length(raw), seq FROM tl_quarantine WHERE "
-                "workspace = %s ORDER BY id", (self.workspace,)).fetchall()
+                "workspace = %s ORDER BY id", (self.key,)).fetchall()
         return [QuarantineEntry(f"tl_quarantine:{i}", int(ts), reason, int(n), seq)
                 for i, ts, reason, n, seq in got]
 
@@ -344,12 +386,12 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
                     f"workspace {self.workspace!r} has no history in {self.db.where}")
             got = conn.execute(
                 "SELECT id FROM tl_quarantine WHERE workspace = %s AND reason = %s AND raw = %s",
-                (self.workspace, why, data)).fetchone()
+                (self.key, why, data)).fetchone()
             if got is None:
                 got = conn.execute(
                     "INSERT INTO tl_quarantine (workspace, ts_ms, seq, reason, raw) VALUES "
                     "(%s, %s, NULL, %s, %s) RETURNING id",
-                    (self.workspace, now_ms(), why, data)).fetchone()
+                    (self.key, now_ms(), why, data)).fetchone()
         return f"tl_quarantine:{got[0]}"
 
     # --- verify and repair (verify.py) ----------------------------------------------
@@ -379,8 +421,8 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
         with self.db.read("read rows") as conn:
             got = conn.execute(
                 "SELECT seq, raw FROM "
-                + rows_sql(self.db.shared, where="seq BETWEEN %(first)s AND %(last)s")
-                + " t ORDER BY seq", {"ws": self.workspace, "first": first, "last": last},
+                + rows_sql(self.link, where="seq BETWEEN %(first)s AND %(last)s")
+                + " t ORDER BY seq", {"ws": self.key, "first": first, "last": last},
                 binary=True).fetchall()
         return [decode(self.workspace, seq, bytes(raw)) for seq, raw in got]
 

@@ -74,28 +74,45 @@ def _ask(proc: subprocess.Popen, req: dict) -> int:
     return int(line)
 
 
+LANES = 2  # writers alive at once, in different workspaces (their kill delays overlap)
+
+
 def test_sigkill_forked_writers(zygote: subprocess.Popen, tmp_path: Path) -> None:
     """216 writers forked from a warm interpreter, each killed 5-60 ms after
     it started; a new workspace every 9 kills, so early kills also land in
-    the creation of a history."""
+    the creation of a history. Two lanes of workspaces run side by side: kill
+    ``r`` of each lane in round ``r``, so two writers (never of one workspace)
+    wait out their delays together."""
     rng = random.Random(0x5EED)
+    plans = []  # per kill, in order: (segment bytes, delay): the draws of one lane-less loop
+    for _k in range(KILLS_FORKED):
+        plans.append((rng.choice([512, 4096, 65536]), rng.uniform(0.005, 0.060)))
     root = tmp_path / "store"
+    per_lane = KILLS_FORKED // LANES
+    assert per_lane % KILLS_PER_WORKSPACE == 0  # a workspace's kills stay in one lane, in order
     deaths = 0
-    for k in range(KILLS_FORKED):
-        ws = f"crash-{k // KILLS_PER_WORKSPACE}"
-        ack = tmp_path / f"ack-{k}"
-        durability = "full" if k % 8 == 7 else "off"
-        spec = {"root": str(root), "ws": ws, "durability": durability,
-                "segment_bytes": rng.choice([512, 4096, 65536]), "ack": str(ack), "seed": k}
-        pid = _ask(zygote, {"spawn": spec})
-        time.sleep(rng.uniform(0.005, 0.060))
-        os.kill(pid, signal.SIGKILL)
-        status = _ask(zygote, {"wait": pid})
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
-            f"kill {k}: the writer ended by itself (status {status}) -- it failed before the kill"
-        )
-        deaths += 1
-        _verify_after_kill(root, ws, ack, f"kill {k} ({ws}, durability={durability})")
+    for r in range(per_lane):
+        kills = [lane * per_lane + r for lane in range(LANES)]
+        started = []
+        for k in kills:
+            ws = f"crash-{k // KILLS_PER_WORKSPACE}"
+            durability = "full" if k % 8 == 7 else "off"
+            spec = {"root": str(root), "ws": ws, "durability": durability,
+                    "segment_bytes": plans[k][0], "ack": str(tmp_path / f"ack-{k}"), "seed": k}
+            pid = _ask(zygote, {"spawn": spec})
+            started.append((time.monotonic() + plans[k][1], k, pid, ws, durability))
+        for due, _k, pid, _ws, _d in sorted(started):
+            time.sleep(max(0.0, due - time.monotonic()))
+            os.kill(pid, signal.SIGKILL)
+        for _due, k, pid, ws, durability in started:
+            status = _ask(zygote, {"wait": pid})
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
+                f"kill {k}: the writer ended by itself (status {status}) -- it failed before "
+                "the kill"
+            )
+            deaths += 1
+            _verify_after_kill(root, ws, tmp_path / f"ack-{k}",
+                               f"kill {k} ({ws}, durability={durability})")
     assert deaths == KILLS_FORKED
     # The writers really wrote: most kills landed after several acknowledged batches.
     acked = sum(len(read_acks(tmp_path / f"ack-{k}")) for k in range(KILLS_FORKED))

@@ -33,7 +33,7 @@ from ledger.core.errors import DeletePending, UnsafePath, WorkspaceNotFound
 from ledger.storage.files import segments as segs
 from recovery.check import check
 from recovery.repair import repair
-from tests.helpers import msg, subprocess_env
+from tests.helpers import cli_proc, msg, subprocess_env
 
 WS = "ws"
 TIMEOUT = 30
@@ -91,10 +91,8 @@ WHAT = {"segment-directory": "a directory", "segment-dangling-symlink": "a symli
 
 
 def tledger(root: Path, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "ledger", "--root", str(root), *args], input=stdin,
-        capture_output=True, env=subprocess_env(), timeout=TIMEOUT, check=False,
-    )
+    done = cli_proc.run(["--root", str(root), *args], stdin=stdin, env=subprocess_env(),
+                        timeout=TIMEOUT, module="ledger")
     return subprocess.CompletedProcess(done.args, done.returncode,
                                        done.stdout.decode("utf-8", "replace"),
                                        done.stderr.decode("utf-8", "replace"))

@@ -22,7 +22,7 @@ psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not ins
 
 WORKSPACE_TABLES = ["tl_batches", "tl_head", "tl_quarantine", "tl_rows", "tl_recall_state",
                     "tl_recall_terms", "tl_recall_docs", "tl_recall_post", "tl_recall_echo",
-                    "tl_vec_state", "tl_vec", "tl_lineage"]
+                    "tl_vec_state", "tl_vec", "tl_lineage", "tl_forks"]
 
 
 def tl(root: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:

@@ -10,6 +10,12 @@ coordinator. The same workload also runs with
 ``citus.multi_task_query_log_level = error``, so a statement that fanned out
 at run time (with its parameters bound by the server) would fail it.
 ``ls`` is the one multi-shard query, and the same setting proves it.
+
+A fork (schema 6, ``ledger/storage/postgres/keys.py``) is stored in its
+source's shard, so its statements -- which read its own rows and its
+source's -- are one task too: the same proof over a fork's hot paths, and
+the strict setting over making forks, forks of forks, and the rewrites and
+deletes that give forks their copies.
 """
 
 from __future__ import annotations
@@ -86,6 +92,33 @@ def hot_paths(store: Store) -> None:
     assert store.delete("ws-b") is True
 
 
+def fork_paths(store: Store, made: bool = False) -> None:
+    """A fork's hot paths (``made``: make the forks first): appends, the
+    provider view, reads, literal and ranked search, a rewrite of its own
+    rows and one of shared rows, a fork of it, deleting its source."""
+    src = store.history("fsrc")
+    if made:
+        for i in range(6):
+            src.append_many([msg(f"needle {i} question"), msg(f"answer {i}", "assistant")])
+        src.fork("fork", at=8)
+    h = store.history("fork")
+    h.append_many([msg("needle own"), msg("own answer", "assistant")])
+    h.append(msg("conditional"), expect_next_seq=h.snapshot().next_seq)
+    assert len(h.provider_view()) >= 9 and h.get(3) is not None and h.get(999) is None
+    assert len(list(h.rows())) == h.stat().rows
+    tool = h.session_history()
+    for args in ({"mode": "literal"}, {"mode": "ranked", "current": True}):
+        got = json.loads(tool.call({"action": "search", "query": "needle", **args}))
+        assert got["items"], got
+    tool.call({"action": "read", "seq": 2})
+    if made:
+        h.fork("deeper")  # past its reference: refers to fsrc, copies its tail
+    h.truncate_after(h.snapshot().next_seq - 2)  # its own rows: the reference stays
+    src.reject(2)  # a shared row: the forks take their copies first
+    h.reject(3)
+    assert store.delete("fsrc") and store.delete("deeper") is made
+
+
 @pytest.fixture
 def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, Any]]]:
     """Every (query, params) a psycopg cursor executes in this process."""
@@ -135,14 +168,41 @@ def test_every_hot_statement_runs_as_one_task(citus_root: str,
     assert len(checked) >= 25  # distinct statements, each proven
 
 
+def test_a_forks_statements_run_as_one_task(citus_root: str,
+                                             captured: list[tuple[str, Any]]) -> None:
+    store = Store(citus_root)
+    src = store.history("fsrc")
+    for i in range(6):
+        src.append_many([msg(f"needle {i} question"), msg(f"answer {i}", "assistant")])
+    src.fork("fork", at=8)
+    with psycopg.connect(citus_root) as conn:
+        key = conn.execute("SELECT alias FROM tl_head WHERE workspace = 'fork'").fetchone()[0]
+        same = conn.execute(
+            "SELECT get_shard_id_for_distribution_column('tl_rows', %s::text) = "
+            "get_shard_id_for_distribution_column('tl_rows', 'fsrc')", (key,)).fetchone()[0]
+    assert key.startswith("fork/") and same
+    captured.clear()
+    fork_paths(store)
+    statements = [(q, p) for q, p in captured if q.split(None, 1)[0].upper() not in UTILITY]
+    assert any("UNION ALL" in q and "tl_lineage" in q for q, _ in statements)
+    assert any("tl_forks" in q for q, _ in statements)
+    with psycopg.connect(citus_root, autocommit=True) as conn:
+        for query, params in statements:
+            got = plan(conn, query, params)
+            assert "Citus" in got, f"not a distributed plan:\n{query}\n{got}"
+            assert tasks(got) == [1] and "Subplan" not in got, \
+                f"not one task on one shard:\n{query}\n{got}"
+
+
 def test_ls_is_the_only_multi_shard_query(citus_root: str) -> None:
     strict = citus_root.replace("&options=", "&options=" + STRICT, 1)
     assert strict != citus_root
     Store(citus_root).history("warm").append(msg("x"))
     hot_paths(Store(strict))  # would raise on any statement that fans out
+    fork_paths(Store(strict), made=True)  # and so would a fork's, or making one
     with pytest.raises(LedgerError, match="multi-task query"):
         Store(strict).workspaces()
-    assert Store(citus_root).workspaces() == ["warm", "ws-a"]
+    assert Store(citus_root).workspaces() == ["fork", "warm", "ws-a"]
     with psycopg.connect(citus_root, autocommit=True) as conn:
         assert tasks(plan(conn, "SELECT workspace FROM tl_head ORDER BY workspace", None)) \
             == [8]  # every shard of the test cluster (citus.shard_count = 8)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from ledger.cli import main as cli_main
 from ledger.core.errors import FormatError
 from ledger.storage.postgres import workspace as pg_workspace
 from ledger.storage.postgres.connect import close_pools
-from tests.helpers import msg, subprocess_env
+from tests.helpers import cli_proc, msg, subprocess_env
 
 psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
 
@@ -28,8 +27,8 @@ def raw_lines(store: Store, ws: str) -> list[bytes]:
 
 
 def tl(root: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "ledger.cli", "--root", root, *args],
-                          input=stdin, capture_output=True, timeout=120, env=subprocess_env())
+    return cli_proc.run(["--root", root, *args], stdin=stdin, timeout=120,
+                        env=subprocess_env())
 
 
 # --- schema ---------------------------------------------------------------------------

@@ -1,0 +1,130 @@
+"""The provider view's window read (``ledger.storage.files.rowread``): a chunk
+of lines takes a fast path (checksums of the whole chunk at once, one
+``decode_lines`` that is also the depth test) and must give exactly the rows
+``decode_line`` gives line by line, on framed, damaged, too-deep and
+non-row lines, read from any depth of the caller's stack.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ledger.core import nesting
+from ledger.core.format import rows as fmt
+from ledger.storage.files import rowread
+
+MAX_DEPTH = 256
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    """A row ``depth`` arrays and objects deep (the row itself is level 1,
+    its meta level 2)."""
+    value: Any = "leaf"
+    for _ in range(depth - 2):
+        value = [value]
+    return {"seq": depth, "kind": "message", "meta": {"x": value}} if depth > 2 else {
+        "seq": depth, "kind": "message", "meta": "flat"}
+
+
+def _line(kind: str, n: int) -> bytes:
+    """One stored line (no newline) of a kind of line a segment may hold."""
+    if kind == "row":
+        return fmt.encode_line({"seq": n, "kind": "message", "role": "user",
+                                "parts": [{"type": "text", "text": f"row {n} [{{é"}]})[:-1]
+    if kind == "deep":  # one level past the limit: damage
+        return fmt.encode_line(_nested(MAX_DEPTH + 1))[:-1]
+    if kind == "limit":  # exactly at the limit: a row
+        return fmt.encode_line(_nested(MAX_DEPTH))[:-1]
+    if kind == "near":  # where the fast path leaves the decision to too_deep
+        return fmt.encode_line(_nested(MAX_DEPTH - 4))[:-1]
+    if kind == "brackets":  # brackets in text are not nesting
+        return fmt.encode_line({"seq": n, "parts": [{"type": "text", "text": "[{" * 400}]})[:-1]
+    if kind == "no_seq":
+        return fmt.encode_line({"kind": "message"})[:-1]
+    if kind == "empty_object":
+        return fmt.frame(b"{}")[:-1]
+    if kind == "damaged":
+        line = bytearray(_line("row", n))
+        line[5] ^= 1
+        return bytes(line)
+    if kind == "unframed":
+        return b'{"seq": 3}'
+    raise AssertionError(kind)
+
+
+_KINDS = ["row", "row", "row", "deep", "limit", "near", "brackets", "no_seq", "empty_object",
+          "damaged", "unframed"]
+
+
+def _expected(lines: list[bytes]) -> list[tuple[int, dict[str, Any]]]:
+    out = []
+    off = 0
+    for line in lines:
+        data = fmt.decode_line(line)
+        if type(data) is dict and isinstance(data.get("seq"), int):
+            out.append((off, data))
+        off += len(line) + 1
+    return out
+
+
+def _read(path: Path, frames: int) -> list[tuple[int, dict[str, Any]]]:
+    def down(k: int) -> list[tuple[int, dict[str, Any]]]:
+        if k > 0:
+            return down(k - 1)
+        return [(r.offset, r.data) for r in rowread.segment_rows(str(path), 1)]
+
+    return down(frames)
+
+
+@pytest.mark.parametrize("capped", [True, False], ids=["decode-capped", "bracket-count"])
+@given(kinds=st.lists(st.sampled_from(_KINDS), min_size=1, max_size=8),
+       frames=st.sampled_from([0, 200, 600, 850]))
+def test_the_fast_path_reads_what_decode_line_reads(
+    tmp_path_factory: pytest.TempPathFactory, capped: bool, kinds: list[str], frames: int,
+) -> None:
+    lines = [_line(k, n) for n, k in enumerate(kinds, 1)]
+    path = tmp_path_factory.mktemp("seg") / "seg"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    saved = nesting.DEPTH_CAPPED
+    nesting.DEPTH_CAPPED = capped and saved
+    try:
+        got = _read(path, frames)
+    finally:
+        nesting.DEPTH_CAPPED = saved
+    assert got == _expected(lines)
+
+
+def test_a_chunk_of_rows_takes_the_fast_path(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # The case the view is fast for: every line a verified row, read in one
+    # decode (not line by line, which would hide a broken fast path).
+    lines = [_line("row", n) for n in range(1, 200)] + [_line("limit", 0)]
+    path = tmp_path / "seg"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+
+    def no_slow_path(line: bytes) -> None:
+        raise AssertionError("read line by line")
+
+    monkeypatch.setattr(fmt, "decode_line", no_slow_path)
+    got = [(r.offset, r.data) for r in rowread.segment_rows(str(path), 1)]
+    monkeypatch.undo()
+    assert got == _expected(lines)
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="measured on CPython 3.10 and 3.11, "
+                    "where msgspec's recursion counts against the thread's recursion limit")
+def test_the_decode_is_the_depth_test_on_this_interpreter() -> None:
+    assert nesting.DEPTH_CAPPED
+    assert not fmt.too_deep(fmt.encode_json(_nested(MAX_DEPTH)))
+    assert fmt.too_deep(fmt.encode_json(_nested(MAX_DEPTH + 1)))
+    decode = fmt.msgspec.json.Decoder().decode_lines
+    ok = fmt.encode_json(_nested(64))
+    deep = fmt.encode_json(_nested(MAX_DEPTH + 1))
+    assert nesting.shallow_lines(decode, ok + b"\n" + ok, b"") is not None
+    assert nesting.shallow_lines(decode, ok + b"\n" + deep, b"") is None
