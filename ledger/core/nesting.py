@@ -140,7 +140,7 @@ def _capped(fn: Callable[[Any], T], arg: Any) -> T | None:
     deeper raises RecursionError); None when that would take more than
     ``_MAX_SINK`` frames."""
     spare = sys.getrecursionlimit() - _frames() - _BUDGET - 1  # _sink(0) holds one more
-    if spare <= 0:
+    if spare < 0:
         return fn(arg)  # already less room than the budget: the cap holds
     if spare > _MAX_SINK:
         return None
