@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import json
+import locale
 import os
 import runpy
 import signal
@@ -52,10 +53,10 @@ def _start() -> subprocess.Popen[str]:
 
 def run(argv: list[str], *, stdin: bytes = b"", env: dict[str, str] | None = None,
         cwd: Path | str | None = None, timeout: float = 120.0, module: str = "ledger.cli"
-        ) -> subprocess.CompletedProcess[bytes]:
+        ) -> subprocess.CompletedProcess[Any]:
     """``subprocess.run([python, "-m", module, *argv], input=stdin, capture_output=True,
     env=env, cwd=cwd, timeout=timeout)``, forked from the zygote; ``module``:
-    ``ledger.cli`` or ``ledger`` (both ``tledger``)."""
+    ``ledger.cli`` or ``ledger`` (both ``tledger``). For ``text=True`` use ``run_text``."""
     if module not in ("ledger.cli", "ledger"):
         raise ValueError(f"cli_proc runs python -m ledger.cli or ledger, not {module!r}")
     global _zygote
@@ -84,6 +85,17 @@ def run(argv: list[str], *, stdin: bytes = b"", env: dict[str, str] | None = Non
     if answer.get("timeout"):
         raise subprocess.TimeoutExpired(args, timeout, output=out, stderr=err)
     return subprocess.CompletedProcess(args, int(answer["returncode"]), out, err)
+
+
+def run_text(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """``run`` with ``text=True``'s outputs: decoded with the locale's encoding and
+    universal newlines, as ``subprocess.run`` decodes them."""
+    done = run(argv, **kwargs)
+    enc = locale.getpreferredencoding(False)
+    return subprocess.CompletedProcess(
+        done.args, done.returncode,
+        *(b.decode(enc).replace("\r\n", "\n").replace("\r", "\n")
+          for b in (done.stdout, done.stderr)))
 
 
 # --- the zygote ------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-import sys
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -19,7 +18,7 @@ import pytest
 from ledger import Store
 from ledger.core.errors import InvalidRoot, Unavailable
 from ledger.storage.postgres import connect
-from tests.helpers import msg, subprocess_env
+from tests.helpers import cli_proc, msg, subprocess_env
 
 psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
 
@@ -45,8 +44,7 @@ def forms(root: str, tmp: Path) -> dict[str, str]:
 def tl(root: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = subprocess_env()
     env["PGPASSWORD"] = SECRET + "env"
-    return subprocess.run([sys.executable, "-m", "ledger.cli", "--root", root, *args],
-                          capture_output=True, text=True, timeout=120, env=env)
+    return cli_proc.run_text(["--root", root, *args], timeout=120, env=env)
 
 
 @pytest.mark.parametrize("form", ["userinfo", "password", "sslpassword", "options",
