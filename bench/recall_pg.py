@@ -187,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             rec["queries_with_hits"] = hits[s]
             if ftimes[s]:
                 rec["files_ranked_p50_ms"] = round(statistics.median(ftimes[s]) * 1e3, 2)
+                rec["files_ranked_p99_ms"] = round(pct(ftimes[s], 0.99) * 1e3, 2)
                 rec["top10_equal_to_files"] = f"{agree[s]}/{len(qs)}"
         log(f"search: {out['sizes']}")
         if not args.no_append:

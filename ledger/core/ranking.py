@@ -66,6 +66,7 @@ SNIPPET_SCAN = 16_384  # code points of a row searched for the snippet's centre
 _WORD = re.compile(r"[^\W_]+")
 _CAMEL = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _PHRASE = re.compile(r'"([^"]+)"')
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 
 # A short stop list: function words that carry no topic. Question words are
 # here too: a question's "what", "when" and "how" never help to find its answer.
@@ -83,12 +84,19 @@ STOP = frozenset(
 _stemmer = Stemmer.Stemmer("english")
 
 
+def _drop_marks(run: re.Match[str]) -> str:
+    return "".join(c for c in run.group() if not unicodedata.combining(c))
+
+
+def _unmarked(decomposed: str) -> str:
+    """NFKD text without its combining marks (only its runs of non-ASCII
+    characters are looked at: most text has a few)."""
+    return decomposed if decomposed.isascii() else _NON_ASCII.sub(_drop_marks, decomposed)
+
+
 def fold(text: str) -> str:
     """Case- and accent-folded text: NFKD, combining marks dropped, casefold."""
-    decomposed = unicodedata.normalize("NFKD", text)
-    if not decomposed.isascii():
-        decomposed = "".join(c for c in decomposed if not unicodedata.combining(c))
-    return decomposed.casefold()
+    return _unmarked(unicodedata.normalize("NFKD", text)).casefold()
 
 
 @lru_cache(maxsize=65536)
@@ -107,13 +115,9 @@ def words(text: str) -> list[str]:
     identifier like ``parseHTTPRequest`` or ``max_retries`` yields its parts
     as well as itself."""
     out: list[str] = []
-    decomposed = unicodedata.normalize("NFKD", text)
-    if not decomposed.isascii():
-        decomposed = "".join(c for c in decomposed if not unicodedata.combining(c))
-    for m in _WORD.finditer(decomposed):
-        w = m.group()
-        folded = w.casefold()
-        out.append(folded)
+    add = out.append
+    for w in _WORD.findall(_unmarked(unicodedata.normalize("NFKD", text))):
+        add(w.casefold())
         if len(w) > 3 and not w.islower() and not w.isupper():
             parts = _CAMEL.findall(w)
             if len(parts) > 1:
@@ -123,7 +127,8 @@ def words(text: str) -> list[str]:
 
 def terms(text: str) -> list[str]:
     """The indexed terms of ``text``, in order (repeats kept)."""
-    return [_stem(w) for w in words(text) if w not in STOP and len(w) < WORD_MAX]
+    stem = _stem_cached  # every word kept is shorter than WORD_MAX
+    return [stem(w) for w in words(text) if w not in STOP and len(w) < WORD_MAX]
 
 
 def term_counts(text: str) -> tuple[Counter[str], int]:

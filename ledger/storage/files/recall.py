@@ -10,16 +10,22 @@ work of a call is bounded by ``SCAN_ROWS`` postings whatever the size of the
 history.
 
 Maintenance is lazy: appends never touch it (their cost is unchanged); the
-first ranked search after appends indexes the rows it has not seen, under
-the reader's shared lock, in SQLite transactions (CHUNK_POSTINGS each, every
-one ending at a consistent mark, so a long build keeps its progress). What it
-has seen is named by the log's epoch, the position just past the last row indexed and a
-hash of that row's line: a rewrite (reject, truncate, purge, repair) starts
-a new epoch and a rebuild; a log that lost or changed the row the index ends
-at (a crash at ``durability="off"``) is rebuilt too; a merge only moves rows
-and is found again by seq. A missing, damaged or foreign database is
-rebuilt from the segments. Every row the tool returns is read again from
-the log.
+first ranked search after appends brings it up to the log, under the
+reader's shared lock. A few rows (at most ``recall_tail.FOLD_BYTES`` of
+lines beyond the mark) are read into the process's unindexed tail
+(``ledger.storage.files.recall_tail``), which each search scores with the
+index's rows under the same statistics; once the tail holds
+``FOLD_ROWS`` rows or ``FOLD_BYTES`` bytes it is folded into the database in
+one transaction. Anything more, or a new index, is indexed in SQLite
+transactions (CHUNK_POSTINGS each, every one ending at a consistent mark, so
+a long build keeps its progress). What it has seen is named by the log's
+epoch, the position just past the last row indexed and a hash of that row's
+line: a rewrite (reject, truncate, purge, repair) starts a new epoch and a
+rebuild; a log that lost or changed the row the index or its tail ends at (a
+crash at ``durability="off"``) is rebuilt too; a merge only moves rows and
+is found again by seq (the tail is dropped and read again). A missing,
+damaged or foreign database is rebuilt from the segments. Every row the tool
+returns is read again from the log.
 
 The privacy floor hides statistics too: the index holds only the rows after
 the floor (it starts at the floor's line), so document counts, lengths and
@@ -43,12 +49,16 @@ index never answers differently from a fresh one.
 
 from __future__ import annotations
 
+import heapq
 import os
 import sqlite3
 import stat as stat_mod
+import threading
 from array import array
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import Any
 from urllib.parse import quote
 
@@ -61,6 +71,7 @@ from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.searchable import hidden, indexed_terms, row_text
 from ledger.storage.files import segments as segs
+from ledger.storage.files.recall_tail import FOLD_BYTES, Tail, TailDoc
 
 VERSION = "5"
 _MASK = (1 << 64) - 1
@@ -139,6 +150,115 @@ class Mark:
 
 
 _EMPTY = Mark(-1, "", 0, 0, -1, 0, -1, "", 0, 0)
+
+
+@dataclass
+class _Progress:
+    """A mark being advanced line by line (``RecallIndex._rows``), with the
+    bytes of lines read and each segment's last row line read."""
+
+    upto: int
+    window: int
+    segment: int
+    offset: int
+    last_at: int
+    last_hash: str
+    docs: int
+    total: int
+    lines: int
+    bytes: int = 0
+    seg_ends: dict[int, tuple[int, str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, mark: Mark) -> _Progress:
+        return cls(mark.upto, mark.window, mark.segment, mark.offset, mark.last_at,
+                   mark.last_hash, mark.docs, mark.total, mark.lines)
+
+    def mark(self, epoch: int, layout: str, floor: int, next_tid: int) -> Mark:
+        return Mark(epoch, layout, self.upto, self.window, self.segment, self.offset,
+                    self.last_at, self.last_hash, self.docs, self.total, self.lines, floor,
+                    next_tid)
+
+
+class _Writer:
+    """Documents and boundaries written into the index, in the caller's
+    transaction: each term's id (looked up, else the next free one) and
+    document frequency, the postings, the docs entries and the new echo
+    entries, buffered until ``flush``."""
+
+    def __init__(self, db: sqlite3.Connection, next_tid: int) -> None:
+        self.db = db
+        self.next_tid = next_tid
+        self.fresh = next_tid == 1  # an empty table: no term to look up
+        self.tids: dict[str, list[int]] = {}  # term -> [id, document frequency]
+        self.touched: set[str] = set()  # the terms to write at the next flush
+        self.doc_rows: list[tuple[Any, ...]] = []
+        self.post_rows: list[tuple[int, int, int, int]] = []
+        self.new_calls: list[str] = []
+        self.looked: set[str] = set()  # terms looked up already (``preload``)
+
+    def preload(self, terms: Iterable[str]) -> None:
+        """Look up the ids of many terms at once (a fold knows them all)."""
+        wanted = sorted(set(terms) - self.tids.keys())
+        for i in range(0, len(wanted), 500):
+            part = wanted[i:i + 500]
+            for term, tid, n, h in self.db.execute(
+                    f"SELECT term, tid, n, h FROM df WHERE term IN ({','.join('?' * len(part))})",
+                    part):
+                if h != _h(term, tid, n):
+                    raise Damaged("a term fails its checksum")
+                self.tids[term] = [int(tid), int(n)]
+            self.looked.update(part)
+
+    def _tid_of(self, term: str) -> int:
+        got = self.tids.get(term)
+        if got is None:
+            row = None if self.fresh or term in self.looked else self.db.execute(
+                "SELECT tid, n, h FROM df WHERE term = ?", (term,)).fetchone()
+            if row is None:
+                got = [self.next_tid, 0]
+                self.next_tid += 1
+            else:
+                if row[2] != _h(term, row[0], row[1]):
+                    raise Damaged("a term fails its checksum")
+                got = [int(row[0]), int(row[1])]
+            self.tids[term] = got
+        got[1] += 1
+        self.touched.add(term)
+        return got[0]
+
+    def boundary(self, seq: int) -> None:
+        self.db.execute("INSERT OR REPLACE INTO wins VALUES (?, ?)", (seq, _h(seq)))
+
+    def doc(self, seq: int, window: int, tfs: Counter[str], length: int, size: int,
+            number: int, offset: int) -> None:
+        pairs = array("I")
+        for t, n in tfs.items():
+            tid = self._tid_of(t)
+            self.post_rows.append((tid, -round(ranking.impact(n, length) * 1000), -seq, n))
+            pairs.append(tid)
+            pairs.append(min(n, 0xFFFFFFFF))
+        blob = pairs.tobytes()
+        self.doc_rows.append((seq, window, length, size, blob, number, offset,
+                              _doc_h(seq, window, length, size, blob, number, offset)))
+
+    def full(self) -> bool:
+        return len(self.post_rows) > CHUNK_POSTINGS
+
+    def flush(self) -> None:
+        db, tids = self.db, self.tids
+        db.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       self.doc_rows)
+        self.post_rows.sort()  # in key order: each b-tree page visited once
+        db.executemany(_POST_INSERT, self.post_rows)
+        db.executemany("INSERT OR REPLACE INTO df VALUES (?, ?, ?, ?)",
+                       [(t, *tids[t], _h(t, *tids[t])) for t in sorted(self.touched)])
+        db.executemany("INSERT OR IGNORE INTO echo VALUES (?, ?)",
+                       [(c, _h(c)) for c in self.new_calls])
+        self.doc_rows.clear()
+        self.post_rows.clear()
+        self.touched.clear()
+        self.new_calls.clear()
 
 
 def index_path(wsdir: str) -> str:
@@ -259,6 +379,13 @@ class RecallIndex:
         self._db: sqlite3.Connection | None = None
         self._ident: tuple[int, int] = (0, 0)
         self.sizes: dict[int, int] = {}  # the last candidates' line sizes (bytes)
+        # The unindexed tail (recall_tail), the index's mark it extends and
+        # the mark of both; one search or refresh at a time works on them.
+        self._tail: Tail | None = None
+        self._tail_base = _EMPTY
+        self._tail_mark = _EMPTY
+        self._guard = threading.RLock()
+        self._known: tuple[int, Mark] | None = None  # (data_version, the mark read then)
 
     # -- the database --------------------------------------------------------
 
@@ -306,6 +433,8 @@ class RecallIndex:
         return self._db
 
     def close(self) -> None:
+        self._tail = None
+        self._known = None
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -322,11 +451,37 @@ class RecallIndex:
     def _mark(self, db: sqlite3.Connection) -> Mark:
         return read_mark(db)
 
+    def _mark_now(self, db: sqlite3.Connection) -> Mark:
+        """The index's mark, read again only when another connection
+        committed since this one last read it (SQLite's ``data_version``):
+        a catch-up that finds nothing new to write costs no mark read. Our
+        own writes forget it (``_forget``)."""
+        version = db.execute("PRAGMA data_version").fetchone()[0]
+        if self._known is not None and self._known[0] == version:
+            return self._known[1]
+        mark = read_mark(db)
+        self._known = (version, mark)
+        return mark
+
+    def _forget(self) -> None:
+        self._known = None
+
+    def _held(self, base: Mark) -> Tail | None:
+        """The tail, when it extends ``base`` (the index's mark now)."""
+        if self._tail is not None and self._tail_base != base:
+            self._tail = None  # another process moved the index on: read again
+        return self._tail
+
     # -- bringing it up to date ----------------------------------------------
 
     def refresh(self, st: Any, layout: str) -> Mark:
-        """Index what the log holds beyond the mark (or rebuild). Called under
+        """Bring the index with its tail up to the log (or rebuild): the
+        mark returned names everything ``candidates`` scores. Called under
         the workspace's shared lock, so the log does not change meanwhile."""
+        with self._guard:
+            return self._refresh_guarded(st, layout)
+
+    def _refresh_guarded(self, st: Any, layout: str) -> Mark:
         try:
             for _ in range(8):
                 try:
@@ -335,9 +490,11 @@ class RecallIndex:
                     continue  # another reader went on from our last commit
             return self._refresh(st, layout)
         except sqlite3.OperationalError as exc:
+            self._tail = None
             _raise_if_busy(exc)
             return self._rebuild_damaged(st, layout)
         except (Damaged, *DAMAGE_ERRORS):
+            self._tail = None
             return self._rebuild_damaged(st, layout)
 
     def _rebuild_damaged(self, st: Any, layout: str) -> Mark:
@@ -357,24 +514,42 @@ class RecallIndex:
     ) -> list[tuple[int, int, float, tuple[int, int]]]:
         """``refresh`` then ``candidates``; an index found damaged while it
         answers is rebuilt and asked again."""
-        mark = self.refresh(st, layout)
-        try:
-            return self.candidates(mark, query, after, high, window)
-        except sqlite3.OperationalError as exc:
-            _raise_if_busy(exc)
-        except (Damaged, *DAMAGE_ERRORS):
-            pass
-        mark = self._rebuild_damaged(st, layout)
-        try:
-            return self.candidates(mark, query, after, high, window)
-        except (Damaged, *DAMAGE_ERRORS) as exc:
-            raise Unavailable(f"the recall index cannot be read: {exc}") from None
+        with self._guard:
+            for _ in range(8):
+                mark = self._refresh_guarded(st, layout)
+                try:
+                    return self.candidates(mark, query, after, high, window)
+                except _Raced:
+                    self._forget()
+                    continue  # another process folded or rebuilt it meanwhile
+                except sqlite3.OperationalError as exc:
+                    _raise_if_busy(exc)
+                except (Damaged, *DAMAGE_ERRORS):
+                    pass
+                mark = self._rebuild_damaged(st, layout)
+                try:
+                    return self.candidates(mark, query, after, high, window)
+                except _Raced:
+                    self._forget()
+                    continue
+                except (Damaged, *DAMAGE_ERRORS) as exc:
+                    raise Unavailable(f"the recall index cannot be read: {exc}") from None
+            raise Unavailable("the recall index kept changing while it was read (other "
+                              "readers bringing it up to date); retry in a moment")
 
     def _refresh(self, st: Any, layout: str) -> Mark:
         db = self._open()
-        mark = self._mark(db)
-        if self._current(st, layout, mark):
+        base = self._mark_now(db)
+        tail = self._held(base)
+        mark = self._tail_mark if tail is not None else base
+        if self._current(st, layout, mark, tail):
             return mark
+        if base.upto > 0:
+            got = self._extend(db, st, layout, base, tail)
+            if got is not None:
+                return got
+        self._tail = None
+        self._forget()
         db.execute("BEGIN IMMEDIATE")
         try:
             mark = self._mark(db)  # another reader may have done it meanwhile
@@ -396,6 +571,75 @@ class RecallIndex:
             raise
         return mark
 
+    def _extend(
+        self, db: sqlite3.Connection, st: Any, layout: str, base: Mark, tail: Tail | None
+    ) -> Mark | None:
+        """Read the rows after the index's mark (or its tail's) into the
+        tail, and fold it into the index once it is full; None when the
+        tail cannot go on (another epoch, layout or floor, a log that lost or
+        changed what it holds, or more than ``FOLD_BYTES`` to read): then
+        the index is brought up to the log in SQLite."""
+        mark = self._tail_mark if tail is not None else base
+        if not (mark.epoch == st.epoch and mark.layout == layout
+                and mark.floor == _floor_seq(st) and mark.segment in st.segments
+                and self._pending(st, mark) <= FOLD_BYTES
+                and self._line_hash(mark) == mark.last_hash
+                and self._segments_hold(db, st, tail)):
+            return None
+        self._tail = None  # until it is whole again
+        if tail is None:
+            calls: set[str] = set()
+            for call, h in db.execute("SELECT call, h FROM echo"):
+                if h != _h(call):
+                    raise Damaged("an echo entry fails its checksum")
+                calls.add(call)
+            tail = Tail(calls)
+        prog = _Progress.of(mark)
+        for seq, number, offset, size, indexed in self._rows(
+                st, (mark.segment, mark.offset), prog, tail.calls, tail.new_calls):
+            if indexed is None:
+                tail.boundary(seq)
+            else:
+                tail.add(TailDoc(seq, prog.window, indexed[1], size, number, offset,
+                                 indexed[0]))
+        tail.bytes += prog.bytes
+        stamps = _stamps(st)
+        for number, (at, h) in prog.seg_ends.items():
+            tail.seg_ends[number] = (at, h, stamps.get(number, ""))
+        mark = prog.mark(st.epoch, layout, mark.floor, base.next_tid)
+        if tail.full():
+            return self._fold(db, st, base, tail, mark)
+        self._tail, self._tail_base, self._tail_mark = tail, base, mark
+        return mark
+
+    def _fold(self, db: sqlite3.Connection, st: Any, base: Mark, tail: Tail, mark: Mark) -> Mark:
+        """Write the tail into the index in one transaction (``_Raced`` when
+        another process moved the index on meanwhile: read again)."""
+        self._forget()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if self._mark(db) != base:
+                raise _Raced()
+            writer = _Writer(db, base.next_tid)
+            writer.preload(t for d in tail.docs.values() for t in d.tfs)
+            writer.new_calls.extend(tail.new_calls)
+            for seq in sorted([*tail.order, *tail.wins]):
+                d = tail.docs.get(seq)
+                if d is None:
+                    writer.boundary(seq)
+                else:
+                    writer.doc(seq, d.window, d.tfs, d.length, d.size, d.segment, d.offset)
+            writer.flush()
+            self._save_segs(db, st, {n: (at, h) for n, (at, h, _s) in tail.seg_ends.items()})
+            mark = replace(mark, next_tid=writer.next_tid)
+            _save(db, mark)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return mark
+
     @staticmethod
     def _end(st: Any) -> tuple[int, int]:
         if st.active_stamp is not None:
@@ -404,22 +648,37 @@ class RecallIndex:
             return st.sealed[-1][0], st.sealed[-1][1].size
         return 0, 0
 
-    def _current(self, st: Any, layout: str, mark: Mark) -> bool:
+    @staticmethod
+    def _pending(st: Any, mark: Mark) -> int:
+        """Bytes of the log after the mark's position."""
+        sizes = {n: stamp.size for n, stamp in st.sealed}
+        if st.active_stamp is not None:
+            sizes[st.active] = st.active_stamp.size
+        return sum(size - (mark.offset if n == mark.segment else 0)
+                   for n, size in sizes.items() if n >= mark.segment)
+
+    def _current(self, st: Any, layout: str, mark: Mark, tail: Tail | None = None) -> bool:
         return (mark.epoch == st.epoch and mark.layout == layout
                 and mark.floor == _floor_seq(st)
                 and (mark.segment, mark.offset) == self._end(st)
                 and (mark.upto > 0 or st.next_seq <= 1)
                 and self._line_hash(mark) == mark.last_hash
-                and self._segments_hold(self._open(), st))
+                and self._segments_hold(self._open(), st, tail))
 
-    def _segments_hold(self, db: sqlite3.Connection, st: Any) -> bool:
-        """Whether every segment still ends its indexed part with the line the
-        index read last there (a crash at durability off can shorten an
-        older segment while a newer one survives)."""
+    def _segments_hold(self, db: sqlite3.Connection, st: Any, tail: Tail | None = None) -> bool:
+        """Whether every segment still ends its indexed part (the index's,
+        then its tail's) with the line read last there (a crash at
+        durability off can shorten an older segment while a newer one
+        survives)."""
         stamps = _stamps(st)
+        ends: list[tuple[int, int, str, str]] = []
         for number, last_at, last_hash, stamp, h in db.execute("SELECT * FROM segs").fetchall():
             if h != _h(number, last_at, last_hash, stamp):
                 raise Damaged("a segment entry fails its checksum")
+            ends.append((number, last_at, last_hash, stamp))
+        if tail is not None:
+            ends.extend((n, at, h, stamp) for n, (at, h, stamp) in tail.seg_ends.items())
+        for number, last_at, last_hash, stamp in ends:
             if number not in st.segments:
                 return False
             if stamps.get(number) == stamp:
@@ -487,6 +746,37 @@ class RecallIndex:
                     break
                 yield number, line
 
+    def _rows(
+        self, st: Any, start: tuple[int, int], prog: _Progress, calls: set[str],
+        new_calls: list[str],
+    ) -> Iterator[tuple[int, int, int, int, tuple[Counter[str], int] | None]]:
+        """Each boundary and each document from ``start`` to the log's end:
+        (seq, segment, offset, line size, its terms and length; None for a
+        boundary), ``prog`` advanced past it first (and past the lines in
+        between that are neither)."""
+        for number, line in self._lines(st, start):
+            prog.segment, prog.offset = number, line.offset + len(line.data) + 1
+            prog.bytes += len(line.data) + 1
+            if fmt.seq_prefix(line.data[:32]) is not None:
+                prog.lines = (prog.lines + xxhash.xxh3_64_intdigest(line.data)) & _MASK
+            row = fmt.decode_line(line.data)
+            seq = row.get("seq") if row is not None else None
+            if row is None or not isinstance(seq, int) or isinstance(seq, bool):
+                continue  # unreadable lines are never results (check reports them)
+            prog.upto, prog.last_at = seq, line.offset
+            prog.last_hash = xxhash.xxh3_64_hexdigest(line.data)
+            prog.seg_ends[number] = (line.offset, prog.last_hash)
+            if row.get("kind") == "reset" or fmt.readable_row_is_reset(line.data, row):
+                prog.window = seq
+                yield seq, number, line.offset, len(line.data), None
+                continue
+            indexed = indexed_terms(row, calls, new_calls, len(line.data))
+            if indexed is None:
+                continue
+            prog.docs += 1
+            prog.total += indexed[1]
+            yield seq, number, line.offset, len(line.data), indexed
+
     def _index_from(
         self, db: sqlite3.Connection, st: Any, layout: str, mark: Mark, start: tuple[int, int]
     ) -> Mark:
@@ -495,84 +785,28 @@ class RecallIndex:
             if h != _h(call):
                 raise Damaged("an echo entry fails its checksum")
             calls.add(call)
-        # term -> [id, document frequency]; the touched ones are written at each flush
-        tids: dict[str, list[int]] = {}
-        touched: set[str] = set()
-        next_tid = [mark.next_tid]
-        fresh = next_tid[0] == 1  # an empty table: no term to look up
-
-        def tid_of(term: str) -> int:
-            got = tids.get(term)
-            if got is None:
-                row = None if fresh else db.execute(
-                    "SELECT tid, n, h FROM df WHERE term = ?", (term,)).fetchone()
-                if row is None:
-                    got = [next_tid[0], 0]
-                    next_tid[0] += 1
-                else:
-                    if row[2] != _h(term, row[0], row[1]):
-                        raise Damaged("a term fails its checksum")
-                    got = [int(row[0]), int(row[1])]
-                tids[term] = got
-            got[1] += 1
-            touched.add(term)
-            return got[0]
-
-        upto, window = mark.upto, mark.window
-        segment, offset, last_at, last_hash = mark.segment, mark.offset, mark.last_at, \
-            mark.last_hash
-        docs, total, lines = mark.docs, mark.total, mark.lines
-        doc_rows: list[tuple[int, ...] | tuple[Any, ...]] = []
-        post_rows: list[tuple[int, int, int, int]] = []
-        new_calls: list[str] = []
-        seg_ends: dict[int, tuple[int, str]] = {}
-        for number, line in self._lines(st, start):
-            segment, offset = number, line.offset + len(line.data) + 1
-            if fmt.seq_prefix(line.data[:32]) is not None:
-                lines = (lines + xxhash.xxh3_64_intdigest(line.data)) & _MASK
-            row = fmt.decode_line(line.data)
-            seq = row.get("seq") if row is not None else None
-            if row is None or not isinstance(seq, int) or isinstance(seq, bool):
-                continue  # unreadable lines are never results (check reports them)
-            upto, last_at = seq, line.offset
-            last_hash = xxhash.xxh3_64_hexdigest(line.data)
-            seg_ends[number] = (last_at, last_hash)
-            if row.get("kind") == "reset" or fmt.readable_row_is_reset(line.data, row):
-                window = seq
-                db.execute("INSERT OR REPLACE INTO wins VALUES (?, ?)", (seq, _h(seq)))
-                continue
-            indexed = indexed_terms(row, calls, new_calls, len(line.data))
+        writer = _Writer(db, mark.next_tid)
+        prog = _Progress.of(mark)
+        for seq, number, offset, size, indexed in self._rows(st, start, prog, calls,
+                                                             writer.new_calls):
             if indexed is None:
+                writer.boundary(seq)
                 continue
-            tfs, length = indexed
-            docs += 1
-            total += length
-            pairs = array("I")
-            for t, n in tfs.items():
-                tid = tid_of(t)
-                post_rows.append((tid, -round(ranking.impact(n, length) * 1000), -seq, n))
-                pairs.append(tid)
-                pairs.append(min(n, 0xFFFFFFFF))
-            blob = pairs.tobytes()
-            size = len(line.data)
-            doc_rows.append((seq, window, length, size, blob, number, line.offset,
-                             _doc_h(seq, window, length, size, blob, number, line.offset)))
-            if len(post_rows) > CHUNK_POSTINGS:
+            writer.doc(seq, prog.window, indexed[0], indexed[1], size, number, offset)
+            if writer.full():
                 # Commit a consistent prefix (a long build survives a crash and
                 # its WAL stays small), then go on if no other reader did.
-                self._flush(db, doc_rows, post_rows, tids, touched, new_calls)
-                self._save_segs(db, st, seg_ends)
-                saved = Mark(st.epoch, layout, upto, window, segment, offset, last_at,
-                             last_hash, docs, total, lines, mark.floor, next_tid[0])
+                writer.flush()
+                self._save_segs(db, st, prog.seg_ends)
+                saved = prog.mark(st.epoch, layout, mark.floor, writer.next_tid)
                 _save(db, saved)
                 db.execute("COMMIT")
                 db.execute("BEGIN IMMEDIATE")
                 if self._mark(db) != saved:
                     raise _Raced()
-        self._flush(db, doc_rows, post_rows, tids, touched, new_calls)
-        self._save_segs(db, st, seg_ends)
-        return Mark(st.epoch, layout, upto, window, segment, offset, last_at, last_hash,
-                    docs, total, lines, mark.floor, next_tid[0])
+        writer.flush()
+        self._save_segs(db, st, prog.seg_ends)
+        return prog.mark(st.epoch, layout, mark.floor, writer.next_tid)
 
     @staticmethod
     def _save_segs(db: sqlite3.Connection, st: Any, seg_ends: dict[int, tuple[int, str]]) -> None:
@@ -581,48 +815,51 @@ class RecallIndex:
         db.executemany("INSERT OR REPLACE INTO segs VALUES (?, ?, ?, ?, ?)",
                        [(*r, _h(*r)) for r in rows])
 
-    @staticmethod
-    def _flush(
-        db: sqlite3.Connection,
-        doc_rows: list[Any],
-        post_rows: list[tuple[int, int, int, int]],
-        tids: dict[str, list[int]],
-        touched: set[str],
-        new_calls: list[str],
-    ) -> None:
-        db.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?, ?, ?, ?, ?)", doc_rows)
-        db.executemany(_POST_INSERT, post_rows)
-        db.executemany("INSERT OR REPLACE INTO df VALUES (?, ?, ?, ?)",
-                       [(t, *tids[t], _h(t, *tids[t])) for t in touched])
-        db.executemany("INSERT OR IGNORE INTO echo VALUES (?, ?)",
-                       [(c, _h(c)) for c in new_calls])
-        doc_rows.clear()
-        post_rows.clear()
-        touched.clear()
-        new_calls.clear()
-
     # -- answering -------------------------------------------------------------
 
     def candidates(
         self, mark: Mark, query: ranking.Query, after: int, high: int, window: int | None
     ) -> list[tuple[int, int, float, tuple[int, int]]]:
         """The ranked candidates (seq, window, score, where the row's line was
-        when indexed: segment and offset, a hint), best first: for each
+        when indexed: segment and offset, a hint), best first, of the index
+        with its tail as ``mark`` (from ``refresh``) names them: for each
         query term (the rarest ``MAX_TERMS``) its best postings with seq in
         (after, high], ``SCAN_ROWS`` in all, among its first ``EXAMINE`` (all
-        terms) postings, then ``ranking.rank`` over them. The terms, windows
-        and postings read are verified again (``Damaged``; the rows' entries,
-        hashing whose pairs cost a few ms a query, were verified at open);
-        ``sizes`` gets each candidate's line size."""
+        terms) postings, then ``ranking.rank`` over them. The index's and the
+        tail's statistics are added and their postings merged in the index's
+        order, in one read transaction of the database (``_Raced`` when the
+        database no longer holds the mark the tail extends). The terms,
+        windows and postings read are verified again (``Damaged``; the rows'
+        entries, hashing whose pairs cost a few ms a query, were verified at
+        open); ``sizes`` gets each candidate's line size."""
         db = self._open()
+        tail = self._tail if self._tail is not None and self._tail_mark == mark else None
+        db.execute("BEGIN")
+        try:
+            if self._mark(db) != (self._tail_base if tail is not None else mark):
+                raise _Raced()
+            return self._candidates(db, mark, tail, query, after, high, window)
+        finally:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+
+    def _candidates(
+        self, db: sqlite3.Connection, mark: Mark, tail: Tail | None, query: ranking.Query,
+        after: int, high: int, window: int | None,
+    ) -> list[tuple[int, int, float, tuple[int, int]]]:
         dfs: dict[str, int] = {}
         tid: dict[str, int] = {}
         for t in query.terms:
             got = db.execute("SELECT tid, n, h FROM df WHERE term = ?", (t,)).fetchone()
             if got is not None and got[2] != _h(t, got[0], got[1]):
                 raise Damaged("a term fails its checksum")
-            if got and got[1] > 0:
-                tid[t], dfs[t] = int(got[0]), int(got[1])
+            n = int(got[1]) if got else 0
+            if got and n > 0:
+                tid[t] = int(got[0])
+            if tail is not None:
+                n += len(tail.postings_of(t))
+            if n > 0:
+                dfs[t] = n
         self.sizes = {}
         if not dfs:
             return []
@@ -635,19 +872,18 @@ class RecallIndex:
                 if nxt[1] != _h(nxt[0]):
                     raise Damaged("a window entry fails its checksum")
                 high = min(high, int(nxt[0]) - 1)
+            elif tail is not None and (later := tail.next_window(window)) is not None:
+                high = min(high, later - 1)
         # Candidates: the best postings of each term; each candidate's
         # frequencies of every query term then come from its docs entry.
         found: dict[int, dict[str, int]] = {}
         partial: list[str] = []
         for t in kept:
             taken = 0
-            last: tuple[int, int] | None = None
-            for imp, neg, tf, h, check in db.execute(
-                f"SELECT imp, neg, tf, h, {_POST_CHECK} FROM post WHERE tid = ? "
-                "ORDER BY imp, neg LIMIT ?", (tid[t], examine)):
-                if h != check or (last is not None and (imp, neg) <= last):
-                    raise Damaged("a posting fails its checksum")
-                last = (imp, neg)
+            merged: Iterable[tuple[int, int, int]] = self._postings(db, tid.get(t), examine)
+            if tail is not None and tail.postings_of(t):  # the tail's come after the mark
+                merged = islice(heapq.merge(merged, tail.postings_of(t)), examine)
+            for _imp, neg, tf in merged:
                 if after < -neg <= high:
                     found.setdefault(-neg, {})[t] = tf
                     taken += 1
@@ -659,10 +895,10 @@ class RecallIndex:
             return []
         # The frequencies a row's postings did not give come from its entry,
         # for the terms whose postings in range were not all read.
-        term_of = {tid[t]: t for t in partial}
+        term_of = {tid[t]: t for t in partial if t in tid}
         where: dict[int, tuple[int, int]] = {}
         by: dict[int, ranking.Doc] = {}
-        self._entries(db, sorted(found), found, term_of, len(kept), by, where)
+        self._entries(db, tail, sorted(found), found, term_of, partial, len(kept), by, where)
         if not found.keys() <= where.keys():
             raise Damaged("a posting names a row the index has no entry for")
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
@@ -675,13 +911,16 @@ class RecallIndex:
         for _ in range(2):
             for seq, prev, nxt in db.execute(
                     _LINKS_SQL.format(rows=",".join(["(?)"] * len(ring))), [*ring, after, high]):
+                if tail is not None:  # the tail's rows all come after the index's
+                    t_prev, t_next = tail.links(seq, after, high)
+                    prev, nxt = t_prev or prev, nxt or t_next
                 near[seq] = (prev or 0, nxt or 0)
             ring = sorted({n for pair in near.values() for n in pair if n} - near.keys())
             if not ring:
                 break
         more = sorted({n for pair in near.values() for n in pair if n} - by.keys())
         if more:
-            self._entries(db, more, found, term_of, len(kept), by, where)
+            self._entries(db, tail, more, found, term_of, partial, len(kept), by, where)
         for seq, (prev, nxt) in near.items():
             d = by.get(seq)
             if d is not None:
@@ -690,14 +929,41 @@ class RecallIndex:
         return [(s, by[s].window, score, where[s])
                 for s, score in ranking.rank(docs, q, corpus, found, stage=stage)]
 
+    @staticmethod
+    def _postings(db: sqlite3.Connection, term_id: int | None,
+                  examine: int) -> Iterator[tuple[int, int, int]]:
+        """A term's first ``examine`` postings in the index (-impact, -seq,
+        tf), each verified."""
+        if term_id is None:
+            return
+        last: tuple[int, int] | None = None
+        for imp, neg, tf, h, check in db.execute(
+            f"SELECT imp, neg, tf, h, {_POST_CHECK} FROM post WHERE tid = ? "
+            "ORDER BY imp, neg LIMIT ?", (term_id, examine)):
+            if h != check or (last is not None and (imp, neg) <= last):
+                raise Damaged("a posting fails its checksum")
+            last = (imp, neg)
+            yield imp, neg, tf
+
     def _entries(
-        self, db: sqlite3.Connection, seqs: list[int], found: dict[int, dict[str, int]],
-        term_of: dict[int, str], nterms: int, by: dict[int, ranking.Doc],
-        where: dict[int, tuple[int, int]],
+        self, db: sqlite3.Connection, tail: Tail | None, seqs: list[int],
+        found: dict[int, dict[str, int]], term_of: dict[int, str], partial: list[str],
+        nterms: int, by: dict[int, ranking.Doc], where: dict[int, tuple[int, int]],
     ) -> None:
-        """The docs entries of ``seqs`` (ascending) into ``by``: each row's
+        """The entries of ``seqs`` (ascending) into ``by``: each row's
         frequencies of the query terms (from its postings in ``found``, the
-        rest from its pairs), where its line was and its size."""
+        rest, of the ``partial`` terms, from its pairs in the index or its
+        counts in the tail), where its line was and its size."""
+        if tail is not None:
+            for seq in seqs:
+                d = tail.docs.get(seq)
+                if d is not None:
+                    where[seq] = (d.segment, d.offset)
+                    self.sizes[seq] = d.size
+                    by[seq] = tail.entry(seq, partial, found.get(seq, {}))
+            seqs = [s for s in seqs if s not in tail.docs]
+            if not seqs:
+                return
         keys = [(array("I", (t_id,)).tobytes(), named) for t_id, named in term_of.items()]
         for seq, win, length, size, blob, seg, off, h in db.execute(
             f"SELECT * FROM docs WHERE seq IN ({','.join('?' * len(seqs))})", seqs,
@@ -715,20 +981,37 @@ class RecallIndex:
             by[seq] = ranking.Doc(seq, win, length, tfs)
 
     def docs_after(self, upto: int) -> list[tuple[int, int, tuple[int, int]]]:
-        """The rows the index holds with seq above ``upto``, in seq order:
-        (seq, window, (segment, offset) where it read the row's line), each
-        entry verified (``Damaged``): what the semantic channel embeds."""
-        out = []
-        for seq, win, length, size, blob, seg, off, h in self._open().execute(
-                "SELECT * FROM docs WHERE seq > ? ORDER BY seq", (upto,)):
-            if h != _doc_h(seq, win, length, size, blob, seg, off):
-                raise Damaged(f"the entry of row {seq} fails its checksum")
-            out.append((int(seq), int(win), (int(seg), int(off))))
-        return out
+        """The rows the index and its tail hold with seq above ``upto``, in
+        seq order: (seq, window, (segment, offset) where it read the row's
+        line), each entry verified (``Damaged``, also when another process
+        moved the index on since ``refresh``): what the semantic channel
+        embeds."""
+        with self._guard:
+            db = self._open()
+            tail = self._tail
+            out = []
+            db.execute("BEGIN")
+            try:
+                if tail is not None and self._mark(db) != self._tail_base:
+                    raise Damaged("the index moved on since its tail was read")
+                for seq, win, length, size, blob, seg, off, h in db.execute(
+                        "SELECT * FROM docs WHERE seq > ? ORDER BY seq", (upto,)):
+                    if h != _doc_h(seq, win, length, size, blob, seg, off):
+                        raise Damaged(f"the entry of row {seq} fails its checksum")
+                    out.append((int(seq), int(win), (int(seg), int(off))))
+            finally:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+            if tail is not None:
+                out.extend((s, tail.docs[s].window, (tail.docs[s].segment, tail.docs[s].offset))
+                           for s in tail.order if s > upto)
+            return out
 
     def stats(self) -> dict[str, int]:
+        """Rows held (the tail's too), the last seq seen and the database's bytes."""
         db = self._open()
-        mark = self._mark(db)
+        base = self._mark(db)
+        mark = self._tail_mark if self._held(base) is not None else base
         size = 0
         for suffix in ("", "-wal"):
             try:

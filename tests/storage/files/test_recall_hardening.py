@@ -27,7 +27,7 @@ import pytest
 
 from ledger import Store
 from ledger.core.format import files as ffmt
-from ledger.storage.files import recall
+from ledger.storage.files import recall, recall_tail
 from recovery.check import check
 from recovery.repair import repair
 from tests.helpers import msg
@@ -242,13 +242,15 @@ def test_an_error_while_answering_rebuilds_and_answers(
 
 
 def test_any_byte_of_the_wal_changed_answers_as_a_fresh_index(
-        tmp_path: Path, small_pages: None) -> None:
+        tmp_path: Path, small_pages: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The index in WAL mode with frames not yet checkpointed (rows appended
-    after it was built, indexed by the next search, the connection still
-    open): every 7th byte of the ``-wal`` file flipped (its header and the
-    first frame header whole), and the file cut at each frame's boundaries:
-    the answers are a fresh index's (SQLite drops the frames from a bad one
-    on, the index catches up from the log, or damage is found and rebuilt)."""
+    after it was built, folded in by the next search -- its tail folds at one
+    row here --, the connection still open): every 7th byte of the ``-wal``
+    file flipped (its header and the first frame header whole), and the file
+    cut at each frame's boundaries: the answers are a fresh index's (SQLite
+    drops the frames from a bad one on, the index catches up from the log,
+    or damage is found and rebuilt)."""
+    monkeypatch.setattr(recall_tail, "FOLD_ROWS", 1)
     root = tmp_path / "root"
     h = seeded(root)
     path = index_files(h, root)

@@ -128,3 +128,53 @@ def test_the_decode_is_the_depth_test_on_this_interpreter() -> None:
     deep = fmt.encode_json(_nested(MAX_DEPTH + 1))
     assert nesting.shallow_lines(decode, ok + b"\n" + ok, b"") is not None
     assert nesting.shallow_lines(decode, ok + b"\n" + deep, b"") is None
+
+
+@pytest.mark.skipif(not nesting.DEPTH_CAPPED, reason="the bracket count decides here")
+def test_no_caller_depth_lets_a_deep_line_through() -> None:
+    # Every depth of the caller's stack up to near the recursion limit: the
+    # decode's budget only ever shrinks, so a line one level past the limit
+    # never decodes on the fast path (the translate fallback never runs: the
+    # raw argument is empty, which would pass any bracket count).
+    decode = fmt.msgspec.json.Decoder().decode_lines
+    deep = fmt.encode_json(_nested(MAX_DEPTH + 1))
+    ok = fmt.encode_json(_nested(16))
+    seen_ok = 0
+
+    def at(k: int) -> tuple[Any, Any]:
+        if k > 0:
+            return at(k - 1)
+        return (nesting.shallow_lines(decode, ok + b"\n" + deep, b""),
+                nesting.shallow_lines(decode, ok, b""))
+
+    for k in range(0, sys.getrecursionlimit() - 60, 3):
+        try:
+            refused, fine = at(k)
+        except RecursionError:
+            break  # the test's own frames reached the limit
+        assert refused is None, k
+        seen_ok += fine is not None
+    assert seen_ok > 100
+
+
+@pytest.mark.skipif(not nesting.DEPTH_CAPPED, reason="the bracket count decides here")
+def test_a_limit_raised_during_the_decode_sends_the_chunk_to_the_bracket_count() -> None:
+    # ``with_headroom`` raises the process-wide recursion limit for a moment;
+    # a capped decode running meanwhile (in another thread, here inside the
+    # decode itself) had more room than its budget, so its answer is not the
+    # depth test: the chunk goes the counting way, which refuses the line.
+    decode = fmt.msgspec.json.Decoder().decode_lines
+    deep = fmt.encode_json(_nested(MAX_DEPTH + 1))
+    refused = []
+
+    def decode_with_room(data: bytes) -> list[object]:
+        if not refused:
+            refused.append(data)
+            raise RecursionError  # what a decode deep in its caller's stack meets
+        return list(decode(data))
+
+    def decode_while_the_limit_is_raised(data: bytes) -> list[object]:
+        return nesting.with_headroom(decode_with_room, data)
+
+    assert nesting.shallow_lines(decode_while_the_limit_is_raised, deep, deep) is None
+    assert refused  # the raised-limit path ran

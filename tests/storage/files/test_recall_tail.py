@@ -1,0 +1,194 @@
+"""The recall index's unindexed tail (``ledger.storage.files.recall_tail``):
+rows appended after the index's mark are read into the searching process and
+scored with the index's rows, then folded into the index.
+
+- after every small batch (messages, windows, tool calls, the tool's own
+  echo), a ranked search answers exactly what an index built whole from the
+  log answers, scores and snippets included, before and after folds;
+- a privacy floor after rows the tail held: none of them is ever a result,
+  and the scores are those of a history that never had them;
+- another process folding or rebuilding the index meanwhile: the tail is
+  read again, nothing counted twice;
+- a log that lost rows the tail held (a crash at durability off): never a
+  result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger import Store
+from ledger.core.format import files as ffmt
+from ledger.storage.files import recall_tail
+from tests.helpers import msg
+
+QUERIES = ("bluebird deploy", "heron cache otter", '"bluebird launch" fine', "kubectl svc",
+           "trip pasta", "session history deploy")
+
+
+def history(root: Path, name: str = "w") -> Any:
+    return Store(str(root), durability="off").history(name)
+
+
+def answer(tool: Any, query: str, **kw: Any) -> dict[str, Any]:
+    out = json.loads(tool.call({"action": "search", "query": query, "mode": "ranked",
+                                "current": True, "limit": 25, **kw}))
+    assert "error" not in out, out
+    return {"items": out["items"], "skipped": out["skipped"]}
+
+
+def answers(tool: Any) -> list[dict[str, Any]]:
+    return [answer(tool, q) for q in QUERIES]
+
+
+def fresh_answers(root: Path, scratch: Path) -> list[dict[str, Any]]:
+    """What an index built whole from the log answers: the workspace copied
+    without its index, searched by a new store."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    shutil.copytree(root / "w", scratch / "w",
+                    ignore=shutil.ignore_patterns(ffmt.RECALL_NAME + "*"))
+    tool = history(scratch).session_history()
+    try:
+        return answers(tool)
+    finally:
+        tool.reader._recall.close()
+
+
+def indexed_upto(root: Path) -> int:
+    """The last seq the index's database holds (its tail not included)."""
+    db = sqlite3.connect(root / "w" / ffmt.RECALL_NAME)
+    try:
+        return int(db.execute("SELECT v FROM meta WHERE k = 'upto'").fetchone()[0])
+    finally:
+        db.close()
+
+
+def batches() -> list[Any]:
+    """Small batches of every kind a tail reads, as callables on a history."""
+    call = {"kind": "message", "role": "assistant", "parts": [
+        {"type": "tool_call", "id": "c1", "name": "shell",
+         "input": {"cmd": "kubectl get svc bluebird"}}]}
+    result = {"kind": "message", "role": "tool", "parts": [
+        {"type": "tool_result", "id": "c1", "output": "heron 8443/TCP 3d"}]}
+    echo_call = {"kind": "message", "role": "assistant", "parts": [
+        {"type": "tool_call", "id": "c2", "name": "session_history",
+         "input": {"action": "search", "query": "bluebird deploy"}}]}
+    echo = {"kind": "message", "role": "tool", "parts": [
+        {"type": "tool_result", "id": "c2", "output": "bluebird deploy heron cache"}]}
+    return [
+        lambda h: h.append_many([msg("bluebird deploy rollback"), msg("cache warm", "assistant")]),
+        lambda h: h.append(msg("the otter swims; the heron waits", "assistant")),
+        lambda h: h.rollover([msg("bluebird launch went fine")]),
+        lambda h: h.append_many([call, result]),
+        lambda h: h.append_many([msg("deploy heron cache"), msg("a trip to Lisbon")]),
+        lambda h: h.append_many([echo_call, echo]),
+        lambda h: h.append(msg("bluebird heron otter deploy cache " * 3)),
+        lambda h: h.compact([msg("summary: the bluebird deploy and the heron cache")]),
+        lambda h: h.append_many([msg("pasta tonight", "assistant"), msg("otter facts")]),
+        lambda h: h.append(msg("kubectl rollout undo deploy/bluebird")),
+    ]
+
+
+def test_the_tail_answers_as_a_fresh_index_before_and_after_folds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recall_tail, "FOLD_ROWS", 5)
+    root = tmp_path / "root"
+    h = history(root)
+    h.append_many([msg("Can you help me plan a trip?"), msg("Sure: three days.", "assistant")])
+    tool = h.session_history()
+    answers(tool)  # builds the index
+    built = indexed_upto(root)
+    tail_seen = folds = 0
+    for i, add in enumerate(batches() * 2):
+        add(h)
+        got = answers(tool)
+        assert got == fresh_answers(root, tmp_path / f"fresh{i}"), i
+        upto = indexed_upto(root)
+        last = h.next_seq - 1
+        tail_seen += upto < last
+        folds += upto > built
+        built = upto
+        window = json.loads(tool.call({"action": "list"}))["items"][-1]["window"]
+        assert answer(tool, "bluebird heron", window=window) == answer(
+            history(tmp_path / f"fresh{i}").session_history(), "bluebird heron", window=window)
+    assert tail_seen >= 10 and folds >= 3  # both paths ran, many times
+
+
+def test_a_floor_after_the_tail_hides_its_rows_and_their_statistics(tmp_path: Path) -> None:
+    after = ["bluebird deploy notes", "the heron cache is warm", "rollback of the bluebird"]
+
+    def fill(h: Any, before: list[str]) -> Any:
+        h.append_many([msg("Can you help me plan a trip?"), msg("Sure.", "assistant")])
+        tool = h.session_history()
+        answers(tool)  # the index is built here; what follows goes to the tail
+        h.append_many([msg(t) for t in before])
+        seen = answer(tool, "bluebird")["items"]
+        h.clear_soft()
+        h.append_many([msg(t) for t in after])
+        return tool, seen
+
+    loud = [f"bluebird deploy rollback {'bluebird ' * i}heron {i}" for i in range(6)]
+    a, seen_a = fill(history(tmp_path, "a"), loud)
+    b, seen_b = fill(history(tmp_path, "b"), ["pasta"] * 6)
+    assert len(seen_a) >= 6 and not seen_b  # the loud rows were found from the tail
+    assert answers(a) == answers(b)
+    for res in answers(a):
+        assert all(item["seq"] > 9 for item in res["items"])
+
+
+def test_another_process_folding_or_rebuilding_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recall_tail, "FOLD_ROWS", 4)
+    root = tmp_path / "root"
+    h = history(root)
+    h.append_many([msg("Can you help me plan a trip?"), msg("Sure.", "assistant")])
+    mine = h.session_history()
+    answers(mine)
+    adds = batches()
+    adds[0](h)
+    answers(mine)  # two rows in my tail
+    other = history(root).session_history()  # another reader, its own index handle
+    for add in adds[1:4]:
+        add(h)
+    answers(other)  # its tail filled and folded: the index moved past my tail's base
+    assert indexed_upto(root) == h.next_seq - 1
+    assert answers(mine) == fresh_answers(root, tmp_path / "fresh1")
+    adds[4](h)
+    answers(mine)
+    other.reader._recall.close()
+    for name in os.listdir(root / "w"):  # deleted behind my back: rebuilt by the next search
+        if name.startswith(ffmt.RECALL_NAME):
+            os.unlink(root / "w" / name)
+    assert answers(history(root).session_history()) == fresh_answers(root, tmp_path / "f2")
+    adds[5](h)
+    assert answers(mine) == fresh_answers(root, tmp_path / "fresh3")
+
+
+def test_rows_the_log_lost_are_never_served_from_the_tail(tmp_path: Path) -> None:
+    """A crash at durability off can lose the log's last batch while this
+    process holds it in its tail: that row is never a result."""
+    h = history(tmp_path)
+    h.append_many([msg("alpha one"), msg("alpha two")])
+    tool = h.session_history()
+    assert answer(tool, "alpha")["items"]  # the index holds rows 1 and 2
+    wsdir = tmp_path / "w"
+    saved = tmp_path / "saved"
+    shutil.copytree(wsdir, saved)
+    h.append(msg("zebra lost in the crash"))
+    assert [i["seq"] for i in answer(tool, "zebra")["items"]] == [3, 2]
+    assert indexed_upto(tmp_path) == 2  # row 3 is in the tail only
+    for name in os.listdir(saved):  # the log goes back; the index and the tail stay
+        if not name.startswith(ffmt.RECALL_NAME):
+            shutil.copy2(saved / name, wsdir / name)
+    h2 = history(tmp_path)
+    assert answer(tool, "zebra")["items"] == []
+    h2.append(msg("a yak at seq three"))
+    assert [i["seq"] for i in answer(tool, "yak")["items"]] == [3, 2]
+    assert answer(tool, "zebra")["items"] == []
