@@ -38,8 +38,9 @@ durable steps, views and counts:
 
 ``--time`` times the same turns instead, in one process, round-robin over
 the contenders (one turn of each in turn, so load from elsewhere falls on all
-alike), wall and CPU time per turn, median after three warm-up turns, at
-each history size (``--mib``; a history is bulk-loaded first as
+alike; the order rotated each round), wall and CPU time per turn, median
+after three warm-up turns, at each history size (``--mib``; a history is
+bulk-loaded first as
 ``bench.integrations_bench`` does: windows of 50 turns, the measured turns in
 a fresh one). Each ratio is over the contender's floor (``FLOOR_OF``;
 issue 31: a turn at most 1.2x it).
@@ -381,8 +382,13 @@ def timed(names: list[str], turns: int, sizes: list[int]) -> dict[str, Any]:
                 fns[name] = _turn_fn(name, d)
             wall: dict[str, list[float]] = {n: [] for n in names}
             cpu: dict[str, list[float]] = {n: [] for n in names}
+            order = list(fns)
             for k in range(WARMUP + turns):
-                for name, fn in fns.items():
+                # The order rotates each round: a contender always first paid
+                # 5-15% more CPU in a trial (bench/RESULTS.md, turns3).
+                r = k % len(order)
+                for name in order[r:] + order[:r]:
+                    fn = fns[name]
                     w0, c0 = time.perf_counter(), time.process_time()
                     fn(1_000_000 + k)
                     w1, c1 = time.perf_counter(), time.process_time()

@@ -96,11 +96,18 @@ def with_headroom(fn: Callable[[Any], T], arg: Any) -> T:
         return fn(arg)
     except RecursionError:
         old = sys.getrecursionlimit()
+        _limit_changes[0] += 1  # a capped decode running meanwhile discards its answer
         sys.setrecursionlimit(old + 2 * MAX_DEPTH + 64)
         try:
             return fn(arg)
         finally:
             sys.setrecursionlimit(old)
+            _limit_changes[0] += 1
+
+
+# How many times ``with_headroom`` has raised or restored the recursion limit
+# (process-wide, so a decode in another thread may see it change under it).
+_limit_changes = [0]
 
 
 # --- decoding a chunk of lines with msgspec's own depth guard ----------------
@@ -138,13 +145,16 @@ def _sink(k: int, fn: Callable[[Any], T], arg: Any) -> T:
 def _capped(fn: Callable[[Any], T], arg: Any) -> T | None:
     """``fn(arg)`` with at most ``_BUDGET`` levels of recursion left (input
     deeper raises RecursionError); None when that would take more than
-    ``_MAX_SINK`` frames."""
+    ``_MAX_SINK`` frames, or when ``with_headroom`` in another thread raised
+    or restored the recursion limit while it ran (the cap was not sure)."""
+    changes = _limit_changes[0]
     spare = sys.getrecursionlimit() - _frames() - _BUDGET - 1  # _sink(0) holds one more
-    if spare < 0:
-        return fn(arg)  # already less room than the budget: the cap holds
     if spare > _MAX_SINK:
         return None
-    return _sink(spare, fn, arg)
+    out = fn(arg) if spare < 0 else _sink(spare, fn, arg)  # spare < 0: less room already
+    if _limit_changes[0] != changes:
+        return None  # the limit moved mid-decode: the caller takes the counting path
+    return out
 
 
 def _self_test() -> bool:

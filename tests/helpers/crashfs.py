@@ -1,7 +1,7 @@
 """A crash-state explorer: record the file-system calls one operation makes,
 then build every state a power loss may leave under a stated persistence
-model. Independent of ``ledger``: it wraps ``os`` functions, so the code under
-test runs its own, unmodified path.
+model. Independent of ``ledger`` but for one name (its syncfs, below): it
+wraps ``os`` functions, so the code under test runs its own, unmodified path.
 
 Recording (``Recorder``): while active, the ``os`` calls below are wrapped;
 calls on paths under the recorded root are logged as operations on a small
@@ -12,6 +12,8 @@ so a write before a rename lands in the renamed file):
     open(O_TRUNC), ftruncate -> truncate       fsync / fdatasync -> fsync(inode | directory)
     rename / replace, unlink / remove, link, mkdir, rmdir -> directory operations
     os.sync -> sync              shutil.copyfile -> create + one write
+    ledger's syncfs(path under the root) -> sync (its module is imported and
+    patched by name while recording, the one piece of ledger named here)
 
 The persistence model (``crash_states``), for a crash after the first ``k``
 recorded operations. Its sources: POSIX ``fsync`` (data and metadata of the
@@ -55,6 +57,7 @@ writes within one file beyond rule 2.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import shutil
 import stat
@@ -116,6 +119,11 @@ class Recorder:
 
     NAMES = ("open", "close", "write", "writev", "pwrite", "ftruncate", "fsync", "fdatasync",
              "rename", "replace", "unlink", "remove", "link", "mkdir", "rmdir", "sync")
+
+    # Functions outside ``os`` that flush a filesystem, by module and name:
+    # patched while recording when their module imports (``syncfs(2)`` is
+    # reached through ctypes, which no ``os`` wrapper sees).
+    SYNC_HOOKS = (("ledger.storage.files.syncfs", "sync_filesystem"),)
 
     def __init__(self, root: str, opaque: tuple[str, ...] = ()) -> None:
         self.root = os.path.realpath(root)
@@ -202,12 +210,24 @@ class Recorder:
             setattr(os, name, getattr(self, "_" + name))
         self._real["copyfile"] = shutil.copyfile
         shutil.copyfile = self._copyfile  # type: ignore[assignment]
+        self._hooks: list[tuple[Any, str, Any]] = []
+        for modname, attr in self.SYNC_HOOKS:
+            try:
+                mod = importlib.import_module(modname)
+            except ImportError:
+                mod = None
+            if mod is not None:
+                real = getattr(mod, attr)
+                self._hooks.append((mod, attr, real))
+                setattr(mod, attr, self._syncfs_of(real))
         return self
 
     def __exit__(self, *exc: object) -> None:
         for name in self.NAMES:
             setattr(os, name, self._real[name])
         shutil.copyfile = self._real["copyfile"]
+        for mod, attr, real in self._hooks:
+            setattr(mod, attr, real)
 
     def _open(self, path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None
               ) -> int:
@@ -326,6 +346,13 @@ class Recorder:
     def _sync(self) -> None:
         self._real["sync"]()
         self.ops.append(Op("sync"))
+
+    def _syncfs_of(self, real: Callable[[str], None]) -> Callable[[str], None]:
+        def wrapped(path: str) -> None:
+            real(path)
+            if self._rel(path) is not None:  # the root's filesystem: all of it
+                self.ops.append(Op("sync"))
+        return wrapped
 
     def _copyfile(self, src: Any, dst: Any, *, follow_symlinks: bool = True) -> Any:
         out = self._real["copyfile"](src, dst, follow_symlinks=follow_symlinks)

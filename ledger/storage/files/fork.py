@@ -36,6 +36,7 @@ from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.rows import new_id, prepare_batch
 from ledger.storage.files import segments as segs
+from ledger.storage.files import syncfs
 from ledger.storage.files.index import SegmentInfo, append_entries
 from ledger.storage.files.lock import locked
 from ledger.storage.files.marker import recover_interrupted
@@ -116,11 +117,14 @@ def _build(src: FileHistory, dst: FileHistory, linked: list[tuple[int, ffmt.Stam
     for name in os.listdir(parent):  # a crashed fork into this id left its temp dir
         if name.startswith(f"{TEMP_PREFIX}{dst.workspace}-"):
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-    sync = True  # always durable, whatever the level (as a rewrite): whole or not at all
-    with staged(parent, f"{TEMP_PREFIX}{dst.workspace}-", dst.path, sync,
+    # Always durable, whatever the level (as a rewrite): whole or not at all.
+    # Nothing inside is fsynced on its own: one flush of the filesystem makes
+    # every file of the fork durable (the note below says why) before the
+    # staged rename publishes the directory.
+    with staged(parent, f"{TEMP_PREFIX}{dst.workspace}-", dst.path, True,
                 f"workspace {dst.workspace!r}: the fork of {src.workspace!r} failed") as tmp:
-        write_new(os.path.join(tmp, ffmt.FORMAT_NAME), [ffmt.FORMAT_TEXT], sync, 0o600)
-        write_origin_hint(tmp, event_seq, sync)
+        write_new(os.path.join(tmp, ffmt.FORMAT_NAME), [ffmt.FORMAT_TEXT], False, 0o600)
+        write_origin_hint(tmp, event_seq, False)
         entries: list[SegmentInfo | ffmt.MergeRecord] = []
         stamps: dict[int, ffmt.Stamp] = {}
         for n, _, info in linked:
@@ -132,25 +136,28 @@ def _build(src: FileHistory, dst: FileHistory, linked: list[tuple[int, ffmt.Stam
                 entries.append(_with_stamp(info, stamp))
         if not whole:  # the prefix of segment `number`, sealed in the fork
             path = segs.segment_path(tmp, number)
-            write_new(path, [ln.data + b"\n" for ln in prefix], sync, 0o600)
+            write_new(path, [ln.data + b"\n" for ln in prefix], False, 0o600)
             stamp = segs.stamp(path)
             if prefix_info is not None and stamp is not None:
                 entries.append(dataclasses.replace(prefix_info, stamp=stamp))
         append_entries(tmp, entries)  # one write for thousands of segments
-        if linked:  # the source may have written them at durability "off"
-            os.sync()  # one flush for every linked segment (the note below says why)
-        write_new(segs.segment_path(tmp, number + 1), [event], sync, 0o600)
+        write_new(segs.segment_path(tmp, number + 1), [event], False, 0o600)
+        syncfs.sync_filesystem(tmp)  # the linked bytes, the new files, their entries
     return stamps  # published (staged: a rename; fails when the workspace appeared)
 
 
-# Why one ``os.sync()`` for the linked segments: their bytes must be durable
-# before the fork is published (a fork is durable whatever the level, and the
-# source may have written them at "off"). Per segment, ``fsync`` forces a
-# journal commit for the link count and ctime the link changed, and even
-# ``fdatasync`` of bytes already on the device issues a device cache flush
-# (about 3 ms and 0.3 ms each here: seconds for a fork of 17,000 segments);
-# one ``sync`` flushes whatever is dirty, once. The crash-state explorer
-# models it (tests/helpers/crashfs.py: everything before it survives).
+# Why one flush of the filesystem (``syncfs.sync_filesystem``): the linked
+# segments' bytes must be durable before the fork is published (a fork is
+# durable whatever the level, and the source may have written them at
+# "off"). Per segment, ``fsync`` forces a journal commit for the link count
+# and ctime the link changed, and even ``fdatasync`` of bytes already on the
+# device issues a device cache flush (about 3 ms and 0.3 ms each here:
+# seconds for a fork of thousands of segments); one ``syncfs`` flushes what
+# is dirty on the workspace's filesystem once, and covers the fork's own new
+# files and directory entries too (so none of them is fsynced on its own).
+# ``os.sync()`` did the same for every filesystem of the machine. The
+# crash-state explorer models it (tests/helpers/crashfs.py: everything
+# before it survives).
 
 
 def _with_stamp(info: SegmentInfo, stamp: ffmt.Stamp) -> SegmentInfo:

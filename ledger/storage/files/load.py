@@ -6,6 +6,14 @@ segments of whole batches, each fsynced) and appears by one ``rename`` of the
 directory, so a failure at any point leaves no partial workspace: only the
 temporary directory, which is removed. A stable receipt with a new epoch is
 published afterwards (``rebaseline``).
+
+The segments have the shape appends and their automatic merges keep
+(``merge.classes``): segments of the biggest class (16 MiB at the default
+64 KiB cap), then the rest cut into fewer than ``FANOUT`` of each smaller
+class, the newest rows in the smallest. So a loaded 1 GiB history is about
+80 files, not 17,000 of the cap's size: every append stats each segment and
+a fork links each one. At most one segment of the biggest class is held in
+memory.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.rows import Row
 from ledger.storage.files import segments as segs
+from ledger.storage.files.merge import classes
 from ledger.storage.files.origin import write_origin_hint
 from ledger.storage.files.staging import staged, write_new
 
@@ -40,24 +49,46 @@ def load_rows(ws: FileHistory, rows: Iterable[Row]) -> Loaded:
     with staged(parent, f".load-{ws.workspace}-", ws.path, sync,
                 f"workspace {ws.workspace!r}: loading failed") as tmp:
         write_new(os.path.join(tmp, ffmt.FORMAT_NAME), [ffmt.FORMAT_TEXT], sync, 0o644)
+        sizes = classes(ws.store.segment_bytes)
         number = 1
-        chunk: list[bytes] = []
+        chunk: list[tuple[bytes, bool]] = []  # lines with "starts a batch"
         size = 0
         for row in rows:
             starts_batch = row.batch.get("i", 0) == 0
-            if chunk and starts_batch and size >= ws.store.segment_bytes:
-                write_new(segs.segment_path(tmp, number), chunk, sync, 0o644)
+            if chunk and starts_batch and size >= sizes[-1]:
+                write_new(segs.segment_path(tmp, number), [ln for ln, _ in chunk], sync, 0o644)
                 number, chunk, size = number + 1, [], 0
             if row.kind == fmt.FORK_KIND:
                 origin = row.seq  # the newest fork event: the workspace's origin
-            chunk.append(row.line + b"\n")
+            chunk.append((row.line + b"\n", starts_batch))
             size += len(row.line) + 1
             count += 1
             total += len(row.line) + 1
-        if chunk:
-            write_new(segs.segment_path(tmp, number), chunk, sync, 0o644)
+        for piece in _tail(chunk, sizes[:-1]):
+            write_new(segs.segment_path(tmp, number), piece, sync, 0o644)
+            number += 1
         if origin:
             write_origin_hint(tmp, origin, sync)
     ws.rebaseline()
     return Loaded(count, total)
 
+
+def _tail(lines: list[tuple[bytes, bool]], sizes: list[int]) -> list[list[bytes]]:
+    """The newest rows (less than a segment of the biggest class) as
+    segments: pieces of the largest of ``sizes``, each cut at a batch start,
+    and what is left after them cut the same way by the smaller ones; the
+    last piece (the active segment) is under ``sizes[0]`` or one batch."""
+    if not lines:
+        return []
+    if not sizes:
+        return [[ln for ln, _ in lines]]
+    pieces: list[list[bytes]] = []
+    cur: list[tuple[bytes, bool]] = []
+    size = 0
+    for ln, starts in lines:
+        if cur and starts and size >= sizes[-1]:
+            pieces.append([x for x, _ in cur])
+            cur, size = [], 0
+        cur.append((ln, starts))
+        size += len(ln)
+    return pieces + _tail(cur, sizes[:-1])

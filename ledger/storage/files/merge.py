@@ -55,6 +55,19 @@ AUTO_MIN_SEALED = FANOUT  # appends merge on their own from this many sealed seg
 AUTO_MAX_MERGE_BYTES = 16 << 20  # the most one append copies (bigger: merge_segments)
 
 
+def classes(cap: int) -> list[int]:
+    """The segment size classes appends keep (ascending): ``cap``, then
+    ``cap * FANOUT`` and so on, up to the biggest an automatic merge makes
+    (``AUTO_MAX_MERGE_BYTES``). A history grown by appends holds segments of
+    the biggest class, then fewer than ``FANOUT`` of each smaller one; a
+    loader that writes that shape directly (``load.py``) leaves a history
+    whose file count stays logarithmic without merging a byte."""
+    sizes = [max(1, cap)]
+    while sizes[-1] * FANOUT <= AUTO_MAX_MERGE_BYTES:
+        sizes.append(sizes[-1] * FANOUT)
+    return sizes
+
+
 def plan(
     sealed: list[tuple[int, ffmt.Stamp]], cap: int, max_bytes: int = MAX_MERGED
 ) -> list[int] | None:
@@ -69,7 +82,12 @@ def plan(
     next class's limit; the merge then takes FANOUT - 1, whose product stays
     below that limit. Counted in the run, it came first, took nothing more,
     and every later merge of the level was refused, so the file count (and
-    each append's stat calls) grew with the history.
+    each append's stat calls) grew with the history. Segments of a class
+    overshoot it by more than ``full`` allows (level-1 merges of 64 KiB
+    segments make about 1.15 MiB, so a capped level-2 merge makes 13 of them,
+    14.95 MiB, under ``full`` = 15 MiB): a segment that cannot take the one
+    after it within ``max_bytes`` ends the run too (a Store-grown 100 MiB
+    history had stalled at 82 segments, 72 of them about 1 MiB).
     """
     limit = cap * FANOUT
     while limit // FANOUT <= max_bytes:
@@ -78,6 +96,8 @@ def plan(
         for number, stamp in reversed(sealed):
             if stamp.size >= limit or stamp.size > full:
                 break
+            if run and stamp.size + run[-1][1].size > max_bytes:
+                break  # cannot take the segment after it: it came first, it ends the run
             run.append((number, stamp))
         big = sum(1 for _, s in run if s.size >= limit // FANOUT)
         if big >= FANOUT and len(run) >= 2:

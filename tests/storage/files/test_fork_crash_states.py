@@ -55,6 +55,7 @@ def test_every_crash_state_of_a_fork(tmp_path: Path, durability: str, where: str
     store = Store(live, durability=durability, segment_bytes=SEGMENT)
     snapshot, ops, _ = record(str(live), [lambda: store.history(SRC).fork(NEW, at=at)])
     assert any(op.kind == "link" for op in ops)  # shared, not copied
+    assert [op.kind for op in ops].count("sync") == 1  # one flush (syncfs), seen by the model
     expected = _lines(Store(live, durability="off"), NEW)
     assert expected[:at] == source_before[:at] and len(expected) == at + 1
     seen: set[str] = set()

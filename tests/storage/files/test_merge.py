@@ -214,6 +214,22 @@ def test_plan_does_not_stall_behind_a_capped_merge() -> None:
     assert merge.plan(sealed[:-1], cap, max_bytes) is None
 
 
+def test_plan_does_not_stall_behind_a_merge_that_overshoots_more() -> None:
+    """The sizes a Store-grown history had (64 KiB cap, 16 MiB automatic
+    limit): level-1 segments of about 1.15 MiB, so a capped level-2 merge
+    made 13 of them (14.95 MiB), under the ``full`` bound but unable to take
+    one more. Behind it the next FANOUT of the class merge."""
+    stamp = lambda size: ffmt.Stamp(0, 0, size, 0, 0)  # noqa: E731
+    cap, max_bytes = 64 << 10, merge.AUTO_MAX_MERGE_BYTES
+    level1 = int(1.15 * (1 << 20))
+    capped = 13 * level1
+    assert capped + level1 > max_bytes
+    sealed = [(1, stamp(capped)), *[(i, stamp(level1)) for i in range(2, 2 + merge.FANOUT)]]
+    got = merge.plan(sealed, cap, max_bytes)
+    assert got is not None and got[0] == 2 and len(got) == 13  # 13 fit in 16 MiB
+    assert merge.plan(sealed[: merge.FANOUT], cap, max_bytes) is None  # 15 behind: not yet
+
+
 def test_a_streaming_read_survives_a_merge_under_it(tmp_path: Path, no_auto_merge) -> None:
     """rows() lists segments under the lock and reads them outside it; a merge
     that moves rows meanwhile (the next segment vanishes, or the merged one

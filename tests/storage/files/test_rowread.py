@@ -155,3 +155,26 @@ def test_no_caller_depth_lets_a_deep_line_through() -> None:
         assert refused is None, k
         seen_ok += fine is not None
     assert seen_ok > 100
+
+
+@pytest.mark.skipif(not nesting.DEPTH_CAPPED, reason="the bracket count decides here")
+def test_a_limit_raised_during_the_decode_sends_the_chunk_to_the_bracket_count() -> None:
+    # ``with_headroom`` raises the process-wide recursion limit for a moment;
+    # a capped decode running meanwhile (in another thread, here inside the
+    # decode itself) had more room than its budget, so its answer is not the
+    # depth test: the chunk goes the counting way, which refuses the line.
+    decode = fmt.msgspec.json.Decoder().decode_lines
+    deep = fmt.encode_json(_nested(MAX_DEPTH + 1))
+    refused = []
+
+    def decode_with_room(data: bytes) -> list[object]:
+        if not refused:
+            refused.append(data)
+            raise RecursionError  # what a decode deep in its caller's stack meets
+        return list(decode(data))
+
+    def decode_while_the_limit_is_raised(data: bytes) -> list[object]:
+        return nesting.with_headroom(decode_with_room, data)
+
+    assert nesting.shallow_lines(decode_while_the_limit_is_raised, deep, deep) is None
+    assert refused  # the raised-limit path ran
