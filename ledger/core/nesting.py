@@ -12,6 +12,7 @@ decodes; its callers reach these names through it too (``fmt.too_deep``).
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -131,7 +132,8 @@ def _frames() -> int:
     """Python frames on this thread's stack (each holds one level of the
     recursion limit; C code may hold more, which only leaves less room)."""
     n = 0
-    f: Any = sys._getframe(1)
+    here = inspect.currentframe()  # this function's frame (CPython always gives one)
+    f: Any = here.f_back if here is not None else None
     while f is not None:
         n += 1
         f = f.f_back
