@@ -57,6 +57,7 @@ import threading
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
@@ -114,6 +115,31 @@ DAMAGE_ERRORS = (sqlite3.DatabaseError, TypeError, ValueError, KeyError, IndexEr
 
 class Damaged(Exception):
     """A row, the schema or the statistics of the index fail verification."""
+
+
+@contextmanager
+def _writing(db: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction (``BEGIN IMMEDIATE``): committed when the block
+    ends, rolled back when it raises."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+@contextmanager
+def _reading(db: sqlite3.Connection) -> Iterator[None]:
+    """A read transaction: one snapshot of the database for the block."""
+    db.execute("BEGIN")
+    try:
+        yield
+    finally:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
 
 
 def _h(*values: Any) -> int:
@@ -550,8 +576,7 @@ class RecallIndex:
                 return got
         self._tail = None
         self._forget()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _writing(db):
             mark = self._mark(db)  # another reader may have done it meanwhile
             start = self._resume(st, layout, mark)
             if start is None:
@@ -564,11 +589,6 @@ class RecallIndex:
                 mark = Mark(st.epoch, layout, 0, 0, *start, -1, "", 0, 0, 0, _floor_seq(st))
             mark = self._index_from(db, st, layout, mark, start)
             _save(db, mark)
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
         return mark
 
     def _extend(
@@ -616,8 +636,7 @@ class RecallIndex:
         """Write the tail into the index in one transaction (``_Raced`` when
         another process moved the index on meanwhile: read again)."""
         self._forget()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _writing(db):
             if self._mark(db) != base:
                 raise _Raced()
             writer = _Writer(db, base.next_tid)
@@ -633,11 +652,6 @@ class RecallIndex:
             self._save_segs(db, st, {n: (at, h) for n, (at, h, _s) in tail.seg_ends.items()})
             mark = replace(mark, next_tid=writer.next_tid)
             _save(db, mark)
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
         return mark
 
     @staticmethod
@@ -834,14 +848,10 @@ class RecallIndex:
         open); ``sizes`` gets each candidate's line size."""
         db = self._open()
         tail = self._tail if self._tail is not None and self._tail_mark == mark else None
-        db.execute("BEGIN")
-        try:
+        with _reading(db):
             if self._mark(db) != (self._tail_base if tail is not None else mark):
                 raise _Raced()
             return self._candidates(db, mark, tail, query, after, high, window)
-        finally:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
 
     def _candidates(
         self, db: sqlite3.Connection, mark: Mark, tail: Tail | None, query: ranking.Query,
@@ -990,8 +1000,7 @@ class RecallIndex:
             db = self._open()
             tail = self._tail
             out = []
-            db.execute("BEGIN")
-            try:
+            with _reading(db):
                 if tail is not None and self._mark(db) != self._tail_base:
                     raise Damaged("the index moved on since its tail was read")
                 for seq, win, length, size, blob, seg, off, h in db.execute(
@@ -999,9 +1008,6 @@ class RecallIndex:
                     if h != _doc_h(seq, win, length, size, blob, seg, off):
                         raise Damaged(f"the entry of row {seq} fails its checksum")
                     out.append((int(seq), int(win), (int(seg), int(off))))
-            finally:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
             if tail is not None:
                 out.extend((s, tail.docs[s].window, (tail.docs[s].segment, tail.docs[s].offset))
                            for s in tail.order if s > upto)
