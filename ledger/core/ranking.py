@@ -66,7 +66,30 @@ SNIPPET_SCAN = 16_384  # code points of a row searched for the snippet's centre
 _WORD = re.compile(r"[^\W_]+")
 _CAMEL = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _PHRASE = re.compile(r'"([^"]+)"')
-_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+
+
+def _plain_ranges(blocks: Sequence[tuple[int, int]]) -> str:
+    """A character class body: the code points of ``blocks`` that are no
+    combining mark (computed here, so exact for this Python's Unicode)."""
+    out: list[str] = []
+    for lo, hi in blocks:
+        start = None
+        for cp in range(lo, hi + 2):
+            plain = cp <= hi and not unicodedata.combining(chr(cp))
+            if plain and start is None:
+                start = cp
+            elif not plain and start is not None:
+                out.append(f"\\U{start:08x}-\\U{cp - 1:08x}")
+                start = None
+    return "".join(out)
+
+
+# The runs of characters that may be combining marks: not ASCII, and not in
+# the blocks most prose uses beside it (Latin-1 and Latin Extended, general
+# punctuation, symbols, arrows, CJK punctuation, emoji) minus the marks
+# those blocks hold; ``_unmarked`` looks at these runs only.
+_NON_ASCII = re.compile("[^\\x00-\\x7f" + _plain_ranges(
+    ((0x80, 0x2FF), (0x2000, 0x2BFF), (0x3000, 0x303F), (0x1F300, 0x1FAFF))) + "]+")
 
 # A short stop list: function words that carry no topic. Question words are
 # here too: a question's "what", "when" and "how" never help to find its answer.
