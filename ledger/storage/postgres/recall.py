@@ -468,9 +468,10 @@ class PgRecall:
         # for the terms whose postings in range were not all read.
         term_of = {i: t for i, t in term_of.items()
                    if not ranking.complete(dfs[t], taken.get(i, 0), per_term, examine)}
+        keys = _keys(term_of)
         by: dict[int, ranking.Doc] = {}
         for seq in sorted(entries):
-            by[seq] = _doc(seq, *entries[seq], found, term_of, len(kept))
+            by[seq] = _doc(seq, *entries[seq], found, keys, len(kept))
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
         q = ranking.Query(tuple(kept), query.phrases)
         stage = ranking.widen(list(by.values()), q, corpus)
@@ -479,7 +480,7 @@ class PgRecall:
                             "high": high}, binary=True).fetchall():
             d = by.get(seq)
             if d is None:
-                d = by[seq] = _doc(int(seq), int(win), int(length), blob, found, term_of,
+                d = by[seq] = _doc(int(seq), int(win), int(length), blob, found, keys,
                                    len(kept))
             if prev or nxt:
                 d.prev, d.next = int(prev or 0), int(nxt or 0)
@@ -488,20 +489,31 @@ class PgRecall:
                 for s, score in ranking.rank(docs, q, corpus, found, stage=stage)]
 
 
+def _keys(term_of: dict[int, str]) -> list[tuple[bytes, str]]:
+    """Each term id as its bytes in a docs entry (little-endian ``array("I")``)
+    with its term: what ``_doc`` looks for in an entry."""
+    return [(tid.to_bytes(4, "little"), term) for tid, term in term_of.items()
+            if 0 <= tid <= 0xFFFFFFFF]
+
+
 def _doc(seq: int, win: int, length: int, blob: bytes, found: dict[int, dict[str, int]],
-         term_of: dict[int, str], nterms: int) -> ranking.Doc:
+         keys: list[tuple[bytes, str]], nterms: int) -> ranking.Doc:
     """What ranking needs of one row: its frequencies of the query terms (from
-    its postings in ``found``, the rest from its entry's pairs)."""
+    its postings in ``found``, the rest from its entry's pairs: each wanted
+    term id searched for in C at a pair's start, the last such pair counts)."""
     tfs = found.get(seq, {})
-    if term_of and len(tfs) < nterms:
-        pairs = array("I")
-        pairs.frombytes(bytes(blob))
-        if SWAP:
-            pairs.byteswap()
-        for i in range(0, len(pairs), 2):
-            term = term_of.get(pairs[i])
-            if term is not None:
-                tfs[term] = pairs[i + 1]
+    if keys and len(tfs) < nterms:
+        raw = bytes(blob)
+        if len(raw) % 8:
+            raise Unavailable(f"the recall index entry of row {seq} is {len(raw)} bytes, not "
+                              "whole (term id, frequency) pairs: the index is damaged "
+                              "(`tledger check` reports it, `repair` rebuilds it)")
+        for key, term in keys:
+            at = raw.rfind(key)
+            while at >= 0 and at % 8:
+                at = raw.rfind(key, 0, at + 3)
+            if at >= 0:
+                tfs[term] = int.from_bytes(raw[at + 4 : at + 8], "little")
     return ranking.Doc(seq, win, length, tfs)
 
 
