@@ -108,25 +108,32 @@ def _live(link: str | None) -> str:
     return "EXISTS (SELECT 1 FROM " + rows_sql(link, where="seq = {s}") + " r)"
 
 
-_LINK = ("(SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s AND d.seq < {s} "
-         "AND d.seq > %(after)s AND {live_d} ORDER BY d.seq DESC "
-         "LIMIT 1) AS p, (SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s "
-         "AND d.seq > {s} AND d.seq <= %(high)s AND {live_d} ORDER BY d.seq LIMIT 1) AS n")
+# The two rows before and the two after each hit: the first of each pair is
+# the hit's neighbour, the second that neighbour's other neighbour (the hit
+# is its nearest on the near side: no indexed live row lies between them),
+# so one ordered scan per side gives what a probe per row and side gave.
+_TWO = ("ARRAY(SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s AND d.seq < h.s "
+        "AND d.seq > %(after)s AND {live_d} ORDER BY d.seq DESC LIMIT 2) AS ps, "
+        "ARRAY(SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s AND d.seq > h.s "
+        "AND d.seq <= %(high)s AND {live_d} ORDER BY d.seq LIMIT 2) AS ns")
 
 
 @lru_cache(maxsize=256)  # a key per source on Citus (keys.py): bounded
 def _near_sql(link: str | None) -> str:
     """A query's rows (the comment above); ``link``: a fork's rows include
-    its source's (``lineage.py``)."""
+    its source's (``lineage.py``). ``l1``: each live hit with its (prev,
+    next); ``l2``: each neighbour that is no hit with its own."""
     live = _live(link)
-    link = _LINK.replace("{live_d}", live.format(s="d.seq"))
+    two = _TWO.replace("{live_d}", live.format(s="d.seq"))
     return (  # no CTE column lists: Citus's planner loses them
     "WITH h AS (SELECT x.s FROM unnest(%(hits)s::bigint[]) AS x(s) WHERE "
     + live.format(s="x.s") + "), "
-    "l1 AS (SELECT h.s, " + link.format(s="h.s") + " FROM h), "
-    "r AS (SELECT l1.p AS s FROM l1 WHERE l1.p IS NOT NULL UNION "
-    "SELECT l1.n FROM l1 WHERE l1.n IS NOT NULL EXCEPT SELECT h.s FROM h), "
-    "l2 AS (SELECT r.s, " + link.format(s="r.s") + " FROM r), "
+    "nb AS (SELECT h.s, " + two + " FROM h), "
+    "l1 AS (SELECT nb.s, nb.ps[1] AS p, nb.ns[1] AS n FROM nb), "
+    "r AS (SELECT nb.ps[1] AS s, nb.ps[2] AS p, nb.s AS n FROM nb WHERE nb.ps[1] IS NOT NULL "
+    "UNION ALL SELECT nb.ns[1], nb.s, nb.ns[2] FROM nb WHERE nb.ns[1] IS NOT NULL), "
+    "l2 AS (SELECT DISTINCT ON (r.s) r.s, r.p, r.n FROM r WHERE NOT EXISTS "
+    "(SELECT 1 FROM h WHERE h.s = r.s) ORDER BY r.s, r.p, r.n), "
     "l AS (SELECT l1.s, l1.p, l1.n FROM l1 UNION ALL SELECT l2.s, l2.p, l2.n FROM l2), "
     "w AS (SELECT l.s FROM l UNION SELECT l.p FROM l WHERE l.p IS NOT NULL "
     "UNION SELECT l.n FROM l WHERE l.n IS NOT NULL) "
