@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from itertools import accumulate, islice, repeat
-from operator import add, itemgetter, sub
+from itertools import repeat
+from operator import add, itemgetter
 from typing import Any
 
 import msgspec
@@ -99,26 +99,12 @@ def all_verified(lines: list[bytes]) -> bool:
     return _framed(lines, map(xxhash.xxh3_64_intdigest, _bodies(lines)))
 
 
-def verified_joined(lines: list[bytes]) -> bytes | None:
+def verified_bodies(lines: list[bytes]) -> list[bytes] | None:
     """The checksummed bodies of ``lines`` (each without its newline), as
-    :func:`body_of` gives them, each followed by a newline in one buffer --
-    what ``decode_lines`` takes -- or None when any line fails its checks: one
-    pass over a chunk of lines (a None sends the caller line by line).
-
-    Each body is cut from its line once, straight into the buffer (the join
-    writes its closing brace), and hashed where it lies there (a memoryview:
-    no body is copied on its own). Body ``i`` spans ``bounds[i]`` up to the
-    byte before ``bounds[i + 1]`` (its newline)."""
-    if not lines:
-        return b""
-    if min(map(len, lines)) <= LINE_SUFFIX:
-        return None
-    joined = b"}\n".join([*map(_BODY, lines), b""])
-    bounds = list(accumulate(map(sub, map(len, lines), repeat(LINE_SUFFIX - 2)), initial=0))
-    cuts = map(slice, bounds, map(sub, islice(bounds, 1, None), repeat(1)))
-    with memoryview(joined) as view:
-        ok = _framed(lines, map(xxhash.xxh3_64_intdigest, map(view.__getitem__, cuts)))
-    return joined if ok else None
+    :func:`body_of` gives them, or None when any line fails its checks: one
+    pass over a chunk of lines (a None sends the caller line by line)."""
+    bodies = list(_bodies(lines))
+    return bodies if _framed(lines, map(xxhash.xxh3_64_intdigest, bodies)) else None
 
 
 def decode_line(line: bytes) -> dict[str, Any] | None:
