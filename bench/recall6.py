@@ -44,10 +44,11 @@ from bench.recall_data import QuestionSet
 from bench.recall_v2 import Index, Ranker, build_index, top
 from ledger.core import ranking
 
-FUSION = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
-ENGINE = (0.8, 0.7, 0.6, 0.5, 0.4)
+FUSION = (0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
+ENGINE = (0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4)
 RRF = (0.5, 0.6, 0.7, 0.8)
 RRF_K = 60
+NEIGHBOURS = (0.3, 0.6)  # a turn's vector + beta x its neighbours' mean
 
 
 class Cached:
@@ -107,6 +108,20 @@ def rrf(ix: Index, vecs: npt.NDArray[np.float32], emb: Cached, w: float) -> Rank
     return run
 
 
+def zfused(ix: Index, vecs: npt.NDArray[np.float32], emb: Cached, a: float) -> Ranker:
+    """Score fusion with the cosine z-scored over the history (mean and
+    spread of every row's cosine; negative z adds nothing) and scaled so
+    z = 3 counts as the best lexical row."""
+    def run(q: str) -> list[int]:
+        lex = recall_v2.lexical_scores(ix, ranking.parse_query(q).terms, SHIPPED)
+        cos = (vecs @ emb.embed([q])[0]).astype(np.float64)
+        sd = float(cos.std()) or 1.0
+        z = np.clip((cos - float(cos.mean())) / sd / 3.0, 0.0, None)
+        m = float(lex.max())
+        return top((a * lex / m if m > 0 else 0.0) + (1 - a) * z, ix.seqs)
+    return run
+
+
 def engine(qs: QuestionSet, tmp: list[str], emb: Any = None) -> Ranker:
     from bench.recall_bench import tool_ranker
 
@@ -163,6 +178,15 @@ def variants(qs: QuestionSet, ix: Index, mini: Cached, wl: Cached | None,
     for w in RRF:
         out.append((f"pure: lexical + MiniLM, RRF, lexical weight {w}",
                     lambda w=w: rrf(ix, mv(), mini, w)))
+    for beta in NEIGHBOURS:
+        for a in (0.9, 0.8):
+            out.append((f"pure: lexical + MiniLM with neighbour vectors (beta {beta}), score "
+                        f"fusion, lexical weight {a}",
+                        lambda a=a, beta=beta: recall_v2.semantic(
+                            ix, recall_v2.with_neighbours(ix, mv(), beta), mini, SHIPPED, a)))
+    for a in (0.9, 0.8, 0.7):
+        out.append((f"pure: lexical + MiniLM, z-scored cosine, lexical weight {a}",
+                    lambda a=a: zfused(ix, mv(), mini, a)))
     return out
 
 
@@ -175,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-wordllama", action="store_true")
     p.add_argument("--only", default="", help="comma-separated parts of variant names")
     args = p.parse_args(argv)
-    from ledger.core.embedders import MiniLMEmbedder, WordLlamaEmbedder
+    from bench.minilm import MiniLMEmbedder
+    from ledger.core.embedders import WordLlamaEmbedder
 
     print(f"load: {os.getloadavg()}", flush=True)
     t0 = time.perf_counter()

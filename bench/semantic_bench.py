@@ -39,7 +39,8 @@ EMBEDDER = ["wordllama"]  # --embedder: wordllama (at --dim) or minilm (384 d)
 
 
 def _embedder(dim: int) -> Any:
-    from ledger.core.embedders import MiniLMEmbedder, WordLlamaEmbedder
+    from bench.minilm import MiniLMEmbedder
+    from ledger.core.embedders import WordLlamaEmbedder
 
     if EMBEDDER[0] == "minilm":
         return MiniLMEmbedder(threads=1)

@@ -124,9 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--embedder",
         default=None,
         metavar="SPEC",
-        help="the semantic channel of ranked search: minilm (all-MiniLM-L6-v2, the minilm "
-        "extra), wordllama or wordllama:DIM (64, 128, 256; the semantic extra) (default: "
-        "$TLEDGER_EMBEDDER, else none: lexical only)",
+        help="the semantic channel of ranked search: wordllama or wordllama:DIM (64, 128, "
+        "256; the semantic extra) (default: $TLEDGER_EMBEDDER, else none: lexical only)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True

