@@ -66,7 +66,30 @@ SNIPPET_SCAN = 16_384  # code points of a row searched for the snippet's centre
 _WORD = re.compile(r"[^\W_]+")
 _CAMEL = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _PHRASE = re.compile(r'"([^"]+)"')
-_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+
+
+def _plain_ranges(blocks: Sequence[tuple[int, int]]) -> str:
+    """A character class body: the code points of ``blocks`` that are no
+    combining mark (computed here, so exact for this Python's Unicode)."""
+    out: list[str] = []
+    for lo, hi in blocks:
+        start = None
+        for cp in range(lo, hi + 2):
+            plain = cp <= hi and not unicodedata.combining(chr(cp))
+            if plain and start is None:
+                start = cp
+            elif not plain and start is not None:
+                out.append(f"\\U{start:08x}-\\U{cp - 1:08x}")
+                start = None
+    return "".join(out)
+
+
+# The runs of characters that may be combining marks: not ASCII, and not in
+# the blocks most prose uses beside it (Latin-1 and Latin Extended, general
+# punctuation, symbols, arrows, CJK punctuation, emoji) minus the marks
+# those blocks hold; ``_unmarked`` looks at these runs only.
+_NON_ASCII = re.compile("[^\\x00-\\x7f" + _plain_ranges(
+    ((0x80, 0x2FF), (0x2000, 0x2BFF), (0x3000, 0x303F), (0x1F300, 0x1FAFF))) + "]+")
 
 # A short stop list: function words that carry no topic. Question words are
 # here too: a question's "what", "when" and "how" never help to find its answer.
@@ -125,10 +148,60 @@ def words(text: str) -> list[str]:
     return out
 
 
+def _word_terms(word: str) -> tuple[str, ...]:
+    """The terms one word of ``_WORD`` gives (``terms`` of that word alone):
+    itself and, for an identifier, its parts (``words``), folded, stop
+    words and words of WORD_MAX or more dropped, stemmed."""
+    ws = [word.casefold()]
+    if len(word) > 3 and not word.islower() and not word.isupper():
+        parts = _CAMEL.findall(word)
+        if len(parts) > 1:
+            ws.extend(p.casefold() for p in parts)
+    return tuple(_stem_cached(w) for w in ws if w not in STOP and len(w) < WORD_MAX)
+
+
+# The terms of each word seen (``_word_terms``), keyed by the word as it
+# appears (str) or, for ASCII text, by its bytes; only words shorter than
+# WORD_MAX are kept, and a full cache starts again: at most _WORDS_KEPT keys.
+_WORDS_KEPT = 65536
+_str_words: dict[str, tuple[str, ...]] = {}
+_ascii_words: dict[bytes, tuple[str, ...]] = {}
+# ASCII letters and digits kept, every other byte a space: for ASCII text,
+# ``text.encode().translate(_ASCII_WORDS).split()`` is ``_WORD.findall(text)``.
+_ASCII_WORDS = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c in range(256))
+
+
 def terms(text: str) -> list[str]:
-    """The indexed terms of ``text``, in order (repeats kept)."""
-    stem = _stem_cached  # every word kept is shorter than WORD_MAX
-    return [stem(w) for w in words(text) if w not in STOP and len(w) < WORD_MAX]
+    """The indexed terms of ``text``, in order (repeats kept): the terms of
+    each of its words (``words``) that is no stop word and shorter than
+    WORD_MAX, stemmed. Each distinct word's terms are worked out once and
+    kept (``_word_terms``); ASCII text (NFKD leaves it as it is) is split in
+    C without the regular expression."""
+    out: list[str] = []
+    add = out.extend
+    if text.isascii():
+        cache_b = _ascii_words
+        for b in text.encode().translate(_ASCII_WORDS).split():
+            got = cache_b.get(b)
+            if got is None:
+                got = _word_terms(b.decode())
+                if len(b) < WORD_MAX:
+                    if len(cache_b) >= _WORDS_KEPT:
+                        cache_b.clear()
+                    cache_b[b] = got
+            add(got)
+        return out
+    cache_s = _str_words
+    for w in _WORD.findall(_unmarked(unicodedata.normalize("NFKD", text))):
+        got = cache_s.get(w)
+        if got is None:
+            got = _word_terms(w)
+            if len(w) < WORD_MAX:
+                if len(cache_s) >= _WORDS_KEPT:
+                    cache_s.clear()
+                cache_s[w] = got
+        add(got)
+    return out
 
 
 def term_counts(text: str) -> tuple[Counter[str], int]:

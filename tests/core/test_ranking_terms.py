@@ -52,3 +52,32 @@ def test_a_few_texts() -> None:
     assert ranking.words("Café parseHTTPRequest — naïve") == [
         "cafe", "parsehttprequest", "parse", "http", "request", "naive"]
     assert ranking.fold("İSTANBUL Straße") == "istanbul strasse"
+
+
+# Every ASCII character, and words around WORD_MAX long: the ASCII path
+# splits bytes in C, and each word's terms are kept once worked out.
+ASCII = st.lists(st.one_of(st.characters(max_codepoint=127),
+                          st.sampled_from(["a" * 62, "B" * 63, "cD" * 32, "_x9", "aAa"])),
+                 max_size=40).map("".join)
+
+
+@given(ASCII)
+def test_ascii_terms_follow_their_definition_twice(text: str) -> None:
+    want = [ranking._stem(w) for w in defined_words(text)
+            if w not in ranking.STOP and len(w) < ranking.WORD_MAX]
+    assert ranking.terms(text) == want
+    assert ranking.terms(text) == want  # from the words kept the first time
+
+
+def test_the_word_caches_are_bounded_and_give_the_same_terms() -> None:
+    text = " ".join(f"deployWord{i} caf\u00e9{i}" for i in range(3000))
+    first = ranking.terms(text)
+    assert first[:5] == ["deployword0", "deploy", "word", "0", "cafe0"]
+    for i in range(ranking._WORDS_KEPT // 1000 + 1):
+        ranking.terms(" ".join(f"w{i}x{j}" for j in range(1000)))
+        ranking.terms(" ".join(f"\u00e9{i}x{j}" for j in range(1000)))
+    assert len(ranking._ascii_words) <= ranking._WORDS_KEPT
+    assert len(ranking._str_words) <= ranking._WORDS_KEPT
+    assert ranking.terms(text) == first
+    assert ranking.terms("x" * 63) == ["x" * 63] and ranking.terms("x" * 64) == []
+    assert b"x" * 64 not in ranking._ascii_words

@@ -515,8 +515,16 @@ class FileReader:
                 if budget is not None:
                     budget.bytes_read += len(data)
                 nl = data.find(b"\n")
+                if nl < 0:
+                    # Inside a line longer than the probe: the next line start is
+                    # past its end, which may still be before row ``seq``.
+                    # "Look earlier" instead (hi = mid) lost every row after the
+                    # line when bisection ends up more rows before ``seq`` than a
+                    # call may scan.
+                    nl = self._line_end(fd, mid + len(data), hi, budget)
+                    nl = -1 if nl < 0 else nl - mid
                 if nl < 0 or mid + nl + 1 >= hi:
-                    hi = mid  # inside a long line: look earlier
+                    hi = mid  # no line starts in [mid, hi): look earlier
                     continue
                 got = fmt.seq_prefix(data[nl + 1 : nl + 40])
                 if got is None:
@@ -530,6 +538,27 @@ class FileReader:
         finally:
             os.close(fd)
         return Position(number, lo)
+
+    @staticmethod
+    def _line_end(fd: int, at: int, hi: int, budget: Budget | None) -> int:
+        """The offset of the first newline in [at, hi), or -1 when there is
+        none within LINE_CAP bytes (an oversized line is never worth reading
+        through here) or the call's ``budget`` has no room for the reads."""
+        stop = min(hi, at + LINE_CAP + 1)
+        while at < stop:
+            want = min(64 * 1024, stop - at)
+            if budget is not None and budget.bytes_read + want > SCAN_BYTES:
+                return -1
+            data = os.pread(fd, want, at)
+            if budget is not None:
+                budget.bytes_read += len(data)
+            if not data:
+                return -1
+            nl = data.find(b"\n")
+            if nl >= 0:
+                return at + nl
+            at += len(data)
+        return -1
 
     def _scan_for(
         self, number: int, size: int, start: Position, seq: int, result: SkipSink, budget: Budget

@@ -412,6 +412,11 @@ class RecallIndex:
         self._tail_mark = _EMPTY
         self._guard = threading.RLock()
         self._known: tuple[int, Mark] | None = None  # (data_version, the mark read then)
+        # The segs table as read at the data_version of ``_known`` (checked
+        # then), and the hashes of the log lines one refresh has read: the
+        # log does not change under the lock a refresh holds.
+        self._segs: tuple[int, list[tuple[int, int, str, str]]] | None = None
+        self._hashes: dict[tuple[int, int], str] | None = None
 
     # -- the database --------------------------------------------------------
 
@@ -461,6 +466,7 @@ class RecallIndex:
     def close(self) -> None:
         self._tail = None
         self._known = None
+        self._segs = None
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -491,6 +497,7 @@ class RecallIndex:
 
     def _forget(self) -> None:
         self._known = None
+        self._segs = None
 
     def _held(self, base: Mark) -> Tail | None:
         """The tail, when it extends ``base`` (the index's mark now)."""
@@ -508,6 +515,13 @@ class RecallIndex:
             return self._refresh_guarded(st, layout)
 
     def _refresh_guarded(self, st: Any, layout: str) -> Mark:
+        self._hashes = {}
+        try:
+            return self._refresh_tried(st, layout)
+        finally:
+            self._hashes = None
+
+    def _refresh_tried(self, st: Any, layout: str) -> Mark:
         try:
             for _ in range(8):
                 try:
@@ -685,11 +699,18 @@ class RecallIndex:
         durability off can shorten an older segment while a newer one
         survives)."""
         stamps = _stamps(st)
-        ends: list[tuple[int, int, str, str]] = []
-        for number, last_at, last_hash, stamp, h in db.execute("SELECT * FROM segs").fetchall():
-            if h != _h(number, last_at, last_hash, stamp):
-                raise Damaged("a segment entry fails its checksum")
-            ends.append((number, last_at, last_hash, stamp))
+        known = self._known
+        if known is not None and self._segs is not None and self._segs[0] == known[0]:
+            ends = list(self._segs[1])  # nobody committed since they were read
+        else:
+            ends = []
+            for number, last_at, last_hash, stamp, h in db.execute(
+                    "SELECT * FROM segs").fetchall():
+                if h != _h(number, last_at, last_hash, stamp):
+                    raise Damaged("a segment entry fails its checksum")
+                ends.append((number, last_at, last_hash, stamp))
+            if known is not None:
+                self._segs = (known[0], list(ends))
         if tail is not None:
             ends.extend((n, at, h, stamp) for n, (at, h, stamp) in tail.seg_ends.items())
         for number, last_at, last_hash, stamp in ends:
@@ -705,6 +726,15 @@ class RecallIndex:
         """The hash of the line the mark says it ended at, read from the log."""
         if mark.last_at < 0:
             return ""
+        memo = self._hashes
+        if memo is not None:
+            got = memo.get((mark.segment, mark.last_at))
+            if got is None:
+                got = memo[(mark.segment, mark.last_at)] = self._read_line_hash(mark)
+            return got
+        return self._read_line_hash(mark)
+
+    def _read_line_hash(self, mark: Mark) -> str:
         try:
             fd = os.open(segs.segment_path(self.wsdir, mark.segment),
                          os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)

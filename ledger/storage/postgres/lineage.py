@@ -178,11 +178,3 @@ def reference_of(conn: Any, workspace: str) -> tuple[str, int] | None:
                        (workspace,)).fetchone()
     return (str(got[0]), int(got[1])) if got is not None else None
 
-
-def shared_rows(conn: Any, workspace: str) -> tuple[int, int]:
-    """(rows, bytes with newlines) of ``workspace``'s rows held by its source."""
-    got = conn.execute(
-        "SELECT count(*), coalesce(sum(octet_length(r.raw) + 1), 0) FROM tl_lineage l JOIN "
-        "tl_rows r ON r.workspace = l.source AND r.seq <= l.upto WHERE l.workspace = %s",
-        (workspace,)).fetchone()
-    return int(got[0]), int(got[1])

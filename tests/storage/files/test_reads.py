@@ -3,6 +3,7 @@ workspaces, permissions, rows(after_seq) and get(seq) across many segments."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -166,3 +167,28 @@ def test_files_0600_and_dirs_0700(store_root: Path) -> None:
     assert h.workspace == "ws"
 
 
+
+
+def _long_line_between(root: Path) -> Any:
+    """One segment: 500 short rows, a 300 KB row, 700 short rows. Bisecting
+    for a row of the tail probes inside the long line."""
+    h = Store(root, durability="off", segment_bytes=8 << 20).history("ws")
+    for b in range(10):
+        h.append_many([msg(f"before {b} {i} needle") for i in range(50)])
+    h.append(msg("x" * 300_000 + " needle"))
+    for b in range(14):
+        h.append_many([msg(f"after {b} {i} needle") for i in range(50)])
+    assert len(segment_files(root / "ws")) == 1
+    return h
+
+
+def test_a_row_after_a_long_line_is_read_in_one_call(tmp_path: Path) -> None:
+    # Bisection used to "look earlier" from inside the long line, and the scan from
+    # where it ended ran out of rows before the tail's last ~250 rows: each came back
+    # as an empty page with a cursor instead of the row.
+    h = _long_line_between(tmp_path)
+    tool = h.session_history()
+    for seq in range(900, 1202):
+        page = json.loads(tool.call({"action": "read", "seq": seq}))
+        assert [item["seq"] for item in page["items"]] == [seq], (seq, page)
+        assert page["cursor"] is None
