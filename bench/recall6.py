@@ -48,6 +48,7 @@ FUSION = (0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
 ENGINE = (0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4)
 RRF = (0.5, 0.6, 0.7, 0.8)
 RRF_K = 60
+GATES = ((0.7, 0.95), (0.6, 1.0), (0.8, 1.0), (0.7, 1.0))
 NEIGHBOURS = (0.3, 0.6)  # a turn's vector + beta x its neighbours' mean
 
 
@@ -122,6 +123,33 @@ def zfused(ix: Index, vecs: npt.NDArray[np.float32], emb: Cached, a: float) -> R
     return run
 
 
+def coverage(ix: Index, terms: Sequence[str], lex: npt.NDArray[np.float64]) -> float:
+    """How much of the query the best lexical row holds: the idf of the query's
+    terms it contains over the idf of all of them (terms no row holds count)."""
+    uniq = list(dict.fromkeys(terms))
+    if not uniq or float(lex.max()) <= 0:
+        return 0.0
+    have = ix.own_counts[int(np.argmax(lex))]
+    idf = {t: ranking.idf(ix.df.get(t, 0), ix.n) for t in uniq}
+    total = sum(idf.values())
+    return sum(v for t, v in idf.items() if t in have) / total if total > 0 else 0.0
+
+
+def gated(ix: Index, vecs: npt.NDArray[np.float32], emb: Cached, lo: float,
+          hi: float) -> Ranker:
+    """Score fusion whose lexical weight follows the query: ``lo`` when the
+    best lexical row holds none of the query's idf, ``hi`` when it holds all."""
+    def run(q: str) -> list[int]:
+        terms = ranking.parse_query(q).terms
+        lex = recall_v2.lexical_scores(ix, terms, SHIPPED)
+        a = lo + (hi - lo) * coverage(ix, terms, lex)
+        cos = (vecs @ emb.embed([q])[0]).astype(np.float64)
+        m = float(lex.max())
+        return top((a * lex / m if m > 0 else 0.0) + (1 - a) * recall_v2.vector_norm(cos),
+                   ix.seqs)
+    return run
+
+
 def engine(qs: QuestionSet, tmp: list[str], emb: Any = None) -> Ranker:
     from bench.recall_bench import tool_ranker
 
@@ -187,6 +215,9 @@ def variants(qs: QuestionSet, ix: Index, mini: Cached, wl: Cached | None,
     for a in (0.9, 0.8, 0.7):
         out.append((f"pure: lexical + MiniLM, z-scored cosine, lexical weight {a}",
                     lambda a=a: zfused(ix, mv(), mini, a)))
+    for lo, hi in GATES:
+        out.append((f"pure: lexical + MiniLM, weight by the best row's query coverage "
+                    f"{lo}-{hi}", lambda lo=lo, hi=hi: gated(ix, mv(), mini, lo, hi)))
     return out
 
 
