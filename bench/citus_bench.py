@@ -25,7 +25,6 @@ byte for byte into both databases with ``load_rows`` (COPY).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -35,6 +34,7 @@ from typing import Any
 
 from bench.corpus import Corpus, load_corpus
 from bench.measure import interleave, ratio
+from bench.output import emit, machine, progress
 from bench.postgres_bench import MIB, WS, history_batches, writers_throughput
 from ledger.storage.files.bulk import bulk_load
 from ledger.tokens.counting import TokenCounter
@@ -151,18 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="0,100", metavar="MIB,...")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
-    started = time.monotonic()
-
-    def log(msg: str) -> None:
-        print(f"{time.monotonic() - started:7.1f}s {msg}", file=sys.stderr, flush=True)
-
+    log = progress()
     doc = run(sorted({int(x) for x in args.sizes.split(",")}), args.quick, log)
-    doc["machine"] = {"cpus": os.cpu_count(), "load_at_end": os.getloadavg()}
-    text = json.dumps(doc, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
+    doc["machine"] = machine()
+    emit(doc, args.json)
     return 0
 
 

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import sys
@@ -54,6 +53,7 @@ import msgspec
 
 from bench.corpus import STORED_OVERHEAD, Corpus, load_corpus
 from bench.measure import interleave, ratio
+from bench.output import emit, machine, progress
 from bench.postgres_bench import history_batches
 from ledger.storage.files.bulk import bulk_load
 from ledger.transcript.store import Store
@@ -386,20 +386,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=("files",), help="skip PostgreSQL and the SDK")
     p.add_argument("--citus", metavar="DSN", help="measure Citus alone, on this cluster")
     args = p.parse_args(argv)
-    started = time.monotonic()
-
-    def log(msg: str) -> None:
-        print(f"{time.monotonic() - started:7.1f}s {msg}", file=sys.stderr, flush=True)
-
+    log = progress()
     sizes = sorted({int(x) for x in args.sizes.split(",")})
     doc = (run_citus(args.citus, sizes, args.rounds, log) if args.citus
            else run(sizes, args.rounds, log, args.layout, args.only == "files"))
-    doc["machine"] = {"cpus": os.cpu_count(), "load_at_end": os.getloadavg()}
-    text = json.dumps(doc, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
+    doc["machine"] = machine()
+    emit(doc, args.json)
     return 0
 
 

@@ -27,17 +27,15 @@ Run it once per tree, alternating, on a quiet machine or several times.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 from bench.corpus import load_corpus
+from bench.output import emit, scratch
 from bench.recall_latency import RANKED, build, pct, queries
 
 
@@ -60,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=400)
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
-    tmp = tempfile.mkdtemp(prefix="recall-catchup-")
-    try:
+    with scratch("recall-catchup-") as tmp:
         h = build(os.path.join(tmp, "h"), args.mib)
         tool = h.session_history()
         qs = queries(args.rounds)
@@ -105,12 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             out[f"(append+catch-up-nothing new)/append, {kind}"] = {
                 "p50": round(1 + (c["p50_ms"] - n["p50_ms"]) / a["p50_ms"], 2),
                 "mean": round(1 + (c["mean_ms"] - n["mean_ms"]) / a["mean_ms"], 2)}
-        print(json.dumps(out, indent=1))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(out, f, indent=1)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        emit(out, args.json, indent=1)
     return 0
 
 

@@ -30,15 +30,14 @@ import argparse
 import json
 import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
 
 from bench.corpus import load_corpus
 from bench.measure import interleave
+from bench.output import emit, scratch
 from ledger import Store
 from ledger.core import ranking
 from ledger.core.format import files as ffmt
@@ -132,11 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
     qs = queries(args.queries)
-    tmp = tempfile.mkdtemp(prefix="recall-bench-")
     out: dict[str, Any] = {"sizes": {}}
     tools: dict[int, Any] = {}
     hist: dict[int, Any] = {}
-    try:
+    with scratch("recall-bench-") as tmp:
         for size in sizes:
             t0 = time.monotonic()
             h = build(os.path.join(tmp, f"s{size}"), size)
@@ -250,12 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         b = statistics.median(samples["append+index"].times)
         out["append"] = {"size_mib": big, "append_p50_ms": round(a * 1e3, 3),
                          "append+index_p50_ms": round(b * 1e3, 3), "ratio": round(b / a, 2)}
-        print(json.dumps(out, indent=1))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(out, f, indent=1)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        emit(out, args.json, indent=1)
     return 0
 
 

@@ -19,7 +19,6 @@ The layouts alternate within the one process, operation by operation.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -30,6 +29,7 @@ from typing import Any
 
 from bench.corpus import load_corpus
 from bench.fork_bench import WS, build_files
+from bench.output import emit
 from bench.postgres_bench import history_batches
 from ledger.transcript.store import Store
 
@@ -97,11 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     doc = run(args.size, lambda m: print(m, file=sys.stderr, flush=True))
     doc["load_at_end"] = os.getloadavg()
-    text = json.dumps(doc, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
+    emit(doc, args.json)
     return 0
 
 

@@ -2,13 +2,14 @@
 
 The public face: the store, a history, a row, the runtime object and every
 error a caller may catch (each ``LedgerError`` subclass, wherever it is
-raised). Names whose modules cost an import (the rollover and its token
-budget, the engines' own errors, the integrations) load on first use.
+raised). Names whose modules cost an import (the store and its engines, rows, the
+rollover and its token budget, the engines' own errors, the integrations) load
+on first use.
 """
 
 from importlib import import_module
+from typing import TYPE_CHECKING
 
-from ledger.core.batches import AppendResult
 from ledger.core.errors import (
     BadRequest,
     BudgetExceeded,
@@ -41,13 +42,26 @@ from ledger.core.errors import (
     WorkspaceNotFound,
     WorkspaceOutsideRoot,
 )
-from ledger.core.forks import Branch, ForkRefused, RewindResult
-from ledger.core.rows import Row
-from ledger.transcript.history import History, OpenToolCalls
-from ledger.transcript.store import Store
 
-# name -> the module that defines it, imported when the name is first used.
+if TYPE_CHECKING:  # loaded on first use (below); for type checkers, as if imported here
+    from ledger.core.batches import AppendResult
+    from ledger.core.forks import Branch, ForkRefused, RewindResult
+    from ledger.core.rows import Row
+    from ledger.transcript.history import History, OpenToolCalls
+    from ledger.transcript.store import Store
+
+# name -> the module that defines it, imported when the name is first used. The
+# store and its engines are among them: ``import ledger.cli`` (every tledger
+# start) loads only what the command it runs uses.
 _LAZY = {
+    "AppendResult": "ledger.core.batches",
+    "Branch": "ledger.core.forks",
+    "ForkRefused": "ledger.core.forks",
+    "RewindResult": "ledger.core.forks",
+    "Row": "ledger.core.rows",
+    "History": "ledger.transcript.history",
+    "OpenToolCalls": "ledger.transcript.history",
+    "Store": "ledger.transcript.store",
     "Conversation": "ledger.rollover.conversation",
     "SendRefused": "ledger.rollover.conversation",
     "SendConflict": "ledger.rollover.conversation",

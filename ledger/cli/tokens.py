@@ -9,8 +9,10 @@ from typing import Any
 
 from ledger.cli.registry import arg, command
 from ledger.core.errors import InvalidRow, LedgerError, TokenizerError
-from ledger.tokens.counting import TokenCounter
 from ledger.tokens.models import MODELS_ENV, ModelRegistry, default_registry
+
+# ledger.tokens.counting (tokenizers, costs, adapters) loads in cmd_count only:
+# every other command, and --help, starts without it.
 
 
 def _read(path: str | None) -> tuple[bytes, str]:
@@ -77,6 +79,8 @@ def _registry(models_file: str | None) -> ModelRegistry:
     ],
 )
 def cmd_count(args: argparse.Namespace, ctx: Any) -> int:
+    from ledger.tokens.counting import TokenCounter
+
     counter = TokenCounter(args.model, registry=_registry(args.models))
     data, source = _read(args.file)
     out: dict[str, Any]

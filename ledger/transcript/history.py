@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ledger.core import gcpause
 from ledger.core.batches import AppendResult, PendingBatch
 from ledger.core.errors import InvalidRow, WorkspaceNotFound
 from ledger.core.forks import Branch, ForkRefused, RewindResult
@@ -143,7 +144,8 @@ class History(WorkspaceHandle):
         if not self.exists():
             return []
         try:
-            return self.engine.window_rows()
+            with gcpause.paused():  # hundreds of rows built at once (ledger.core.gcpause)
+                return self.engine.window_rows()
         except WorkspaceNotFound:
             return []
 
@@ -153,7 +155,8 @@ class History(WorkspaceHandle):
         A tool result whose call is in an earlier window is served as user
         text (``ledger.core.windows.provider_rows``). Empty for a workspace
         that has no history yet (nothing is created by reading)."""
-        return provider_rows(self.window_rows())
+        with gcpause.paused():
+            return provider_rows(self.window_rows())
 
     def session_history(self) -> SessionHistory:
         """The ``session_history`` retrieval tool bound to this workspace."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import stat as stat_mod
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -83,11 +84,16 @@ def damage_findings(workspace: str, scan: ScanResult) -> Iterator[Finding]:
                           "not listed", action)
 
 
-def check(history: FileHistory, *, progress: Progress | None = None) -> FileReport:
+def check(history: FileHistory, *, progress: Progress | None = None,
+          projections: list[Finding] | None = None) -> FileReport:
     """Verify ``history`` without writing anything (module doc). An OS error
-    (a file it may not read, an I/O error) is ``Unavailable`` naming the file."""
+    (a file it may not read, an I/O error) is ``Unavailable`` naming the file.
+    ``projections``: the recall index's and its vectors' findings, when the
+    caller made them in this same call and neither changed since (repair's
+    check of a result it did not change), instead of opening and verifying
+    them again."""
     try:
-        return _check(history, progress)
+        return _check(history, progress, projections)
     except OSError as exc:
         raise Unavailable(
             f"workspace {history.workspace!r}: check cannot read "
@@ -95,7 +101,8 @@ def check(history: FileHistory, *, progress: Progress | None = None) -> FileRepo
         ) from exc
 
 
-def _check(history: FileHistory, progress: Progress | None) -> FileReport:
+def _check(history: FileHistory, progress: Progress | None,
+           projections: list[Finding] | None = None) -> FileReport:
     if not history.exists():
         raise WorkspaceNotFound(
             f"workspace {history.workspace!r} has no history under {history.store.root}"
@@ -191,11 +198,14 @@ def _check(history: FileHistory, progress: Progress | None) -> FileReport:
                                 "the next write or repair writes it"))
     if not scan.damage:
         findings.extend(_split_pairs(pairs))
-    try:
-        findings.extend(_recall_findings(history))
-        findings.extend(vector_findings(history))
-    except LedgerError:
-        pass  # a log whose state cannot be read: its damage is reported above
+    if projections is not None:
+        findings.extend(projections)
+    else:
+        try:
+            findings.extend(_recall_findings(history))
+            findings.extend(vector_findings(history))
+        except LedgerError:
+            pass  # a log whose state cannot be read: its damage is reported above
     return FileReport(ws, findings, len(scan.segments), scan.rows, scan.bytes, status, scan)
 
 
@@ -261,13 +271,21 @@ def odd_format(path: str) -> str | None:
     return None if stat_mod.S_ISREG(mode) else segs.describe_mode(mode)
 
 
-def _recall_findings(history: FileHistory) -> Iterator[Finding]:
+def _shared_lock(history: FileHistory, held: bool) -> AbstractContextManager[None]:
+    """The workspace lock taken shared, or nothing when the caller ``held`` it
+    already (repair, under its own lock: the lock is not reentrant)."""
+    if held:
+        return nullcontext()
+    return locked(history.path, history.workspace, history.store.lock_timeout, shared=True)
+
+
+def _recall_findings(history: FileHistory, held: bool = False) -> Iterator[Finding]:
     """The recall index (a projection for ranked search): notices only, as
     nothing stored is lost with it; repair rebuilds it."""
     if not any(os.path.lexists(os.path.join(history.path, ffmt.RECALL_NAME) + suffix)
                for suffix in recall.SUFFIXES):
         return
-    with locked(history.path, history.workspace, history.store.lock_timeout, shared=True):
+    with _shared_lock(history, held):
         st = history.state()
         reader = FileReader(history)
 
@@ -289,14 +307,14 @@ def _recall_findings(history: FileHistory) -> Iterator[Finding]:
                       "ranked search, for a stale or damaged one)", ffmt.RECALL_NAME)
 
 
-def vector_findings(history: FileHistory) -> Iterator[Finding]:
+def vector_findings(history: FileHistory, held: bool = False) -> Iterator[Finding]:
     """The semantic channel's vectors (a projection beside the recall
     index, ``ledger.storage.files.vectors``): notices, as nothing stored is
     lost with them; a link in their place is damage, as for the index.
     Repair removes them; the next ranked search computes them again."""
     if not os.path.lexists(os.path.join(history.path, ffmt.VECTORS_NAME)):
         return
-    with locked(history.path, history.workspace, history.store.lock_timeout, shared=True):
+    with _shared_lock(history, held):
         st = history.state()
         reader = FileReader(history)
 

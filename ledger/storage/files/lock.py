@@ -62,7 +62,8 @@ def locked(workspace_dir: str, workspace: str, timeout: float, *, shared: bool) 
                 f"{exc.strerror or exc}"
             ) from exc
         try:
-            mode = os.fstat(fd).st_mode
+            st = os.fstat(fd)
+            mode = st.st_mode
             if not stat_mod.S_ISREG(mode):
                 what = ("a FIFO" if stat_mod.S_ISFIFO(mode) else "a directory"
                         if stat_mod.S_ISDIR(mode) else "not a regular file")
@@ -74,7 +75,7 @@ def locked(workspace_dir: str, workspace: str, timeout: float, *, shared: bool) 
         except BaseException:
             os.close(fd)
             raise
-        if shared or _still_at(fd, path):
+        if shared or _still_at(st, path):
             break
         portalocker.unlock(fd)  # the workspace was renamed away meanwhile
         os.close(fd)
@@ -107,11 +108,11 @@ def _acquire(fd: int, path: str, workspace: str, shared: bool, deadline: float,
             delay = min(delay * 2, _POLL_MAX)
 
 
-def _still_at(fd: int, path: str) -> bool:
-    """True when the open LOCK is the file at ``path`` (same device and inode)."""
+def _still_at(st: os.stat_result, path: str) -> bool:
+    """True when the open LOCK (``st``: its fstat, taken once it was opened;
+    a descriptor's device and inode never change) is the file at ``path``."""
     try:
         here = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
         return False
-    st = os.fstat(fd)
     return (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)

@@ -47,7 +47,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ledger.core.checks import Progress, RepairReport, check_policy
+from ledger.core.checks import Finding, Progress, RepairReport, check_policy
 from ledger.core.errors import FormatError, LedgerError, RecoveryError, WorkspaceNotFound
 from ledger.core.format import files as ffmt
 from ledger.core.rows import new_id, prepare_batch
@@ -269,24 +269,12 @@ def repair(history: FileHistory, *, policy: str = "salvage", dry_run: bool = Fal
             f"workspace {history.workspace!r} has no history under {history.store.root}"
         )
     report = FileRepair(history.workspace, policy, dry_run)
-    try:
-        recall_stale = bool(list(chk._recall_findings(history)))
-        vectors_stale = bool(list(chk.vector_findings(history)))
-    except LedgerError:  # a log too damaged to read a state from: rebuilt after repair
-        recall_stale = vectors_stale = True
+    projections: list[Finding] | None = None
     try:
         with locked(history.path, history.workspace, history.store.lock_timeout, shared=dry_run):
             _repair_locked(history, report, progress)
-            if not dry_run and (recall_stale or report.changed) and any(
-                    os.path.lexists(os.path.join(history.path, ffmt.RECALL_NAME) + suffix)
-                    for suffix in recall.SUFFIXES):
-                # The recall index is a projection: built again from the repaired log.
-                recall.rebuild(history.path, history.state())
-                report.changed = True
-            if not dry_run and vectors_stale and os.path.lexists(
-                    vectors.vectors_path(history.path)):
-                vectors.discard(history.path)  # computed again by the next ranked search
-                report.changed = True
+            if not dry_run:
+                projections = _settle_projections(history, report)
     except (OSError, segs.CommitStepError) as exc:
         cause = exc.cause if isinstance(exc, segs.CommitStepError) else exc
         raise RecoveryError(
@@ -297,8 +285,39 @@ def repair(history: FileHistory, *, policy: str = "salvage", dry_run: bool = Fal
         ) from exc
     if not dry_run:
         # After the lock is released: check takes it shared.
-        report.after = chk.check(history)
+        report.after = chk.check(history, projections=projections)
     return report
+
+
+def _settle_projections(history: FileHistory, report: FileRepair) -> list[Finding] | None:
+    """Under the repair's lock, after the log's repair: rebuild the recall
+    index and remove the vectors where they are stale. Each is opened and
+    verified at most once per repair (the index not at all once the log
+    changed: it is stale whatever it holds). Returns their findings (none)
+    when repair changed nothing, for the check of the result to use instead
+    of verifying the same files again; else None."""
+    path = history.path
+    recall_found: list[Finding] | None = None  # None: stale
+    if not report.changed:
+        try:
+            recall_found = list(chk._recall_findings(history, held=True))
+        except LedgerError:
+            pass  # a log too damaged to read a state from: rebuilt
+    if recall_found != [] and any(os.path.lexists(os.path.join(path, ffmt.RECALL_NAME) + suffix)
+                                  for suffix in recall.SUFFIXES):
+        # The recall index is a projection: built again from the repaired log.
+        recall.rebuild(path, history.state())
+        report.changed = True
+    vectors_found: list[Finding] | None = None
+    try:  # the vectors hold for any log whose rows' texts they match: checked here
+        vectors_found = list(chk.vector_findings(history, held=True))
+    except LedgerError:
+        pass
+    if vectors_found != [] and os.path.lexists(vectors.vectors_path(path)):
+        vectors.discard(path)  # computed again by the next ranked search
+        report.changed = True
+    unchanged = not report.changed and recall_found == [] and vectors_found == []
+    return [] if unchanged else None
 
 
 def _repair_locked(history: FileHistory, report: FileRepair,

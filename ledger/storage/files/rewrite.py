@@ -255,6 +255,24 @@ def segment_entries(history_path: str, number: int) -> list[Entry]:
     ]
 
 
+def _may_hold(history: History, st: Any, low: int) -> list[int]:
+    """The segments that may hold a readable row with a seq of ``low`` or more:
+    a sealed segment whose index entry (checked against its stamp, else
+    computed from its bytes) says it has no readable row, or none above
+    ``low`` (its highest seq, whatever the lines' order), is not read. A reject
+    of a recent row then decodes a segment or two, not the whole history."""
+    sealed = dict(st.sealed)
+    out = []
+    for number in st.segments:
+        stamp = sealed.get(number)
+        if stamp is not None:
+            info = history.index.info(number, stamp)
+            if info.rows == 0 or max(info.last_seq, info.max_seq) < low:
+                continue
+        out.append(number)
+    return out
+
+
 def _where(segment: str, offsets: list[int], j: int) -> str:
     return f" ({segment} offset {offsets[j]})"
 
@@ -291,7 +309,7 @@ def reject(history: History, seq_or_seqs: int | Iterable[int]) -> rules.RejectRe
         rejected: list[int] = []
         already: list[int] = []
         found: set[int] = set()
-        for number in st.segments:
+        for number in _may_hold(history, st, min(seqs)):
             seg_path = segs.segment_path(history.path, number)
             entries = segment_entries(history.path, number)
             hits = [

@@ -57,6 +57,13 @@ def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
     symlink is never followed and a FIFO never waited on (``O_NOFOLLOW``,
     ``O_NONBLOCK``, then ``fstat``); anything else is ``UnsafePath`` naming it.
     Other OS errors (missing, permission) are raised as they are."""
+    return open_regular_stat(path, flags, mode)[0]
+
+
+def open_regular_stat(path: str, flags: int = os.O_RDONLY, mode: int = 0o600
+                      ) -> tuple[int, os.stat_result]:
+    """:func:`open_regular`, and the ``fstat`` it took of the file (for a
+    caller that needs the size: no second ``fstat``)."""
     try:
         fd = os.open(path, flags | _OPEN_FLAGS, mode)
     except OSError as exc:
@@ -77,7 +84,7 @@ def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
     if not stat_mod.S_ISREG(st.st_mode):
         os.close(fd)
         raise not_regular(path, describe_mode(st.st_mode))
-    return fd
+    return fd, st
 
 
 class CommitStepError(Exception):
@@ -321,9 +328,9 @@ def unlink_quietly(path: str, ignore: type[OSError] = FileNotFoundError) -> None
 def read_file(path: str) -> bytes:
     """The whole file, by plain system calls (no buffered file object);
     UnsafePath when it is not a regular file."""
-    fd = open_regular(path)
+    fd, st = open_regular_stat(path)
     try:
-        size = os.fstat(fd).st_size
+        size = st.st_size
         data = os.read(fd, size + 1)
         if len(data) <= size:
             return data

@@ -13,6 +13,20 @@ sessions. ``memory://`` is a store of its own for each ``Store``;
 that names it (``discard(NAME)`` drops it).
 """
 
-from ledger.storage.memory.engine import MemoryEngine, discard
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ledger.storage.memory.engine import MemoryEngine, discard
 
 __all__ = ["MemoryEngine", "discard"]
+
+
+def __getattr__(name: str) -> object:
+    """The engine loads on first use: the registry imports ``spec`` (and with
+    it this package) at every ``Store`` and ``tledger`` start, whatever the root."""
+    if name not in __all__:
+        raise AttributeError(f"module 'ledger.storage.memory' has no attribute {name!r}")
+    value = getattr(import_module("ledger.storage.memory.engine"), name)
+    globals()[name] = value
+    return value

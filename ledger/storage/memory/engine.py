@@ -4,35 +4,12 @@ lock, the named roots shared in this process, and ``MemoryEngine``
 
 from __future__ import annotations
 
-import re
 import threading
 
-from ledger.core.errors import InvalidRoot
 from ledger.core.ids import validate_workspace
 from ledger.storage.engine import StoreOptions
+from ledger.storage.memory.roots import SCHEME, root_name
 from ledger.storage.memory.workspace import MemoryRoot, MemWorkspace
-
-SCHEME = "memory://"
-_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
-
-
-def is_memory_root(root: str) -> bool:
-    return root.startswith(SCHEME)
-
-
-def root_name(root: str) -> str | None:
-    """The name of a ``memory://NAME`` root (None for ``memory://``);
-    InvalidRoot for anything else after the scheme."""
-    name = root[len(SCHEME):]
-    if not name:
-        return None
-    if not _NAME.fullmatch(name):
-        raise InvalidRoot(
-            f"malformed memory root {root!r}: memory:// alone, or memory://NAME with NAME of "
-            "1 to 100 letters, digits, '.', '_' or '-'"
-        )
-    return name
-
 
 _NAMED: dict[str, MemoryRoot] = {}
 _NAMED_LOCK = threading.Lock()

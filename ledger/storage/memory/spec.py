@@ -5,7 +5,7 @@ durable."""
 from __future__ import annotations
 
 from ledger.storage.engine import Engine, EngineSpec, StoreOptions
-from ledger.storage.memory.engine import MemoryEngine, is_memory_root, root_name
+from ledger.storage.memory.roots import is_memory_root, root_name
 
 
 def _check(options: StoreOptions) -> None:
@@ -13,6 +13,8 @@ def _check(options: StoreOptions) -> None:
 
 
 def _open(options: StoreOptions) -> Engine:
+    from ledger.storage.memory.engine import MemoryEngine  # loaded when a memory root opens
+
     return MemoryEngine(options)
 
 

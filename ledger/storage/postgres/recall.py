@@ -108,25 +108,32 @@ def _live(link: str | None) -> str:
     return "EXISTS (SELECT 1 FROM " + rows_sql(link, where="seq = {s}") + " r)"
 
 
-_LINK = ("(SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s AND d.seq < {s} "
-         "AND d.seq > %(after)s AND {live_d} ORDER BY d.seq DESC "
-         "LIMIT 1) AS p, (SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s "
-         "AND d.seq > {s} AND d.seq <= %(high)s AND {live_d} ORDER BY d.seq LIMIT 1) AS n")
+# The two rows before and the two after each hit: the first of each pair is
+# the hit's neighbour, the second that neighbour's other neighbour (the hit
+# is its nearest on the near side: no indexed live row lies between them),
+# so one ordered scan per side gives what a probe per row and side gave.
+_TWO = ("ARRAY(SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s AND d.seq < h.s "
+        "AND d.seq > %(after)s AND {live_d} ORDER BY d.seq DESC LIMIT 2) AS ps, "
+        "ARRAY(SELECT d.seq FROM tl_recall_docs d WHERE d.workspace = %(ws)s AND d.seq > h.s "
+        "AND d.seq <= %(high)s AND {live_d} ORDER BY d.seq LIMIT 2) AS ns")
 
 
 @lru_cache(maxsize=256)  # a key per source on Citus (keys.py): bounded
 def _near_sql(link: str | None) -> str:
     """A query's rows (the comment above); ``link``: a fork's rows include
-    its source's (``lineage.py``)."""
+    its source's (``lineage.py``). ``l1``: each live hit with its (prev,
+    next); ``l2``: each neighbour that is no hit with its own."""
     live = _live(link)
-    link = _LINK.replace("{live_d}", live.format(s="d.seq"))
+    two = _TWO.replace("{live_d}", live.format(s="d.seq"))
     return (  # no CTE column lists: Citus's planner loses them
     "WITH h AS (SELECT x.s FROM unnest(%(hits)s::bigint[]) AS x(s) WHERE "
     + live.format(s="x.s") + "), "
-    "l1 AS (SELECT h.s, " + link.format(s="h.s") + " FROM h), "
-    "r AS (SELECT l1.p AS s FROM l1 WHERE l1.p IS NOT NULL UNION "
-    "SELECT l1.n FROM l1 WHERE l1.n IS NOT NULL EXCEPT SELECT h.s FROM h), "
-    "l2 AS (SELECT r.s, " + link.format(s="r.s") + " FROM r), "
+    "nb AS (SELECT h.s, " + two + " FROM h), "
+    "l1 AS (SELECT nb.s, nb.ps[1] AS p, nb.ns[1] AS n FROM nb), "
+    "r AS (SELECT nb.ps[1] AS s, nb.ps[2] AS p, nb.s AS n FROM nb WHERE nb.ps[1] IS NOT NULL "
+    "UNION ALL SELECT nb.ns[1], nb.s, nb.ns[2] FROM nb WHERE nb.ns[1] IS NOT NULL), "
+    "l2 AS (SELECT DISTINCT ON (r.s) r.s, r.p, r.n FROM r WHERE NOT EXISTS "
+    "(SELECT 1 FROM h WHERE h.s = r.s) ORDER BY r.s, r.p, r.n), "
     "l AS (SELECT l1.s, l1.p, l1.n FROM l1 UNION ALL SELECT l2.s, l2.p, l2.n FROM l2), "
     "w AS (SELECT l.s FROM l UNION SELECT l.p FROM l WHERE l.p IS NOT NULL "
     "UNION SELECT l.n FROM l WHERE l.n IS NOT NULL) "
@@ -468,9 +475,10 @@ class PgRecall:
         # for the terms whose postings in range were not all read.
         term_of = {i: t for i, t in term_of.items()
                    if not ranking.complete(dfs[t], taken.get(i, 0), per_term, examine)}
+        keys = _keys(term_of)
         by: dict[int, ranking.Doc] = {}
         for seq in sorted(entries):
-            by[seq] = _doc(seq, *entries[seq], found, term_of, len(kept))
+            by[seq] = _doc(seq, *entries[seq], found, keys, len(kept))
         corpus = ranking.Corpus(mark.docs, mark.total, dfs)
         q = ranking.Query(tuple(kept), query.phrases)
         stage = ranking.widen(list(by.values()), q, corpus)
@@ -479,7 +487,7 @@ class PgRecall:
                             "high": high}, binary=True).fetchall():
             d = by.get(seq)
             if d is None:
-                d = by[seq] = _doc(int(seq), int(win), int(length), blob, found, term_of,
+                d = by[seq] = _doc(int(seq), int(win), int(length), blob, found, keys,
                                    len(kept))
             if prev or nxt:
                 d.prev, d.next = int(prev or 0), int(nxt or 0)
@@ -488,20 +496,31 @@ class PgRecall:
                 for s, score in ranking.rank(docs, q, corpus, found, stage=stage)]
 
 
+def _keys(term_of: dict[int, str]) -> list[tuple[bytes, str]]:
+    """Each term id as its bytes in a docs entry (little-endian ``array("I")``)
+    with its term: what ``_doc`` looks for in an entry."""
+    return [(tid.to_bytes(4, "little"), term) for tid, term in term_of.items()
+            if 0 <= tid <= 0xFFFFFFFF]
+
+
 def _doc(seq: int, win: int, length: int, blob: bytes, found: dict[int, dict[str, int]],
-         term_of: dict[int, str], nterms: int) -> ranking.Doc:
+         keys: list[tuple[bytes, str]], nterms: int) -> ranking.Doc:
     """What ranking needs of one row: its frequencies of the query terms (from
-    its postings in ``found``, the rest from its entry's pairs)."""
+    its postings in ``found``, the rest from its entry's pairs: each wanted
+    term id searched for in C at a pair's start, the last such pair counts)."""
     tfs = found.get(seq, {})
-    if term_of and len(tfs) < nterms:
-        pairs = array("I")
-        pairs.frombytes(bytes(blob))
-        if SWAP:
-            pairs.byteswap()
-        for i in range(0, len(pairs), 2):
-            term = term_of.get(pairs[i])
-            if term is not None:
-                tfs[term] = pairs[i + 1]
+    if keys and len(tfs) < nterms:
+        raw = bytes(blob)
+        if len(raw) % 8:
+            raise Unavailable(f"the recall index entry of row {seq} is {len(raw)} bytes, not "
+                              "whole (term id, frequency) pairs: the index is damaged "
+                              "(`tledger check` reports it, `repair` rebuilds it)")
+        for key, term in keys:
+            at = raw.rfind(key)
+            while at >= 0 and at % 8:
+                at = raw.rfind(key, 0, at + 3)
+            if at >= 0:
+                tfs[term] = int.from_bytes(raw[at + 4 : at + 8], "little")
     return ranking.Doc(seq, win, length, tfs)
 
 

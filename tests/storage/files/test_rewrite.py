@@ -57,6 +57,22 @@ def test_reject_keeps_the_original_bytes_and_checks_clean(tmp_path: Path) -> Non
     assert h.get(seq).to_dict() == d  # type: ignore[union-attr]
 
 
+def test_reject_across_many_segments_finds_old_and_new_rows(tmp_path: Path) -> None:
+    # reject reads only the segments whose index entry reaches the lowest seq it
+    # names: rows in the first, a middle and the active segment are all found.
+    h = Store(tmp_path, durability="off", segment_bytes=300).history("ws")
+    for i in range(40):
+        h.append(msg(f"row {i}"))
+    assert len(seg_files(Path(h.engine.path))) >= 3
+    out = rewrite.reject(h, [1, 40])
+    assert out.rejected == [1, 40]
+    assert rewrite.reject(h, 35).rejected == [35]
+    assert [d["seq"] for d in _rows(h) if d["parts"] == []] == [1, 35, 40]
+    with pytest.raises(Exception, match="41"):
+        rewrite.reject(h, [39, 41])
+    assert check(h).findings == []
+
+
 def test_rewrites_keep_undecodable_lines_byte_for_byte(tmp_path: Path) -> None:
     h = Store(tmp_path, durability="off").history("ws")
     h.append(msg("a"))

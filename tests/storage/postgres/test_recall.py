@@ -474,3 +474,50 @@ def test_cursors_and_the_cli_on_a_postgres_root(pg_root: str) -> None:
     assert "Business Administration" in json.loads(out.stdout)["items"][0]["text"]
     off = Store(pg_root, retrieval=False).history("w")
     assert ranked(off.session_history(), "degree")["error"]["code"] == "retrieval_disabled"
+
+
+def test_the_neighbour_query_reads_the_rows_its_definition_names(pg_root: str) -> None:
+    """``_near_sql`` (two rows each side of each hit in one scan) returns
+    exactly the rows and (prev, next) links of its definition: each hit's
+    nearest indexed live rows within (after, high], and theirs for the
+    neighbours that are no hits; rows removed behind a stale index lend
+    nothing. Random hits and ranges over a history with windows, tool calls,
+    the tool's echo and rows deleted behind the index."""
+    h = Store(pg_root).history("w")
+    write(h, story(seed=5, n=200))
+    tool = h.session_history()
+    ranked(tool, "deploy")  # builds the index
+    # Rows gone behind the store's back (and the index's): it still holds them.
+    sql(pg_root, "DELETE FROM tl_rows WHERE workspace = 'w' AND seq = ANY(%s)",
+        ([12, 13, 40, 77, 78, 79, 150],))
+    docs = {int(s): (int(w), int(n), bytes(t)) for s, w, n, t in sql(
+        pg_root, "SELECT seq, win, len, tids FROM tl_recall_docs WHERE workspace = 'w'")}
+    live = {int(s) for (s,) in sql(pg_root, "SELECT seq FROM tl_rows WHERE workspace = 'w'")}
+    order = sorted(s for s in docs if s in live)
+    assert len(order) < len(docs) and len(order) > 100
+
+    def link(s: int, after: int, high: int) -> tuple[int | None, int | None]:
+        before = [d for d in order if after < d < s]
+        later = [d for d in order if s < d <= high]
+        return (before[-1] if before else None, later[0] if later else None)
+
+    rnd = random.Random(3)
+    top = max(docs)
+    with psycopg.connect(pg_root) as conn:
+        for _ in range(60):
+            after = rnd.choice([0, rnd.randint(0, top // 2)])
+            high = rnd.choice([top, rnd.randint(after + 1, top)])
+            inside = [s for s in docs if after < s <= high]
+            hits = sorted(rnd.sample(inside, min(len(inside), rnd.randint(1, 12))))
+            got = [(int(s), int(w), int(n), bytes(t), p, nx) for s, w, n, t, p, nx in
+                   conn.execute(pg_recall._near_sql(pg_recall.PG),
+                                {"ws": "w", "hits": hits, "after": after, "high": high},
+                                binary=True).fetchall()]
+            links = {s: link(s, after, high) for s in hits if s in live}
+            for s in list(links):
+                for near in links[s]:
+                    if near is not None and near not in links and near not in hits:
+                        links[near] = link(near, after, high)
+            named = set(links) | {x for pn in links.values() for x in pn if x is not None}
+            want = [(s, *docs[s], *links.get(s, (None, None))) for s in sorted(named)]
+            assert got == want, (hits, after, high)
