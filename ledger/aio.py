@@ -135,6 +135,7 @@ class AsyncHistory:
         batch_id: str | None = None,
         expect_next_seq: int | None = None,
         expect_window: int | None = None,
+        expect_epoch: int | None = None,
     ) -> AppendResult:
         """Commit ``rows`` as one batch (``History.append_many``)."""
         return await self._write(
@@ -143,6 +144,7 @@ class AsyncHistory:
             batch_id=batch_id,
             expect_next_seq=expect_next_seq,
             expect_window=expect_window,
+            expect_epoch=expect_epoch,
         )
 
     async def append(self, row: dict[str, Any], **kwargs: Any) -> AppendResult:

@@ -56,7 +56,8 @@ def is_rejected(row: Row) -> bool:
     """True for an empty, non-partial assistant record (a rejected request's husk)
     or any row holding a quarantined original in ``meta.quarantine``."""
     meta = row.get("meta")
-    if isinstance(meta, Mapping) and "quarantine" in meta:
+    if meta is not None and (isinstance(meta, dict) or isinstance(meta, Mapping)) \
+            and "quarantine" in meta:
         return True
     return (row.get("role") == "assistant" and row.get("kind", "message") == "message"
             and not row.get("parts") and not row.get("partial", False))

@@ -43,6 +43,7 @@ class PendingBatch:
     expect_next_seq: int | None = None
     expect_window: int | None = None
     before_encode: Callable[[int], None] | None = None
+    expect_epoch: int | None = None
 
     def encode(
         self, first_seq: int, max_row_bytes: int
@@ -58,9 +59,15 @@ class PendingBatch:
         return stored, renumber(stored, bodies, first_seq, max_row_bytes)
 
 
-def check_expectations(workspace: str, batch: PendingBatch, next_seq: int, window: int) -> None:
+def check_expectations(workspace: str, batch: PendingBatch, next_seq: int, window: int,
+                       epoch: int) -> None:
     """Refuse a conditional append whose expectation does not hold (under the
     writer lock, after an idempotent retry was answered)."""
+    if batch.expect_epoch is not None and batch.expect_epoch != epoch:
+        raise Conflict(
+            f"workspace {workspace!r}: expected epoch {batch.expect_epoch}, the history is at "
+            f"epoch {epoch} (rewritten since it was read); re-read and retry"
+        )
     if batch.expect_next_seq is not None and batch.expect_next_seq != next_seq:
         raise Conflict(
             f"workspace {workspace!r}: expected next seq {batch.expect_next_seq}, the history "
@@ -85,4 +92,9 @@ def refuse_on_empty(workspace: str, batch: PendingBatch) -> None:
         raise Conflict(
             f"workspace {workspace!r}: expected next seq {batch.expect_next_seq}, the "
             "history is empty (next seq 1)"
+        )
+    if batch.expect_epoch not in (None, 0):
+        raise Conflict(
+            f"workspace {workspace!r}: expected epoch {batch.expect_epoch}, the history is "
+            "empty (epoch 0)"
         )

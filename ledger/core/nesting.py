@@ -50,6 +50,10 @@ def too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
+#: Exact types that hold nothing (a subclass may be anything, so only these).
+_LEAVES = frozenset((str, int, float, bool, type(None), bytes))
+
+
 def nests_deeper(value: Any, limit: int = MAX_DEPTH) -> bool:
     """True when the Python value ``value`` nests more than ``limit`` mappings,
     lists and tuples deep (``value`` itself is level 1): ``too_deep`` for a
@@ -59,16 +63,17 @@ def nests_deeper(value: Any, limit: int = MAX_DEPTH) -> bool:
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         v, depth = stack.pop()
-        if isinstance(v, Mapping):
-            children: Any = v.values()
-        elif isinstance(v, (list, tuple)):
-            children = v
+        # Builtins first: an ABC check costs several times a type check.
+        if isinstance(v, (dict, list, tuple)):
+            children: Any = v.values() if isinstance(v, dict) else v
+        elif isinstance(v, Mapping):
+            children = v.values()
         else:
             continue
         if depth > limit:
             return True
-        stack.extend((c, depth + 1) for c in children
-                     if isinstance(c, (Mapping, list, tuple)))
+        stack.extend((c, depth + 1) for c in children if type(c) not in _LEAVES and (
+            isinstance(c, (dict, list, tuple)) or isinstance(c, Mapping)))
     return False
 
 

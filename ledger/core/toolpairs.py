@@ -66,7 +66,9 @@ class Pairing:
 
 
 def _data(row: Any) -> Mapping[str, Any]:
-    if isinstance(row, Mapping):
+    # A dict first: an ABC check costs several times a type check, and
+    # pairing runs over every row of a window (bench/RESULTS.md, turns4).
+    if isinstance(row, dict) or isinstance(row, Mapping):
         return row
     data = getattr(row, "data", None)
     return data if isinstance(data, Mapping) else row.to_dict()
@@ -96,7 +98,7 @@ def pair(rows: Iterable[Any], *, step_break: int | None = None) -> Pairing:
         else:
             run, run_step = None, None
         for j, part in enumerate(parts):
-            if not isinstance(part, Mapping):
+            if not (isinstance(part, dict) or isinstance(part, Mapping)):
                 continue
             kind = part.get("type")
             if kind == "tool_call":

@@ -283,13 +283,19 @@ class LedgerSession(BranchesMixin, SessionABC):
         from ledger.core.errors import Conflict
 
         k = next((i for i, r in enumerate(rows) if _is_user_item(r)), None)
-        for attempt in range(5):
-            if k is None and attempt == 0 and self._seen is not None:
-                # Nothing to settle: no read of the state. The state this
-                # session's own last batch left stands in for it; the append
-                # is conditional on its window, and the batch's first seq and
-                # epoch below say whether anything was written since.
-                state = self._seen.state
+        optimistic = self._seen is not None  # a first try that reads nothing (below)
+        for attempt in range(5 + optimistic):
+            # The first try starts from the state this session's own last
+            # batch left, without reading it. A batch that settles nothing is
+            # conditional on its window only (the batch's first seq and epoch
+            # below say whether anything was written since). A user message
+            # settles the open calls kept with that state, so its batch is
+            # conditional on all of it -- next seq, window and epoch: another
+            # writer's append or rewrite since refuses it before anything is
+            # written, and the next try reads the state and the window.
+            exact = False
+            if attempt == 0 and optimistic and self._seen is not None:
+                state, exact = self._seen.state, k is not None
             else:
                 state = _state(self.history.snapshot())
             epoch, next_seq, window = state
@@ -303,7 +309,11 @@ class LedgerSession(BranchesMixin, SessionABC):
                                     "output": MOVED_ON}) for cid in open_]
                 batch = [*rows[:k], *settle, *rows[k:]]
             try:
-                result = self.history.append_many(batch, expect_window=window)
+                if exact:
+                    result = self.history.append_many(batch, expect_next_seq=next_seq,
+                                                      expect_window=window, expect_epoch=epoch)
+                else:
+                    result = self.history.append_many(batch, expect_window=window)
             except Conflict:
                 continue
             self._seen = None

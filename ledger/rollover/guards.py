@@ -333,7 +333,8 @@ def request_counter(
     and counts them like :func:`check_request`."""
 
     def count(request: Any) -> tuple[int, bool]:
-        rows = [m if isinstance(m, Mapping) else m.to_dict() for m in request.messages]
+        rows = [m if isinstance(m, dict) or isinstance(m, Mapping) else m.to_dict()
+                for m in request.messages]
         verdict = check_request(
             request.model,
             rows=rows,

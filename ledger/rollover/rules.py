@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from ledger.core.errors import BudgetExceeded, LedgerError
+from ledger.core.rows import Row
 from ledger.core.toolpairs import pair
 from ledger.transcript.history import LEAD_IN_TEXT as _LEAD_IN_TEMPLATE
 from ledger.transcript.history import TOOL_OFFER
@@ -237,7 +238,10 @@ def _count(count: Counter, request: ProviderRequest) -> Count:
 
 
 def _d(row: Any) -> Mapping[str, Any]:
-    return row if isinstance(row, Mapping) else row.to_dict()
+    # A dict first: the ABC check costs several times a type check.
+    if isinstance(row, dict):
+        return row
+    return row.to_dict() if isinstance(row, Row) or not isinstance(row, Mapping) else row
 
 
 def _parts(row: Mapping[str, Any]) -> list[Any]:

@@ -5,7 +5,7 @@ An engine stores the workspaces of one root. For each workspace it provides:
 
 - a writer lock, and ``append_batch``: one batch committed atomically, its seqs
   assigned gap-free under that lock, optionally conditional
-  (``expect_next_seq``, ``expect_window``) or idempotent (a caller's batch id
+  (``expect_next_seq``, ``expect_window``, ``expect_epoch``) or idempotent (a caller's batch id
   answers a retry with the original seqs) -- ``ledger.core.batches``;
 - reads: every row after a seq, streaming; one row; the rows of the active
   window through the boundary projection (O(window), not O(history));

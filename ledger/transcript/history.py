@@ -78,6 +78,7 @@ class WriteOptions:
     batch_id: str | None = None
     expect_next_seq: int | None = None
     expect_window: int | None = None
+    expect_epoch: int | None = None
 
 
 NO_OPTIONS = WriteOptions()
@@ -176,14 +177,21 @@ class History(WorkspaceHandle):
         batch_id: str | None = None,
         expect_next_seq: int | None = None,
         expect_window: int | None = None,
+        expect_epoch: int | None = None,
     ) -> AppendResult:
         """Commit ``rows`` as one all-or-nothing batch (DESIGN.md 12).
+
+        The conditions are checked under the writer lock, before anything is
+        written: ``expect_next_seq`` (else ``Conflict``), ``expect_window``
+        (else ``WindowChanged``) and ``expect_epoch`` (else ``Conflict``: a
+        rewrite since the caller read the epoch). All three together say the
+        history is exactly as the caller last read it.
 
         ``batch_id`` makes a retry idempotent: when a batch with that id is
         already committed (found within the newest IDEMPOTENCY_SCAN_BYTES of
         the log), its original seqs are returned and nothing is written.
         """
-        opts = WriteOptions(batch_id, expect_next_seq, expect_window)
+        opts = WriteOptions(batch_id, expect_next_seq, expect_window, expect_epoch)
         return self._append(rows, opts, internal=False)
 
     def clear_soft(self, **kwargs: Any) -> AppendResult:
@@ -286,7 +294,7 @@ class History(WorkspaceHandle):
         prepared = prepare_bodies(rows, 0, bid, self.store.max_row_bytes, internal=internal)
         return self.engine.append_batch(PendingBatch(
             rows, bid, batch_id is not None, internal, prepared,
-            opts.expect_next_seq, opts.expect_window, before_encode,
+            opts.expect_next_seq, opts.expect_window, before_encode, opts.expect_epoch,
         ))
 
     # --- rewrites (each bumps the epoch) ------------------------------------------

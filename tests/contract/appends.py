@@ -216,6 +216,27 @@ class AppendContract(ContractBase):
             h.compact([msg("s")], expect_window=c.window)
         assert h.compact([msg("s")], expect_window=ro.window).window == 7
 
+    def test_expect_epoch(self, make_store: MakeStore, ws: str) -> None:
+        """A rewrite keeps the next seq and the window but changes the epoch:
+        ``expect_epoch`` refuses an append planned on the history before it."""
+        h = make_store().history(ws)
+        r = h.append_many([msg("a"), msg("b", role="assistant")])
+        assert h.append(msg("c"), expect_epoch=r.epoch, expect_next_seq=3,
+                        expect_window=r.window).seqs == [3]
+        snap = h.snapshot()
+        h.reject(2)
+        after = h.snapshot()
+        assert (after.next_seq, after.window_seq) == (snap.next_seq, snap.window_seq)
+        assert after.epoch != snap.epoch
+        before = lines(h)
+        with pytest.raises(Conflict) as info:
+            h.append(msg("stale"), expect_next_seq=snap.next_seq,
+                     expect_window=snap.window_seq, expect_epoch=snap.epoch)
+        assert not isinstance(info.value, WindowChanged)
+        assert str(snap.epoch) in str(info.value) and str(after.epoch) in str(info.value)
+        assert lines(h) == before
+        assert h.append(msg("fresh"), expect_epoch=after.epoch).seqs == [snap.next_seq]
+
     def test_a_refused_conditional_append_creates_nothing(
         self, make_store: MakeStore, ws: str
     ) -> None:
@@ -224,8 +245,11 @@ class AppendContract(ContractBase):
             store.history(ws).append(msg("x"), expect_next_seq=5)
         with pytest.raises(WindowChanged):
             store.history(ws).append(msg("x"), expect_window=3)
+        with pytest.raises(Conflict):
+            store.history(ws).append(msg("x"), expect_epoch=7)
         assert ws not in store.workspaces() and not store.history(ws).exists()
-        assert store.history(ws).append(msg("x"), expect_next_seq=1).seqs == [1]
+        assert store.history(ws).append(msg("x"), expect_next_seq=1,
+                                        expect_epoch=0).seqs == [1]
 
     # --- idempotent appends -----------------------------------------------------------
 

@@ -261,3 +261,54 @@ def test_a_batch_that_settles_nothing_still_sees_other_writers(tmp_path: Path) -
     assert session.items() == [{"role": "assistant", "content": "after the clear"}]
     add({"role": "user", "content": "last"})
     assert settled() == ["c_x", "c_a"]
+
+
+def test_a_user_message_reads_no_state_yet_settles_what_others_opened(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch holding a user message starts from the state of the session's
+    own last batch too, without reading it, and is conditional on all of it
+    (next seq, window, epoch): a call another writer opened, or reopened by a
+    rewrite (a new epoch, the next seq and window unchanged), just before the
+    message is still settled by it -- the first try is refused before
+    anything is written and the next one reads the window."""
+    from ledger.integrations.openai_agents import item_row
+
+    session = _session(tmp_path)
+    other = Store(tmp_path, durability="off").history("chat-1")
+    reads: list[int] = []
+    snapshot = type(session.history).snapshot
+
+    def counted(self: Any) -> Any:
+        reads.append(1)
+        return snapshot(self)
+
+    monkeypatch.setattr(type(session.history), "snapshot", counted)
+
+    def add(*items: dict[str, Any]) -> None:
+        asyncio.run(session.add_items(list(items)))
+
+    def settled() -> list[str]:
+        return [r.meta["openai_agents"]["call_id"] for r in session.history.rows()
+                if r.meta.get("openai_agents", {}).get("type") == "function_call_output"
+                and "before the user went on" in r.meta["openai_agents"]["output"]]
+
+    add({"role": "user", "content": "hello"})  # the first write: a new epoch
+    add({"role": "user", "content": "again"})  # the session knows the state after it
+    reads.clear()
+    add({"role": "user", "content": "third"})
+    assert reads == []  # nothing written since its own batch: no state read
+    other.append(item_row({"type": "function_call", "call_id": "c_x", "name": "f",
+                           "arguments": "{}"}))
+    add({"role": "user", "content": "next"})  # right after the other writer's call
+    assert settled() == ["c_x"]
+    add({"type": "function_call", "call_id": "c_a", "name": "f", "arguments": "{}"})
+    add({"type": "function_call_output", "call_id": "c_a", "output": "done"})
+    output = next(r.seq for r in session.history.rows()
+                  if r.meta.get("openai_agents", {}).get("output") == "done")
+    other.reject(output)  # reopens c_a: new epoch, same next seq and window
+    add({"role": "user", "content": "after c_a"})
+    assert settled() == ["c_x", "c_a"]
+    assert session.open_calls() == []
+    users = [r.meta["openai_agents"].get("content") for r in session.history.provider_view()
+             if r.meta.get("openai_agents", {}).get("role") == "user"]
+    assert users == ["hello", "again", "third", "next", "after c_a"]  # each stored once

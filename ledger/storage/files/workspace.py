@@ -77,6 +77,7 @@ class FileWorkspace(Publishing):
             raise CommitFailed(f"{exc}; nothing written", bid) from None
         if not exists and (
             batch.expect_next_seq not in (None, 1) or batch.expect_window not in (None, 0)
+            or batch.expect_epoch not in (None, 0)
         ):
             refuse_on_empty(self.workspace, batch)
         try:
@@ -122,7 +123,7 @@ class FileWorkspace(Publishing):
                     except OSError:
                         pass
                 return AppendResult(found, epoch, st.window_seq, bid)
-        check_expectations(self.workspace, batch, st.next_seq, st.window_seq)
+        check_expectations(self.workspace, batch, st.next_seq, st.window_seq, st.epoch)
         stored, lines = batch.encode(st.next_seq, self.store.max_row_bytes)
         result, sealed = self._commit(st, stored, lines, bid, rf)
         # A merge can only become due when this append sealed a segment.

@@ -167,6 +167,7 @@ class MemWorkspace(RowWorkspace, RowForks, WorkspaceHandle):
         bid = batch.batch_id
         with self.locked():
             sp = self.root.spaces.get(self.workspace)
+            fresh = sp is None  # the empty state: epoch 0 to a reader
             if sp is None:
                 refuse_on_empty(self.workspace, batch)
                 sp = Space(rules.new_epoch())  # kept only if the batch commits
@@ -174,7 +175,8 @@ class MemWorkspace(RowWorkspace, RowForks, WorkspaceHandle):
                 first, n = sp.batches[bid]
                 return AppendResult(list(range(first, first + n)), sp.epoch,
                                     sp.state().window_seq, bid)
-            check_expectations(self.workspace, batch, sp.next_seq, sp.state().window_seq)
+            check_expectations(self.workspace, batch, sp.next_seq, sp.state().window_seq,
+                               0 if fresh else sp.epoch)
             dicts, lines = batch.encode(sp.next_seq, self.store.max_row_bytes)
             sp.add([StoredRow(int(d["seq"]), bid, None, line.removesuffix(b"\n"))
                     for d, line in zip(dicts, lines, strict=True)], dicts)

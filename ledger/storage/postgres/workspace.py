@@ -253,6 +253,7 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
             if self.store.durability == "off":  # COMMIT returns before the WAL flush
                 conn.execute(SYNC_OFF)
             st = self.head_in(conn, lock=True)
+            fresh = st is None  # the empty state: epoch 0 to a reader
             if st is None:
                 refuse_on_empty(self.workspace, batch)
                 now = now_ms()
@@ -273,7 +274,8 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
                     first, n = found
                     return AppendResult(list(range(first, first + n)), st.epoch,
                                         st.window_seq, bid)
-            check_expectations(self.workspace, batch, st.next_seq, st.window_seq)
+            check_expectations(self.workspace, batch, st.next_seq, st.window_seq,
+                               0 if fresh and st.next_seq == 1 else st.epoch)
             stored, lines = batch.encode(st.next_seq, self.store.max_row_bytes)
             bounds = rules.batch_bounds(stored, [(int(r["seq"]), 0) for r in stored])
             window, floor = rules.fold(st.window, st.floor, bounds)
