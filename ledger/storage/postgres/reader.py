@@ -155,7 +155,8 @@ class PgReader(SeqReader):
             finally:
                 backend.conn = None
         found = vs.similar(vectors.query_vector(embedder, text), after, high, window)
-        self._order = [c[0] for c in semantic.fuse(self._lexical, found)]
+        self._order = [c[0] for c in semantic.fuse(self._lexical, found,
+                                                      semantic.weight(embedder))]
         return found
 
     def locate_at(
