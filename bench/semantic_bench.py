@@ -35,10 +35,20 @@ from ledger.core import semantic
 ALPHAS = (0.8, 0.85, 0.9, 0.95)
 
 
+EMBEDDER = ["wordllama"]  # --embedder: wordllama (at --dim) or minilm (384 d)
+
+
 def _embedder(dim: int) -> Any:
+    from bench.minilm import MiniLMEmbedder
     from ledger.core.embedders import WordLlamaEmbedder
 
+    if EMBEDDER[0] == "minilm":
+        return MiniLMEmbedder(threads=1)
     return WordLlamaEmbedder(dim)
+
+
+def _label(dim: int) -> str:
+    return "MiniLM 384 d" if EMBEDDER[0] == "minilm" else f"wordllama {dim} d"
 
 
 def recall(sets: list[str], dims: list[int], out: Callable[[str], None] = print) -> None:
@@ -106,7 +116,7 @@ def latency(root: str, h: Any, make: Callable[..., Any], dim: int, n: int, rows:
     _timed(withemb, qs[:1])
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     size = bytes_of()
-    out(f"first call with wordllama {dim} d (every row embedded): {wall:.1f} s wall, "
+    out(f"first call with {_label(dim)} (every row embedded): {wall:.1f} s wall, "
         f"{cpu:.1f} s CPU for {rows:,} rows = {rows / wall:,.0f} rows/s; vectors "
         f"{size:,} bytes = {size / max(rows, 1):.0f} bytes per row")
     res: dict[str, tuple[list[float], list[float]]] = {"lexical": ([], []),
@@ -120,7 +130,7 @@ def latency(root: str, h: Any, make: Callable[..., Any], dim: int, n: int, rows:
             res[name][1].extend(c)
     out("\n| ranked search | p50 ms | p99 ms | CPU p50 ms | CPU p99 ms |\n|---|---|---|---|---|")
     for name, (w, c) in res.items():
-        out(f"| {name} (wordllama {dim} d) | {_pct(w, .5):.2f} | {_pct(w, .99):.2f} | "
+        out(f"| {name} ({_label(dim)}) | {_pct(w, .5):.2f} | {_pct(w, .99):.2f} | "
             f"{_pct(c, .5):.2f} | {_pct(c, .99):.2f} |")
 
 
@@ -200,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mib", type=int, default=16)
     p.add_argument("--dim", type=int, default=64, help="wordllama dimension for --latency")
     p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--embedder", choices=("wordllama", "minilm"), default="wordllama",
+                   help="the embedder of --latency")
     args = p.parse_args(argv)
+    EMBEDDER[0] = args.embedder
 
     def out(text: str) -> None:
         print(text, flush=True)

@@ -67,6 +67,20 @@ def key(embedder: Embedder) -> str:
     return f"{name}/{dim}"
 
 
+def weight(embedder: Embedder) -> float:
+    """The lexical channel's weight in the fusion for ``embedder``: its
+    ``weight`` attribute when it has one (a number from 0 to 1, measured
+    for that model), else ``ALPHA``. ``LedgerError`` for any other value."""
+    w = getattr(embedder, "weight", None)
+    if w is None:
+        return ALPHA
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w <= 1.0:
+        raise LedgerError(f"embedder {getattr(embedder, 'name', embedder)!r}: 'weight' (the "
+                          f"lexical channel's weight in the fusion) must be a number from 0 "
+                          f"to 1, got {w!r}")
+    return float(w)
+
+
 def embed_text(text: str) -> str:
     """What of a row's searched text (``ledger.core.searchable.row_text``) is
     embedded: its first EMBED_CHARS code points."""

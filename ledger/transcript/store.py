@@ -56,6 +56,7 @@ class Store:
         self.max_row_bytes = max_row_bytes
         if embedder is not None:
             semantic.key(embedder)  # LedgerError for one without a name or dimension
+            semantic.weight(embedder)  # and for a fusion weight out of range
         self.embedder = embedder
         check_options(self)
         self.spec: EngineSpec = engine_for(self.root)

@@ -90,3 +90,46 @@ def test_wordllama_loads_offline_and_says_when_it_is_missing(monkeypatch: Any) -
     monkeypatch.setitem(sys.modules, "wordllama", None)  # as if not installed
     with pytest.raises(LedgerError, match=r"pip install 'transcript-ledger\[semantic\]'"):
         WordLlamaEmbedder(64)
+
+
+def test_a_store_refuses_a_fusion_weight_out_of_range(tmp_path: Path) -> None:
+    class Weighted:
+        name, dimension = "weighted", 3
+
+        def __init__(self, weight: Any) -> None:
+            self.weight = weight
+
+        def embed(self, texts: Any) -> list[list[float]]:
+            return [[1.0, 0.0, 0.0] for _ in texts]
+
+    for bad in (1.5, -0.1, "0.5", True):
+        with pytest.raises(LedgerError, match=r"'weight' .* must be a number from 0 to 1"):
+            Store(str(tmp_path / "s"), embedder=Weighted(bad))
+    assert semantic.weight(Weighted(0.25)) == 0.25
+    assert semantic.weight(Weighted(None)) == semantic.ALPHA
+
+
+def test_ranked_search_fuses_with_the_embedders_own_weight() -> None:
+    """An embedder's ``weight`` is the lexical weight of its store's fusion:
+    with every vector alike (no vector part), the best lexical row scores
+    exactly that weight; without one, ``ALPHA``."""
+    import json
+
+    from tests.helpers import msg
+
+    class Same:
+        name, dimension = "same", 3
+
+        def __init__(self, weight: float | None) -> None:
+            if weight is not None:
+                self.weight = weight
+
+        def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            return [[1.0, 0.0, 0.0] for _ in texts]
+
+    for weight, want in ((0.25, 0.25), (None, semantic.ALPHA)):
+        h = Store(f"memory://weight-{weight}", embedder=Same(weight)).history("w")
+        h.append_many([msg("alpha beta"), msg("gamma delta"), msg("alpha gamma")])
+        out = json.loads(h.session_history().call(
+            {"action": "search", "query": "beta", "mode": "ranked", "current": True}))
+        assert (out["items"][0]["seq"], out["items"][0]["score"]) == (1, want), out

@@ -387,8 +387,10 @@ class _Pages(Generic[S]):
         if self.history.store.embedder is not None and high > after:
             # the semantic channel (ledger.core.semantic): fused with the lexical one;
             # several phrasings are embedded as one text
+            emb = self.history.store.embedder
             ranked = semantic.fuse(ranked, self.reader.similar(st, " ".join(phrasings), after,
-                                                               high, window))
+                                                               high, window),
+                                   semantic.weight(emb))
         if len(qs) > 1 or self.history.store.embedder is not None:
             self.reader.read_order([c[0] for c in ranked])
         at = start
