@@ -73,6 +73,7 @@ class PgReader(SeqReader):
         self._order: list[int] = []  # the ranked candidates of this call, best first
         self._lexical: list[Candidate] = []  # the lexical ones (``similar`` fuses them)
         self._fetched: dict[int, tuple[int, bytes | None, int]] = {}  # seq -> (len, raw, window)
+        self._state: RowState | None = None  # the head in this call's snapshot, once read
 
     @property
     def key(self) -> str:
@@ -216,12 +217,18 @@ class PgReader(SeqReader):
                 yield
             finally:
                 self.conn = None
+                self._state = None
                 self._order, self._fetched = [], {}  # of this call's snapshot only
 
     def state(self) -> RowState:
+        """The head in the call's snapshot (``locked``: repeatable read, read
+        only), read once: the check after a page reads the same row again."""
+        if self._state is not None:
+            return self._state
         st = self.ws.head_in(self.conn)
         if st is None:
             raise CursorExpired("the history is gone; start a new query")
+        self._state = st
         return st
 
     def binding(self, st: RowState) -> str:
