@@ -173,8 +173,14 @@ def with_weight(r: Ranker, emb: Cached, w: float) -> Ranker:
 
 
 def variants(qs: QuestionSet, ix: Index, mini: Cached, wl: Cached | None,
-             tmp: list[str], engine_weights: Sequence[float]
+             tmp: list[str], engine_weights: Sequence[float], queries: Cached | None = None,
+             label: str = "MiniLM", sym: Cached | None = None
              ) -> list[tuple[str, Callable[[], Ranker]]]:
+    """Every variant; ``mini`` embeds the turns, ``queries`` (default
+    ``mini``) the questions of the pure rows; the engine rows use ``sym``
+    (default ``mini``) for both, a store having one embedder."""
+    qe = queries or mini
+    se = sym or mini
     vecs: dict[str, npt.NDArray[np.float32]] = {}
 
     def mv() -> npt.NDArray[np.float32]:
@@ -186,7 +192,7 @@ def variants(qs: QuestionSet, ix: Index, mini: Cached, wl: Cached | None,
 
     def mini_engine() -> Ranker:
         if "e" not in shared:
-            shared["e"] = engine(qs, tmp, mini)
+            shared["e"] = engine(qs, tmp, se)
         return shared["e"]
 
     out: list[tuple[str, Callable[[], Ranker]]] = [
@@ -203,32 +209,33 @@ def variants(qs: QuestionSet, ix: Index, mini: Cached, wl: Cached | None,
         out.append(("engine + wordllama 64 d, lexical weight 0.95 (round 3)",
                     lambda: with_weight(engine(qs, tmp, wl), wl, 0.95)))
     for w in engine_weights:
-        out.append((f"**engine + MiniLM, lexical weight {w}**",
-                    lambda w=w: with_weight(mini_engine(), mini, w)))
-    out.append(("MiniLM vectors alone (pure)",
-                lambda: recall_v2.semantic(ix, mv(), mini, None, 0.0)))
+        out.append((f"**engine + {label}, lexical weight {w}**",
+                    lambda w=w: with_weight(mini_engine(), se, w)))
+    out.append((f"{label} vectors alone (pure)",
+                lambda: recall_v2.semantic(ix, mv(), qe, None, 0.0)))
     for a in FUSION:
-        out.append((f"pure: lexical + MiniLM, score fusion, lexical weight {a}",
-                    lambda a=a: recall_v2.semantic(ix, mv(), mini, SHIPPED, a)))
+        out.append((f"pure: lexical + {label}, score fusion, lexical weight {a}",
+                    lambda a=a: recall_v2.semantic(ix, mv(), qe, SHIPPED, a)))
     for w in RRF:
-        out.append((f"pure: lexical + MiniLM, RRF, lexical weight {w}",
-                    lambda w=w: rrf(ix, mv(), mini, w)))
+        out.append((f"pure: lexical + {label}, RRF, lexical weight {w}",
+                    lambda w=w: rrf(ix, mv(), qe, w)))
     for beta in NEIGHBOURS:
         for a in (0.9, 0.8):
-            out.append((f"pure: lexical + MiniLM with neighbour vectors (beta {beta}), score "
+            out.append((f"pure: lexical + {label} with neighbour vectors (beta {beta}), score "
                         f"fusion, lexical weight {a}",
                         lambda a=a, beta=beta: recall_v2.semantic(
-                            ix, recall_v2.with_neighbours(ix, mv(), beta), mini, SHIPPED, a)))
+                            ix, recall_v2.with_neighbours(ix, mv(), beta), qe, SHIPPED, a)))
     for a in (0.9, 0.8, 0.7):
-        out.append((f"pure: lexical + MiniLM, z-scored cosine, lexical weight {a}",
-                    lambda a=a: zfused(ix, mv(), mini, a)))
+        out.append((f"pure: lexical + {label}, z-scored cosine, lexical weight {a}",
+                    lambda a=a: zfused(ix, mv(), qe, a)))
     for lo, hi in GATES:
-        out.append((f"pure: lexical + MiniLM, weight by the best row's query coverage "
-                    f"{lo}-{hi}", lambda lo=lo, hi=hi: gated(ix, mv(), mini, lo, hi)))
+        out.append((f"pure: lexical + {label}, weight by the best row's query coverage "
+                    f"{lo}-{hi}", lambda lo=lo, hi=hi: gated(ix, mv(), qe, lo, hi)))
     return out
 
 
-def ceiling(histories: Sequence[QuestionSet], mini: Cached) -> str:
+def ceiling(histories: Sequence[QuestionSet], mini: Cached,
+            queries: Cached | None = None) -> str:
     """The most any fusion of the two channels could find: a question counts
     at k when the pure lexical top k or the vectors' top k holds one of its
     evidence turns (2k turns in all)."""
@@ -239,7 +246,7 @@ def ceiling(histories: Sequence[QuestionSet], mini: Cached) -> str:
         vecs = mini.embed([t.text[:4000] for t in ix.turns])
         for q, ev in qs.questions:
             lex = recall_v2.lexical_scores(ix, ranking.parse_query(q).terms, SHIPPED)
-            cos = (vecs @ mini.embed([q])[0]).astype(np.float64)
+            cos = (vecs @ (queries or mini).embed([q])[0]).astype(np.float64)
             n += 1
             for k in (5, 10):
                 a = bool(set(top(lex, ix.seqs, k)) & ev)
@@ -256,19 +263,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sets", default="realtalk,transcripts,agent,longmemeval")
     p.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "recall6-vectors"))
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--embedder", choices=("minilm", "e5", "e5-sym"), default="minilm",
+                   help="minilm (bench/minilm.py) or multilingual-e5-small (bench/e5.py): "
+                        "e5 prefixes queries and passages, e5-sym 'query: ' on both")
     p.add_argument("--engine-weights", default=",".join(map(str, ENGINE)))
     p.add_argument("--no-wordllama", action="store_true")
     p.add_argument("--only", default="", help="comma-separated parts of variant names")
     p.add_argument("--ceiling", action="store_true",
                    help="only the ceiling of any fusion (either channel's top k)")
     args = p.parse_args(argv)
-    from bench.minilm import MiniLMEmbedder
     from ledger.core.embedders import WordLlamaEmbedder
 
     print(f"load: {os.getloadavg()}", flush=True)
     t0 = time.perf_counter()
-    mini = Cached(MiniLMEmbedder(threads=args.threads), args.cache)
-    print(f"MiniLM loaded in {time.perf_counter() - t0:.1f} s; {len(mini.memo)} cached vectors",
+    queries: Cached | None = None
+    sym: Cached | None = None
+    if args.embedder == "minilm":
+        from bench.minilm import MiniLMEmbedder
+
+        label = "MiniLM"
+        mini = Cached(MiniLMEmbedder(threads=args.threads), args.cache)
+    else:  # e5 (bench/e5.py): passages and queries prefixed; e5-sym: "query: " on both
+        from bench.e5 import E5Embedder
+
+        if args.embedder == "e5":
+            label = "e5-small"
+            mini = Cached(E5Embedder("passage", args.threads), args.cache)
+            queries = Cached(E5Embedder("query", args.threads), args.cache)
+        else:
+            label = "e5-small (query: both sides)"
+        sym = Cached(E5Embedder("symmetric", args.threads), args.cache)
+        if args.embedder == "e5-sym":
+            mini = sym
+    print(f"{label} loaded in {time.perf_counter() - t0:.1f} s; {len(mini.memo)} cached vectors",
           flush=True)
     wl = None if args.no_wordllama else Cached(WordLlamaEmbedder(64), None)
     weights = [float(x) for x in args.engine_weights.split(",") if x]
@@ -290,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                 qs.questions = [(q.replace('"', " "), ev) for q, ev in qs.questions]
             histories = [qs]
         if args.ceiling:
-            print(f"\n{name}: {ceiling(histories, mini)}", flush=True)
+            print(f"\n{name}: {ceiling(histories, mini, queries)}", flush=True)
             continue
         total: dict[str, Tally] = {}
         kinds: dict[tuple[str, str], Tally] = {}
@@ -299,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             ix = build_index(qs.turns)
             tmp: list[str] = []
             kind_of = qs.kinds or ["all"] * len(qs.questions)
-            for vname, make in variants(qs, ix, mini, wl, tmp, weights):
+            for vname, make in variants(qs, ix, mini, wl, tmp, weights, queries, label, sym):
                 if only and not any(o in vname for o in only):
                     continue
                 r = make()
@@ -312,10 +339,12 @@ def main(argv: list[str] | None = None) -> int:
                 tally.ms += time.perf_counter() - t1
             for d in tmp:
                 shutil.rmtree(d, ignore_errors=True)
-            mini.save()
+            for c in (mini, queries, sym):
+                if c is not None:
+                    c.save()
         n = mini.embedded - e0
         if n:
-            print(f"\n({name}: MiniLM embedded {n:,} new texts in {mini.seconds - s0:.1f} s "
+            print(f"\n({name}: {label} embedded {n:,} new texts in {mini.seconds - s0:.1f} s "
                   f"wall, {mini.cpu - c0:.1f} s CPU: {n / (mini.seconds - s0):.0f} rows/s "
                   f"wall, {n / max(mini.cpu - c0, 1e-9):.0f} rows/s of CPU)", flush=True)
         print(report(name, histories, total, kinds), flush=True)
