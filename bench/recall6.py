@@ -228,6 +228,29 @@ def variants(qs: QuestionSet, ix: Index, mini: Cached, wl: Cached | None,
     return out
 
 
+def ceiling(histories: Sequence[QuestionSet], mini: Cached) -> str:
+    """The most any fusion of the two channels could find: a question counts
+    at k when the pure lexical top k or the vectors' top k holds one of its
+    evidence turns (2k turns in all)."""
+    hit: dict[tuple[int, str], int] = {}
+    n = 0
+    for qs in histories:
+        ix = build_index(qs.turns)
+        vecs = mini.embed([t.text[:4000] for t in ix.turns])
+        for q, ev in qs.questions:
+            lex = recall_v2.lexical_scores(ix, ranking.parse_query(q).terms, SHIPPED)
+            cos = (vecs @ mini.embed([q])[0]).astype(np.float64)
+            n += 1
+            for k in (5, 10):
+                a = bool(set(top(lex, ix.seqs, k)) & ev)
+                b = bool(set(top(cos - cos.min() + 1e-9, ix.seqs, k)) & ev)
+                for name, got in (("lexical", a), ("vectors", b), ("either", a or b)):
+                    hit[(k, name)] = hit.get((k, name), 0) + got
+    return "ceiling at 5 / 10: " + "; ".join(
+        f"{name} {hit[(5, name)] / max(n, 1):.3f} / {hit[(10, name)] / max(n, 1):.3f}"
+        for name in ("lexical", "vectors", "either"))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.recall6")
     p.add_argument("--sets", default="realtalk,transcripts,agent,longmemeval")
@@ -236,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine-weights", default=",".join(map(str, ENGINE)))
     p.add_argument("--no-wordllama", action="store_true")
     p.add_argument("--only", default="", help="comma-separated parts of variant names")
+    p.add_argument("--ceiling", action="store_true",
+                   help="only the ceiling of any fusion (either channel's top k)")
     args = p.parse_args(argv)
     from bench.minilm import MiniLMEmbedder
     from ledger.core.embedders import WordLlamaEmbedder
@@ -264,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
             if name == "transcripts":  # as the engine rows: '"' dropped
                 qs.questions = [(q.replace('"', " "), ev) for q, ev in qs.questions]
             histories = [qs]
+        if args.ceiling:
+            print(f"\n{name}: {ceiling(histories, mini)}", flush=True)
+            continue
         total: dict[str, Tally] = {}
         kinds: dict[tuple[str, str], Tally] = {}
         e0, s0, c0 = mini.embedded, mini.seconds, mini.cpu

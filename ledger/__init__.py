@@ -50,10 +50,10 @@ if TYPE_CHECKING:  # loaded on first use (below); for type checkers, as if impor
     from ledger.transcript.history import History, OpenToolCalls
     from ledger.transcript.store import Store
 
-# name -> the module that defines it, imported when the name is first used. The
-# store and its engines are among them: ``import ledger.cli`` (every tledger
-# start) loads only what the command it runs uses.
-_LAZY = {
+# This package's own names (documented on its page) that load on first use: the
+# store and its engines, so that ``import ledger.cli`` (every tledger start) loads
+# only what the command it runs uses.
+_DEFERRED = {
     "AppendResult": "ledger.core.batches",
     "Branch": "ledger.core.forks",
     "ForkRefused": "ledger.core.forks",
@@ -62,6 +62,11 @@ _LAZY = {
     "History": "ledger.transcript.history",
     "OpenToolCalls": "ledger.transcript.history",
     "Store": "ledger.transcript.store",
+}
+
+# name -> the module that defines (and documents) it, imported when the name is
+# first used.
+_LAZY = {
     "Conversation": "ledger.rollover.conversation",
     "SendRefused": "ledger.rollover.conversation",
     "SendConflict": "ledger.rollover.conversation",
@@ -158,7 +163,7 @@ __version__ = "0.2.0"
 
 
 def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
+    module = _LAZY.get(name) or _DEFERRED.get(name)
     if module is None:
         raise AttributeError(f"module 'ledger' has no attribute {name!r}")
     value = getattr(import_module(module), name)
@@ -167,4 +172,4 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, *_DEFERRED})

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ledger.core import gcpause
 from ledger.core.batches import AppendResult, PendingBatch
 from ledger.core.errors import InvalidRow, WorkspaceNotFound
 from ledger.core.forks import Branch, ForkRefused, RewindResult
@@ -145,8 +144,7 @@ class History(WorkspaceHandle):
         if not self.exists():
             return []
         try:
-            with gcpause.paused():  # hundreds of rows built at once (ledger.core.gcpause)
-                return self.engine.window_rows()
+            return self.engine.window_rows()
         except WorkspaceNotFound:
             return []
 
@@ -156,8 +154,7 @@ class History(WorkspaceHandle):
         A tool result whose call is in an earlier window is served as user
         text (``ledger.core.windows.provider_rows``). Empty for a workspace
         that has no history yet (nothing is created by reading)."""
-        with gcpause.paused():
-            return provider_rows(self.window_rows())
+        return provider_rows(self.window_rows())
 
     def session_history(self) -> SessionHistory:
         """The ``session_history`` retrieval tool bound to this workspace."""

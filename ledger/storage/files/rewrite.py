@@ -528,10 +528,12 @@ def purge_before_floor(history: History) -> rules.PurgeResult:
         changes: dict[int, list[bytes] | None] = {}
         purged_rows = purged_bytes = kept_candidates = 0
         for n in [m for m in st.segments if m <= floor.segment]:
-            ents = segment_entries(history.path, n)
-            cut = len(ents)
             if n == floor.segment:
+                ents = segment_entries(history.path, n)
                 cut = _purge_cut(ents, floor.offset)
+            else:
+                ents = _purged_entries(history.path, n)
+                cut = len(ents)
             if cut == 0:
                 continue
             data = segs.read_file(segs.segment_path(history.path, n))
@@ -554,6 +556,19 @@ def purge_before_floor(history: History) -> rules.PurgeResult:
             epoch = commit_rewrite(history, st, changes, op="purge_before_floor").epoch
         return rules.PurgeResult(purged_rows, purged_bytes, kept_candidates, where, epoch,
                                  recovered)
+
+
+def _purged_entries(history_path: str, number: int) -> list[Entry]:
+    """``segment_entries`` of a segment purged whole: each line verified, and
+    an unreadable one classified as a reset candidate or not (kept, or
+    purged), but no readable row asked whether it is a reset (what a
+    boundary needs, not a purge: about a third of the work)."""
+    out = []
+    for line in segs.iter_lines(segs.segment_path(history_path, number)):
+        row = fmt.decode_line(line.data) if line.complete else None
+        candidate = row is None and fmt.line_may_be_reset(line.data)
+        out.append(Entry(number, line.offset, line.data, row, False, candidate))
+    return out
 
 
 def _purge_cut(ents: list[Entry], floor_offset: int) -> int:

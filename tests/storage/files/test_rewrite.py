@@ -151,6 +151,25 @@ def test_purge_keeps_reset_candidates_and_a_floor_inside_a_batch(tmp_path: Path)
     assert seqs == [*r.seqs, r.seqs[-1] + 1]
 
 
+def test_purge_keeps_reset_candidates_in_segments_it_purges_whole(tmp_path: Path) -> None:
+    # Segments before the floor's are read without asking each readable row whether
+    # it is a reset; an unreadable line that may be one still stays byte for byte.
+    h = Store(tmp_path, durability="off", segment_bytes=300).history("ws")
+    h.append(msg("old"))
+    first = _last_seg(Path(h.engine.path))
+    junk = b'{"kind":"reset", torn\n'
+    first.write_bytes(first.read_bytes() + junk)
+    for i in range(6):
+        h.append(msg(f"before the floor {i}"))
+    h.clear_soft()
+    h.append(msg("after"))
+    assert len(seg_files(Path(h.engine.path))) >= 3
+    out = rewrite.purge_before_floor(h)
+    assert out.kept_reset_candidates == 1 and out.purged_rows == 8  # 7 rows and the reset
+    assert junk in b"".join(seg_files(Path(h.engine.path)).values())
+    assert [x["parts"][0]["text"] for x in _rows_tolerant(Path(h.engine.path))] == ["after"]
+
+
 def _rows_tolerant(ws: Path) -> list[dict[str, Any]]:
     out = []
     for n in segs.list_segments(str(ws)):
