@@ -10,7 +10,9 @@ in ``Corpus.source``.
 
 from __future__ import annotations
 
+import os
 import random
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,10 @@ from typing import Any
 import msgspec
 
 REPO = Path(__file__).resolve().parents[1]
-REAL_TRANSCRIPTS = REPO.parent / "shared" / "real-transcripts"
+# ``TLEDGER_BENCH_TRANSCRIPTS`` names the folder for a tree that has no
+# ``../shared`` beside it (a ``git archive`` of an older commit for an A/B).
+REAL_TRANSCRIPTS = Path(os.environ.get("TLEDGER_BENCH_TRANSCRIPTS")
+                        or REPO.parent / "shared" / "real-transcripts")
 
 # Bytes a stored line adds to the caller row: seq, id, kind, partial, meta,
 # ts, batch and the checksum. Used only to size what the generators emit.
@@ -116,6 +121,11 @@ def load_corpus() -> Corpus:
             rows.extend(_convert_file(path))
         if rows:
             return _finish(rows, f"real-transcripts ({len(files)} files, {len(rows)} rows)")
+    # Said on stderr, not only in the run's header: an A/B whose two sides ran on
+    # different corpora compares the corpora, not the trees.
+    print(f"bench: no real transcripts at {REAL_TRANSCRIPTS}: synthetic rows instead; "
+          "numbers are not comparable with a run on the real ones (set "
+          "TLEDGER_BENCH_TRANSCRIPTS to the folder)", file=sys.stderr)
     return _finish(_synthetic_rows(), f"synthetic (no {REAL_TRANSCRIPTS})")
 
 
