@@ -40,6 +40,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TypeVar
 
 import Stemmer
 
@@ -166,9 +167,22 @@ def _word_terms(word: str) -> tuple[str, ...]:
 _WORDS_KEPT = 65536
 _str_words: dict[str, tuple[str, ...]] = {}
 _ascii_words: dict[bytes, tuple[str, ...]] = {}
+_Key = TypeVar("_Key", str, bytes)
 # ASCII letters and digits kept, every other byte a space: for ASCII text,
 # ``text.encode().translate(_ASCII_WORDS).split()`` is ``_WORD.findall(text)``.
 _ASCII_WORDS = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c in range(256))
+
+
+def _learn(cache: dict[_Key, tuple[str, ...]], key: _Key, word: str) -> tuple[str, ...]:
+    """The terms of ``word`` (``_word_terms``), seen for the first time as
+    ``key``: kept in ``cache`` when the word is shorter than WORD_MAX (a full
+    cache starts again)."""
+    got = _word_terms(word)
+    if len(key) < WORD_MAX:
+        if len(cache) >= _WORDS_KEPT:
+            cache.clear()
+        cache[key] = got
+    return got
 
 
 def terms(text: str) -> list[str]:
@@ -184,22 +198,14 @@ def terms(text: str) -> list[str]:
         for b in text.encode().translate(_ASCII_WORDS).split():
             got = cache_b.get(b)
             if got is None:
-                got = _word_terms(b.decode())
-                if len(b) < WORD_MAX:
-                    if len(cache_b) >= _WORDS_KEPT:
-                        cache_b.clear()
-                    cache_b[b] = got
+                got = _learn(cache_b, b, b.decode())
             add(got)
         return out
     cache_s = _str_words
     for w in _WORD.findall(_unmarked(unicodedata.normalize("NFKD", text))):
         got = cache_s.get(w)
         if got is None:
-            got = _word_terms(w)
-            if len(w) < WORD_MAX:
-                if len(cache_s) >= _WORDS_KEPT:
-                    cache_s.clear()
-                cache_s[w] = got
+            got = _learn(cache_s, w, w)
         add(got)
     return out
 
