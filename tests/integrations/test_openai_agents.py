@@ -221,6 +221,13 @@ def test_opening_a_session_writes_nothing_and_its_budget_is_checked(tmp_path: Pa
         LedgerSession("old", store=store, rollover_tokens=1500)
 
 
+def _settled(session: Any) -> list[str]:
+    """The call ids this session settled for the user (MOVED_ON outputs), in order."""
+    return [r.meta["openai_agents"]["call_id"] for r in session.history.rows()
+            if r.meta.get("openai_agents", {}).get("type") == "function_call_output"
+            and "before the user went on" in r.meta["openai_agents"]["output"]]
+
+
 def test_a_batch_that_settles_nothing_still_sees_other_writers(tmp_path: Path) -> None:
     """A batch without a user message starts from the state of the session's
     own last batch instead of reading it. What another writer did in between
@@ -235,18 +242,13 @@ def test_a_batch_that_settles_nothing_still_sees_other_writers(tmp_path: Path) -
     def add(*items: dict[str, Any]) -> None:
         asyncio.run(session.add_items(list(items)))
 
-    def settled() -> list[str]:
-        return [r.meta["openai_agents"]["call_id"] for r in session.history.rows()
-                if r.meta.get("openai_agents", {}).get("type") == "function_call_output"
-                and "before the user went on" in r.meta["openai_agents"]["output"]]
-
     add({"role": "user", "content": "hello"})  # the first write: a new epoch
     add({"role": "user", "content": "again"})  # the session knows the state after it
     other.append(item_row({"type": "function_call", "call_id": "c_x", "name": "f",
                            "arguments": "{}"}))  # another writer opens a call
     add({"role": "assistant", "content": "thinking"})
     add({"role": "user", "content": "next"})
-    assert settled() == ["c_x"]
+    assert _settled(session) == ["c_x"]
     add({"type": "function_call", "call_id": "c_a", "name": "f", "arguments": "{}"})
     add({"type": "function_call_output", "call_id": "c_a", "output": "done"})
     output = next(r.seq for r in session.history.rows()
@@ -254,13 +256,13 @@ def test_a_batch_that_settles_nothing_still_sees_other_writers(tmp_path: Path) -
     other.reject(output)  # a rewrite elsewhere reopens c_a
     add({"role": "assistant", "content": "still thinking"})
     add({"role": "user", "content": "after c_a"})
-    assert settled() == ["c_x", "c_a"]
+    assert _settled(session) == ["c_x", "c_a"]
     assert session.open_calls() == []
     other.clear_soft()  # a new window, opened elsewhere
     add({"role": "assistant", "content": "after the clear"})
     assert session.items() == [{"role": "assistant", "content": "after the clear"}]
     add({"role": "user", "content": "last"})
-    assert settled() == ["c_x", "c_a"]
+    assert _settled(session) == ["c_x", "c_a"]
 
 
 def test_a_user_message_reads_no_state_yet_settles_what_others_opened(
@@ -287,11 +289,6 @@ def test_a_user_message_reads_no_state_yet_settles_what_others_opened(
     def add(*items: dict[str, Any]) -> None:
         asyncio.run(session.add_items(list(items)))
 
-    def settled() -> list[str]:
-        return [r.meta["openai_agents"]["call_id"] for r in session.history.rows()
-                if r.meta.get("openai_agents", {}).get("type") == "function_call_output"
-                and "before the user went on" in r.meta["openai_agents"]["output"]]
-
     add({"role": "user", "content": "hello"})  # the first write: a new epoch
     add({"role": "user", "content": "again"})  # the session knows the state after it
     reads.clear()
@@ -300,14 +297,14 @@ def test_a_user_message_reads_no_state_yet_settles_what_others_opened(
     other.append(item_row({"type": "function_call", "call_id": "c_x", "name": "f",
                            "arguments": "{}"}))
     add({"role": "user", "content": "next"})  # right after the other writer's call
-    assert settled() == ["c_x"]
+    assert _settled(session) == ["c_x"]
     add({"type": "function_call", "call_id": "c_a", "name": "f", "arguments": "{}"})
     add({"type": "function_call_output", "call_id": "c_a", "output": "done"})
     output = next(r.seq for r in session.history.rows()
                   if r.meta.get("openai_agents", {}).get("output") == "done")
     other.reject(output)  # reopens c_a: new epoch, same next seq and window
     add({"role": "user", "content": "after c_a"})
-    assert settled() == ["c_x", "c_a"]
+    assert _settled(session) == ["c_x", "c_a"]
     assert session.open_calls() == []
     users = [r.meta["openai_agents"].get("content") for r in session.history.provider_view()
              if r.meta.get("openai_agents", {}).get("role") == "user"]
