@@ -537,6 +537,25 @@ def report(title: str, histories: Sequence[QuestionSet], total: dict[str, Tally]
     return "\n".join(lines)
 
 
+def set_histories(name: str) -> list[QuestionSet] | None:
+    """The histories of dev set ``name`` as the recall benches search them
+    (REALTALK one per conversation; the transcripts' questions without
+    ``"``, as the engine rows), or None after printing why it is skipped."""
+    if name in ("realtalk", "realtalk-speakers"):
+        convs = recall_data.realtalk_conversations(name.endswith("speakers"))
+        if convs is None:
+            print(f"\n### {name}: skipped: REALTALK is not set "
+                  "(REALTALK=path/to/a/clone/of/the/REALTALK/repository)")
+        return convs
+    qs, why = recall_data.by_name(name)
+    if qs is None:
+        print(f"\n### {name}: skipped: {why}")
+        return None
+    if name == "transcripts":  # as the engine rows: '"' dropped
+        qs.questions = [(q.replace('"', " "), ev) for q, ev in qs.questions]
+    return [qs]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.recall5")
     p.add_argument("--sets", default="realtalk,realtalk-speakers,transcripts,agent,longmemeval")
@@ -554,22 +573,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.on_adopted:
         ON_ADOPTED.append(("floor both", float(ranking.MIN_LENGTH)))
     for name in args.sets.split(","):
-        histories: list[QuestionSet]
-        if name in ("realtalk", "realtalk-speakers"):
-            convs = recall_data.realtalk_conversations(name.endswith("speakers"))
-            if convs is None:
-                print(f"\n### {name}: skipped: REALTALK is not set "
-                      "(REALTALK=path/to/a/clone/of/the/REALTALK/repository)")
-                continue
-            histories = convs
-        else:
-            qs, why = recall_data.by_name(name)
-            if qs is None:
-                print(f"\n### {name}: skipped: {why}")
-                continue
-            if name == "transcripts":  # as the engine rows: '"' dropped
-                qs.questions = [(q.replace('"', " "), ev) for q, ev in qs.questions]
-            histories = [qs]
+        histories = set_histories(name)
+        if histories is None:
+            continue
         total, kinds = run(histories, emb, args.quick, only, args.grid)
         print(report(name, histories, total, kinds), flush=True)
     return 0

@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 import xxhash
 
-from bench import recall5, recall_data, recall_v2
+from bench import recall5, recall_v2
 from bench.recall5 import SHIPPED, Tally, report
 from bench.recall_data import QuestionSet
 from bench.recall_v2 import Index, Ranker, build_index, top
@@ -305,21 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     weights = [float(x) for x in args.engine_weights.split(",") if x]
     only = {o for o in args.only.split(",") if o} or None
     for name in args.sets.split(","):
-        histories: list[QuestionSet]
-        if name == "realtalk":
-            convs = recall_data.realtalk_conversations(False)
-            if convs is None:
-                print("\n### realtalk: skipped: REALTALK is not set")
-                continue
-            histories = convs
-        else:
-            qs, why = recall_data.by_name(name)
-            if qs is None:
-                print(f"\n### {name}: skipped: {why}")
-                continue
-            if name == "transcripts":  # as the engine rows: '"' dropped
-                qs.questions = [(q.replace('"', " "), ev) for q, ev in qs.questions]
-            histories = [qs]
+        histories = recall5.set_histories(name)
+        if histories is None:
+            continue
         if args.ceiling:
             print(f"\n{name}: {ceiling(histories, mini, queries)}", flush=True)
             continue
