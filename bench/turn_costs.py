@@ -132,21 +132,29 @@ def _preload(name: str, directory: str, turns: int) -> None:
                   internal=True, durability="off")
 
 
+def _by_hand(directory: str, rows_of: Callable[[int], list[dict[str, Any]]]
+             ) -> Callable[[int], Any]:
+    """A floor: turn ``k`` is one ``append_many`` of ``rows_of(k)`` and one
+    provider view, on the calling thread."""
+    from ledger import Store
+
+    h = Store(directory).history("hand")
+
+    def hand(k: int) -> Any:
+        h.append_many(rows_of(k))
+        return h.provider_view()
+    return hand
+
+
 def _turn_fn(name: str, directory: str) -> Callable[[int], Any]:
     """A function running turn ``k`` of contender ``name`` in ``directory``."""
     from bench.turn_workload import turn_items, turn_messages
 
     loop = asyncio.new_event_loop()
     if name == "by hand":
-        from ledger import Store
         from ledger.integrations.openai_agents import item_row
 
-        h = Store(directory).history("hand")
-
-        def hand(k: int) -> Any:
-            h.append_many([item_row(i) for i in turn_items(k)])
-            return h.provider_view()
-        return hand
+        return _by_hand(directory, lambda k: [item_row(i) for i in turn_items(k)])
     if name == "by hand, async":
         from ledger import Store
         from ledger.integrations.openai_agents import item_row
@@ -166,15 +174,9 @@ def _turn_fn(name: str, directory: str) -> Callable[[int], Any]:
             return loop.run_until_complete(hop(ha.provider_view))
         return hand_async
     if name == "by hand (messages)":
-        from ledger import Store
         from ledger.integrations.langchain import message_row
 
-        hm = Store(directory).history("hand")
-
-        def hand_messages(k: int) -> Any:
-            hm.append_many([message_row(m) for m in turn_messages(k)])
-            return hm.provider_view()
-        return hand_messages
+        return _by_hand(directory, lambda k: [message_row(m) for m in turn_messages(k)])
     if name.startswith("by hand, 3 steps"):
         from bench.conversation_bench import BASH, _rows
         from ledger import Store

@@ -143,6 +143,20 @@ def tasks(text: str) -> list[int]:
     return [int(n) for n in re.findall(r"Task Count: (\d+)", text)]
 
 
+def each_one_task(dsn: str, statements: list[tuple[str, Any]]) -> set[str]:
+    """Assert that each statement's plan is distributed and runs as one task
+    on one shard (no subplan); returns the distinct statements proven."""
+    checked: set[str] = set()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for query, params in statements:
+            got = plan(conn, query, params)
+            assert "Citus" in got, f"not a distributed plan:\n{query}\n{got}"
+            assert tasks(got) == [1] and "Subplan" not in got, \
+                f"not one task on one shard:\n{query}\n{got}"
+            checked.add(query)
+    return checked
+
+
 def test_every_hot_statement_runs_as_one_task(citus_root: str,
                                               captured: list[tuple[str, Any]]) -> None:
     store = Store(citus_root)
@@ -157,14 +171,7 @@ def test_every_hot_statement_runs_as_one_task(citus_root: str,
                    "INSERT INTO tl_recall_terms", "FROM tl_recall_post", "FROM tl_recall_docs",
                    "UPDATE tl_recall_state", "array_position"):
         assert needle in text, f"the workload never sent {needle!r}"
-    checked: set[str] = set()
-    with psycopg.connect(citus_root, autocommit=True) as conn:
-        for query, params in statements:
-            got = plan(conn, query, params)
-            assert "Citus" in got, f"not a distributed plan:\n{query}\n{got}"
-            assert tasks(got) == [1] and "Subplan" not in got, \
-                f"not one task on one shard:\n{query}\n{got}"
-            checked.add(query)
+    checked = each_one_task(citus_root, statements)
     assert len(checked) >= 25  # distinct statements, each proven
 
 
@@ -186,12 +193,7 @@ def test_a_forks_statements_run_as_one_task(citus_root: str,
     statements = [(q, p) for q, p in captured if q.split(None, 1)[0].upper() not in UTILITY]
     assert any("UNION ALL" in q and "tl_lineage" in q for q, _ in statements)
     assert any("tl_forks" in q for q, _ in statements)
-    with psycopg.connect(citus_root, autocommit=True) as conn:
-        for query, params in statements:
-            got = plan(conn, query, params)
-            assert "Citus" in got, f"not a distributed plan:\n{query}\n{got}"
-            assert tasks(got) == [1] and "Subplan" not in got, \
-                f"not one task on one shard:\n{query}\n{got}"
+    each_one_task(citus_root, statements)
 
 
 def test_ls_is_the_only_multi_shard_query(citus_root: str) -> None:
