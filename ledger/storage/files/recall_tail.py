@@ -94,6 +94,7 @@ class Tail:
             got.sort()
             self._postings[term] = (len(self.order), got)
         return got
+
     def next_window(self, window: int) -> int | None:
         """The first boundary after ``window`` in the tail, if any."""
         i = bisect.bisect_right(self.wins, window)
