@@ -24,6 +24,7 @@ def test_compare_flags_what_got_more_than_15_percent_worse(tmp_path: Path) -> No
         "turn ms ledger agents @0 MiB": 2.0,
         "rewrite_baseline_over_ledger_200mib": 400.0,  # larger is better
         "turn_sqlite_over_ledger_big": 100.0,
+        "ratio throughput_16_over_1": 0.98,  # larger is better
     })
     after = _summary(tmp_path / "b.json", {
         "check_over_decode_floor": 2.50,  # worse
@@ -31,6 +32,7 @@ def test_compare_flags_what_got_more_than_15_percent_worse(tmp_path: Path) -> No
         "turn ms ledger agents @0 MiB": 1.0,  # better
         "rewrite_baseline_over_ledger_200mib": 300.0,  # worse (smaller)
         "turn_sqlite_over_ledger_big": 200.0,  # better (larger)
+        "ratio throughput_16_over_1": 1.25,  # better (larger)
     })
     table, flagged = compare(before, after)
     assert flagged == ["files: check_over_decode_floor",
