@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger.core.errors import Conflict, WindowChanged
+from ledger.core.format.rows import frame
 from ledger.core.rows import prepare_batch, renumber
 
 
@@ -33,7 +34,9 @@ class PendingBatch:
     ``caller_id``: the batch id came from the caller, so a committed batch
     with that id answers a retry. ``before_encode``, when set, is called with
     the first seq under the lock and the rows are encoded again after it (the
-    lead-in names its window)."""
+    lead-in names its window). ``first_seq`` is the seq ``prepared``'s first
+    row was encoded with: when the engine assigns that one, the bodies are
+    framed as they are, else renumbered."""
 
     rows: Sequence[dict[str, Any]]
     batch_id: str
@@ -44,18 +47,22 @@ class PendingBatch:
     expect_window: int | None = None
     before_encode: Callable[[int], None] | None = None
     expect_epoch: int | None = None
+    first_seq: int = 0
 
     def encode(
         self, first_seq: int, max_row_bytes: int
     ) -> tuple[list[dict[str, Any]], list[bytes]]:
         """The rows and their lines with seqs from ``first_seq`` (under the
         writer lock, after the expectations held): encoded again after
-        ``before_encode`` when set, else the prepared bodies renumbered."""
+        ``before_encode`` when set, else the prepared bodies framed (renumbered
+        first when they were encoded for other seqs)."""
         if self.before_encode is not None:
             self.before_encode(first_seq)
             return prepare_batch(self.rows, first_seq, self.batch_id, max_row_bytes,
                                  internal=self.internal)
         stored, bodies = self.prepared
+        if first_seq == self.first_seq:
+            return stored, [frame(body) for body in bodies]
         return stored, renumber(stored, bodies, first_seq, max_row_bytes)
 
 

@@ -127,35 +127,47 @@ _OUTSIDE = (
     "does not round-trip through JSON unchanged (NaN/Infinity, integers beyond 64 bits, "
     "non-string keys or tuples are outside the JSON domain)"
 )
+_TOO_DEEP = f"nested deeper than {fmt.MAX_DEPTH} levels of arrays and objects"
 
 
 def _plain_json(value: Any) -> bool | str | None:
-    """Decide the JSON domain of ``value`` by one walk when it is built of the
-    plain types only: True when it is in the domain (64-bit integers, finite
-    floats, string keys), the reason when it is not, None when some value is
-    of another type (a subclass, a tuple, ...), which the caller settles by a
-    round trip."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        t = type(v)
-        if t in _SCALARS:
-            continue
-        if t is dict:
-            for k in v:
-                if type(k) is not str:
-                    return None
-            stack.extend(v.values())
-        elif t is list:
-            stack.extend(v)
-        elif t is int:
-            if not _INT_MIN <= v <= _INT_MAX:
-                return "an integer is outside the 64-bit range"
-        elif t is float:
-            if not math.isfinite(v):
-                return _OUTSIDE
-        else:
-            return None
+    """Decide the JSON domain of ``value`` by one walk, level by level, when
+    it is built of the plain types only: True when it is in the domain
+    (64-bit integers, finite floats, string keys) and nests at most MAX_DEPTH
+    arrays and objects deep (``value`` is level 1, as ``too_deep`` counts its
+    encoding); the reason when it is not (``_TOO_DEEP`` for the depth); None
+    when some value is of another type (a subclass, a tuple, ...), which the
+    caller settles by a round trip. The walk stops at the first level past
+    MAX_DEPTH, so hostile nesting never reaches the encoder."""
+    level = [value]
+    depth = 0
+    while level:
+        depth += 1
+        deeper: list[Any] = []
+        for v in level:
+            t = type(v)
+            if t is str or t is bool or v is None:
+                continue
+            if t is dict:
+                if depth > fmt.MAX_DEPTH:
+                    return _TOO_DEEP
+                for k in v:
+                    if type(k) is not str:
+                        return None
+                deeper.extend(v.values())
+            elif t is list:
+                if depth > fmt.MAX_DEPTH:
+                    return _TOO_DEEP
+                deeper.extend(v)
+            elif t is int:
+                if not _INT_MIN <= v <= _INT_MAX:
+                    return "an integer is outside the 64-bit range"
+            elif t is float:
+                if not math.isfinite(v):
+                    return _OUTSIDE
+            else:
+                return None
+        level = deeper
     return True
 
 
@@ -173,8 +185,15 @@ def _ints_in_range(value: Any) -> bool:
     return True
 
 
-def _check_json_domain(row: dict[str, Any], index: int) -> bytes:
-    plain = _plain_json(row)
+def _check_json_domain(row: dict[str, Any], index: int, caller: dict[str, Any] | None = None
+                       ) -> bytes:
+    """The JSON body of the stored ``row``, or InvalidRow when it is outside
+    the JSON domain or nests too deep. ``caller`` is the caller's row that
+    ``row`` was built from (``stored_row``): the walk then covers just the
+    caller's values (the store's own are plain ints and strings)."""
+    plain = _plain_json(row if caller is None else caller)
+    if plain is _TOO_DEEP:
+        raise too_deep_error(index)
     if isinstance(plain, str):
         raise InvalidRow(f"row {index}: {plain}", index)
     if plain is None and not _ints_in_range(row):
@@ -185,13 +204,14 @@ def _check_json_domain(row: dict[str, Any], index: int) -> bytes:
         raise too_deep_error(index) from None
     except (TypeError, ValueError, OverflowError, UnicodeEncodeError) as exc:
         raise InvalidRow(f"row {index}: not encodable as JSON: {exc}", index) from exc
-    if fmt.too_deep(body):
-        raise too_deep_error(index)
     if plain is True:
         # Plain types in the domain encode to JSON that decodes to an equal
         # value (msgspec writes floats in shortest round-trip form), and what
-        # msgspec can encode it can decode: no round trip needed.
+        # msgspec can encode it can decode: no round trip needed. The walk
+        # counted the depth (the same levels as the encoding's brackets).
         return body
+    if fmt.too_deep(body):
+        raise too_deep_error(index)
     try:
         back = fmt.decode_json(body)
     except (msgspec.DecodeError, RecursionError) as exc:  # pragma: no cover - msgspec round-trips
@@ -294,13 +314,15 @@ def check_caller_row(row: Any, index: int, *, internal: bool = False) -> None:
 
 
 def stored_row(
-    row: dict[str, Any], seq: int, batch_id: str, n: int, i: int, ts: int
+    row: dict[str, Any], seq: int, batch_id: str, n: int, i: int, ts: int,
+    rid: str | None = None,
 ) -> dict[str, Any]:
     """The stored dict for a checked caller row: canonical keys first, in order,
-    then ``reset``, then unknown fields in the caller's order."""
+    then ``reset``, then unknown fields in the caller's order. ``rid`` is the
+    id to give a row that has none (else a new one)."""
     out: dict[str, Any] = {
         "seq": seq,
-        "id": row.get("id") or new_id("r_"),
+        "id": row.get("id") or rid or new_id("r_"),
         "kind": row.get("kind", "message"),
         "role": row["role"],
         "parts": row.get("parts", []),
@@ -315,6 +337,14 @@ def stored_row(
         if key not in out:
             out[key] = value
     return out
+
+
+def _row_ids(n: int) -> list[str]:
+    """``n`` new row ids (``new_id("r_")`` each) for one batch: one clock
+    read and one draw of random bits for all of them."""
+    ms = f"r_{time.time_ns() // 1_000_000:012x}"
+    bits = f"{_rng.getrandbits(64 * n):0{16 * n}x}"
+    return [ms + bits[k : k + 16] for k in range(0, 16 * n, 16)]
 
 
 def prepare_batch(
@@ -347,13 +377,15 @@ def prepare_bodies(
     check_batch_id(batch_id)
     ts = now_ms()
     n = len(rows)
+    ids = _row_ids(n)
     stored: list[dict[str, Any]] = []
     bodies: list[bytes] = []
+    limit = max_row_bytes - fmt.LINE_SUFFIX
     for i, row in enumerate(rows):
         check_caller_row(row, i, internal=internal)
-        out = stored_row(row, first_seq + i, batch_id, n, i, ts)
-        body = _check_json_domain(out, i)
-        if len(body) + fmt.LINE_SUFFIX > max_row_bytes:
+        out = stored_row(row, first_seq + i, batch_id, n, i, ts, ids[i])
+        body = _check_json_domain(out, i, row)
+        if len(body) > limit:
             raise RowTooLarge(
                 f"row {i}: {len(body)} bytes encoded, above max_row_bytes={max_row_bytes}", i
             )

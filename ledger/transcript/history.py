@@ -93,6 +93,11 @@ class History(WorkspaceHandle):
     def __init__(self, store: StoreOptions, workspace: str, engine: WorkspaceEngine) -> None:
         super().__init__(store, workspace)
         self.engine = engine
+        # The seq the next batch most likely starts at (after this handle's
+        # last append; 1 for a new history): rows are encoded for it before
+        # the lock, and renumbered under it only when another writer came
+        # between (``PendingBatch.encode``).
+        self._next_seq_hint = 1
 
     # --- reads ------------------------------------------------------------------
 
@@ -288,11 +293,15 @@ class History(WorkspaceHandle):
         # Check and encode the rows before the engine takes its lock, so bad
         # input costs nothing and the lock is held only for I/O; the engine
         # sets the seqs under it.
-        prepared = prepare_bodies(rows, 0, bid, self.store.max_row_bytes, internal=internal)
-        return self.engine.append_batch(PendingBatch(
+        hint = self._next_seq_hint if opts.expect_next_seq is None else opts.expect_next_seq
+        prepared = prepare_bodies(rows, hint, bid, self.store.max_row_bytes, internal=internal)
+        result = self.engine.append_batch(PendingBatch(
             rows, bid, batch_id is not None, internal, prepared,
-            opts.expect_next_seq, opts.expect_window, before_encode, opts.expect_epoch,
+            opts.expect_next_seq, opts.expect_window, before_encode, opts.expect_epoch, hint,
         ))
+        if result.seqs:
+            self._next_seq_hint = result.seqs[-1] + 1
+        return result
 
     # --- rewrites (each bumps the epoch) ------------------------------------------
 

@@ -43,9 +43,12 @@ def checksum_hex(body: bytes) -> bytes:
     return b"%016x" % xxhash.xxh3_64_intdigest(body)
 
 
+_LINE_END = SUFFIX_HEAD + b'%016x"}\n'
+
+
 def frame(body: bytes) -> bytes:
     """Turn an encoded JSON object into a stored line (checksum, newline)."""
-    return body[:-1] + SUFFIX_HEAD + checksum_hex(body) + b'"}\n'
+    return body[:-1] + _LINE_END % xxhash.xxh3_64_intdigest(body)
 
 
 def encode_line(row: dict[str, Any]) -> bytes:
