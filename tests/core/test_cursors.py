@@ -16,7 +16,6 @@ a rewrite or a floor, and the 4 KiB bound hold on every engine: the contract
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import subprocess
 import textwrap
@@ -238,7 +237,7 @@ def test_killed_writer_pending_receipt_expires_cursors(tmp_path: Path) -> None:
     receipt = read_receipt(h.engine.path)
     assert receipt is not None and receipt.stable
     old_epoch = receipt.epoch
-    write_receipt(h.engine.path, dataclasses.replace(receipt, state=ffmt.PENDING))
+    write_receipt(h.engine.path, msgspec.structs.replace(receipt, state=ffmt.PENDING))
 
     assert code(call(tool, {**args, "cursor": held})) == "stale_cursor"
     fresh = call(tool, args)

@@ -8,11 +8,11 @@ import json
 import os
 import shutil
 import stat
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 from ledger.cli import main
 from ledger.core.checks import DAMAGE, NOTICE

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from ledger.cli import main
 from ledger.core.format import files as ffmt

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -190,7 +189,7 @@ def merge(history: History, st: State, numbers: list[int]) -> None:
         pos += stamps[n].size
 
     assert st.receipt is not None
-    write_receipt(wsdir, replace(st.receipt, state=ffmt.PENDING))
+    write_receipt(wsdir, msgspec.structs.replace(st.receipt, state=ffmt.PENDING))
     marker = msgspec.json.encode(segs.MergeMarker(into, list(numbers), total))
     segs.commit_file(wsdir, ffmt.MERGE_NAME, [marker], durability=durability, new_file=True)
     segs.commit_file(
