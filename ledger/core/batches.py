@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from ledger.core.errors import Conflict, WindowChanged
 from ledger.core.format.rows import frame
 from ledger.core.rows import prepare_batch, renumber
@@ -27,9 +29,9 @@ class AppendResult:
     batch_id: str
 
 
-@dataclass(frozen=True)
-class PendingBatch:
-    """One batch, checked and encoded with placeholder seqs (``prepared``).
+class PendingBatch(msgspec.Struct, frozen=True):
+    """One batch, checked and encoded (``prepared``) before the writer lock.
+    (A struct: built on every append.)
 
     ``caller_id``: the batch id came from the caller, so a committed batch
     with that id answers a retry. ``before_encode``, when set, is called with

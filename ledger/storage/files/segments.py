@@ -135,7 +135,19 @@ def list_segments(wsdir: str) -> list[int]:
 
 def segments_in(wsdir: str, names: list[str]) -> list[int]:
     """The segment numbers among a listing of ``wsdir`` (see list_segments)."""
-    numbers = [n for n in map(ffmt.segment_number, names) if n is not None]
+    known = _NUMBERS
+    numbers = []
+    for name in names:
+        if name.startswith(ffmt.SEGMENT_PREFIX):
+            n = known.get(name)
+            if n is None:
+                n = ffmt.segment_number(name)
+                if n is None:
+                    continue
+                if len(known) >= _NAMES_MAX:
+                    known.clear()
+                known[name] = n
+            numbers.append(n)
     numbers.sort()
     if ffmt.MERGE_NAME in names:
         marker = read_merge_marker(wsdir)
@@ -200,6 +212,7 @@ def stamps(
 
 
 _NAMES: dict[int, str] = {}
+_NUMBERS: dict[str, int] = {}  # segment name -> number (the regex once per name)
 _NAMES_MAX = 1 << 16
 
 

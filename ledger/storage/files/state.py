@@ -6,17 +6,19 @@ the files and publishes what these functions build.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
 from functools import cached_property
+
+import msgspec
 
 from ledger.core.format import files as ffmt
 from ledger.core.windows import Boundary, window_marker
 from ledger.storage.files.index import SegmentInfo
 
 
-@dataclass(frozen=True)
-class State:
-    """What a writer or reader knows after validating receipt and stamps."""
+class State(msgspec.Struct, frozen=True, dict=True):
+    """What a writer or reader knows after validating receipt and stamps. (A
+    struct: every append and every page of a read builds one.)"""
 
     receipt: ffmt.Receipt | None
     segments: list[int]
@@ -51,9 +53,13 @@ def empty_state() -> State:
                  next_seq=1, epoch=0, window=None, floor=None)
 
 
+@functools.lru_cache(maxsize=256)
 def boundary_from_receipt(
     seq: int, segment: int, offset: int, reason: str, after: int = 0
 ) -> Boundary | None:
+    """The window or floor a receipt records. (Remembered: every validation
+    of a receipt asks for the same two until a boundary is appended, and a
+    Boundary is immutable.)"""
     if segment == 0:
         return None
     readable = seq >= 0

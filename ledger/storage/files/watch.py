@@ -44,7 +44,8 @@ import struct
 import sys
 import threading
 import weakref
-from dataclasses import dataclass
+
+import msgspec
 
 from ledger.core.format import files as ffmt
 from ledger.storage.files import segments as segs
@@ -208,10 +209,10 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
-@dataclass(frozen=True)
-class Scan:
+class Scan(msgspec.Struct, frozen=True):
     """A workspace directory as one scan saw it. ``sealed`` is the same list
-    object from scan to scan while no sealed segment changed."""
+    object from scan to scan while no sealed segment changed. (A struct:
+    every append and every page of a read builds one.)"""
 
     fresh: bool  # from a full pass (not from the table's memory)
     has_format: bool
