@@ -68,12 +68,13 @@ SYNC_OFF = ("SET LOCAL citus.propagate_set_commands = 'local'; "
 
 # A ranked search's statements (the postings, the neighbours, the rows read
 # back) are the same few texts every call, prepared by psycopg after a few
-# runs; planned again for each call's values (PostgreSQL's default for the
-# first runs and whenever it guesses so), planning was most of their server
-# time at 1 GiB (bench/RESULTS.md, issue 31, catchup3). The plan does not
-# depend on the values: every one is an index scan by workspace and term or
-# seq. For the call's transaction only; not on Citus, whose distributed
-# planner plans prepared statements its own way.
+# runs; PostgreSQL's default plans them again for each call's values for a
+# while and whenever it guesses that pays. The plan does not depend on the
+# values (every one is an index scan by workspace and term or seq), so a
+# generic plan saves that work: at 1 GiB about a tenth of the server's CPU
+# a query (bench/RESULTS.md, issue 31, catchup3). For the call's
+# transaction only; not on Citus, whose distributed planner plans prepared
+# statements its own way.
 GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
 
 
