@@ -14,6 +14,9 @@ Each phase runs in its own process on a history built for it beforehand
 package's imports (the ``noop`` phase, measured per tree) are subtracted:
 
 - ``turns``: 40 turns of a 3-row append batch and the provider view.
+- ``appends``: 40 appends of the files bench's batch (3 rows of about
+  2 KiB), after 12 untimed ones (past the first sealed segment); minus
+  ``appends0`` (the same process with the 12 only), so it is the appends alone.
 - ``check``: ``tledger check`` of the workspace (the CLI's own entry point).
 - ``search``: 20 ranked ``session_history`` searches.
 - ``conversation``: 8 turns through ``ledger.Conversation`` (user message,
@@ -37,7 +40,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-PHASES = ("noop", "turns", "check", "search", "conversation")
+PHASES = ("noop", "turns", "appends0", "appends", "check", "search", "conversation")
 WS = "ab"
 COLLECTED = re.compile(r"Collected : (\d+)")
 
@@ -53,6 +56,21 @@ def _rows(n: int, seed: int) -> list[dict[str, object]]:
         text = " ".join(rnd.choice(words) for _ in range(rnd.randint(20, 120)))
         role = "user" if i % 2 == 0 else "assistant"
         out.append({"role": role, "parts": [{"type": "text", "text": f"{i} {text}"}]})
+    return out
+
+
+def _sized(n: int, size: int, seed: int) -> list[dict[str, object]]:
+    """``n`` rows of about ``size`` stored bytes (the files bench's append)."""
+    import random
+
+    rnd = random.Random(seed)
+    words = ("ledger window floor rollover segment receipt tool call result "
+             "approval search postgres citus fork rewind budget token index").split()
+    out: list[dict[str, object]] = []
+    for i in range(n):
+        text = " ".join(rnd.choice(words) for _ in range((size - 240) // 7))[: size - 240]
+        out.append({"kind": "message", "role": ("user", "assistant", "tool")[i % 3],
+                    "parts": [{"type": "text", "text": text}]})
     return out
 
 
@@ -83,6 +101,14 @@ def phase(name: str, root: str) -> None:
         for i in range(40):
             h.append_many(_rows(3, 20_000 + i))
             h.provider_view()
+    elif name in ("appends0", "appends"):
+        batches = [_sized(3, 2048, 40_000 + i) for i in range(52)]
+        h = Store(root).history(WS)
+        for rows in batches[:12]:
+            h.append_many(rows)
+        if name == "appends":
+            for rows in batches[12:]:
+                h.append_many(rows)
     elif name == "check":
         from ledger.cli import main
 
@@ -123,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trees", nargs="*", type=Path, help="BEFORE_TREE AFTER_TREE")
     p.add_argument("--mib", type=float, default=2.0, help="history size to build")
+    p.add_argument("--phases", default=",".join(PHASES),
+                   help="comma-separated phases to count (noop is always counted)")
     p.add_argument("--phase", help=argparse.SUPPRESS)
     p.add_argument("--build", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -134,13 +162,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if len(args.trees) != 2 or shutil.which("valgrind") is None:
         p.error("give BEFORE_TREE and AFTER_TREE, with valgrind installed")
+    phases = [n for n in PHASES if n == "noop" or n in args.phases.split(",")
+              or (n == "appends0" and "appends" in args.phases.split(","))]
     counts: dict[str, dict[str, int]] = {}
     with tempfile.TemporaryDirectory(prefix="instr-ab-") as tmp:
         for tree in args.trees:
             tree = tree.resolve()
             env = {**os.environ, "PYTHONPATH": str(tree)}
             counts[str(tree)] = {}
-            for name in PHASES:
+            for name in phases:
                 # Built afresh for each phase: a copy would change the segments'
                 # stamps, and the first write would re-baseline the receipt.
                 root = Path(tmp) / f"{tree.name}-{name}"
@@ -152,10 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     before, after = (counts[str(t.resolve())] for t in args.trees)
     print("| phase | before (M instr) | after (M instr) | after/before |")
     print("|---|---|---|---|")
-    for name in PHASES:
-        b = before[name] - (0 if name == "noop" else before["noop"])
-        a = after[name] - (0 if name == "noop" else after["noop"])
-        print(f"| {name}{'' if name == 'noop' else ' (minus noop)'} | {b / 1e6:,.1f} | "
+    for name in phases:
+        if name == "appends0":
+            continue
+        base = "noop" if name != "appends" else "appends0"
+        b = before[name] - (0 if name == "noop" else before[base])
+        a = after[name] - (0 if name == "noop" else after[base])
+        print(f"| {name}{'' if name == 'noop' else f' (minus {base})'} | {b / 1e6:,.1f} | "
               f"{a / 1e6:,.1f} | {a / b:.3f} |")
     return 0
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import KW_ONLY, dataclass
 
@@ -70,6 +71,10 @@ class FileEngine:
         os.makedirs(self.root, mode=0o700, exist_ok=True)
 
     def tombstoned(self, workspace: str) -> bool:
-        return os.path.lexists(
-            os.path.join(self.root, f".{workspace}{ffmt.WORKSPACE_TOMBSTONE_SUFFIX}")
-        )
+        return os.path.lexists(_tombstone(self.root, workspace))
+
+
+@functools.lru_cache(maxsize=1024)
+def _tombstone(root: str, workspace: str) -> str:
+    """The path of ``workspace``'s tombstone (asked twice on every append)."""
+    return os.path.join(root, f".{workspace}{ffmt.WORKSPACE_TOMBSTONE_SUFFIX}")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import msgspec
+
 from ledger.core.errors import UnsafePath
 from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
@@ -32,8 +34,9 @@ def entry_of(segment: int, line: segs.Line) -> Entry:
     return Entry(segment, line.offset, line.data, None, False, damaged, damaged)
 
 
-@dataclass(frozen=True)
-class SegmentInfo:
+class SegmentInfo(msgspec.Struct, frozen=True):
+    """What a segment holds (an INDEX entry; a struct: appends build one each)."""
+
     number: int
     stamp: ffmt.Stamp
     first_seq: int

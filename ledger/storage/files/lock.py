@@ -45,7 +45,19 @@ _POLL_MAX = 0.01
 @contextlib.contextmanager
 def locked(workspace_dir: str, workspace: str, timeout: float, *, shared: bool) -> Iterator[None]:
     """Hold the workspace lock for the body; LockTimeout after ``timeout`` s."""
-    path = os.path.join(workspace_dir, ffmt.LOCK_NAME)
+    fd = acquire(os.path.join(workspace_dir, ffmt.LOCK_NAME), workspace, timeout, shared=shared)
+    try:
+        yield
+    finally:
+        release(fd)
+
+
+def acquire(path: str, workspace: str, timeout: float, *, shared: bool) -> int | None:
+    """Take the lock file ``path`` (a workspace's LOCK); LockTimeout after
+    ``timeout`` s. Returns the descriptor to :func:`release`, or None for a
+    reader that reads unlocked (no LOCK to open on a read-only copy).
+    ``locked`` is the same as a context manager; a writer's append calls
+    these two itself (no generator on its path)."""
     # Never follow a symlink, never wait on a FIFO; an fstat below refuses
     # anything but a regular file.
     flags = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -58,13 +70,11 @@ def locked(workspace_dir: str, workspace: str, timeout: float, *, shared: bool) 
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o600)
         except (FileNotFoundError, PermissionError):
             if shared:
-                yield
-                return
+                return None
             raise
         except OSError as exc:  # read-only media, no descriptor left, ...
             if shared and exc.errno == errno.EROFS:
-                yield  # nobody can write here: read unlocked
-                return
+                return None  # nobody can write here: read unlocked
             raise CommitFailed(
                 f"workspace {workspace!r}: cannot open its lock file {path}: "
                 f"{exc.strerror or exc}; nothing was written"
@@ -87,16 +97,19 @@ def locked(workspace_dir: str, workspace: str, timeout: float, *, shared: bool) 
             os.close(fd)
             raise
         if shared or _still_at(st, path):
-            break
+            return fd
         _unlock(fd)  # the workspace was renamed away meanwhile
         os.close(fd)
+
+
+def release(fd: int | None) -> None:
+    """Give back a lock :func:`acquire` took (None: there was none)."""
+    if fd is None:
+        return
     try:
-        yield
+        _unlock(fd)
     finally:
-        try:
-            _unlock(fd)
-        finally:
-            os.close(fd)
+        os.close(fd)
 
 
 def _try_lock(fd: int, shared: bool) -> bool:

@@ -45,6 +45,8 @@ class Publishing(WorkspaceBase):
     def ensure_format(self, present: bool | None = None) -> None:
         """Under the exclusive lock: write FORMAT when missing, else check it
         (once per History object: FORMAT never changes under a writer)."""
+        if present and self._format_checked:
+            return
         path = os.path.join(self.path, ffmt.FORMAT_NAME)
         if present is None:
             present = os.path.lexists(path)

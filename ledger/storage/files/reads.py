@@ -83,6 +83,8 @@ class WorkspaceBase:
         self._format_checked = False
         self._digest_memo: tuple[list[tuple[int, ffmt.Stamp]], tuple[int, bytes]] | None = None
         self.table = SegmentTable(path)  # listing and stamps, kept by kernel events
+        self.lock_path = os.path.join(path, ffmt.LOCK_NAME)
+        self.receipt_path = os.path.join(path, ffmt.RECEIPT_NAME)
         # This process's account of the active segment, valid for one stamp.
         self._running: SegmentInfo | None = None
 

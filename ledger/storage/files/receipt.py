@@ -61,12 +61,13 @@ class WriterReceipt:
     expire, as after any untracked change.
     """
 
-    def __init__(self, wsdir: str) -> None:
+    def __init__(self, wsdir: str, path: str | None = None) -> None:
+        """``path``: ``wsdir``'s RECEIPT, when the caller has it joined."""
         self.wsdir = wsdir
         self.fd = -1
         flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            fd = os.open(os.path.join(wsdir, ffmt.RECEIPT_NAME), flags)
+            fd = os.open(path or os.path.join(wsdir, ffmt.RECEIPT_NAME), flags)
         except OSError:
             return
         try:

@@ -41,7 +41,7 @@ from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.backup import backup as backup_history
 from ledger.storage.files.index import active_entry
-from ledger.storage.files.lock import locked
+from ledger.storage.files.lock import acquire, locked, release
 from ledger.storage.files.marker import recover_if_marked
 from ledger.storage.files.merge import AUTO_MAX_MERGE_BYTES, AUTO_MIN_SEALED
 from ledger.storage.files.merge import merge as merge_run
@@ -83,8 +83,7 @@ class FileWorkspace(Publishing):
         try:
             if not exists:
                 self.ensure_dir()
-            lock = locked(self.path, self.workspace, self.store.lock_timeout, shared=False)
-            lock.__enter__()
+            lock = acquire(self.lock_path, self.workspace, self.store.lock_timeout, shared=False)
         except CommitFailed as exc:  # the lock file could not be opened: name the batch
             raise CommitFailed(str(exc), bid) from exc
         except OSError as exc:
@@ -92,9 +91,9 @@ class FileWorkspace(Publishing):
                 f"workspace {self.workspace!r}: cannot open or lock the history: {exc}", bid
             ) from exc
         try:
-            rf = WriterReceipt(self.path)  # held for the whole append (one open)
+            rf = WriterReceipt(self.path, self.receipt_path)  # held for the append (one open)
         except OSError as exc:
-            lock.__exit__(None, None, None)
+            release(lock)
             raise CommitFailed(
                 f"workspace {self.workspace!r}: cannot open the receipt: {exc}; nothing "
                 "was written", bid) from exc
@@ -102,7 +101,7 @@ class FileWorkspace(Publishing):
             return self._append_locked(batch, rf)
         finally:
             rf.close()
-            lock.__exit__(None, None, None)
+            release(lock)
 
     def _append_locked(self, batch: PendingBatch, rf: WriterReceipt) -> AppendResult:
         bid = batch.batch_id
