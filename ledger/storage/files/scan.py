@@ -19,7 +19,7 @@ from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.windows import classify_reset
 from ledger.storage.files import segments as segs
-from ledger.storage.files.pairs import PairPart, SplitPairs
+from ledger.storage.files.pairs import PairParts, SplitPairs
 
 RECENT_BATCHES = 4096  # exact duplicate batches are detected among this many recent ones
 MAX_FINDINGS_PER_CODE = 1000
@@ -58,11 +58,11 @@ class CheckRow(msgspec.Struct, gc=False):
 
 
 class PairCheckRow(CheckRow, gc=False):
-    """CheckRow and, for check's split-pair notice, each part's type and id
+    """CheckRow and, for check's split-pair notice, the parts' types and ids
     (``ledger.storage.files.pairs``); a chunk whose parts do not decode this
     way goes line by line, where rows decode as plain CheckRow."""
 
-    parts: list[PairPart] | None = None
+    parts: PairParts | None = None
 
 
 _decode_row = msgspec.json.Decoder(CheckRow).decode
