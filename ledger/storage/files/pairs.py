@@ -102,11 +102,11 @@ class SplitPairs:
                 for cid, v in self.waiting.items() if isinstance(v, int) or v}
 
     def rows(self, segment: int, base: int, lines: list[bytes], rows: list[Any]) -> None:
-        """A verified chunk: ``rows`` decoded from ``lines`` (each without
-        its newline) read from offset ``base``, each with ``seq``, ``kind``
-        and ``parts`` (:class:`PairParts` or None)."""
+        """A verified chunk: ``rows`` decoded from ``lines`` (each with its
+        newline) read from offset ``base``, each with ``seq``, ``kind`` and
+        ``parts`` (:class:`PairParts` or None)."""
         calls, waiting, earlier = self.calls, self.waiting, self.earlier
-        # Bytes before each line but its newlines, summed once a split needs an offset.
+        # Bytes before each line, summed once a split needs an offset.
         before: list[int] | None = None
         for i, r in enumerate(rows):
             h = r.parts
@@ -136,7 +136,7 @@ class SplitPairs:
                         if key not in calls and key in earlier:
                             if before is None:
                                 before = list(accumulate(map(len, lines), initial=0))
-                            self._split(segment, base + before[i] + i, r.seq, key)
+                            self._split(segment, base + before[i], r.seq, key)
                     elif not isinstance(w, int):
                         self._answer_newest(key, w)
                 continue
@@ -146,7 +146,7 @@ class SplitPairs:
                 elif t == "tool_result" and self._answered(key := str(cid)) is False:
                     if before is None:
                         before = list(accumulate(map(len, lines), initial=0))
-                    self._split(segment, base + before[i] + i, r.seq, key)
+                    self._split(segment, base + before[i], r.seq, key)
 
     def _row(self, line: bytes, r: Any) -> list[tuple[Any, Any]]:
         """The (type, id) of each part of a row of a verified chunk that has

@@ -396,10 +396,11 @@ class _Scanner:
         """Whole lines ``buf[:end]`` read from ``base`` (the bytes after
         ``end`` are the start of the next run: split off, and only ever make
         the depth and ASCII tests below look closer, never pass)."""
-        lines = buf.split(b"\n")
-        lines.pop()  # after the last newline: b"" or the next run's start
+        # Each line with its newline (cut by memchr); a row that leaves the
+        # inlined cases below goes on without it, as the slow path's do.
+        lines = fmt.lines_of(buf, end)
         try:
-            if not fmt.all_verified(lines):
+            if not fmt.all_verified_lines(lines):
                 raise _Slow
             data = buf if end == len(buf) else memoryview(buf)[:end]
             # None: a line may nest deeper than the limit (or the caller's
@@ -434,18 +435,18 @@ class _Scanner:
         while i < count:
             line = lines[i]
             row = rows[i]
-            ln = len(line) + 1
+            ln = len(line)
             b = row.batch
             if not plain or row.kind == "reset":
-                row_fn(off, ln, line, row, None)
+                row_fn(off, ln, line[:-1], row, None)
                 plain = self.pending_reset is None and not res.damage and not self.units
             elif self.run_id is None:
                 k = b.n
                 if b.i != 0 or k < 1:
-                    row_fn(off, ln, line, row, None)
+                    row_fn(off, ln, line[:-1], row, None)
                     plain = self.pending_reset is None and not res.damage and not self.units
                 elif recent.get(b.id) is not None or row.seq <= res.max_seq:
-                    row_fn(off, ln, line, row, None)
+                    row_fn(off, ln, line[:-1], row, None)
                     plain = self.pending_reset is None and not res.damage and not self.units
                 else:
                     end = i + k
@@ -463,12 +464,13 @@ class _Scanner:
                             top = r2.seq
                     if whole:
                         # The whole batch is here, in order: kept as _complete keeps it.
+                        # (each checksum's hex at [-19:-3], before '"}\n', as _complete's)
                         if k == 1:
-                            sig = hash(line[-18:-2])
+                            sig = hash(line[-19:-3])
                         else:
                             batch_lines = lines[i:end]
-                            sig = hash(b"".join([x[-18:-2] for x in batch_lines]))
-                            ln = sum(map(len, batch_lines)) + k
+                            sig = hash(b"".join([x[-19:-3] for x in batch_lines]))
+                            ln = sum(map(len, batch_lines))
                         recent[b.id] = (sig, number, off)
                         if len(recent) > RECENT_BATCHES:
                             recent.popitem(last=False)
@@ -482,10 +484,10 @@ class _Scanner:
                         i = end
                         continue
                     self.seg_rows += 1
-                    self._start_run(off, ln, line, row)
+                    self._start_run(off, ln, line[:-1], row)
             elif b.id == self.run_id and b.i == len(self.run_rows) and b.n == self.run_n:
                 self.seg_rows += 1
-                self.run_lines.append(line)
+                self.run_lines.append(line[:-1])
                 self.run_rows.append(row)
                 self.run_offsets.append(off)
                 self.run_end = off + ln
@@ -493,7 +495,7 @@ class _Scanner:
                     self._complete()
                     plain = self.pending_reset is None and not res.damage and not self.units
             else:
-                row_fn(off, ln, line, row, None)
+                row_fn(off, ln, line[:-1], row, None)
                 plain = self.pending_reset is None and not res.damage and not self.units
             off += ln
             i += 1
