@@ -160,7 +160,7 @@ class _Bottom:
 
 _BOTTOM = _Bottom()
 _encode = msgspec.json.encode
-_nests: dict[int, list[Any]] = {}  # k -> a list nested k deep around _BOTTOM (shared, never changed)
+_nests: dict[int, list[Any]] = {}  # k -> a list nested k deep around _BOTTOM (never changed)
 _HOOK_LEVELS = 1  # the hook's frame: a descent of k lists holds k + 1 levels (measured)
 
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from ledger import History, InvalidRow, LedgerError, Store
-from ledger.core.errors import HistoryDamaged
 from ledger.core import nesting
+from ledger.core.errors import HistoryDamaged
 from ledger.core.format import rows as fmt
 from ledger.storage.files import segments as segs
 from recovery.check import check
