@@ -49,15 +49,17 @@ class PairPart(msgspec.Struct, gc=False):
 
 
 class PairParts(msgspec.Struct, array_like=True, gc=False):
-    """A row's ``parts`` array as the notice reads it: its first two parts
+    """A row's ``parts`` array as the notice reads it: its first four parts
     (None where the array is shorter, or where a part is ``null``), and the
-    third, undecoded, when there are more (``more``; then the notice reads
+    fifth, undecoded, when there are more (``more``; then the notice reads
     the row's parts again whole, :meth:`SplitPairs.rows`). A part that is
     no object fails the decode (the chunk goes line by line)."""
 
     p0: PairPart | None = None
     p1: PairPart | None = None
-    more: msgspec.Raw = msgspec.Raw()  # empty: at most two parts
+    p2: PairPart | None = None
+    p3: PairPart | None = None
+    more: msgspec.Raw = msgspec.Raw()  # empty: at most four parts
 
 
 class _WholeRow(msgspec.Struct):
@@ -110,7 +112,8 @@ class SplitPairs:
         before: list[int] | None = None
         for i, r in enumerate(rows):
             h = r.parts
-            if h is None or h.p1 is not None or h.more or r.kind == "reset":
+            if (h is None or h.p1 is not None or h.p2 is not None or h.p3 is not None
+                    or h.more or r.kind == "reset"):
                 # Rare: no parts, two or more, or a reset (whose own parts do not count).
                 parts = self._row(lines[i], r)
                 if not parts:
@@ -159,8 +162,8 @@ class SplitPairs:
         if h is None:
             return []
         if not h.more:
-            return [(p.type, p.id) for p in (h.p0, h.p1) if p is not None]
-        # The parts past the second were not decoded: the row is read again.
+            return [(p.type, p.id) for p in (h.p0, h.p1, h.p2, h.p3) if p is not None]
+        # The parts past the fourth were not decoded: the row is read again.
         whole = fmt.with_headroom(_decode_whole, line)
         return _typed(whole.parts)
 

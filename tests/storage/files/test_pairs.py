@@ -28,8 +28,8 @@ _PART = st.one_of(
 # A hostile part (no object) sends its chunk line by line; null does not.
 _ODD_PART = st.sampled_from([None, "tool_call", 3, ["tool_result", "a"]])
 _PARTS = st.one_of(
-    st.lists(_PART, max_size=4),
-    st.lists(st.one_of(_PART, _ODD_PART), max_size=4),
+    st.lists(_PART, max_size=6),  # past four, the row is read again whole
+    st.lists(st.one_of(_PART, _ODD_PART), max_size=6),
     st.sampled_from([None, {"type": "tool_call", "id": "a"}, "tool_call"]),
 )
 _ROW = st.one_of(
@@ -106,7 +106,7 @@ def test_notices_match_the_pairing_rule(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_many_parts_and_repeated_ids_on_the_fast_path(tmp_path: Path) -> None:
-    # A row past two parts is read again whole; ids called twice stay open
+    # A row past four parts is read again whole; ids called twice stay open
     # twice until answered; a result in a later window pairs with no call of
     # its own window and is a split.
     many = [{"type": "tool_call", "id": "x"}, {"type": "text", "text": "t"},
