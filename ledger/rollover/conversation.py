@@ -81,6 +81,7 @@ from ledger.rollover.rules import Count, _count, lead_in_for, lead_in_message
 from ledger.tokens.models import ModelRegistry, resolve
 
 if TYPE_CHECKING:
+    from ledger.storage.engine import Snapshot
     from ledger.transcript.history import AppendResult, History
     from ledger.transcript.retrieval import SessionHistory
     from ledger.transcript.store import Store
@@ -433,7 +434,6 @@ class Conversation:
     def request(self) -> Request:
         """The request for the window as it is, without new rows (e.g. to retry
         a model call). Checked against the hard ceiling."""
-        self._follow()
         view = self._view()
         with self._memory() as memory:  # one memory context per request
             provider = self._request_for(view, memory)
@@ -467,7 +467,7 @@ class Conversation:
         # else was written in between.
         own = not any(_is_user_message(r) for r in given)
         return self._attempts(given, lambda memory: self._record(given, quarantine, memory),
-                              resume=own)
+                              resume=own, follow=own)
 
     def _record(self, given: list[dict[str, Any]], quarantine: bool,
                 memory: str) -> AppendResult:
@@ -551,19 +551,23 @@ class Conversation:
         trigger = _input(rows)
         if not trigger:
             raise InvalidRow("send needs at least one row; request() rebuilds the stored window")
-        return self._attempts(trigger, lambda memory: self._send(trigger, quarantine, memory))
+        # (The send reads the state with its view: ``_view``.)
+        return self._attempts(trigger, lambda memory: self._send(trigger, quarantine, memory),
+                              follow=False)
 
     def _attempts(self, given: list[dict[str, Any]], once: Callable[[str], _T], *,
-                  memory: bool = True, resume: bool = False) -> _T:
+                  memory: bool = True, resume: bool = False, follow: bool = True) -> _T:
         """Run one write (a send, a record, settling open calls) over the
         persisted window, again (up to ``SEND_ATTEMPTS``) while another writer
         changes the window under it; each failed try stored nothing.
         ``once`` gets the memory context's text of this try (with ``memory``).
         Every refusal is a :class:`SendRefused`, a conflict on every try a
         :class:`SendConflict`. ``resume``: the first try starts from the state
-        of this object's own last batch when it knows one (``_resume``)."""
+        of this object's own last batch when it knows one (``_resume``), else
+        from a state read (``_follow``); ``follow=False``: ``once`` reads the
+        state itself, with the view (``_view``), and no try reads it before."""
         for attempt in range(SEND_ATTEMPTS):
-            if not (resume and attempt == 0 and self._resume()):
+            if follow and not (resume and attempt == 0 and self._resume()):
                 self._follow()
             try:
                 if not memory:
@@ -721,10 +725,11 @@ class Conversation:
         stored already. Nothing else is appended except the warning of a WARN.
         """
         return self._attempts([], lambda memory: self._send_stored(first_seq, quarantine,
-                                                                    memory))
+                                                                    memory), follow=False)
 
     def _send_stored(self, first_seq: int, quarantine: bool, memory: str) -> Request:
-        rows = self.history.provider_view()
+        rows, snap = self.history.provider_state()
+        self._adopt(snap)
         view = [_plain(r) for r in rows if r.seq < first_seq]
         stored = [r for r in rows if r.seq >= first_seq]
         trigger = [_stored_copy(r) for r in stored]
@@ -776,7 +781,6 @@ class Conversation:
         no trigger, so nothing is deleted and the new window holds the lead-in.
         Refused like any rollover (``AdmissionRefused``: an open tool call, no
         conversation to seal, no ``session_history`` access)."""
-        self._follow()
         rows = self._view()
         with self._memory() as memory:  # one memory context per request
             tokens, exact = self._count(self._request_for(rows, memory))
@@ -789,7 +793,9 @@ class Conversation:
     def _follow(self) -> None:
         """Adopt the persisted window (a clear or rollover elsewhere, a restart):
         one read of the workspace's state, kept for this try."""
-        snap = self.history.snapshot()
+        self._adopt(self.history.snapshot())
+
+    def _adopt(self, snap: Snapshot) -> None:
         self._next_seq, self._epoch = snap.next_seq, snap.epoch
         self.state = self.state.observe(snap.window_seq)
 
@@ -830,8 +836,11 @@ class Conversation:
                           tuple(_open_after(open_before, rows)))
 
     def _view(self) -> list[dict[str, Any]]:
-        """The provider view as plain dicts (one read per try)."""
-        return [_plain(r) for r in self.history.provider_view()]
+        """The provider view as plain dicts, and the state it was read under
+        adopted (``_follow`` without a read of its own): one read per try."""
+        rows, snap = self.history.provider_state()
+        self._adopt(snap)
+        return [_plain(r) for r in rows]
 
     def _request_for(self, messages: Sequence[Mapping[str, Any]], memory: str) -> ProviderRequest:
         """An ordinary request over ``messages``: live middleware, the send's

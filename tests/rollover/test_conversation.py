@@ -457,3 +457,33 @@ def test_a_record_that_reads_no_window_still_sees_other_writers(tmp_path: Path) 
     req = conv.send(user("last"))
     assert_paired(req.messages)
     assert [m["parts"][0]["text"] for m in req.messages] == ["after the clear", "last"]
+
+
+def test_a_send_reads_the_window_and_its_state_in_one_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A send, a record holding a user message and ``request()`` each read
+    the workspace once: the view with the state it was read under
+    (``History.window_state``), no state read of their own before it. A
+    record of model output reads neither (it starts from its own last
+    batch)."""
+    conv = conversation(tmp_path, limit=16000)
+    conv.send(user("hello"))  # the first batch picks the epoch: the next send learns it
+    conv.send(user("again"))
+    engine = type(conv.history.engine)
+    reads: list[str] = []
+    for name in ("snapshot", "window_state"):
+        def counted(self: Any, _name: str = name, _real: Any = getattr(engine, name)) -> Any:
+            reads.append(_name)
+            return _real(self)
+        monkeypatch.setattr(engine, name, counted)
+    conv.record(calls("a"))
+    assert reads == []
+    conv.send(result("a", "done"))
+    assert reads == ["window_state"]
+    conv.record(user("a user message, recorded"))
+    assert reads == ["window_state"] * 2
+    req = conv.request()
+    assert reads == ["window_state"] * 3
+    assert [m["parts"][0].get("text") for m in req.messages][-1] == "a user message, recorded"
+    assert conv.window == 0 and not conv.open_calls()
