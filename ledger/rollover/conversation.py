@@ -246,29 +246,57 @@ def settle_before_user(view: Sequence[Mapping[str, Any]],
     return [*trigger[:k], *settle_rows(open_, MOVED_ON, "user_moved_on"), *trigger[k:]]
 
 
+def _served(view: list[dict[str, Any]], batch: list[dict[str, Any]]) -> list[Any]:
+    """``provider_rows([*view, *batch])`` for ``view``, a provider view: the
+    view's rows are served as they are (the filter leaves its own output
+    unchanged), so when no row of ``batch`` holds a tool result -- the only
+    part whose serving depends on the rows before it -- only ``batch`` is
+    filtered."""
+    for row in batch:
+        parts = row.get("parts")
+        if isinstance(parts, list) and any(
+                type(p) is not dict or p.get("type") == "tool_result" for p in parts):
+            return provider_rows([*view, *batch])
+    return [*view, *provider_rows(batch)]
+
+
 def _messages(messages: Sequence[Mapping[str, Any]], *, viewed: bool,
-              settled: bool) -> tuple[dict[str, Any], ...]:
-    """A request's messages as canonical rows without open calls."""
-    rows = [_canonical(m) for m in (messages if viewed else provider_rows(messages))]
+              settled: bool, own: bool = False) -> tuple[dict[str, Any], ...]:
+    """A request's messages as canonical rows without open calls: copies (the
+    caller may change them), except with ``own``, when the rows are dicts
+    this send made for itself (the view's ``to_dict`` copies, the input's
+    copies, settling and warning rows) and nothing else holds them."""
+    if own:
+        rows = [m if type(m) is dict and "kind" in m else _canonical(m) for m in messages]
+    else:
+        # A plain dict holding its kind is copied inline: a request holds the
+        # whole window, and two calls a row cost more than the copy itself.
+        rows = [{**m} if type(m) is dict and "kind" in m else _canonical(m)
+                for m in (messages if viewed else provider_rows(messages))]
     return tuple(rows) if settled else _without_open_calls(rows)
 
 
-def _last_counted(count: Callable[[ProviderRequest], tuple[int, bool]],
-                  ) -> Callable[[ProviderRequest], tuple[int, bool]]:
+class _LastCounted:
     """``count`` that answers the request it counted last without counting it
     again: a send counts its request for the decision and checks the same
-    request (its rows the same objects) against the hard ceiling."""
-    last: list[Any] = [None, None]
+    request (its rows the same objects) against the hard ceiling. Only
+    within one try (``forget`` between tries): the rows of a request handed
+    out may be changed by the caller afterwards."""
 
-    def counted(request: ProviderRequest) -> tuple[int, bool]:
-        if last[0] is not None and (last[0] is request or last[0] == request):
-            result: tuple[int, bool] = last[1]
-            return result
-        result = count(request)
-        last[0], last[1] = request, result
+    def __init__(self, count: Callable[[ProviderRequest], tuple[int, bool]]) -> None:
+        self._count = count
+        self._last: tuple[ProviderRequest, tuple[int, bool]] | None = None
+
+    def forget(self) -> None:
+        self._last = None
+
+    def __call__(self, request: ProviderRequest) -> tuple[int, bool]:
+        last = self._last
+        if last is not None and (last[0] is request or last[0] == request):
+            return last[1]
+        result = self._count(request)
+        self._last = (request, result)
         return result
-
-    return counted
 
 
 def _history_tool() -> dict[str, Any]:
@@ -387,7 +415,7 @@ class Conversation:
         self.tools = all_tools
         self.hooks = hooks if hooks is not None else RolloverHooks()
         self.notes_writable = notes_writable
-        self._count = _last_counted(request_counter(registry=models))
+        self._count = _LastCounted(request_counter(registry=models))
         self.parts = RolloverParts(
             workspace=history.workspace,
             model=model,
@@ -408,6 +436,9 @@ class Conversation:
         # they are of: set from this object's own batches, so a send does not
         # pair the whole window again; any other write changes the state.
         self._open: tuple[tuple[int, int, int], tuple[OpenCall, ...]] | None = None
+        # The messages of the last request built while no live middleware
+        # was registered: rows this object made for itself (``_messages``).
+        self._own: tuple[Any, ...] | None = None
         self.state = RolloverState.after_restart(history.window)
 
     @classmethod
@@ -434,6 +465,7 @@ class Conversation:
     def request(self) -> Request:
         """The request for the window as it is, without new rows (e.g. to retry
         a model call). Checked against the hard ceiling."""
+        self._count.forget()
         view = self._view()
         with self._memory() as memory:  # one memory context per request
             provider = self._request_for(view, memory)
@@ -567,6 +599,8 @@ class Conversation:
         from a state read (``_follow``); ``follow=False``: ``once`` reads the
         state itself, with the view (``_view``), and no try reads it before."""
         for attempt in range(SEND_ATTEMPTS):
+            self._count.forget()
+            self._own = None
             if follow and not (resume and attempt == 0 and self._resume()):
                 self._follow()
             try:
@@ -702,14 +736,15 @@ class Conversation:
         # against the hard ceiling before anything is appended.
         # (Counted once: when it is the request the decision counted, the
         # counter gives that count again.)
-        provider = request_for(provider_rows([*view, *settle, *trigger, *extra]))
-        counted = check_step(provider, self.pinned, self._count)
         batch = [*settle, *trigger, *extra]
+        provider = request_for(_served(view, batch))
+        counted = check_step(provider, self.pinned, self._count)
         result = self.history.append_many(batch, expect_window=window)
         self._appended(result, open_view, batch)
         self.state = state
         return self._wrap(provider, counted, decision, warned=bool(extra),
-                          blocked=decision.blocked, viewed=True, settled=inputs.settled)
+                          blocked=decision.blocked, viewed=True, settled=inputs.settled,
+                          own=provider.messages is self._own)
 
     def send_stored(self, first_seq: int, *, quarantine: bool = True) -> Request:
         """``send`` for a trigger that is already stored: the window's rows from
@@ -781,6 +816,7 @@ class Conversation:
         no trigger, so nothing is deleted and the new window holds the lead-in.
         Refused like any rollover (``AdmissionRefused``: an open tool call, no
         conversation to seal, no ``session_history`` access)."""
+        self._count.forget()
         rows = self._view()
         with self._memory() as memory:  # one memory context per request
             tokens, exact = self._count(self._request_for(rows, memory))
@@ -840,20 +876,23 @@ class Conversation:
         adopted (``_follow`` without a read of its own): one read per try."""
         rows, snap = self.history.provider_state()
         self._adopt(snap)
-        return [_plain(r) for r in rows]
+        return [r.to_dict() if type(r) is Row else _plain(r) for r in rows]
 
     def _request_for(self, messages: Sequence[Mapping[str, Any]], memory: str) -> ProviderRequest:
         """An ordinary request over ``messages``: live middleware, the send's
         memory text, advertised schemas (what the engine calls ``request_for``)."""
         policy = self.parts.current_policy()
         schemas = advertised_schemas(self.tools, policy, self.parts.activated)
+        idle = self.parts.registry.idle  # no hook can add rows of its own
         live = apply_live(
             self.parts.registry,
             self.history.workspace,
             {"system": self.parts.system, "tools": list(schemas), "messages": list(messages)},
         )
-        return ProviderRequest(self.model, live["system"], tuple(live["tools"]),
-                               tuple(live["messages"]), memory)
+        request = ProviderRequest(self.model, live["system"], tuple(live["tools"]),
+                                  tuple(live["messages"]), memory)
+        self._own = request.messages if idle else None
+        return request
 
     def _rollover(self, decision: Decision, trigger: list[dict[str, Any]]) -> Request:
         outcome = run_rollover(self.history, trigger, self.parts, self.hooks)
@@ -907,10 +946,12 @@ class Conversation:
         blocked: str | None = None,
         viewed: bool = False,
         settled: bool = False,
+        own: bool = False,
     ) -> Request:
         """The ``Request`` of ``provider``. ``viewed``: its messages are a
         provider view already (``provider_rows`` was run over them);
-        ``settled``: they hold no open call (the decision's pairing said so)."""
+        ``settled``: they hold no open call (the decision's pairing said so);
+        ``own``: they are this send's own dicts (``_messages``)."""
         system = provider.system
         if provider.memory:
             system = f"{system}\n\n{provider.memory}" if system else provider.memory
@@ -918,7 +959,7 @@ class Conversation:
             model=provider.model,
             system=system,
             tools=tuple(provider.tools),
-            messages=_messages(provider.messages, viewed=viewed, settled=settled),
+            messages=_messages(provider.messages, viewed=viewed, settled=settled, own=own),
             tokens=counted.tokens,
             exact=counted.exact,
             ceiling=self.config.ceiling,

@@ -487,3 +487,31 @@ def test_a_send_reads_the_window_and_its_state_in_one_read(
     assert reads == ["window_state"] * 3
     assert [m["parts"][0].get("text") for m in req.messages][-1] == "a user message, recorded"
     assert conv.window == 0 and not conv.open_calls()
+
+
+def test_messages_a_caller_changes_change_nothing_else(tmp_path: Path) -> None:
+    """A request's messages are the caller's to change: a later request is
+    counted from the stored rows (not from a request counted before), and a
+    row a live middleware hook adds is handed out as a copy, so changing it
+    does not change what the hook adds next time."""
+    from ledger.admission import MiddlewareRegistry, Registration
+
+    note = {"kind": "message", "role": "user", "parts": [{"type": "text", "text": "hook note"}]}
+
+    def hook(request: dict[str, Any], mount: Any) -> dict[str, Any]:
+        return {**request, "messages": [*request["messages"], note]}
+
+    registry = MiddlewareRegistry()
+    plain = conversation(tmp_path / "plain", limit=16000)
+    hooked = conversation(tmp_path / "hooked", limit=16000, registry=registry)
+    registry.register(Registration.unrestricted("r1", "plugin", hook))
+    for conv in (plain, hooked):
+        req = conv.send(user("hello there"))
+        req.messages[0]["parts"] = [{"type": "text", "text": words(3000, "changed")}]
+        req.messages[-1]["parts"] = [{"type": "text", "text": "changed"}]
+        again = conv.request()
+        assert_within(again, conv)
+        assert again.messages[0]["parts"][0]["text"] == "hello there"
+        assert again.tokens == req.tokens  # counted before the change
+    assert note["parts"] == [{"type": "text", "text": "hook note"}]
+    assert hooked.request().messages[-1]["parts"][0]["text"] == "hook note"
