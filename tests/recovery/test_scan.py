@@ -64,6 +64,14 @@ def test_the_fast_path_verifies_lines_as_body_of_does(
             del line[at % len(line):]
         lines.append(bytes(line))
     assert fmt.all_verified(lines) == all(fmt.body_of(line) is not None for line in lines)
+    # The check cuts a chunk with fmt.lines_of (each line keeps its newline;
+    # the start of the next line after ``end`` is left out) and verifies it
+    # with fmt.all_verified_lines: the same lines, the same verdict.
+    buf = b"".join(line + b"\n" for line in lines)
+    cut = buf.split(b"\n")[:-1]
+    got = fmt.lines_of(buf + b'{"seq":9', len(buf))
+    assert got == fmt.lines_of(buf, len(buf)) == [line + b"\n" for line in cut]
+    assert fmt.all_verified_lines(got) == all(fmt.body_of(line) is not None for line in cut)
 
 
 def _scan(ws: Path, *, slow: bool, monkeypatch: pytest.MonkeyPatch) -> chk.ScanResult:

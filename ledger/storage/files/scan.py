@@ -10,6 +10,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import filterfalse
 from typing import Any
 
 import msgspec
@@ -19,7 +20,7 @@ from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.windows import classify_reset
 from ledger.storage.files import segments as segs
-from ledger.storage.files.pairs import PairPart, SplitPairs
+from ledger.storage.files.pairs import PairParts, SplitPairs
 
 RECENT_BATCHES = 4096  # exact duplicate batches are detected among this many recent ones
 MAX_FINDINGS_PER_CODE = 1000
@@ -58,11 +59,11 @@ class CheckRow(msgspec.Struct, gc=False):
 
 
 class PairCheckRow(CheckRow, gc=False):
-    """CheckRow and, for check's split-pair notice, each part's type and id
+    """CheckRow and, for check's split-pair notice, the parts' types and ids
     (``ledger.storage.files.pairs``); a chunk whose parts do not decode this
     way goes line by line, where rows decode as plain CheckRow."""
 
-    parts: list[PairPart] | None = None
+    parts: PairParts | None = None
 
 
 _decode_row = msgspec.json.Decoder(CheckRow).decode
@@ -396,10 +397,11 @@ class _Scanner:
         """Whole lines ``buf[:end]`` read from ``base`` (the bytes after
         ``end`` are the start of the next run: split off, and only ever make
         the depth and ASCII tests below look closer, never pass)."""
-        lines = buf.split(b"\n")
-        lines.pop()  # after the last newline: b"" or the next run's start
+        # Each line with its newline (cut by memchr); a row that leaves the
+        # inlined cases below goes on without it, as the slow path's do.
+        lines = fmt.lines_of(buf, end)
         try:
-            if not fmt.all_verified(lines):
+            if not fmt.all_verified_lines(lines):
                 raise _Slow
             data = buf if end == len(buf) else memoryview(buf)[:end]
             # None: a line may nest deeper than the limit (or the caller's
@@ -411,10 +413,11 @@ class _Scanner:
                 rows = with_headroom(self.decode_lines, data)
             if len(rows) != len(lines):
                 raise _Slow
-            if not buf.isascii():
-                for line in lines:
-                    if not line.isascii():
-                        line.decode("utf-8")
+            # UTF-8 of the lines with a byte past ASCII (msgspec does not
+            # read the strings it skips), picked out in C line by line (no
+            # pass over the whole chunk first: most chunks hold such a line).
+            for line in filterfalse(bytes.isascii, lines):
+                line.decode("utf-8")
         except (msgspec.DecodeError, UnicodeDecodeError):
             raise _Slow from None
         off = base
@@ -434,18 +437,18 @@ class _Scanner:
         while i < count:
             line = lines[i]
             row = rows[i]
-            ln = len(line) + 1
+            ln = len(line)
             b = row.batch
             if not plain or row.kind == "reset":
-                row_fn(off, ln, line, row, None)
+                row_fn(off, ln, line[:-1], row, None)
                 plain = self.pending_reset is None and not res.damage and not self.units
             elif self.run_id is None:
                 k = b.n
                 if b.i != 0 or k < 1:
-                    row_fn(off, ln, line, row, None)
+                    row_fn(off, ln, line[:-1], row, None)
                     plain = self.pending_reset is None and not res.damage and not self.units
                 elif recent.get(b.id) is not None or row.seq <= res.max_seq:
-                    row_fn(off, ln, line, row, None)
+                    row_fn(off, ln, line[:-1], row, None)
                     plain = self.pending_reset is None and not res.damage and not self.units
                 else:
                     end = i + k
@@ -463,12 +466,13 @@ class _Scanner:
                             top = r2.seq
                     if whole:
                         # The whole batch is here, in order: kept as _complete keeps it.
+                        # (each checksum's hex at [-19:-3], before '"}\n', as _complete's)
                         if k == 1:
-                            sig = hash(line[-18:-2])
+                            sig = hash(line[-19:-3])
                         else:
                             batch_lines = lines[i:end]
-                            sig = hash(b"".join([x[-18:-2] for x in batch_lines]))
-                            ln = sum(map(len, batch_lines)) + k
+                            sig = hash(b"".join([x[-19:-3] for x in batch_lines]))
+                            ln = sum(map(len, batch_lines))
                         recent[b.id] = (sig, number, off)
                         if len(recent) > RECENT_BATCHES:
                             recent.popitem(last=False)
@@ -482,10 +486,10 @@ class _Scanner:
                         i = end
                         continue
                     self.seg_rows += 1
-                    self._start_run(off, ln, line, row)
+                    self._start_run(off, ln, line[:-1], row)
             elif b.id == self.run_id and b.i == len(self.run_rows) and b.n == self.run_n:
                 self.seg_rows += 1
-                self.run_lines.append(line)
+                self.run_lines.append(line[:-1])
                 self.run_rows.append(row)
                 self.run_offsets.append(off)
                 self.run_end = off + ln
@@ -493,7 +497,7 @@ class _Scanner:
                     self._complete()
                     plain = self.pending_reset is None and not res.damage and not self.units
             else:
-                row_fn(off, ln, line, row, None)
+                row_fn(off, ln, line[:-1], row, None)
                 plain = self.pending_reset is None and not res.damage and not self.units
             off += ln
             i += 1
