@@ -146,8 +146,12 @@ def _frames() -> int:
     """Python frames on this thread's stack (each holds one level of the
     recursion limit; C code may hold more, which only leaves less room)."""
     n = 0
-    here = inspect.currentframe()  # this function's frame (CPython always gives one)
-    f: Any = here.f_back if here is not None else None
+    # No local may hold this function's own frame when it returns: the frame
+    # would hold itself (a cycle), and through ``f_back`` every caller's frame
+    # and locals -- a check's scanner and its 1 MiB chunk -- until a later
+    # collection of the oldest generation found them.
+    f: Any = inspect.currentframe()  # this function's frame (CPython always gives one)
+    f = f.f_back if f is not None else None
     while f is not None:
         n += 1
         f = f.f_back

@@ -9,6 +9,7 @@ call stack already near Python's recursion limit.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from ledger import History, InvalidRow, LedgerError, Store
@@ -247,3 +249,17 @@ def test_the_self_test_fails_without_the_descent(monkeypatch: pytest.MonkeyPatch
     assert nesting._self_test()
     monkeypatch.setattr(nesting, "_descend", lambda k, fn, arg: fn(arg))
     assert not nesting._self_test()
+
+
+def test_the_depth_cap_leaves_no_cycle_behind() -> None:
+    """Counting the stack's frames holds no frame after it returns: a frame
+    kept by a cycle would keep every caller's locals (a check's scanner and
+    its 1 MiB chunk) alive until a later full collection."""
+    decode = msgspec.json.Decoder().decode_lines
+    gc.collect()
+    gc.disable()
+    try:
+        assert nesting._capped(decode, b'{"a":[1]}\n{"b":2}') == [{"a": [1]}, {"b": 2}]
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -3,6 +3,7 @@ format's own functions: same findings, same boundaries, same verdicts."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
@@ -165,3 +166,23 @@ def test_the_chunked_readers_agree_with_split_lines(tmp_path_factory: pytest.Tem
     assert lines == segs.split_lines(data[start:], start)
     assert b"".join(p[1] for p in pieces) == data[start:]
     assert all(p[2] == p[1].endswith(b"\n") for p in pieces)
+
+
+def test_a_scan_leaves_no_cycle_behind(tmp_path: Path) -> None:
+    """A check's scanner (its call-id and batch maps) is freed when its
+    result is, by reference counting: no cycle through the result keeps it
+    for a later collection of the oldest generation to walk (and to charge
+    to whatever runs then). ``resolve_hidden`` still works on the result."""
+    built = build(tmp_path)
+    ws = str(built.path)
+    paths = [(n, segs.segment_path(ws, n)) for n in segs.list_segments(ws)]
+    gc.collect()
+    gc.disable()
+    try:
+        res = chk.scan_paths(paths, pairs=None)
+        res.resolve_hidden()
+        assert res.rows > 0 and res.hidden_resolved
+        del res
+        assert gc.collect() == 0  # nothing was left for the collector
+    finally:
+        gc.enable()

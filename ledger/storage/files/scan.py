@@ -116,11 +116,59 @@ class ScanResult:
     # only when they can matter (damage, or a receipt that disagrees); this
     # does it once.
     hidden_resolved: bool = False
-    resolve_hidden: Callable[[], None] = field(default=lambda: None, repr=False)
+    # What :meth:`resolve_hidden` reads: the fast-path chunks (segment,
+    # offset, length) and each segment's path. Kept here rather than in a
+    # closure over the scanner, which made the result, the closure and the
+    # scanner a cycle: a check's call-id and batch maps then lived on until a
+    # later collection of the oldest generation walked them.
+    fast_chunks: list[tuple[int, int, int]] = field(default_factory=list, repr=False)
+    paths: dict[int, str] = field(default_factory=dict, repr=False)
 
     @property
     def first_damage(self) -> Damage | None:
         return self.damage[0] if self.damage else None
+
+    def resolve_hidden(self) -> None:
+        """Look, once, for resets hidden behind duplicate keys in the
+        fast-path chunks after the newest boundary or floor found so far
+        (only those can move either), then settle what the damage spans."""
+        if self.hidden_resolved:
+            return
+        self.hidden_resolved = True
+        marks = [(p[0], p[1]) for p in (self.last_floor, self.last_boundary) if p is not None]
+        after = min(marks) if len(marks) == 2 else (-1, -1)
+        for number, base, length in self.fast_chunks:
+            if (number, base + length) <= after:
+                continue
+            fd = segs.open_regular(self.paths[number])
+            try:
+                buf = os.pread(fd, length, base)
+            finally:
+                os.close(fd)
+            for line in segs.split_lines(buf, base):
+                data = line.data
+                if not may_hide_reset(data):
+                    continue
+                row = _decode_row(data)
+                if row.kind == "reset" or not _is_reset(data, row.kind):
+                    continue
+                pos = (number, line.offset)
+                for attr in ("last_floor", "last_boundary"):
+                    cur = getattr(self, attr)
+                    if cur is None or pos > (cur[0], cur[1]):
+                        setattr(self, attr, (number, line.offset, row.seq))
+        self._settle()
+
+    def _settle(self) -> None:
+        if not self.damage:
+            return
+        first = self.damage[0]
+        if any(d.may_be_reset for d in self.damage):
+            self.reset_after_first_damage = True
+        for pos in (self.last_floor, self.last_boundary):
+            # A reset anywhere at or after the first damage counts (prefix/tail cut it).
+            if pos is not None and (pos[0], pos[1]) >= (first.segment, first.offset):
+                self.reset_after_first_damage = True
 
 
 _CODE_TEXT = {
@@ -199,7 +247,6 @@ class _Scanner:
             _decode_lines if pairs is None else _decode_pair_lines)
         self.recent: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
         self.pending_next: list[Damage] = []
-        self.fast_chunks: list[tuple[int, int, int]] = []  # (segment, offset, length)
 
     # --- per segment state -------------------------------------------------
 
@@ -379,7 +426,7 @@ class _Scanner:
             if complete:
                 try:
                     self._fast(base, buf, end)
-                    self.fast_chunks.append((number, base, end))
+                    self.res.fast_chunks.append((number, base, end))
                 except _Slow:
                     self._slow(base, buf[:end])
             else:
@@ -534,46 +581,6 @@ class _Scanner:
             if self.pairs is not None:
                 self.pairs.line(self.number, line.offset, body, row.seq, row.kind)
 
-    def resolve_hidden(self, paths: dict[int, str]) -> None:
-        """Look for hidden resets in fast-path chunks after the newest
-        boundary or floor found so far (only those can move either)."""
-        res = self.res
-        marks = [(p[0], p[1]) for p in (res.last_floor, res.last_boundary) if p is not None]
-        after = min(marks) if len(marks) == 2 else (-1, -1)
-        for number, base, length in self.fast_chunks:
-            if (number, base + length) <= after:
-                continue
-            fd = segs.open_regular(paths[number])
-            try:
-                buf = os.pread(fd, length, base)
-            finally:
-                os.close(fd)
-            for line in segs.split_lines(buf, base):
-                data = line.data
-                if not may_hide_reset(data):
-                    continue
-                row = _decode_row(data)
-                if row.kind == "reset" or not _is_reset(data, row.kind):
-                    continue
-                pos = (number, line.offset)
-                for attr in ("last_floor", "last_boundary"):
-                    cur = getattr(res, attr)
-                    if cur is None or pos > (cur[0], cur[1]):
-                        setattr(res, attr, (number, line.offset, row.seq))
-
-    def settle(self) -> None:
-        res = self.res
-        if not res.damage:
-            return
-        first = res.damage[0]
-        if any(d.may_be_reset for d in res.damage):
-            res.reset_after_first_damage = True
-        for pos in (res.last_floor, res.last_boundary):
-            # A reset anywhere at or after the first damage counts (prefix/tail cut it).
-            if pos is not None and (pos[0], pos[1]) >= (first.segment, first.offset):
-                res.reset_after_first_damage = True
-
-
 def _is_reset(line: bytes, kind: str) -> bool:
     """``fmt.readable_row_is_reset`` for a verified row, searched only when
     the line could hide a reset (see may_hide_reset)."""
@@ -606,17 +613,9 @@ def scan_paths(paths: list[tuple[int, str]], *, expected: dict[int, ffmt.Stamp] 
         finally:
             os.close(fd)
     res = sc.res
-    path_map = dict(paths)
-
-    def resolve() -> None:
-        if not res.hidden_resolved:
-            res.hidden_resolved = True
-            sc.resolve_hidden(path_map)
-            sc.settle()
-
-    res.resolve_hidden = resolve
+    res.paths = dict(paths)
     if res.damage:
-        resolve()  # repair's policies need every reset at or after the first damage
+        res.resolve_hidden()  # repair's policies need every reset at or after the first damage
     return res
 
 
