@@ -27,7 +27,6 @@ reader reads that segment to check it, and its next writer re-baselines
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 
@@ -139,7 +138,7 @@ def _build(src: FileHistory, dst: FileHistory, linked: list[tuple[int, ffmt.Stam
             write_new(path, [ln.data + b"\n" for ln in prefix], False, 0o600)
             stamp = segs.stamp(path)
             if prefix_info is not None and stamp is not None:
-                entries.append(dataclasses.replace(prefix_info, stamp=stamp))
+                entries.append(_with_stamp(prefix_info, stamp))
         append_entries(tmp, entries)  # one write for thousands of segments
         write_new(segs.segment_path(tmp, number + 1), [event], False, 0o600)
         syncfs.sync_filesystem(tmp)  # the linked bytes, the new files, their entries
@@ -161,8 +160,8 @@ def _build(src: FileHistory, dst: FileHistory, linked: list[tuple[int, ffmt.Stam
 
 
 def _with_stamp(info: SegmentInfo, stamp: ffmt.Stamp) -> SegmentInfo:
-    """``info`` under another stamp (``dataclasses.replace``, without its
-    cost, which a fork of thousands of segments notices)."""
+    """``info`` under another stamp (a replace, without its cost, which a
+    fork of thousands of segments notices)."""
     return SegmentInfo(info.number, stamp, info.first_seq, info.last_seq, info.rows,
                        info.bounds, info.max_seq, info.epoch)
 

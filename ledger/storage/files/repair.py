@@ -44,8 +44,10 @@ shared lock, writes nothing and reports what would change.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ledger.core.checks import Finding, Progress, RepairReport, check_policy
 from ledger.core.errors import FormatError, LedgerError, RecoveryError, WorkspaceNotFound
@@ -467,4 +469,4 @@ def _raise_next_seq(path: str, max_seq: int) -> None:
     highest when lines were reordered.)"""
     receipt = read_receipt(path)
     if receipt is not None and receipt.stable and receipt.next_seq <= max_seq:
-        write_receipt(path, replace(receipt, next_seq=max_seq + 1))
+        write_receipt(path, msgspec.structs.replace(receipt, next_seq=max_seq + 1))
