@@ -179,6 +179,23 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
         if not isinstance(parts, list):
             append(item)
             continue
+        if len(parts) == 1:
+            # One part (nearly every row): no order within the row to keep.
+            p = parts[0]
+            if isinstance(p, dict):
+                t = p.get("type")
+                if t == "tool_result":
+                    pid = str(p.get("id"))
+                    if waiting.get(pid):
+                        waiting[pid] -= 1  # a result answers one call (ledger.core.toolpairs)
+                        answered.add(pid)
+                    else:
+                        item = _one_served_as_text(item, row, p, pid in answered)
+                elif t == "tool_call":
+                    pid = str(p.get("id"))
+                    waiting[pid] = waiting.get(pid, 0) + 1
+            append(item)
+            continue
         # One pass over the parts: the results that answer no waiting call
         # (``orphans``), and whether the row makes calls, which count only
         # after its own results (a second pass adds them). Most rows hold
@@ -229,6 +246,16 @@ def _served_as_text(item: Any, row: dict[str, Any], parts: list[Any],
         [isinstance(p, dict) and p.get("type") == "tool_result" for p in new_parts]
     )):
         row["role"] = "user"
+    row.pop(fmt.CHECKSUM_KEY, None)
+    return row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
+
+
+def _one_served_as_text(item: Any, row: dict[str, Any], part: dict[str, Any],
+                        late: bool) -> Any:
+    """:func:`_served_as_text` of a row whose one part is an orphan result."""
+    row = {**row, "parts": [orphan_result_text(part, late=late)]}
+    if row.get("role") == "tool":
+        row["role"] = "user"  # no result left in it
     row.pop(fmt.CHECKSUM_KEY, None)
     return row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
 
