@@ -510,6 +510,67 @@ def has_phrases(text: str, query: Query) -> bool:
     return all(p in folded for p in query.phrases)
 
 
+def _hits(scan: str, wanted: set[str]) -> list[int]:
+    """Where the words of ``scan`` that give a query term start: a word
+    (``_WORD``) gives a term when its stem is one, or, for an identifier,
+    the stem of one of its parts."""
+    hits = []
+    known: dict[str, bool] = {}  # a word's verdict, once per distinct word
+    for m in _WORD.finditer(scan):
+        w = m.group()
+        found = known.get(w)
+        if found is None:
+            lw = w.lower() if w.isascii() else fold(w)
+            found = known[w] = _stem(lw) in wanted or bool(
+                len(w) > 3 and not w.islower() and not w.isupper()
+                and wanted.intersection(_stem(p.lower()) for p in _CAMEL.findall(w)))
+        if found:
+            hits.append(m.start())
+    return hits
+
+
+# For ASCII words (as bytes): the stems a word gives in ``_hits``: its own
+# and, for an identifier, its parts'; only words shorter than WORD_MAX are
+# kept, and a full cache starts again.
+_word_stems: dict[bytes, frozenset[str]] = {}
+
+
+def _stems_of(word: bytes) -> frozenset[str]:
+    got = _word_stems.get(word)
+    if got is None:
+        w = word.decode()
+        stems = {_stem(w.lower())}
+        if len(w) > 3 and not w.islower() and not w.isupper():
+            stems.update(_stem(p.lower()) for p in _CAMEL.findall(w))
+        got = frozenset(stems)
+        if len(word) < WORD_MAX:
+            if len(_word_stems) >= _WORDS_KEPT:
+                _word_stems.clear()
+            _word_stems[word] = got
+    return got
+
+
+def _ascii_hits(scan: str, wanted: set[str]) -> list[int]:
+    """``_hits`` of ASCII text: its distinct words split in C (as ``terms``
+    does), each judged once, then each word that gives a term found in C
+    where it stands whole (no letter or digit either side)."""
+    hits: list[int] = []
+    end = len(scan)
+    for word in set(scan.encode().translate(_ASCII_WORDS).split()):
+        if wanted.isdisjoint(_stems_of(word)):
+            continue
+        w = word.decode()
+        n = len(w)
+        i = scan.find(w)
+        while i >= 0:
+            if (i == 0 or not scan[i - 1].isalnum()) and (
+                    i + n == end or not scan[i + n].isalnum()):
+                hits.append(i)
+            i = scan.find(w, i + 1)
+    hits.sort()
+    return hits
+
+
 def best_offset(text: str, query: Query) -> int:
     """Where a snippet of ``text`` should centre: the first phrase, else the
     densest spot of query terms (a code point offset)."""
@@ -520,18 +581,8 @@ def best_offset(text: str, query: Query) -> int:
             if at >= 0:
                 return at
     wanted = set(query.terms)
-    hits = []
-    known: dict[str, bool] = {}  # a word's verdict, once per distinct word
-    for m in _WORD.finditer(text, 0, SNIPPET_SCAN):
-        w = m.group()
-        found = known.get(w)
-        if found is None:
-            lw = w.lower() if w.isascii() else fold(w)
-            found = known[w] = _stem(lw) in wanted or bool(
-                len(w) > 3 and not w.islower() and not w.isupper()
-                and wanted.intersection(_stem(p.lower()) for p in _CAMEL.findall(w)))
-        if found:
-            hits.append(m.start())
+    scan = text[:SNIPPET_SCAN]
+    hits = _ascii_hits(scan, wanted) if scan.isascii() else _hits(scan, wanted)
     if not hits:
         return 0
     # The hit with the most other hits within 150 code points after it.

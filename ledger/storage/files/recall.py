@@ -147,6 +147,13 @@ def _h(*values: Any) -> int:
     return xxhash.xxh3_64_intdigest(repr(values).encode("utf-8", "surrogatepass")) >> 1
 
 
+def _term_h(term: str, tid: int, n: int) -> int:
+    """``_h(term, tid, n)`` of a df row (a term, its id and its document
+    frequency, ints), without building the tuple: the same text is hashed."""
+    return xxhash.xxh3_64_intdigest(
+        f"({term!r}, {tid:d}, {n:d})".encode("utf-8", "surrogatepass")) >> 1
+
+
 def _doc_h(seq: int, win: int, length: int, size: int, tids: bytes, seg: int,
            off: int) -> int:
     x = xxhash.xxh3_64(b"%d %d %d %d %d %d " % (seq, win, length, size, seg, off))
@@ -259,11 +266,22 @@ class _Writer:
     def doc(self, seq: int, window: int, tfs: Counter[str], length: int, size: int,
             number: int, offset: int) -> None:
         pairs = array("I")
+        known, touched, post = self.tids, self.touched, self.post_rows
+        impacts: dict[int, int] = {}  # by frequency: the row's length is the same for all
         for t, n in tfs.items():
-            tid = self._tid_of(t)
-            self.post_rows.append((tid, -round(ranking.impact(n, length) * 1000), -seq, n))
+            got = known.get(t)
+            if got is None:
+                tid = self._tid_of(t)
+            else:  # _tid_of's path for a term seen already, inline
+                got[1] += 1
+                touched.add(t)
+                tid = got[0]
+            imp = impacts.get(n)
+            if imp is None:
+                imp = impacts[n] = -round(ranking.impact(n, length) * 1000)
+            post.append((tid, imp, -seq, n))
             pairs.append(tid)
-            pairs.append(min(n, 0xFFFFFFFF))
+            pairs.append(n if n <= 0xFFFFFFFF else 0xFFFFFFFF)
         blob = pairs.tobytes()
         self.doc_rows.append((seq, window, length, size, blob, number, offset,
                               _doc_h(seq, window, length, size, blob, number, offset)))
@@ -278,7 +296,8 @@ class _Writer:
         self.post_rows.sort()  # in key order: each b-tree page visited once
         db.executemany(_POST_INSERT, self.post_rows)
         db.executemany("INSERT OR REPLACE INTO df VALUES (?, ?, ?, ?)",
-                       [(t, *tids[t], _h(t, *tids[t])) for t in sorted(self.touched)])
+                       [(t, tid, n, _term_h(t, tid, n))
+                        for t in sorted(self.touched) for tid, n in (tids[t],)])
         db.executemany("INSERT OR IGNORE INTO echo VALUES (?, ?)",
                        [(c, _h(c)) for c in self.new_calls])
         self.doc_rows.clear()

@@ -30,6 +30,7 @@ from ledger.storage import vectors
 from ledger.storage.engine import Candidate, Located
 from ledger.storage.postgres.lineage import rows_sql
 from ledger.storage.postgres.recall import PgRecall
+from ledger.storage.postgres.workspace import HEAD_COLUMNS, state_of
 from ledger.storage.seqpages import RowState, SeqReader, found
 
 if TYPE_CHECKING:
@@ -74,6 +75,9 @@ class PgReader(SeqReader):
         self._lexical: list[Candidate] = []  # the lexical ones (``similar`` fuses them)
         self._fetched: dict[int, tuple[int, bytes | None, int]] = {}  # seq -> (len, raw, window)
         self._state: RowState | None = None  # the head in this call's snapshot, once read
+        # What ``exists`` read for ``prepare_ranked``: the head's epoch, next
+        # seq and floor with the index's mark (``PgRecall.current``'s form).
+        self._pre: tuple[int, int, int, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -87,7 +91,11 @@ class PgReader(SeqReader):
     # -- ranked search (module doc) ---------------------------------------------------
 
     def prepare_ranked(self) -> None:
-        self.recall.catch_up()
+        """Bring the index up to the head, from what ``exists`` read just
+        before in this call when it did (no statement when the index covers
+        it: ``ranked`` checks again in the call's snapshot)."""
+        pre, self._pre = self._pre, None
+        self.recall.catch_up(pre)
 
     def ranked(
         self, st: RowState, query: Query, after: int, high: int, window: int | None
@@ -206,19 +214,52 @@ class PgReader(SeqReader):
                                      int(win or 0))
 
     def exists(self) -> bool:
-        return self.ws.exists()
+        """Whether the workspace has a history: its head read with the recall
+        index's mark in one statement, kept for ``prepare_ranked`` (a ranked
+        call then takes no second connection to learn that the index is
+        current). A head not found under the key, or a pointer, is resolved
+        as ``PgWorkspace.head_in`` does it."""
+        self._pre = None
+        with self.ws.db.read("exists") as conn:
+            got = self.recall.head_and_mark(conn)
+        if got is None or got[0][5] is not None:
+            return self.ws.exists()
+        head, mark = got
+        st = state_of(head[:5])
+        self._pre = (st.epoch, st.next_seq, st.floor.seq if st.floor is not None else 0, mark)
+        return True
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        with self.ws.db.read("session_history") as conn, conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        """The call's snapshot: a repeatable read, read-only transaction,
+        begun in the same round trip as the head's read (the state ``state``
+        gives; a head not found or a pointer is read again there)."""
+        with self.ws.db.read("session_history") as conn:
+            with conn.pipeline():
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                cur = conn.execute(f"SELECT {HEAD_COLUMNS}, alias FROM tl_head "
+                                   "WHERE workspace = %s", (self.key,))
+            got = cur.fetchone()
+            if got is not None and got[5] is None:
+                self._state = state_of(got[:5])
             self.conn = conn
             try:
                 yield
+            except BaseException:
+                self._end(conn, "ROLLBACK")
+                raise
+            else:
+                self._end(conn, "COMMIT")
             finally:
                 self.conn = None
                 self._state = None
                 self._order, self._fetched = [], {}  # of this call's snapshot only
+
+    @staticmethod
+    def _end(conn: Any, how: str) -> None:
+        """End the call's transaction (a broken connection has none left)."""
+        if not conn.broken:
+            conn.execute(how)
 
     def state(self) -> RowState:
         """The head in the call's snapshot (``locked``: repeatable read, read

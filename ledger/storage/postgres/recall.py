@@ -66,6 +66,18 @@ SYNC_OFF = ("SET LOCAL citus.propagate_set_commands = 'local'; "
             "SET LOCAL synchronous_commit TO off")
 
 
+# A ranked search's statements (the postings, the neighbours, the rows read
+# back) are the same few texts every call, prepared by psycopg after a few
+# runs; PostgreSQL's default plans them again for each call's values for a
+# while and whenever it guesses that pays. The plan does not depend on the
+# values (every one is an index scan by workspace and term or seq), so a
+# generic plan saves that work: at 1 GiB about a tenth of the server's CPU
+# a query (bench/RESULTS.md, issue 31, catchup3). For the call's
+# transaction only; not on Citus, whose distributed planner plans prepared
+# statements its own way.
+GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
+
+
 @dataclass(frozen=True)
 class Mark:
     """How far the index has read, and the collection's statistics."""
@@ -186,14 +198,31 @@ class PgRecall:
         return (int(got[0]), int(got[1]), int(got[2]),
                 None if got[3] is None else _mark(got[3:]))
 
+    def head_and_mark(self, conn: Any) -> tuple[tuple[Any, ...], Mark | None] | None:
+        """The head row under the key (its ``HEAD_COLUMNS`` and alias: what
+        ``PgWorkspace.head_in`` reads) with the index's mark, in one
+        statement; None when there is no head row under the key."""
+        got = conn.execute(
+            f"SELECT h.next_seq, h.epoch, h.window_seq, h.window_reason, h.floor_seq, h.alias, "
+            f"{', '.join('s.' + c for c in STATE.split(', '))} "
+            "FROM tl_head h LEFT JOIN tl_recall_state s ON s.workspace = h.workspace "
+            "WHERE h.workspace = %s", (self.workspace,)).fetchone()
+        if got is None:
+            return None
+        return tuple(got[:6]), None if got[6] is None else _mark(got[6:])
+
     # -- bringing it up to date ------------------------------------------------------
 
-    def catch_up(self) -> Mark | None:
+    def catch_up(self, now: tuple[int, int, int, Mark | None] | None = None) -> Mark | None:
         """Index every row the index has not seen (rebuilding it when the log
         was rewritten), one committed chunk at a time; returns the mark, None
-        when the workspace has no history."""
-        with self.db.read("ranked search") as conn:
-            now = self.current(conn)
+        when the workspace has no history. ``now``: the head's epoch, next
+        seq and floor with the mark, as ``current`` gives them, when the
+        caller read them already (nothing is read again when the index
+        covers them)."""
+        if now is None:
+            with self.db.read("ranked search") as conn:
+                now = self.current(conn)
         if now is None:
             return None
         epoch, next_seq, floor, mark = now
@@ -419,12 +448,19 @@ class PgRecall:
     def lookup(self, conn: Any, query: ranking.Query
                ) -> tuple[Mark | None, dict[str, tuple[int, int]]]:
         """The mark and each query term's (id, document frequency), in one
-        statement."""
-        got = conn.execute(
-            f"SELECT {', '.join('s.' + c for c in STATE.split(', '))}, t.term, t.tid, t.df "
-            "FROM tl_recall_state s LEFT JOIN tl_recall_terms t ON t.workspace = s.workspace "
-            "AND t.term = ANY(%s) WHERE s.workspace = %s",
-            (list(query.terms), self.workspace)).fetchall()
+        statement; on PostgreSQL (not Citus) sent in the same round trip as
+        ``GENERIC_PLANS`` for the rest of the call's transaction."""
+        sql = (f"SELECT {', '.join('s.' + c for c in STATE.split(', '))}, t.term, t.tid, t.df "
+               "FROM tl_recall_state s LEFT JOIN tl_recall_terms t ON t.workspace = "
+               "s.workspace AND t.term = ANY(%s) WHERE s.workspace = %s")
+        args = (list(query.terms), self.workspace)
+        if self.db.citus:
+            got = conn.execute(sql, args).fetchall()
+        else:
+            with conn.pipeline():
+                conn.execute(GENERIC_PLANS)
+                cur = conn.execute(sql, args)
+            got = cur.fetchall()
         if not got:
             return None, {}
         terms = {t: (int(tid), int(n)) for *_, t, tid, n in got if t is not None and n > 0}

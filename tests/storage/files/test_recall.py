@@ -21,9 +21,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from ledger import Store
 from ledger.core import ranking
 from ledger.core.format import files as ffmt
+from ledger.storage.files import recall as files_recall
 from tests.helpers import msg
 
 
@@ -276,3 +280,13 @@ def test_a_long_build_commits_in_chunks_with_the_same_answers(
     many.append_many(rows)
     got = ranked(many.session_history(), "trip pasta recipe chunk", limit=25)
     assert got["items"] == whole["items"] and len(got["items"]) == 25
+
+
+@given(st.text(), st.integers(min_value=0, max_value=2**62),
+       st.integers(min_value=0, max_value=2**62))
+def test_a_term_row_is_written_with_the_checksum_it_is_verified_by(
+        term: str, tid: int, n: int) -> None:
+    """The fold hashes a df row's text without building the tuple; what it
+    writes is what ``verify`` and every lookup check (``_h``), for any term
+    (quotes, backslashes, lone surrogates)."""
+    assert files_recall._term_h(term, tid, n) == files_recall._h(term, tid, n)

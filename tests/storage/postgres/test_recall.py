@@ -521,3 +521,38 @@ def test_the_neighbour_query_reads_the_rows_its_definition_names(pg_root: str) -
             named = set(links) | {x for pn in links.values() for x in pn if x is not None}
             want = [(s, *docs[s], *links.get(s, (None, None))) for s in sorted(named)]
             assert got == want, (hits, after, high)
+
+
+def test_a_ranked_search_of_a_current_index_takes_two_connections(
+        pg_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``exists`` reads the head with the index's mark, so a search of an
+    index that covers the head takes no connection of its own to learn so:
+    one for ``exists``, one for the call's snapshot (whose BEGIN goes with
+    the head's read); a batch appended before the search is still found."""
+    h = Store(pg_root).history("w")
+    h.append_many([msg("the kingfisher dives"), msg("a kingfisher on the post")])
+    tool = h.session_history()
+    assert sorted(seqs(ranked(tool, "kingfisher"))) == [1, 2]
+    pool = tool.reader.ws.db.pool
+    real_connection = pool.connection
+    taken: list[int] = []
+    statements: list[str] = []
+    real_execute = psycopg.Cursor.execute
+
+    def connection(*a: Any, **kw: Any) -> Any:
+        taken.append(1)
+        return real_connection(*a, **kw)
+
+    def execute(self: Any, query: Any, *a: Any, **kw: Any) -> Any:
+        statements.append(str(query))
+        return real_execute(self, query, *a, **kw)
+
+    monkeypatch.setattr(pool, "connection", connection)
+    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+    assert sorted(seqs(ranked(tool, "kingfisher"))) == [1, 2]
+    assert len(taken) == 2
+    assert not any("FOR UPDATE" in s for s in statements)  # no catch-up chunk
+    h.append(msg("the kingfisher again"))
+    taken.clear()
+    assert sorted(seqs(ranked(tool, "kingfisher"))) == [1, 2, 3]
+    assert len(taken) == 3  # exists, the catch-up's chunk, the call's snapshot
