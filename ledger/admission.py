@@ -157,6 +157,12 @@ class MiddlewareRegistry:
     def register(self, reg: Registration) -> None:
         self._regs[reg.id] = (next(self._counter), reg)
 
+    @property
+    def idle(self) -> bool:
+        """True when nothing is registered, not even lazily: ``apply_live``
+        then hands back the request's own system, tools and messages."""
+        return not self._regs and not self._lazy
+
     def unregister(self, reg_id: str) -> None:
         self._regs.pop(reg_id, None)
 

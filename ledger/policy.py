@@ -97,6 +97,9 @@ class ToolPolicy:
     def __init__(self, agent: Iterable[ToolRule] = (), caller: Iterable[ToolRule] = ()) -> None:
         object.__setattr__(self, "agent", tuple(agent))
         object.__setattr__(self, "caller", tuple(caller))
+        # The decision per tool name, kept: the rules never change (frozen),
+        # and every request asks again for each of its tools.
+        object.__setattr__(self, "_decided", {})
 
     @property
     def rules(self) -> tuple[ToolRule, ...]:
@@ -104,10 +107,16 @@ class ToolPolicy:
 
     def decision(self, tool: str) -> bool | None:
         """True (enabled), False (disabled by a rule) or None (no rule matches)."""
+        decided: dict[str, bool | None] = self._decided  # type: ignore[attr-defined]
+        named = type(tool) is str
+        if named and tool in decided:
+            return decided[tool]
         verdict: bool | None = None
         for rule in self.rules:
             if rule.matches(tool):
                 verdict = rule.enabled
+        if named and len(decided) < 1024:
+            decided[tool] = verdict
         return verdict
 
     def allows(self, tool: str) -> bool:

@@ -18,6 +18,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+import msgspec
+
 __all__ = ["MAX_DEPTH", "nests_deeper", "too_deep", "with_headroom"]
 
 MAX_DEPTH = 256
@@ -122,14 +124,21 @@ _limit_changes = [0]
 # decodes (or skips), against the thread's recursion limit. Called with only
 # ``_BUDGET`` levels of that limit left, a decode of lines nesting deeper
 # than MAX_DEPTH raises RecursionError -- the depth test of a whole chunk for
-# the price of a few hundred Python calls, where counting brackets reads every
-# byte (``bytes.translate``: ~8 instructions a byte, the largest cost of a
-# check or a provider view above decoding itself; bench/RESULTS.md, issue 31).
-# Where the interpreter counts differently (Python 3.12 moved C recursion to a
+# the price of one descent, where counting brackets reads every byte
+# (``bytes.translate``: ~8 instructions a byte, the largest cost of a check or
+# a provider view above decoding itself; bench/RESULTS.md, issue 31).
+#
+# The descent is C code: msgspec's encoder enters one level of the same
+# recursion limit per list it encodes, so encoding a list nested ``k`` deep
+# whose innermost item only ``enc_hook`` can encode runs the hook -- and the
+# decode in it -- ``k`` levels (plus the hook's own frame) further down. A
+# chain of ``k`` Python calls did the same for ~12x the time (~700 frames
+# before every chunk; bench/RESULTS.md, issue 31, checkfast). Where the
+# interpreter counts differently (Python 3.12 moved C recursion to a
 # separate counter), the self-test below fails and callers count brackets.
 
 _BUDGET = MAX_DEPTH - 8  # levels left to msgspec; lines 249-256 deep go line by line
-_MAX_SINK = 4000  # frames this may add; a higher recursion limit counts brackets instead
+_MAX_SINK = 4000  # levels this may descend; a higher recursion limit counts brackets instead
 _OPENING_OR_NL = bytes(b for b in range(256) if b not in b"[{\n")  # translate deletes these
 
 
@@ -137,12 +146,49 @@ def _frames() -> int:
     """Python frames on this thread's stack (each holds one level of the
     recursion limit; C code may hold more, which only leaves less room)."""
     n = 0
-    here = inspect.currentframe()  # this function's frame (CPython always gives one)
-    f: Any = here.f_back if here is not None else None
+    # No local may hold this function's own frame when it returns: the frame
+    # would hold itself (a cycle), and through ``f_back`` every caller's frame
+    # and locals -- a check's scanner and its 1 MiB chunk -- until a later
+    # collection of the oldest generation found them.
+    f: Any = inspect.currentframe()  # this function's frame (CPython always gives one)
+    f = f.f_back if f is not None else None
     while f is not None:
         n += 1
         f = f.f_back
     return n
+
+
+class _Bottom:
+    """The innermost item of a descent: only ``enc_hook`` encodes it."""
+
+
+_BOTTOM = _Bottom()
+_encode = msgspec.json.encode
+_nests: dict[int, list[Any]] = {}  # k -> a list nested k deep around _BOTTOM (never changed)
+_HOOK_LEVELS = 1  # the hook's frame: a descent of k lists holds k + 1 levels (measured)
+
+
+def _nest(k: int) -> list[Any]:
+    x = _nests.get(k)
+    if x is None:
+        x = [_BOTTOM]
+        for _ in range(k - 1):
+            x = [x]
+        if len(_nests) < 64:  # the stack depths a process decodes at are few
+            _nests[k] = x
+    return x
+
+
+def _descend(k: int, fn: Callable[[Any], T], arg: Any) -> T:
+    """``fn(arg)`` with ``k`` + _HOOK_LEVELS fewer levels of recursion left
+    (``k`` >= 1); its exceptions propagate unchanged."""
+    out: list[T] = []
+
+    def hook(_bottom: Any) -> None:
+        out.append(fn(arg))
+
+    _encode(_nest(k), enc_hook=hook)
+    return out[0]
 
 
 def _sink(k: int, fn: Callable[[Any], T], arg: Any) -> T:
@@ -152,13 +198,18 @@ def _sink(k: int, fn: Callable[[Any], T], arg: Any) -> T:
 def _capped(fn: Callable[[Any], T], arg: Any) -> T | None:
     """``fn(arg)`` with at most ``_BUDGET`` levels of recursion left (input
     deeper raises RecursionError); None when that would take more than
-    ``_MAX_SINK`` frames, or when ``with_headroom`` in another thread raised
+    ``_MAX_SINK`` levels, or when ``with_headroom`` in another thread raised
     or restored the recursion limit while it ran (the cap was not sure)."""
     changes = _limit_changes[0]
-    spare = sys.getrecursionlimit() - _frames() - _BUDGET - 1  # _sink(0) holds one more
+    spare = sys.getrecursionlimit() - _frames() - _BUDGET - 1  # levels to hold before fn
     if spare > _MAX_SINK:
         return None
-    out = fn(arg) if spare < 0 else _sink(spare, fn, arg)  # spare < 0: less room already
+    if spare > _HOOK_LEVELS:
+        out = _descend(spare - _HOOK_LEVELS, fn, arg)
+    elif spare >= 0:  # a level or two: Python frames hold them
+        out = _sink(spare, fn, arg)
+    else:  # less room already
+        out = fn(arg)
     if _limit_changes[0] != changes:
         return None  # the limit moved mid-decode: the caller takes the counting path
     return out

@@ -81,6 +81,7 @@ from ledger.rollover.rules import Count, _count, lead_in_for, lead_in_message
 from ledger.tokens.models import ModelRegistry, resolve
 
 if TYPE_CHECKING:
+    from ledger.storage.engine import Snapshot
     from ledger.transcript.history import AppendResult, History
     from ledger.transcript.retrieval import SessionHistory
     from ledger.transcript.store import Store
@@ -245,29 +246,57 @@ def settle_before_user(view: Sequence[Mapping[str, Any]],
     return [*trigger[:k], *settle_rows(open_, MOVED_ON, "user_moved_on"), *trigger[k:]]
 
 
+def _served(view: list[dict[str, Any]], batch: list[dict[str, Any]]) -> list[Any]:
+    """``provider_rows([*view, *batch])`` for ``view``, a provider view: the
+    view's rows are served as they are (the filter leaves its own output
+    unchanged), so when no row of ``batch`` holds a tool result -- the only
+    part whose serving depends on the rows before it -- only ``batch`` is
+    filtered."""
+    for row in batch:
+        parts = row.get("parts")
+        if isinstance(parts, list) and any(
+                type(p) is not dict or p.get("type") == "tool_result" for p in parts):
+            return provider_rows([*view, *batch])
+    return [*view, *provider_rows(batch)]
+
+
 def _messages(messages: Sequence[Mapping[str, Any]], *, viewed: bool,
-              settled: bool) -> tuple[dict[str, Any], ...]:
-    """A request's messages as canonical rows without open calls."""
-    rows = [_canonical(m) for m in (messages if viewed else provider_rows(messages))]
+              settled: bool, own: bool = False) -> tuple[dict[str, Any], ...]:
+    """A request's messages as canonical rows without open calls: copies (the
+    caller may change them), except with ``own``, when the rows are dicts
+    this send made for itself (the view's ``to_dict`` copies, the input's
+    copies, settling and warning rows) and nothing else holds them."""
+    if own:
+        rows = [m if type(m) is dict and "kind" in m else _canonical(m) for m in messages]
+    else:
+        # A plain dict holding its kind is copied inline: a request holds the
+        # whole window, and two calls a row cost more than the copy itself.
+        rows = [{**m} if type(m) is dict and "kind" in m else _canonical(m)
+                for m in (messages if viewed else provider_rows(messages))]
     return tuple(rows) if settled else _without_open_calls(rows)
 
 
-def _last_counted(count: Callable[[ProviderRequest], tuple[int, bool]],
-                  ) -> Callable[[ProviderRequest], tuple[int, bool]]:
+class _LastCounted:
     """``count`` that answers the request it counted last without counting it
     again: a send counts its request for the decision and checks the same
-    request (its rows the same objects) against the hard ceiling."""
-    last: list[Any] = [None, None]
+    request (its rows the same objects) against the hard ceiling. Only
+    within one try (``forget`` between tries): the rows of a request handed
+    out may be changed by the caller afterwards."""
 
-    def counted(request: ProviderRequest) -> tuple[int, bool]:
-        if last[0] is not None and (last[0] is request or last[0] == request):
-            result: tuple[int, bool] = last[1]
-            return result
-        result = count(request)
-        last[0], last[1] = request, result
+    def __init__(self, count: Callable[[ProviderRequest], tuple[int, bool]]) -> None:
+        self._count = count
+        self._last: tuple[ProviderRequest, tuple[int, bool]] | None = None
+
+    def forget(self) -> None:
+        self._last = None
+
+    def __call__(self, request: ProviderRequest) -> tuple[int, bool]:
+        last = self._last
+        if last is not None and (last[0] is request or last[0] == request):
+            return last[1]
+        result = self._count(request)
+        self._last = (request, result)
         return result
-
-    return counted
 
 
 def _history_tool() -> dict[str, Any]:
@@ -386,7 +415,7 @@ class Conversation:
         self.tools = all_tools
         self.hooks = hooks if hooks is not None else RolloverHooks()
         self.notes_writable = notes_writable
-        self._count = _last_counted(request_counter(registry=models))
+        self._count = _LastCounted(request_counter(registry=models))
         self.parts = RolloverParts(
             workspace=history.workspace,
             model=model,
@@ -407,6 +436,9 @@ class Conversation:
         # they are of: set from this object's own batches, so a send does not
         # pair the whole window again; any other write changes the state.
         self._open: tuple[tuple[int, int, int], tuple[OpenCall, ...]] | None = None
+        # The messages of the last request built while no live middleware
+        # was registered: rows this object made for itself (``_messages``).
+        self._own: tuple[Any, ...] | None = None
         self.state = RolloverState.after_restart(history.window)
 
     @classmethod
@@ -433,7 +465,7 @@ class Conversation:
     def request(self) -> Request:
         """The request for the window as it is, without new rows (e.g. to retry
         a model call). Checked against the hard ceiling."""
-        self._follow()
+        self._count.forget()
         view = self._view()
         with self._memory() as memory:  # one memory context per request
             provider = self._request_for(view, memory)
@@ -467,7 +499,7 @@ class Conversation:
         # else was written in between.
         own = not any(_is_user_message(r) for r in given)
         return self._attempts(given, lambda memory: self._record(given, quarantine, memory),
-                              resume=own)
+                              resume=own, follow=own)
 
     def _record(self, given: list[dict[str, Any]], quarantine: bool,
                 memory: str) -> AppendResult:
@@ -551,19 +583,25 @@ class Conversation:
         trigger = _input(rows)
         if not trigger:
             raise InvalidRow("send needs at least one row; request() rebuilds the stored window")
-        return self._attempts(trigger, lambda memory: self._send(trigger, quarantine, memory))
+        # (The send reads the state with its view: ``_view``.)
+        return self._attempts(trigger, lambda memory: self._send(trigger, quarantine, memory),
+                              follow=False)
 
     def _attempts(self, given: list[dict[str, Any]], once: Callable[[str], _T], *,
-                  memory: bool = True, resume: bool = False) -> _T:
+                  memory: bool = True, resume: bool = False, follow: bool = True) -> _T:
         """Run one write (a send, a record, settling open calls) over the
         persisted window, again (up to ``SEND_ATTEMPTS``) while another writer
         changes the window under it; each failed try stored nothing.
         ``once`` gets the memory context's text of this try (with ``memory``).
         Every refusal is a :class:`SendRefused`, a conflict on every try a
         :class:`SendConflict`. ``resume``: the first try starts from the state
-        of this object's own last batch when it knows one (``_resume``)."""
+        of this object's own last batch when it knows one (``_resume``), else
+        from a state read (``_follow``); ``follow=False``: ``once`` reads the
+        state itself, with the view (``_view``), and no try reads it before."""
         for attempt in range(SEND_ATTEMPTS):
-            if not (resume and attempt == 0 and self._resume()):
+            self._count.forget()
+            self._own = None
+            if follow and not (resume and attempt == 0 and self._resume()):
                 self._follow()
             try:
                 if not memory:
@@ -698,14 +736,15 @@ class Conversation:
         # against the hard ceiling before anything is appended.
         # (Counted once: when it is the request the decision counted, the
         # counter gives that count again.)
-        provider = request_for(provider_rows([*view, *settle, *trigger, *extra]))
-        counted = check_step(provider, self.pinned, self._count)
         batch = [*settle, *trigger, *extra]
+        provider = request_for(_served(view, batch))
+        counted = check_step(provider, self.pinned, self._count)
         result = self.history.append_many(batch, expect_window=window)
         self._appended(result, open_view, batch)
         self.state = state
         return self._wrap(provider, counted, decision, warned=bool(extra),
-                          blocked=decision.blocked, viewed=True, settled=inputs.settled)
+                          blocked=decision.blocked, viewed=True, settled=inputs.settled,
+                          own=provider.messages is self._own)
 
     def send_stored(self, first_seq: int, *, quarantine: bool = True) -> Request:
         """``send`` for a trigger that is already stored: the window's rows from
@@ -721,10 +760,11 @@ class Conversation:
         stored already. Nothing else is appended except the warning of a WARN.
         """
         return self._attempts([], lambda memory: self._send_stored(first_seq, quarantine,
-                                                                    memory))
+                                                                    memory), follow=False)
 
     def _send_stored(self, first_seq: int, quarantine: bool, memory: str) -> Request:
-        rows = self.history.provider_view()
+        rows, snap = self.history.provider_state()
+        self._adopt(snap)
         view = [_plain(r) for r in rows if r.seq < first_seq]
         stored = [r for r in rows if r.seq >= first_seq]
         trigger = [_stored_copy(r) for r in stored]
@@ -776,7 +816,7 @@ class Conversation:
         no trigger, so nothing is deleted and the new window holds the lead-in.
         Refused like any rollover (``AdmissionRefused``: an open tool call, no
         conversation to seal, no ``session_history`` access)."""
-        self._follow()
+        self._count.forget()
         rows = self._view()
         with self._memory() as memory:  # one memory context per request
             tokens, exact = self._count(self._request_for(rows, memory))
@@ -789,7 +829,9 @@ class Conversation:
     def _follow(self) -> None:
         """Adopt the persisted window (a clear or rollover elsewhere, a restart):
         one read of the workspace's state, kept for this try."""
-        snap = self.history.snapshot()
+        self._adopt(self.history.snapshot())
+
+    def _adopt(self, snap: Snapshot) -> None:
         self._next_seq, self._epoch = snap.next_seq, snap.epoch
         self.state = self.state.observe(snap.window_seq)
 
@@ -830,21 +872,27 @@ class Conversation:
                           tuple(_open_after(open_before, rows)))
 
     def _view(self) -> list[dict[str, Any]]:
-        """The provider view as plain dicts (one read per try)."""
-        return [_plain(r) for r in self.history.provider_view()]
+        """The provider view as plain dicts, and the state it was read under
+        adopted (``_follow`` without a read of its own): one read per try."""
+        rows, snap = self.history.provider_state()
+        self._adopt(snap)
+        return [r.to_dict() if type(r) is Row else _plain(r) for r in rows]
 
     def _request_for(self, messages: Sequence[Mapping[str, Any]], memory: str) -> ProviderRequest:
         """An ordinary request over ``messages``: live middleware, the send's
         memory text, advertised schemas (what the engine calls ``request_for``)."""
         policy = self.parts.current_policy()
         schemas = advertised_schemas(self.tools, policy, self.parts.activated)
+        idle = self.parts.registry.idle  # no hook can add rows of its own
         live = apply_live(
             self.parts.registry,
             self.history.workspace,
             {"system": self.parts.system, "tools": list(schemas), "messages": list(messages)},
         )
-        return ProviderRequest(self.model, live["system"], tuple(live["tools"]),
-                               tuple(live["messages"]), memory)
+        request = ProviderRequest(self.model, live["system"], tuple(live["tools"]),
+                                  tuple(live["messages"]), memory)
+        self._own = request.messages if idle else None
+        return request
 
     def _rollover(self, decision: Decision, trigger: list[dict[str, Any]]) -> Request:
         outcome = run_rollover(self.history, trigger, self.parts, self.hooks)
@@ -898,10 +946,12 @@ class Conversation:
         blocked: str | None = None,
         viewed: bool = False,
         settled: bool = False,
+        own: bool = False,
     ) -> Request:
         """The ``Request`` of ``provider``. ``viewed``: its messages are a
         provider view already (``provider_rows`` was run over them);
-        ``settled``: they hold no open call (the decision's pairing said so)."""
+        ``settled``: they hold no open call (the decision's pairing said so);
+        ``own``: they are this send's own dicts (``_messages``)."""
         system = provider.system
         if provider.memory:
             system = f"{system}\n\n{provider.memory}" if system else provider.memory
@@ -909,7 +959,7 @@ class Conversation:
             model=provider.model,
             system=system,
             tools=tuple(provider.tools),
-            messages=_messages(provider.messages, viewed=viewed, settled=settled),
+            messages=_messages(provider.messages, viewed=viewed, settled=settled, own=own),
             tokens=counted.tokens,
             exact=counted.exact,
             ceiling=self.config.ceiling,

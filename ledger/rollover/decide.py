@@ -327,7 +327,7 @@ def send_inputs(
     if window is None:
         window = history.window
     rows = history.provider_view() if view is None else view
-    view = [_d(r) for r in rows]
+    view = [r if type(r) is dict else _d(r) for r in rows]  # dicts as they are, inline
     trigger = list(trigger_rows)
     current = _count(count, request_for([*view, *trigger]))
 

@@ -287,9 +287,11 @@ def has_sealable_context(rows: Iterable[Any]) -> bool:
 def budget_warned(rows: Iterable[Any]) -> bool:
     """Whether a budget warning row is already in these (window) rows."""
     for row in rows:
-        d = _d(row)
+        d = row if type(row) is dict else _d(row)  # a window's rows: dicts inline
+        if d.get("kind") != "warning":
+            continue
         meta = d.get("meta")
-        if d.get("kind") == "warning" and isinstance(meta, Mapping) and meta.get(WARNING_META_KEY):
+        if isinstance(meta, Mapping) and meta.get(WARNING_META_KEY):
             return True
     return False
 

@@ -409,6 +409,11 @@ class WorkspaceEngine(Protocol):
 
     def window_rows(self) -> list[Row]: ...
 
+    def window_state(self) -> tuple[list[Row], Snapshot]:
+        """``window_rows`` and the state they were read under, in one read
+        (one lock, or one statement): nothing was written between the two."""
+        ...
+
     def pages(self, use: PageUse[T]) -> T:
         """``use`` of this workspace's page reader (``PageReader[S]``, ``S``
         the engine's own state type), for ``session_history``."""

@@ -134,8 +134,12 @@ class RowWorkspace(RowRewrites, ABC):
         return got[0] if got else None
 
     def window_rows(self) -> list[Row]:
+        return self.window_state()[0]
+
+    def window_state(self) -> tuple[list[Row], RowState]:
         with self.locked():
-            return self.read(self.head().window_seq + 1, LAST_SEQ)
+            head = self.head()
+            return self.read(head.window_seq + 1, LAST_SEQ), head
 
     def rows(self, after_seq: int | None = None) -> Iterator[Row]:
         """Every row after ``after_seq``, read in steps (module doc)."""

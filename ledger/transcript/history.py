@@ -148,6 +148,24 @@ class History(WorkspaceHandle):
         except WorkspaceNotFound:
             return []
 
+    def window_state(self) -> tuple[list[Row], Snapshot]:
+        """``window_rows()`` and ``snapshot()`` in one read: the state (next
+        seq, epoch, window, floor) is the one the rows were read under, so
+        nothing was written between them. A caller that needs both (a
+        conditional append after reading the window) reads once."""
+        if not self.exists():
+            return [], self.engine.snapshot()
+        try:
+            return self.engine.window_state()
+        except WorkspaceNotFound:
+            return [], self.engine.snapshot()
+
+    def provider_state(self) -> tuple[list[Row], Snapshot]:
+        """``provider_view()`` and the state it was read under
+        (``window_state``)."""
+        rows, state = self.window_state()
+        return provider_rows(rows), state
+
     def provider_view(self) -> list[Row]:
         """The rows the model sees: the active window minus reset rows, empty
         assistant records and unknown kinds, lead-in included (DESIGN.md 7).

@@ -4,6 +4,7 @@ privacy floor (DESIGN.md 7, 8)."""
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -111,6 +112,50 @@ class WindowContract(ContractBase):
         shown = ["lead-in" if row["kind"] == "lead_in" else texts([row])[0] for row in got]
         assert shown == [*want, "after 1", "after 2"]
         assert [row.seq for row in h.window_rows()] == list(range(r.seqs[0] + 1, r.seqs[-1] + 4))
+
+    def test_window_state_is_the_window_and_the_state_of_one_read(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        store = make_store(segment_bytes=512)
+        h = store.history(ws)
+        rows, st = h.window_state()  # a workspace never written: nothing created
+        assert (rows, st.next_seq, st.epoch, st.window_seq) == ([], 1, 0, 0)
+        assert not h.exists()
+        h.append_many([msg(f"old {i}") for i in range(3)])
+        h.clear_soft()
+        h.rollover([msg("trigger")])
+        h.append_many([msg("after", "assistant"), EMPTY])
+        rows, st = h.window_state()
+        snap = h.snapshot()
+        assert [r.seq for r in rows] == [r.seq for r in h.window_rows()] == [6, 7, 8, 9]
+        assert (st.next_seq, st.epoch, st.window_seq, st.floor) == (
+            snap.next_seq, snap.epoch, snap.window_seq, snap.floor)
+        view, st2 = h.provider_state()
+        assert [r.seq for r in view] == [r.seq for r in h.provider_view()] == [6, 7, 8]
+        assert (st2.next_seq, st2.window_seq) == (10, 5)
+        # One read: while another writer appends, the state is always the
+        # one the rows were read under (its next seq follows the last row),
+        # which a state read and a window read one after the other miss.
+        done = threading.Event()
+
+        def write() -> None:
+            try:
+                other = store.history(ws)
+                for i in range(60):
+                    other.append(msg(f"w {i}"))
+            finally:
+                done.set()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            reads = 0
+            while not done.is_set() or reads < 5:
+                rows, st = h.window_state()
+                assert rows[-1].seq == st.next_seq - 1, (rows[-1].seq, st.next_seq)
+                reads += 1
+        finally:
+            writer.join()
 
     def test_tool_calls_and_results_are_never_split(self, make_store: MakeStore, ws: str) -> None:
         h = make_store(segment_bytes=512).history(ws)

@@ -9,6 +9,7 @@ call stack already near Python's recursion limit.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -17,9 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from ledger import History, InvalidRow, LedgerError, Store
+from ledger.core import nesting
 from ledger.core.errors import HistoryDamaged
 from ledger.core.format import rows as fmt
 from ledger.storage.files import segments as segs
@@ -173,3 +176,90 @@ def test_count_rows_refuses_what_append_refuses(tmp_path: Path, depth: int) -> N
     assert appended.returncode == 1 and b"nested too deeply" in appended.stderr
     assert _tledger("count", "--rows", stdin=fmt.encode_json(_row(MAX_DEPTH)) + b"\n"
                     ).returncode == 0
+
+
+# --- the depth cap's descent (ledger.core.nesting._capped) ----------------------
+
+_capped_only = pytest.mark.skipif(
+    sys.version_info >= (3, 12) or not nesting.DEPTH_CAPPED,
+    reason="msgspec's recursion counts against the thread's recursion limit on 3.10-3.11")
+
+
+def _deepest_capped_line(frames: int) -> int:
+    """The deepest ``[[...]]`` line a capped decode reads, called ``frames``
+    Python frames deeper than here."""
+    decode = fmt.msgspec.json.Decoder().decode_lines
+
+    def ok(depth: int) -> bool:
+        line = b"[" * depth + b"1" + b"]" * depth
+        try:
+            return _at_depth(frames, lambda: nesting._capped(decode, line)) is not None
+        except RecursionError:
+            return False
+
+    lo, hi = 1, MAX_DEPTH + 8
+    assert ok(lo) and not ok(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+@_capped_only
+def test_the_descent_leaves_the_decode_its_budget_at_any_caller_depth(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The decode runs under a C-level descent (msgspec's encoder, one level
+    # per list): whatever the caller's depth, it gets the budget a chain of
+    # Python frames holding the same levels leaves -- never more than
+    # _BUDGET (a line past MAX_DEPTH would be read), and the same at every
+    # depth (C code of the test runner may hold a few levels of its own).
+    depths = (0, 40, 300)
+    got = [_deepest_capped_line(k) for k in depths]
+    # the reference: this lambda's frame and k + 1 frames of _sink, the
+    # k + 1 + _HOOK_LEVELS levels a descent of k lists holds
+    monkeypatch.setattr(nesting, "_descend", lambda k, fn, arg: nesting._sink(k, fn, arg))
+    assert got == [_deepest_capped_line(k) for k in depths] == [got[0]] * 3
+    assert nesting._BUDGET - 16 < got[0] <= nesting._BUDGET
+
+
+@_capped_only
+def test_the_decode_s_exceptions_leave_the_descent_unchanged() -> None:
+    decode = fmt.msgspec.json.Decoder().decode_lines
+    with pytest.raises(fmt.msgspec.DecodeError) as direct:
+        decode(b'{"a": }')
+    with pytest.raises(fmt.msgspec.DecodeError) as bad:
+        nesting._capped(decode, b'{"a": }')
+    assert str(bad.value) == str(direct.value)
+    too_deep = RecursionError("from the decode")
+
+    def deep(_data: bytes) -> None:
+        raise too_deep
+
+    with pytest.raises(RecursionError) as seen:
+        nesting._capped(deep, b"")
+    assert seen.value is too_deep
+    assert nesting._capped(decode, b'{"a": 1}\n[2]') == [{"a": 1}, [2]]
+
+
+@_capped_only
+def test_the_self_test_fails_without_the_descent(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where the descent does not hold its levels (an interpreter that counts
+    # C recursion apart), the import-time self-test says so, and callers
+    # count brackets instead.
+    assert nesting._self_test()
+    monkeypatch.setattr(nesting, "_descend", lambda k, fn, arg: fn(arg))
+    assert not nesting._self_test()
+
+
+def test_the_depth_cap_leaves_no_cycle_behind() -> None:
+    """Counting the stack's frames holds no frame after it returns: a frame
+    kept by a cycle would keep every caller's locals (a check's scanner and
+    its 1 MiB chunk) alive until a later full collection."""
+    decode = msgspec.json.Decoder().decode_lines
+    gc.collect()
+    gc.disable()
+    try:
+        assert nesting._capped(decode, b'{"a":[1]}\n{"b":2}') == [{"a": [1]}, {"b": 2}]
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -3,6 +3,7 @@ format's own functions: same findings, same boundaries, same verdicts."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
@@ -64,6 +65,14 @@ def test_the_fast_path_verifies_lines_as_body_of_does(
             del line[at % len(line):]
         lines.append(bytes(line))
     assert fmt.all_verified(lines) == all(fmt.body_of(line) is not None for line in lines)
+    # The check cuts a chunk with fmt.lines_of (each line keeps its newline;
+    # the start of the next line after ``end`` is left out) and verifies it
+    # with fmt.all_verified_lines: the same lines, the same verdict.
+    buf = b"".join(line + b"\n" for line in lines)
+    cut = buf.split(b"\n")[:-1]
+    got = fmt.lines_of(buf + b'{"seq":9', len(buf))
+    assert got == fmt.lines_of(buf, len(buf)) == [line + b"\n" for line in cut]
+    assert fmt.all_verified_lines(got) == all(fmt.body_of(line) is not None for line in cut)
 
 
 def _scan(ws: Path, *, slow: bool, monkeypatch: pytest.MonkeyPatch) -> chk.ScanResult:
@@ -157,3 +166,23 @@ def test_the_chunked_readers_agree_with_split_lines(tmp_path_factory: pytest.Tem
     assert lines == segs.split_lines(data[start:], start)
     assert b"".join(p[1] for p in pieces) == data[start:]
     assert all(p[2] == p[1].endswith(b"\n") for p in pieces)
+
+
+def test_a_scan_leaves_no_cycle_behind(tmp_path: Path) -> None:
+    """A check's scanner (its call-id and batch maps) is freed when its
+    result is, by reference counting: no cycle through the result keeps it
+    for a later collection of the oldest generation to walk (and to charge
+    to whatever runs then). ``resolve_hidden`` still works on the result."""
+    built = build(tmp_path)
+    ws = str(built.path)
+    paths = [(n, segs.segment_path(ws, n)) for n in segs.list_segments(ws)]
+    gc.collect()
+    gc.disable()
+    try:
+        res = chk.scan_paths(paths, pairs=None)
+        res.resolve_hidden()
+        assert res.rows > 0 and res.hidden_resolved
+        del res
+        assert gc.collect() == 0  # nothing was left for the collector
+    finally:
+        gc.enable()

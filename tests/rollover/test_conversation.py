@@ -457,3 +457,61 @@ def test_a_record_that_reads_no_window_still_sees_other_writers(tmp_path: Path) 
     req = conv.send(user("last"))
     assert_paired(req.messages)
     assert [m["parts"][0]["text"] for m in req.messages] == ["after the clear", "last"]
+
+
+def test_a_send_reads_the_window_and_its_state_in_one_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A send, a record holding a user message and ``request()`` each read
+    the workspace once: the view with the state it was read under
+    (``History.window_state``), no state read of their own before it. A
+    record of model output reads neither (it starts from its own last
+    batch)."""
+    conv = conversation(tmp_path, limit=16000)
+    conv.send(user("hello"))  # the first batch picks the epoch: the next send learns it
+    conv.send(user("again"))
+    engine = type(conv.history.engine)
+    reads: list[str] = []
+    for name in ("snapshot", "window_state"):
+        def counted(self: Any, _name: str = name, _real: Any = getattr(engine, name)) -> Any:
+            reads.append(_name)
+            return _real(self)
+        monkeypatch.setattr(engine, name, counted)
+    conv.record(calls("a"))
+    assert reads == []
+    conv.send(result("a", "done"))
+    assert reads == ["window_state"]
+    conv.record(user("a user message, recorded"))
+    assert reads == ["window_state"] * 2
+    req = conv.request()
+    assert reads == ["window_state"] * 3
+    assert [m["parts"][0].get("text") for m in req.messages][-1] == "a user message, recorded"
+    assert conv.window == 0 and not conv.open_calls()
+
+
+def test_messages_a_caller_changes_change_nothing_else(tmp_path: Path) -> None:
+    """A request's messages are the caller's to change: a later request is
+    counted from the stored rows (not from a request counted before), and a
+    row a live middleware hook adds is handed out as a copy, so changing it
+    does not change what the hook adds next time."""
+    from ledger.admission import MiddlewareRegistry, Registration
+
+    note = {"kind": "message", "role": "user", "parts": [{"type": "text", "text": "hook note"}]}
+
+    def hook(request: dict[str, Any], mount: Any) -> dict[str, Any]:
+        return {**request, "messages": [*request["messages"], note]}
+
+    registry = MiddlewareRegistry()
+    plain = conversation(tmp_path / "plain", limit=16000)
+    hooked = conversation(tmp_path / "hooked", limit=16000, registry=registry)
+    registry.register(Registration.unrestricted("r1", "plugin", hook))
+    for conv in (plain, hooked):
+        req = conv.send(user("hello there"))
+        req.messages[0]["parts"] = [{"type": "text", "text": words(3000, "changed")}]
+        req.messages[-1]["parts"] = [{"type": "text", "text": "changed"}]
+        again = conv.request()
+        assert_within(again, conv)
+        assert again.messages[0]["parts"][0]["text"] == "hello there"
+        assert again.tokens == req.tokens  # counted before the change
+    assert note["parts"] == [{"type": "text", "text": "hook note"}]
+    assert hooked.request().messages[-1]["parts"][0]["text"] == "hook note"

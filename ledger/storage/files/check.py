@@ -227,7 +227,7 @@ def _split_pairs(pairs: SplitPairs) -> Iterator[Finding]:
     if pairs.more:
         yield Finding(NOTICE, "tool_pair_split",
                       f"{pairs.more} more split tool pairs not listed", "none needed")
-    yield from open_call_findings(pairs.waiting, pairs.boundary)
+    yield from open_call_findings(pairs.open_calls(), pairs.boundary)
 
 
 def open_call_findings(waiting: dict[str, list[int]], boundary: int) -> Iterator[Finding]:

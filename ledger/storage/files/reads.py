@@ -464,9 +464,13 @@ class WorkspaceBase:
                 if data is not None and isinstance(data.get("seq"), int):
                     yield Row(line.data, number, line.offset, data)
 
-    @_reading("read the window")
     def window_rows(self) -> list[Row]:
         """Every readable row after the newest boundary (the active window)."""
+        return self.window_state()[0]
+
+    @_reading("read the window")
+    def window_state(self) -> tuple[list[Row], State]:
+        """``window_rows`` and the state they were read under (one lock)."""
         self._require()
         with locked(self.path, self.workspace, self.store.lock_timeout, shared=True):
             st = self.state()
@@ -482,4 +486,4 @@ class WorkspaceBase:
                     segs.segment_path(self.path, number), number,
                     offset if number == first else 0,
                     skip_first=st.window is not None and number == first))
-            return out
+            return out, st

@@ -10,6 +10,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import filterfalse
 from typing import Any
 
 import msgspec
@@ -19,7 +20,7 @@ from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.windows import classify_reset
 from ledger.storage.files import segments as segs
-from ledger.storage.files.pairs import PairPart, SplitPairs
+from ledger.storage.files.pairs import PairParts, SplitPairs
 
 RECENT_BATCHES = 4096  # exact duplicate batches are detected among this many recent ones
 MAX_FINDINGS_PER_CODE = 1000
@@ -58,11 +59,11 @@ class CheckRow(msgspec.Struct, gc=False):
 
 
 class PairCheckRow(CheckRow, gc=False):
-    """CheckRow and, for check's split-pair notice, each part's type and id
+    """CheckRow and, for check's split-pair notice, the parts' types and ids
     (``ledger.storage.files.pairs``); a chunk whose parts do not decode this
     way goes line by line, where rows decode as plain CheckRow."""
 
-    parts: list[PairPart] | None = None
+    parts: PairParts | None = None
 
 
 _decode_row = msgspec.json.Decoder(CheckRow).decode
@@ -115,11 +116,59 @@ class ScanResult:
     # only when they can matter (damage, or a receipt that disagrees); this
     # does it once.
     hidden_resolved: bool = False
-    resolve_hidden: Callable[[], None] = field(default=lambda: None, repr=False)
+    # What :meth:`resolve_hidden` reads: the fast-path chunks (segment,
+    # offset, length) and each segment's path. Kept here rather than in a
+    # closure over the scanner, which made the result, the closure and the
+    # scanner a cycle: a check's call-id and batch maps then lived on until a
+    # later collection of the oldest generation walked them.
+    fast_chunks: list[tuple[int, int, int]] = field(default_factory=list, repr=False)
+    paths: dict[int, str] = field(default_factory=dict, repr=False)
 
     @property
     def first_damage(self) -> Damage | None:
         return self.damage[0] if self.damage else None
+
+    def resolve_hidden(self) -> None:
+        """Look, once, for resets hidden behind duplicate keys in the
+        fast-path chunks after the newest boundary or floor found so far
+        (only those can move either), then settle what the damage spans."""
+        if self.hidden_resolved:
+            return
+        self.hidden_resolved = True
+        marks = [(p[0], p[1]) for p in (self.last_floor, self.last_boundary) if p is not None]
+        after = min(marks) if len(marks) == 2 else (-1, -1)
+        for number, base, length in self.fast_chunks:
+            if (number, base + length) <= after:
+                continue
+            fd = segs.open_regular(self.paths[number])
+            try:
+                buf = os.pread(fd, length, base)
+            finally:
+                os.close(fd)
+            for line in segs.split_lines(buf, base):
+                data = line.data
+                if not may_hide_reset(data):
+                    continue
+                row = _decode_row(data)
+                if row.kind == "reset" or not _is_reset(data, row.kind):
+                    continue
+                pos = (number, line.offset)
+                for attr in ("last_floor", "last_boundary"):
+                    cur = getattr(self, attr)
+                    if cur is None or pos > (cur[0], cur[1]):
+                        setattr(self, attr, (number, line.offset, row.seq))
+        self._settle()
+
+    def _settle(self) -> None:
+        if not self.damage:
+            return
+        first = self.damage[0]
+        if any(d.may_be_reset for d in self.damage):
+            self.reset_after_first_damage = True
+        for pos in (self.last_floor, self.last_boundary):
+            # A reset anywhere at or after the first damage counts (prefix/tail cut it).
+            if pos is not None and (pos[0], pos[1]) >= (first.segment, first.offset):
+                self.reset_after_first_damage = True
 
 
 _CODE_TEXT = {
@@ -198,7 +247,6 @@ class _Scanner:
             _decode_lines if pairs is None else _decode_pair_lines)
         self.recent: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
         self.pending_next: list[Damage] = []
-        self.fast_chunks: list[tuple[int, int, int]] = []  # (segment, offset, length)
 
     # --- per segment state -------------------------------------------------
 
@@ -378,7 +426,7 @@ class _Scanner:
             if complete:
                 try:
                     self._fast(base, buf, end)
-                    self.fast_chunks.append((number, base, end))
+                    self.res.fast_chunks.append((number, base, end))
                 except _Slow:
                     self._slow(base, buf[:end])
             else:
@@ -396,10 +444,11 @@ class _Scanner:
         """Whole lines ``buf[:end]`` read from ``base`` (the bytes after
         ``end`` are the start of the next run: split off, and only ever make
         the depth and ASCII tests below look closer, never pass)."""
-        lines = buf.split(b"\n")
-        lines.pop()  # after the last newline: b"" or the next run's start
+        # Each line with its newline (cut by memchr); a row that leaves the
+        # inlined cases below goes on without it, as the slow path's do.
+        lines = fmt.lines_of(buf, end)
         try:
-            if not fmt.all_verified(lines):
+            if not fmt.all_verified_lines(lines):
                 raise _Slow
             data = buf if end == len(buf) else memoryview(buf)[:end]
             # None: a line may nest deeper than the limit (or the caller's
@@ -411,10 +460,11 @@ class _Scanner:
                 rows = with_headroom(self.decode_lines, data)
             if len(rows) != len(lines):
                 raise _Slow
-            if not buf.isascii():
-                for line in lines:
-                    if not line.isascii():
-                        line.decode("utf-8")
+            # UTF-8 of the lines with a byte past ASCII (msgspec does not
+            # read the strings it skips), picked out in C line by line (no
+            # pass over the whole chunk first: most chunks hold such a line).
+            for line in filterfalse(bytes.isascii, lines):
+                line.decode("utf-8")
         except (msgspec.DecodeError, UnicodeDecodeError):
             raise _Slow from None
         off = base
@@ -434,18 +484,18 @@ class _Scanner:
         while i < count:
             line = lines[i]
             row = rows[i]
-            ln = len(line) + 1
+            ln = len(line)
             b = row.batch
             if not plain or row.kind == "reset":
-                row_fn(off, ln, line, row, None)
+                row_fn(off, ln, line[:-1], row, None)
                 plain = self.pending_reset is None and not res.damage and not self.units
             elif self.run_id is None:
                 k = b.n
                 if b.i != 0 or k < 1:
-                    row_fn(off, ln, line, row, None)
+                    row_fn(off, ln, line[:-1], row, None)
                     plain = self.pending_reset is None and not res.damage and not self.units
                 elif recent.get(b.id) is not None or row.seq <= res.max_seq:
-                    row_fn(off, ln, line, row, None)
+                    row_fn(off, ln, line[:-1], row, None)
                     plain = self.pending_reset is None and not res.damage and not self.units
                 else:
                     end = i + k
@@ -463,12 +513,13 @@ class _Scanner:
                             top = r2.seq
                     if whole:
                         # The whole batch is here, in order: kept as _complete keeps it.
+                        # (each checksum's hex at [-19:-3], before '"}\n', as _complete's)
                         if k == 1:
-                            sig = hash(line[-18:-2])
+                            sig = hash(line[-19:-3])
                         else:
                             batch_lines = lines[i:end]
-                            sig = hash(b"".join([x[-18:-2] for x in batch_lines]))
-                            ln = sum(map(len, batch_lines)) + k
+                            sig = hash(b"".join([x[-19:-3] for x in batch_lines]))
+                            ln = sum(map(len, batch_lines))
                         recent[b.id] = (sig, number, off)
                         if len(recent) > RECENT_BATCHES:
                             recent.popitem(last=False)
@@ -482,10 +533,10 @@ class _Scanner:
                         i = end
                         continue
                     self.seg_rows += 1
-                    self._start_run(off, ln, line, row)
+                    self._start_run(off, ln, line[:-1], row)
             elif b.id == self.run_id and b.i == len(self.run_rows) and b.n == self.run_n:
                 self.seg_rows += 1
-                self.run_lines.append(line)
+                self.run_lines.append(line[:-1])
                 self.run_rows.append(row)
                 self.run_offsets.append(off)
                 self.run_end = off + ln
@@ -493,7 +544,7 @@ class _Scanner:
                     self._complete()
                     plain = self.pending_reset is None and not res.damage and not self.units
             else:
-                row_fn(off, ln, line, row, None)
+                row_fn(off, ln, line[:-1], row, None)
                 plain = self.pending_reset is None and not res.damage and not self.units
             off += ln
             i += 1
@@ -530,46 +581,6 @@ class _Scanner:
             if self.pairs is not None:
                 self.pairs.line(self.number, line.offset, body, row.seq, row.kind)
 
-    def resolve_hidden(self, paths: dict[int, str]) -> None:
-        """Look for hidden resets in fast-path chunks after the newest
-        boundary or floor found so far (only those can move either)."""
-        res = self.res
-        marks = [(p[0], p[1]) for p in (res.last_floor, res.last_boundary) if p is not None]
-        after = min(marks) if len(marks) == 2 else (-1, -1)
-        for number, base, length in self.fast_chunks:
-            if (number, base + length) <= after:
-                continue
-            fd = segs.open_regular(paths[number])
-            try:
-                buf = os.pread(fd, length, base)
-            finally:
-                os.close(fd)
-            for line in segs.split_lines(buf, base):
-                data = line.data
-                if not may_hide_reset(data):
-                    continue
-                row = _decode_row(data)
-                if row.kind == "reset" or not _is_reset(data, row.kind):
-                    continue
-                pos = (number, line.offset)
-                for attr in ("last_floor", "last_boundary"):
-                    cur = getattr(res, attr)
-                    if cur is None or pos > (cur[0], cur[1]):
-                        setattr(res, attr, (number, line.offset, row.seq))
-
-    def settle(self) -> None:
-        res = self.res
-        if not res.damage:
-            return
-        first = res.damage[0]
-        if any(d.may_be_reset for d in res.damage):
-            res.reset_after_first_damage = True
-        for pos in (res.last_floor, res.last_boundary):
-            # A reset anywhere at or after the first damage counts (prefix/tail cut it).
-            if pos is not None and (pos[0], pos[1]) >= (first.segment, first.offset):
-                res.reset_after_first_damage = True
-
-
 def _is_reset(line: bytes, kind: str) -> bool:
     """``fmt.readable_row_is_reset`` for a verified row, searched only when
     the line could hide a reset (see may_hide_reset)."""
@@ -602,17 +613,9 @@ def scan_paths(paths: list[tuple[int, str]], *, expected: dict[int, ffmt.Stamp] 
         finally:
             os.close(fd)
     res = sc.res
-    path_map = dict(paths)
-
-    def resolve() -> None:
-        if not res.hidden_resolved:
-            res.hidden_resolved = True
-            sc.resolve_hidden(path_map)
-            sc.settle()
-
-    res.resolve_hidden = resolve
+    res.paths = dict(paths)
     if res.damage:
-        resolve()  # repair's policies need every reset at or after the first damage
+        res.resolve_hidden()  # repair's policies need every reset at or after the first damage
     return res
 
 

@@ -208,7 +208,12 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
         return decode(self.workspace, seq, bytes(got[0])) if got is not None else None
 
     def window_rows(self) -> list[Row]:
-        """The rows after the newest boundary: the head's window seq, then one
+        """The rows after the newest boundary (``window_state``)."""
+        return self.window_state()[0]
+
+    def window_state(self) -> tuple[list[Row], PgState]:
+        """The rows after the newest boundary and the head they were read
+        under: the head's window seq, then one
         indexed range read from that seq as a constant, which also reads the
         head again in its own snapshot (on Citus both are one task on the
         workspace's worker). Two statements, not one join, because with the
@@ -227,15 +232,16 @@ class PgWorkspace(RowRewrites, RowForks, WorkspaceHandle):
                         continue
                     break
                 got = conn.execute(
-                    "SELECT h.window_seq, r.seq, r.raw FROM tl_head h LEFT JOIN "
+                    "SELECT h.next_seq, h.epoch, h.window_seq, h.window_reason, h.floor_seq, "
+                    "r.seq, r.raw FROM tl_head h LEFT JOIN "
                     + rows_sql(self.link, where="seq > %(w)s")
                     + " r ON true WHERE h.workspace = %(ws)s ORDER BY r.seq",
                     {"ws": self.key, "w": head[0]},
                     binary=True,  # bytea as bytes: no hex to encode or parse
                 ).fetchall()
-                if got and got[0][0] == head[0]:
-                    return [decode(self.workspace, seq, bytes(raw))
-                            for _, seq, raw in got if seq is not None]
+                if got and got[0][2] == head[0]:
+                    return ([decode(self.workspace, seq, bytes(raw))
+                             for *_, seq, raw in got if seq is not None], state_of(got[0][:5]))
         self.require()  # raises WorkspaceNotFound when it is gone
         raise Unavailable(f"workspace {self.workspace!r}: the window changed {WINDOW_TRIES} "
                           "times while it was read; read it again")
