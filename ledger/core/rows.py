@@ -45,69 +45,69 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class Row:
+class Row(msgspec.Struct, gc=False, eq=False):
     """One stored row. ``to_dict()`` gives the canonical keys plus the caller's
-    unknown fields, in stored order, without storage-internal fields."""
+    unknown fields, in stored order, without storage-internal fields.
 
-    __slots__ = ("_dict", "line", "offset", "segment")
+    ``data`` is the stored dict itself: do not mutate it or assign another
+    (``to_dict()`` copies it). A msgspec struct, built in C, that the cyclic
+    collector neither counts nor walks (``gc=False``): a provider view builds
+    one per row of its window (bench/RESULTS.md, issue 31, sixth round). A
+    row holds its line, two numbers and its dict of JSON values: no cycle
+    runs through it unless a caller puts the row into its own dict (it would
+    then never be freed). Equal only to itself (``eq=False``), as before."""
 
-    def __init__(self, line: bytes, segment: int, offset: int, data: dict[str, Any]) -> None:
-        self.line = line
-        self.segment = segment
-        self.offset = offset
-        self._dict = data
+    line: bytes
+    segment: int
+    offset: int
+    data: dict[str, Any]
 
     @property
     def seq(self) -> int:
-        return int(self._dict["seq"])
+        return int(self.data["seq"])
 
     @property
     def kind(self) -> str:
-        return str(self._dict.get("kind", ""))
+        return str(self.data.get("kind", ""))
 
     @property
     def role(self) -> str:
-        return str(self._dict.get("role", ""))
+        return str(self.data.get("role", ""))
 
     @property
     def id(self) -> str:
-        return str(self._dict.get("id", ""))
+        return str(self.data.get("id", ""))
 
     @property
     def batch(self) -> dict[str, Any]:
-        b = self._dict.get("batch")
+        b = self.data.get("batch")
         return b if isinstance(b, dict) else {}
 
     @property
     def parts(self) -> list[Any]:
-        p = self._dict.get("parts")
+        p = self.data.get("parts")
         return p if isinstance(p, list) else []
 
     @property
     def meta(self) -> dict[str, Any]:
-        m = self._dict.get("meta")
+        m = self.data.get("meta")
         return m if isinstance(m, dict) else {}
 
     @property
     def reset_reason(self) -> str | None:
         if self.kind != "reset":
             return None
-        info = self._dict.get("reset")
+        info = self.data.get("reset")
         reason = info.get("reason") if isinstance(info, dict) else None
         return reason if reason in fmt.RESET_REASONS else "manual"
 
-    @property
-    def data(self) -> dict[str, Any]:
-        """The stored dict itself (do not mutate); ``to_dict()`` copies it."""
-        return self._dict
-
     def to_dict(self) -> dict[str, Any]:
-        out = dict(self._dict)
+        out = dict(self.data)
         out.pop(fmt.CHECKSUM_KEY, None)
         return out
 
     def __repr__(self) -> str:
-        return f"Row(seq={self._dict.get('seq')}, kind={self.kind!r}, role={self.role!r})"
+        return f"Row(seq={self.data.get('seq')}, kind={self.kind!r}, role={self.role!r})"
 
 
 def is_empty_assistant(row: dict[str, Any]) -> bool:

@@ -145,9 +145,9 @@ class History(WorkspaceHandle):
 
     def window_rows(self) -> list[Row]:
         """Every readable row after the newest boundary (the active window);
-        empty for a workspace that has no history yet."""
-        if not self.exists():
-            return []
+        empty for a workspace that has no history yet. (No ``exists()``
+        first: every engine's read raises WorkspaceNotFound for one, and the
+        file engine's would stat the directory a second time.)"""
         try:
             return self.engine.window_rows()
         except WorkspaceNotFound:

@@ -178,3 +178,24 @@ def test_a_limit_raised_during_the_decode_sends_the_chunk_to_the_bracket_count()
 
     assert nesting.shallow_lines(decode_while_the_limit_is_raised, deep, deep) is None
     assert refused  # the raised-limit path ran
+
+
+def test_rows_from_an_offset_across_chunks_have_their_offsets(tmp_path: Path) -> None:
+    # A window read: from a boundary row's offset, that row left out, over
+    # more than one read chunk (1 MiB), a torn last line no row. Each row's
+    # offset is where its line starts in the file, its line the bytes there.
+    lines = [fmt.encode_line({"seq": n, "kind": "message", "role": "user",
+                              "parts": [{"type": "text", "text": f"{n} " + "é" * (700 + n)}]})
+             for n in range(1, 1300)]
+    data = b"".join(lines) + b'{"seq": 1300, "kin'
+    path = tmp_path / "seg"
+    path.write_bytes(data)
+    assert len(data) > 2 * 1024 * 1024
+    first = 37
+    start = sum(len(line) for line in lines[: first - 1])  # row `first`, the boundary
+    got = list(rowread.segment_rows(str(path), 4, start, skip_first=True))
+    assert [r.seq for r in got] == list(range(first + 1, 1300))
+    for r in got:
+        assert r.segment == 4
+        assert data[r.offset : r.offset + len(r.line) + 1] == r.line + b"\n"
+        assert r.data == fmt.decode_line(r.line)

@@ -1,0 +1,174 @@
+"""``ledger.core.windows.provider_rows`` against the definition it replaced.
+
+The orphan path (a tool result whose call is not in the window, or whose call
+already has a result, served as user text in a copy of its row) was rewritten
+for speed (bench/RESULTS.md, issue 31, sixth round). ``_reference`` below is
+the code as it stood before (8aae9f6 and floors, 386ae0b), kept verbatim; the
+property is that both give the same rows, Row for Row and dict for dict, on
+windows of calls, results, reused and missing ids, several results to a row,
+non-dict parts, every role, and outputs of every shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ledger.core.format import rows as fmt
+from ledger.core.rows import Row
+from ledger.core.windows import PROVIDER_KINDS, provider_rows
+
+
+def _reference_text(part: dict[str, Any], *, late: bool = False) -> dict[str, Any]:
+    where = ("it came after its call was settled" if late
+             else "its call is in an earlier context window")
+    error = " (error)" if part.get("error") else ""
+    label = f"[result of tool call {part.get('id')}{error}; {where}]"
+    output = part.get("output")
+    if isinstance(output, str):
+        text = output
+    elif isinstance(output, list) and all(
+        isinstance(p, dict) and isinstance(p.get("text"), str) for p in output
+    ):
+        text = "\n".join(p["text"] for p in output)
+    else:
+        text = fmt.encode_json(output).decode("utf-8")
+    return {"type": "text", "text": f"{label}\n{text}"}
+
+
+def _reference_served(item: Any, row: dict[str, Any], parts: list[Any],
+                      orphans: dict[int, bool]) -> Any:
+    new_parts = [_reference_text(p, late=orphans[i]) if i in orphans else p
+                 for i, p in enumerate(parts)]
+    row = {**row, "parts": new_parts}
+    if row.get("role") == "tool" and not any(
+        [isinstance(p, dict) and p.get("type") == "tool_result" for p in new_parts]
+    ):
+        row["role"] = "user"
+    row.pop(fmt.CHECKSUM_KEY, None)
+    return row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
+
+
+def _reference(rows: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    waiting: dict[str, int] = {}
+    answered: set[str] = set()
+    for item in rows:
+        row = item if isinstance(item, dict) else item.data
+        kind = row.get("kind", "message")
+        if kind not in PROVIDER_KINDS:
+            continue
+        parts = row.get("parts")
+        if not parts:
+            if (kind == "message" and row.get("role") == "assistant"
+                    and not row.get("partial", False)):
+                continue
+            out.append(item)
+            continue
+        if not isinstance(parts, list):
+            out.append(item)
+            continue
+        orphans: dict[int, bool] | None = None
+        added: list[str] | None = None
+        i = -1
+        for p in parts:
+            i += 1
+            if not isinstance(p, dict):
+                continue
+            t = p.get("type")
+            if t == "tool_result":
+                pid = str(p.get("id"))
+                if waiting.get(pid):
+                    waiting[pid] -= 1
+                    answered.add(pid)
+                else:
+                    if orphans is None:
+                        orphans = {}
+                    orphans[i] = pid in answered
+            elif t == "tool_call":
+                if added is None:
+                    added = []
+                added.append(str(p.get("id")))
+        if orphans is not None:
+            item = _reference_served(item, row, parts, orphans)
+        if added is not None:
+            for pid in added:
+                waiting[pid] = waiting.get(pid, 0) + 1
+        out.append(item)
+    return out
+
+
+IDS = st.sampled_from(["a", "b", "c", 7, None])
+OUTPUT = st.one_of(
+    st.text(max_size=8),
+    st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=5)}),
+             max_size=3),
+    st.lists(st.one_of(st.integers(), st.fixed_dictionaries({"text": st.integers()})),
+             max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.none(), st.integers(),
+)
+PART = st.one_of(
+    st.builds(lambda i: {"type": "tool_call", "id": i, "name": "f", "input": {}}, IDS),
+    st.builds(lambda i, o, e: {"type": "tool_result", "id": i, "output": o, "error": e},
+              IDS, OUTPUT, st.sampled_from([False, True, None, "yes"])),
+    st.builds(lambda t: {"type": "text", "text": t}, st.text(max_size=5)),
+    st.sampled_from(["a string part", 3, None]),
+)
+ROW = st.builds(
+    lambda kind, role, parts, partial, checksum: {
+        "seq": 1, "kind": kind, "role": role, "parts": parts, "partial": partial,
+        **({fmt.CHECKSUM_KEY: "0" * 16} if checksum else {})},
+    st.sampled_from(["message", "message", "message", "lead_in", "warning", "reset", "fork"]),
+    st.sampled_from(["tool", "tool", "assistant", "user", "system"]),
+    st.one_of(st.lists(PART, max_size=4), st.just("not a list"), st.none()),
+    st.booleans(), st.booleans(),
+)
+
+
+def _same(got: list[Any], want: list[Any]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert type(g) is type(w)
+        if isinstance(w, Row):
+            assert (g.line, g.segment, g.offset) == (w.line, w.segment, w.offset)
+            assert g.data == w.data and list(g.data) == list(w.data)  # keys in order
+        else:
+            assert g == w and list(g) == list(w)
+
+
+@given(st.lists(ROW, max_size=12))
+def test_the_same_rows_as_the_definition_it_replaced(rows: list[dict[str, Any]]) -> None:
+    for i, row in enumerate(rows):
+        row["seq"] = i + 1
+    as_rows = [Row(b"line %d" % i, 3, 10 * i, row) for i, row in enumerate(rows)]
+    _same(provider_rows(as_rows), _reference(as_rows))
+    _same(provider_rows(rows), _reference(rows))
+
+
+def test_an_orphan_result_is_served_as_user_text_and_the_row_kept_is_untouched() -> None:
+    # The bench window's shape: a tool row of one result whose call is in an
+    # earlier window, then a call and its result, then the same id again.
+    rows = [
+        {"seq": 1, "kind": "message", "role": "tool", "_c": "0" * 16,
+         "parts": [{"type": "tool_result", "id": "x", "output": "old", "error": True}]},
+        {"seq": 2, "kind": "message", "role": "assistant",
+         "parts": [{"type": "tool_call", "id": "x", "name": "f", "input": {}}]},
+        {"seq": 3, "kind": "message", "role": "tool",
+         "parts": [{"type": "tool_result", "id": "x", "output": [{"type": "text", "text": "a"},
+                                                                {"type": "text", "text": "b"}]},
+                   {"type": "tool_result", "id": "x", "output": {"k": 1}}]},
+    ]
+    got = provider_rows([Row(b"", 1, i, r) for i, r in enumerate(rows)])
+    assert got[0].data == {"seq": 1, "kind": "message", "role": "user", "parts": [
+        {"type": "text",
+         "text": "[result of tool call x (error); its call is in an earlier context window]\nold"}]}
+    assert rows[0]["role"] == "tool" and rows[0]["parts"][0]["type"] == "tool_result"
+    assert got[1].data is rows[1]  # a row without orphans is served as it is stored
+    assert got[2].data["role"] == "tool"  # its first result answers the call: still a tool row
+    assert got[2].data["parts"] == [
+        rows[2]["parts"][0],
+        {"type": "text",
+         "text": '[result of tool call x; it came after its call was settled]\n{"k":1}'}]
