@@ -1,10 +1,8 @@
-"""The per-workspace lock: ``flock`` on ``<ws>/LOCK``.
+"""The per-workspace lock: ``flock`` on ``<ws>/LOCK`` through portalocker.
 
-Where ``fcntl`` exists (every POSIX system) the lock is ``fcntl.flock``
-called directly: the call portalocker makes there, without its per-call
-validation of ``IntFlag`` flags, which cost about 70,000 instructions of
-Python per append (a lock and an unlock, 7% of an append's CPU work;
-bench/RESULTS.md, issue 31, sixth round). Elsewhere portalocker locks.
+The flag combinations are built once (an ``IntFlag`` ``|`` per call cost
+more than the lock itself) and a writer's append takes and gives back the
+lock through :func:`acquire` / :func:`release`, without a generator.
 
 Writers take it exclusive, readers shared. Every acquisition opens its own file
 description, so threads of one process exclude each other exactly as processes
@@ -29,11 +27,6 @@ import time
 from collections.abc import Iterator
 
 import portalocker
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX: portalocker locks
-    fcntl = None  # type: ignore[assignment]
 
 from ledger.core.errors import CommitFailed, LockTimeout, Unavailable, UnsafePath
 from ledger.core.format import files as ffmt
@@ -112,30 +105,22 @@ def release(fd: int | None) -> None:
         os.close(fd)
 
 
+_SHARED_NOW = portalocker.LockFlags.SHARED | portalocker.LockFlags.NON_BLOCKING
+_EXCLUSIVE_NOW = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
+
+
 def _try_lock(fd: int, shared: bool) -> bool:
     """Take the lock without waiting: False when another holder has it.
-    Other failures raise (an ``OSError`` from ``flock``)."""
-    if fcntl is None:  # pragma: no cover - not POSIX
-        mode = portalocker.LockFlags.SHARED if shared else portalocker.LockFlags.EXCLUSIVE
-        try:
-            portalocker.lock(fd, mode | portalocker.LockFlags.NON_BLOCKING)
-        except portalocker.AlreadyLocked:
-            return False
-        return True
+    Other failures raise (portalocker's ``LockException``)."""
     try:
-        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.EAGAIN, errno.EACCES):  # held elsewhere (portalocker's test)
-            return False
-        raise
+        portalocker.lock(fd, _SHARED_NOW if shared else _EXCLUSIVE_NOW)
+    except portalocker.AlreadyLocked:
+        return False
     return True
 
 
 def _unlock(fd: int) -> None:
-    if fcntl is None:  # pragma: no cover - not POSIX
-        portalocker.unlock(fd)
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+    portalocker.unlock(fd)
 
 
 def _acquire(fd: int, path: str, workspace: str, shared: bool, deadline: float,
