@@ -612,10 +612,25 @@ class LedgerSession(BranchesMixin, SessionABC):
         that is the newest ``add_items`` batch (earlier inputs the model has
         not answered stay context); for a session opened on a stored window,
         the rows after the model's newest output. None when there are none, or
-        when they were sent already."""
+        when they were sent already.
+
+        This process's own batch that no request has held yet (an input, not
+        the model's output) is the trigger even when another run on the
+        session (another process) stored rows after it, its model's answer
+        included: the walk back below would stop at that answer and leave
+        this step without a trigger, so without the budget's decision -- a
+        window that another run filled past the hard ceiling meanwhile was
+        then refused (``StepBudgetExceeded``) instead of rolled over."""
         floor = self._sent_seq
-        if self._batch_from is not None:
-            floor = max(floor, self._batch_from - 1)
+        own = self._batch_from
+        if own is not None:
+            if own > floor:
+                for row in reversed(view):
+                    if row.seq <= own:
+                        if row.seq == own and row.kind == "message" and row.role != "assistant":
+                            return own  # (the model's own output is never a trigger)
+                        break
+            floor = max(floor, own - 1)
         first: int | None = None
         for row in reversed(view):
             if row.kind != "message":

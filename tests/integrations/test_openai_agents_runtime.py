@@ -19,7 +19,7 @@ pytest.importorskip("agents", reason="the agents extra is not installed "
 from agents import Agent, Runner
 
 from ledger import LedgerError, Store
-from ledger.integrations.openai_agents import LedgerSession
+from ledger.integrations.openai_agents import LedgerSession, _tool_schemas, session_history_tool
 from tests.helpers import PYTHON, subprocess_env
 from tests.helpers.agents_script import ScriptedModel, message
 
@@ -91,3 +91,37 @@ def test_a_refused_run_keeps_no_input_in_the_window(tmp_path: Path) -> None:
     result = asyncio.run(Runner.run(agent, "and now?", session=session,
                                     run_config=session.run_config()))
     assert result.final_output == "Fine." and big not in json.dumps(model.inputs[-1])
+
+
+def test_a_run_whose_input_another_run_answered_after_still_gets_the_budget(
+        tmp_path: Path) -> None:
+    """Two sessions on one workspace, interleaved as two processes may be: A
+    stores its question, B then runs a whole turn (its question and its
+    model's answer land after A's), then A's model call is prepared. A's
+    question is still its trigger: the budget decides (a rollover when the
+    window is full, carrying A's question) instead of sending the window as
+    it stands, which another run filled past the hard ceiling (it was
+    refused with StepBudgetExceeded)."""
+    store = Store(tmp_path, durability="off")
+    sessions = {t: LedgerSession("shared", store=store, context_limit=1500) for t in "AB"}
+    agents = {}
+    for t, session in sessions.items():
+        # B's answers are long: B's budget decides before its answer exists,
+        # so an answer can take the window past the hard ceiling.
+        words = 60 if t == "A" else 400
+        model = ScriptedModel([[message(f"answer {t}-{i}: " + "ok " * words, f"m_{t}_{i}")]
+                               for i in range(15)])
+        agents[t] = Agent(name="a", instructions="Be brief.", model=model,
+                          tools=[session_history_tool(session)])
+    a = sessions["A"]
+    for i in range(15):
+        question = {"role": "user", "content": f"question A-{i}: " + "why " * 60}
+        asyncio.run(a.add_items([question]))
+        asyncio.run(Runner.run(agents["B"], f"question B-{i}: " + "why " * 60,
+                               session=sessions["B"], run_config=sessions["B"].run_config()))
+        items = a.request_items("Be brief.", _tool_schemas(agents["A"]), [question])
+        assert f"question A-{i}:" in json.dumps(items)  # A's model sees its question
+        answer = message(f"answer A-{i}: " + "ok " * 60, f"m_A_{i}").model_dump()
+        asyncio.run(a.add_items([answer]))
+    rows = [r.to_dict() for r in a.history.rows()]
+    assert [r["kind"] for r in rows].count("lead_in") >= 2  # the budget rolled over
