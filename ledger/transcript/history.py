@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ledger.core.batches import AppendResult, PendingBatch
-from ledger.core.errors import InvalidRow, WorkspaceNotFound
+from ledger.core.errors import DeletePending, InvalidRow, WorkspaceNotFound
 from ledger.core.forks import Branch, ForkRefused, RewindResult
 from ledger.core.husks import QUARANTINE_VERSION
 from ledger.core.ids import validate_workspace
@@ -150,6 +150,8 @@ class History(WorkspaceHandle):
         file engine's would stat the directory a second time.)"""
         try:
             return self.engine.window_rows()
+        except DeletePending:
+            raise  # a workspace half-deleted is refused, never read as empty
         except WorkspaceNotFound:
             return []
 
