@@ -246,8 +246,7 @@ def _served_as_text(item: Any, row: dict[str, Any], parts: list[Any],
         [isinstance(p, dict) and p.get("type") == "tool_result" for p in new_parts]
     )):
         row["role"] = "user"
-    row.pop(fmt.CHECKSUM_KEY, None)
-    return row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
+    return _served_copy(item, row)
 
 
 def _one_served_as_text(item: Any, row: dict[str, Any], part: dict[str, Any],
@@ -256,6 +255,13 @@ def _one_served_as_text(item: Any, row: dict[str, Any], part: dict[str, Any],
     row = {**row, "parts": [orphan_result_text(part, late=late)]}
     if row.get("role") == "tool":
         row["role"] = "user"  # no result left in it
+    return _served_copy(item, row)
+
+
+def _served_copy(item: Any, row: dict[str, Any]) -> Any:
+    """``row`` (a changed copy of ``item``'s data) in ``item``'s form: a dict
+    for a dict, a Row at the same place for a Row; without the stored
+    checksum, which no longer matches it."""
     row.pop(fmt.CHECKSUM_KEY, None)
     return row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
 
