@@ -168,6 +168,7 @@ _WORDS_KEPT = 65536
 _str_words: dict[str, tuple[str, ...]] = {}
 _ascii_words: dict[bytes, tuple[str, ...]] = {}
 _Key = TypeVar("_Key", str, bytes)
+_V = TypeVar("_V")
 # ASCII letters and digits kept, every other byte a space: for ASCII text,
 # ``text.encode().translate(_ASCII_WORDS).split()`` is ``_WORD.findall(text)``.
 _ASCII_WORDS = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c in range(256))
@@ -177,12 +178,17 @@ def _learn(cache: dict[_Key, tuple[str, ...]], key: _Key, word: str) -> tuple[st
     """The terms of ``word`` (``_word_terms``), seen for the first time as
     ``key``: kept in ``cache`` when the word is shorter than WORD_MAX (a full
     cache starts again)."""
-    got = _word_terms(word)
+    return _keep(cache, key, _word_terms(word))
+
+
+def _keep(cache: dict[_Key, _V], key: _Key, value: _V) -> _V:
+    """``value``, kept in ``cache`` under ``key`` when the word is shorter
+    than WORD_MAX (a full cache starts again): the bound of every word cache."""
     if len(key) < WORD_MAX:
         if len(cache) >= _WORDS_KEPT:
             cache.clear()
-        cache[key] = got
-    return got
+        cache[key] = value
+    return value
 
 
 def terms(text: str) -> list[str]:
@@ -542,11 +548,7 @@ def _stems_of(word: bytes) -> frozenset[str]:
         stems = {_stem(w.lower())}
         if len(w) > 3 and not w.islower() and not w.isupper():
             stems.update(_stem(p.lower()) for p in _CAMEL.findall(w))
-        got = frozenset(stems)
-        if len(word) < WORD_MAX:
-            if len(_word_stems) >= _WORDS_KEPT:
-                _word_stems.clear()
-            _word_stems[word] = got
+        got = _keep(_word_stems, word, frozenset(stems))
     return got
 
 
