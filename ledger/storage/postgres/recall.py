@@ -60,6 +60,10 @@ SWAP = sys.byteorder == "big"  # the (term id, frequency) pairs are stored littl
 TABLES = ("tl_recall_post", "tl_recall_docs", "tl_recall_terms", "tl_recall_echo")
 STATE = "version, epoch, seen, upto, win, last_hash, docs, total, next_tid, floor"
 _NSTATE = len(STATE.split(", "))
+_STATE_OF_S = ", ".join("s." + c for c in STATE.split(", "))  # STATE read through alias s
+# The head and the index's state of a workspace in one row (state NULL: no index yet).
+_HEAD_WITH_MARK = ("FROM tl_head h LEFT JOIN tl_recall_state s ON s.workspace = h.workspace "
+                   "WHERE h.workspace = %s")
 # The index is a projection: no WAL flush wait (see the module doc); on Citus
 # the setting goes along to the worker.
 SYNC_OFF = ("SET LOCAL citus.propagate_set_commands = 'local'; "
@@ -189,10 +193,8 @@ class PgRecall:
         """The head's epoch, next seq and floor with the index's mark, in one
         statement (one snapshot); None when the workspace has no head row."""
         got = conn.execute(
-            f"SELECT h.epoch, h.next_seq, coalesce(h.floor_seq, 0), "
-            f"{', '.join('s.' + c for c in STATE.split(', '))} "
-            "FROM tl_head h LEFT JOIN tl_recall_state s ON s.workspace = h.workspace "
-            "WHERE h.workspace = %s", (self.workspace,)).fetchone()
+            f"SELECT h.epoch, h.next_seq, coalesce(h.floor_seq, 0), {_STATE_OF_S} "
+            f"{_HEAD_WITH_MARK}", (self.workspace,)).fetchone()
         if got is None:
             return None
         return (int(got[0]), int(got[1]), int(got[2]),
@@ -204,9 +206,7 @@ class PgRecall:
         statement; None when there is no head row under the key."""
         got = conn.execute(
             f"SELECT h.next_seq, h.epoch, h.window_seq, h.window_reason, h.floor_seq, h.alias, "
-            f"{', '.join('s.' + c for c in STATE.split(', '))} "
-            "FROM tl_head h LEFT JOIN tl_recall_state s ON s.workspace = h.workspace "
-            "WHERE h.workspace = %s", (self.workspace,)).fetchone()
+            f"{_STATE_OF_S} {_HEAD_WITH_MARK}", (self.workspace,)).fetchone()
         if got is None:
             return None
         return tuple(got[:6]), None if got[6] is None else _mark(got[6:])
@@ -450,7 +450,7 @@ class PgRecall:
         """The mark and each query term's (id, document frequency), in one
         statement; on PostgreSQL (not Citus) sent in the same round trip as
         ``GENERIC_PLANS`` for the rest of the call's transaction."""
-        sql = (f"SELECT {', '.join('s.' + c for c in STATE.split(', '))}, t.term, t.tid, t.df "
+        sql = (f"SELECT {_STATE_OF_S}, t.term, t.tid, t.df "
                "FROM tl_recall_state s LEFT JOIN tl_recall_terms t ON t.workspace = "
                "s.workspace AND t.term = ANY(%s) WHERE s.workspace = %s")
         args = (list(query.terms), self.workspace)
