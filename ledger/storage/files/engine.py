@@ -71,7 +71,19 @@ class FileEngine:
         os.makedirs(self.root, mode=0o700, exist_ok=True)
 
     def tombstoned(self, workspace: str) -> bool:
-        return os.path.lexists(_tombstone(self.root, workspace))
+        path = _tombstone(self.root, workspace)
+        if _ACCESS_NOFOLLOW:
+            return os.access(path, os.F_OK, effective_ids=True, follow_symlinks=False)
+        return os.path.lexists(path)
+
+
+# ``lexists`` without the stat result it builds and drops (a tombstone is
+# asked for twice on every append): faccessat(F_OK, AT_SYMLINK_NOFOLLOW |
+# AT_EACCESS) answers the same question -- a tombstone that is a symlink,
+# even a dangling one, counts; the path is searched with the effective ids,
+# as lstat does.
+_ACCESS_NOFOLLOW = (os.access in os.supports_follow_symlinks
+                    and os.access in os.supports_effective_ids)
 
 
 @functools.lru_cache(maxsize=1024)
