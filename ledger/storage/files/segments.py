@@ -135,20 +135,19 @@ def list_segments(wsdir: str) -> list[int]:
 
 def segments_in(wsdir: str, names: list[str]) -> list[int]:
     """The segment numbers among a listing of ``wsdir`` (see list_segments)."""
+    # Every name of the listing through the memo in C (``map``, ``filter``):
+    # a directory lists the same names append after append.
     known = _NUMBERS
-    numbers = []
-    for name in names:
-        if name.startswith(ffmt.SEGMENT_PREFIX):
-            n = known.get(name)
-            if n is None:
-                n = ffmt.segment_number(name)
-                if n is None:
-                    continue
-                if len(known) >= _NAMES_MAX:
-                    known.clear()
-                known[name] = n
-            numbers.append(n)
-    numbers.sort()
+    found = list(map(known.get, names))
+    if None in found:
+        if len(known) + len(names) > _NAMES_MAX:
+            known.clear()
+        for name in names:
+            if name not in known:
+                n = ffmt.segment_number(name) if name.startswith(ffmt.SEGMENT_PREFIX) else None
+                known[name] = 0 if n is None else n  # 0: not a segment (numbers start at 1)
+        found = list(map(known.get, names))
+    numbers = sorted(filter(None, found))
     if ffmt.MERGE_NAME in names:
         marker = read_merge_marker(wsdir)
         if marker is not None:
@@ -212,7 +211,7 @@ def stamps(
 
 
 _NAMES: dict[int, str] = {}
-_NUMBERS: dict[str, int] = {}  # segment name -> number (the regex once per name)
+_NUMBERS: dict[str, int] = {}  # name in a listing -> segment number, 0 if none (regex once)
 _NAMES_MAX = 1 << 16
 
 
