@@ -251,6 +251,49 @@ class BoundaryIndex:
         append_entry(self.wsdir, self.info(number, stamp))
         self._persisted.add((number, stamp))
 
+    def record(self, entries: list[SegmentInfo], seal: tuple[int, ffmt.Stamp] | None) -> None:
+        """An append's INDEX lines, with one write (writers, under the lock):
+        ``entries`` (active entries), then the entry of the segment the
+        append sealed (``seal``) unless INDEX holds it -- ``ensure_persisted``
+        and ``active_entry`` together. When INDEX held nothing this process
+        had not read (its stamp is the one the last read or write here left,
+        and it ends with a whole line), nothing is read back: what this
+        process writes is taken in as a read of it would take it. Otherwise
+        the new lines are read first, as ``ensure_persisted`` reads them."""
+        path = os.path.join(self.wsdir, ffmt.INDEX_NAME)
+        try:
+            fd, st = segs.open_regular_stat(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        except UnsafePath:
+            return  # not a file (a FIFO, a directory): the projection is rebuilt from the log
+        try:
+            before = ffmt.Stamp.of(st)
+            if before != self._index_stamp or st.st_size != self._index_read:
+                self._load()  # lines of other writers, or a torn tail
+            known = before == self._index_stamp and st.st_size == self._index_read
+            out = list(entries)
+            if seal is not None and seal not in self._persisted:
+                out.append(self.info(*seal))
+            if not out:
+                return
+            data = b"".join(ffmt.encode_index_entry(to_entry(i)) for i in out)
+            segs._write_all(fd, [data])  # whole, across short writes
+            after = ffmt.Stamp.of(os.fstat(fd))
+        finally:
+            os.close(fd)
+        if seal is not None:
+            self._persisted.add(seal)
+        if not known or after.size != before.size + len(data):
+            return  # the next read takes them in from the file
+        for info in out:
+            if info.epoch:
+                self._active[(info.number, info.epoch)] = info
+            else:
+                self._recorded[info.number] = info
+                self._persisted.add((info.number, info.stamp))
+                self.remember(info)
+        self._index_stamp = after
+        self._index_read = after.size
+
     def persist_many(self, infos: list[SegmentInfo]) -> None:
         """Writers: take in and record these sealed segments' entries (each
         what ``scan_segment`` would compute for its stamp) with one write,
@@ -274,11 +317,18 @@ class BoundaryIndex:
         return out
 
 
-def active_entry(wsdir: str, number: int, stamp: ffmt.Stamp, epoch: int,
-                 bounds: tuple[Boundary, ...] | None = None, first_seq: int = -1) -> None:
-    """Record the active segment's boundaries under ``epoch`` (writers only).
+def active_info(wsdir: str, number: int, stamp: ffmt.Stamp, epoch: int,
+                bounds: tuple[Boundary, ...] | None = None, first_seq: int = -1
+                ) -> SegmentInfo:
+    """The active entry of segment ``number``: its boundaries under ``epoch``.
     Without ``bounds`` the segment is scanned (it is at most cap + one batch)."""
     if bounds is None:
         info = scan_segment(wsdir, number, stamp)
         bounds, first_seq = info.bounds, info.first_seq
-    append_entry(wsdir, SegmentInfo(number, stamp, first_seq, -1, -1, bounds, -1, epoch))
+    return SegmentInfo(number, stamp, first_seq, -1, -1, bounds, -1, epoch)
+
+
+def active_entry(wsdir: str, number: int, stamp: ffmt.Stamp, epoch: int,
+                 bounds: tuple[Boundary, ...] | None = None, first_seq: int = -1) -> None:
+    """Record the active segment's boundaries under ``epoch`` (writers only)."""
+    append_entry(wsdir, active_info(wsdir, number, stamp, epoch, bounds, first_seq))

@@ -40,7 +40,7 @@ from ledger.storage.engine import BackupResult, PageUse, QuarantineEntry, StatRe
 from ledger.storage.files import rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.backup import backup as backup_history
-from ledger.storage.files.index import active_entry
+from ledger.storage.files.index import active_info
 from ledger.storage.files.lock import acquire, locked, release
 from ledger.storage.files.marker import recover_if_marked
 from ledger.storage.files.merge import AUTO_MAX_MERGE_BYTES, AUTO_MIN_SEALED
@@ -228,28 +228,23 @@ class FileWorkspace(Publishing):
         batch_bounds = rules.batch_bounds(stored, [(target, p) for p in positions])
         window, floor = rules.fold(window, floor, batch_bounds)
         epoch = st.epoch if st.verified else rules.new_epoch(st.epoch)
-        if new_file or batch_bounds or epoch != st.epoch:
-            try:
-                if new_file:
-                    active_entry(self.path, target, new_stamp, epoch, tuple(batch_bounds),
-                                 seqs[0])
-                else:
-                    active_entry(self.path, target, new_stamp, epoch)
-            except OSError:
-                pass  # a projection: readers scan when it is missing
         running = self._running
+        seal = None
         if new_file and active and st.active_stamp is not None:
-            sealed = [*st.sealed, (active, st.active_stamp)]
-            if running is not None and (running.number, running.stamp) == (
-                active, st.active_stamp
-            ):
+            seal = (active, st.active_stamp)
+            sealed = [*st.sealed, seal]
+            if running is not None and (running.number, running.stamp) == seal:
                 self.index.remember(running)  # sealing it needs no scan
-            try:
-                self.index.ensure_persisted(active, st.active_stamp)
-            except OSError:
-                pass  # a projection: readers rebuild a missing entry
         else:
             sealed = st.sealed
+        if seal is not None or new_file or batch_bounds or epoch != st.epoch:
+            try:
+                entries = [active_info(self.path, target, new_stamp, epoch,
+                                       tuple(batch_bounds) if new_file else None, seqs[0])
+                           ] if new_file or batch_bounds or epoch != st.epoch else []
+                self.index.record(entries, seal)
+            except OSError:
+                pass  # a projection: readers scan or rebuild what is missing
         self._running = extend_running(
             running, target, new_stamp, st.active_stamp, new_file, seqs, batch_bounds
         )

@@ -85,3 +85,53 @@ def test_incremental_index_reads_pick_up_later_entries(tmp_path: Path) -> None:
     for n, s in st.sealed:
         assert reader.info(n, s) == fresh.info(n, s) == scan_segment(h.engine.path, n, s)
     assert segs.list_segments(h.engine.path)
+
+
+def _fresh_view(path: str) -> tuple:
+    fresh = BoundaryIndex(path)
+    fresh._load()
+    return fresh._active, fresh._recorded, fresh._persisted, fresh._index_read
+
+
+def test_a_writer_takes_in_its_own_index_lines_without_reading_them_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The lines an append writes when it seals a segment (its active entry
+    # and the sealed segment's) are what a read of INDEX would give, so the
+    # writer's view equals a fresh read's -- and INDEX is not read again
+    # while no other process wrote to it.
+    monkeypatch.setattr("ledger.storage.files.workspace.AUTO_MIN_SEALED", 1 << 30)
+    h = Store(tmp_path, segment_bytes=900, durability="off").history("ws")
+    _grow(h, 20)
+    index = h.engine.index
+    reads: list[int] = []
+    real = read_entries
+    monkeypatch.setattr("ledger.storage.files.index.read_entries",
+                        lambda wsdir, start=0: reads.append(start) or real(wsdir, start))
+    sealed_before = len(h.snapshot().sealed)
+    _grow(h, 60)
+    assert len(h.snapshot().sealed) > sealed_before + 5
+    assert reads == []
+    assert (index._active, index._recorded, index._persisted, index._index_read) == \
+        _fresh_view(h.engine.path)
+    for number, stamp in h.snapshot().sealed:
+        assert index.info(number, stamp) == scan_segment(h.engine.path, number, stamp)
+
+
+def test_a_writer_reads_the_index_lines_another_writer_added(tmp_path: Path) -> None:
+    a = Store(tmp_path, segment_bytes=700, durability="off").history("ws")
+    b = Store(tmp_path, segment_bytes=700, durability="off").history("ws")
+    for i in range(80):
+        (a if i % 4 else b).append_many([text(f"turn {i} " + "z" * (i % 60))])
+        if i % 10 == 6:
+            (b if i % 2 else a).clear_soft()
+    path = a.engine.path
+    for h in (a, b):
+        h.engine.index._load()
+        idx = h.engine.index
+        active, recorded, persisted, end = _fresh_view(path)
+        assert (idx._active, idx._recorded, idx._index_read) == (active, recorded, end)
+        assert persisted <= idx._persisted
+    sealed = read_entries(path).sealed
+    for number, stamp in a.snapshot().sealed:
+        assert sealed[number] == scan_segment(path, number, stamp)
