@@ -18,7 +18,8 @@ bytes, so a ratio product/floor shows what the product adds:
 ``SyscallReplica``  the system calls one ``append`` makes (lock, listing, a
                     stat per segment, receipt read and two in-place writes,
                     reading the active segment, the rename commit of old
-                    bytes + batch) with none of the Python logic around
+                    bytes + batch; sealing into a new segment and merging
+                    as the ledger does) with none of the Python logic around
                     them: what the rename design costs by itself, so that
                     ledger/replica is what Python adds and replica/floor what
                     the design adds.
@@ -27,7 +28,9 @@ bytes, so a ratio product/floor shows what the product adds:
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
+import random
 import secrets
 from collections.abc import Sequence
 from typing import Any
@@ -35,6 +38,7 @@ from typing import Any
 import msgspec
 
 from ledger.core.format import files as ffmt
+from ledger.storage.files.merge import FANOUT
 
 _dec = msgspec.json.Decoder()
 _enc = msgspec.json.Encoder()
@@ -62,60 +66,117 @@ def rename_floor(directory: str, data: Sequence[bytes], durability: str = "full"
 
 class SyscallReplica:
     """A workspace-shaped directory with ``segments`` segment files whose
-    active segment grows by each batch up to ``cap`` and then starts anew,
-    as the ledger's does; each call makes the system calls of one append."""
+    active segment grows by each batch up to ``cap``; each call makes the
+    system calls of one append, on the files the ledger's append would have.
+
+    As the ledger does (``ledger.storage.files.workspace``): a full active
+    segment is sealed and the batch starts the next segment number (one
+    INDEX line appended, unsynced: a projection), so the listing and the
+    stat per segment grow as the ledger's do; once ``FANOUT`` segments of
+    the cap's size trail the sealed run they are merged into the first of
+    them (temp + fsync + rename, unlink the rest, directory fsync: the
+    durable steps of ``ledger.storage.files.merge``). The LOCK is fstat'ed
+    before the flock and lstat'ed after it, and the tombstone checked
+    before the lock and under it (the ledger's checks against a planted
+    FIFO and a concurrent delete). Temp names come from a seeded generator,
+    as the ledger's (no ``getrandom`` call)."""
 
     def __init__(self, directory: str, segments: int, cap: int) -> None:
         self.dir = directory
         self.cap = cap
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        self.names = [ffmt.segment_name(i) for i in range(1, max(segments, 1) + 1)]
-        for name in self.names:
-            with open(os.path.join(directory, name), "wb") as f:
+        self.numbers = list(range(1, max(segments, 1) + 1))
+        self.small = 0  # trailing sealed segments of the cap's size
+        for n in self.numbers:
+            with open(os.path.join(directory, ffmt.segment_name(n)), "wb") as f:
                 f.write(b"{}\n")
         for name in (ffmt.LOCK_NAME, ffmt.FORMAT_NAME, ffmt.INDEX_NAME):
             open(os.path.join(directory, name), "wb").close()
         with open(os.path.join(directory, ffmt.RECEIPT_NAME), "wb") as f:
             f.write(bytes(ffmt.RECEIPT_SIZE))
-        self.active = os.path.join(directory, self.names[-1])
+        self.tomb = os.path.join(os.path.dirname(directory), ".replica.deleting")
+        self.rng = random.Random(0)
+
+    def _path(self, n: int) -> str:
+        return os.path.join(self.dir, _segment_name(n))
 
     def __call__(self, data: Sequence[bytes]) -> None:
         d = self.dir
         os.path.isdir(d)
-        lock = os.open(os.path.join(d, ffmt.LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                       0o600)
+        os.path.lexists(self.tomb)
+        lock_path = os.path.join(d, ffmt.LOCK_NAME)
+        lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.fstat(lock)
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.path.lexists(os.path.join(os.path.dirname(d), ".replica.deleting"))
+        os.lstat(lock_path)
+        os.path.lexists(self.tomb)
         os.listdir(d)
         dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        for name in self.names:
+        for name in map(_segment_name, self.numbers):
             os.stat(name, dir_fd=dfd, follow_symlinks=False)
         os.close(dfd)
         rfd = os.open(os.path.join(d, ffmt.RECEIPT_NAME), os.O_RDWR | os.O_CLOEXEC)
         os.fstat(rfd)
         os.pread(rfd, ffmt.RECEIPT_SIZE + 1, 0)
         os.pwrite(rfd, b"\1" * ffmt.RECEIPT_SIZE, 0)
-        sfd = os.open(self.active, os.O_RDONLY | os.O_CLOEXEC)
+        active = self._path(self.numbers[-1])
+        sfd = os.open(active, os.O_RDONLY | os.O_CLOEXEC)
         size = os.fstat(sfd).st_size
         old = os.read(sfd, size + 1)
         os.close(sfd)
-        if len(old) >= self.cap:
+        sealed = len(old) >= self.cap
+        if sealed:
             old = b""
-        tmp = os.path.join(d, f"{ffmt.TEMP_PREFIX}{secrets.token_hex(6)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-        os.writev(fd, [old, *data] if old else list(data))
-        os.fsync(fd)
-        os.rename(tmp, self.active)
+            self.numbers.append(self.numbers[-1] + 1)
+            active = self._path(self.numbers[-1])
+        fd = self._commit(active, [old, *data] if old else list(data))
         os.fstat(fd)
         os.close(fd)
-        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        os.fsync(dfd)
-        os.close(dfd)
+        fsync_dir(d)
+        if sealed:
+            ifd = os.open(os.path.join(d, ffmt.INDEX_NAME),
+                          os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            os.write(ifd, b'{"e":[0]}\n' * 2)
+            os.close(ifd)
+            self.small += 1
+            if self.small >= FANOUT:
+                self._merge()
         os.pwrite(rfd, b"\2" * ffmt.RECEIPT_SIZE, 0)
         os.close(rfd)
         fcntl.flock(lock, fcntl.LOCK_UN)
         os.close(lock)
+
+    def _commit(self, target: str, chunks: list[bytes]) -> int:
+        tmp = os.path.join(self.dir, f"{ffmt.TEMP_PREFIX}{self.rng.getrandbits(48):012x}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        os.writev(fd, chunks)
+        os.fsync(fd)
+        os.rename(tmp, target)
+        return fd
+
+    def _merge(self) -> None:
+        """The trailing ``FANOUT`` sealed segments become the first of them."""
+        run = self.numbers[-1 - FANOUT:-1]
+        parts = []
+        for n in run:
+            with open(self._path(n), "rb") as f:
+                parts.append(f.read())
+        os.close(self._commit(self._path(run[0]), parts))
+        for n in run[1:]:
+            os.unlink(self._path(n))
+        fsync_dir(self.dir)
+        self.numbers = [*self.numbers[:-FANOUT], self.numbers[-1]]
+        self.small = 0
+
+
+_segment_name = functools.lru_cache(maxsize=None)(ffmt.segment_name)
+
+
+def fsync_dir(path: str) -> None:
+    dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    os.fsync(dfd)
+    os.close(dfd)
 
 
 def _chunks(path: str, start: int = 0) -> Any:
