@@ -80,6 +80,7 @@ from ledger.rollover.conversation import (
     MOVED_ON,
     SEND_ATTEMPTS,
     Conversation,
+    Request,
     SendConflict,
     SendRefused,
     stored_copy,
@@ -514,7 +515,8 @@ class LedgerSession(BranchesMixin, SessionABC):
                 Decision(Action.REJECT, "conflict", "window sealed", 0, False,
                          conv.config.ceiling, continuation=False), [])
 
-    def _request(self, conv: Conversation, given: Sequence[Mapping[str, Any]]) -> Any:
+    def _request(self, conv: Conversation,
+                 given: Sequence[Mapping[str, Any]]) -> Request | None:
         """One try of ``request_items``: the request, or None when another
         run sealed the trigger between this try's read and its send (rule
         ``sealed``: nothing was sent; the next try carries it)."""
