@@ -169,20 +169,24 @@ class MessageCache:
         out: list[BaseMessage] = []
         found_in = self._kept.get
         for row in rows:
+            line = row.line
+            place = (row.segment, row.offset)
+            found = found_in(place)
+            if found is not None and found[0] == line:
+                # The very line the kept message was built from (so its
+                # meta holds that message): no lookup in the row's dict. A
+                # shallow copy (what model_copy() gives): fields reassigned
+                # on the copy stay its own.
+                out.append(message_copy(found[1]))
+                continue
             meta = row.data.get("meta")
             kept = meta.get(META_KEY) if isinstance(meta, dict) else None
-            line = row.line
             if not isinstance(kept, dict) or not line:
                 message = _row_message(row, self)
                 if message is not None:
                     out.append(message)
                 continue
-            place = (row.segment, row.offset)
-            found = found_in(place)
-            # A shallow copy (what model_copy() gives): fields reassigned on
-            # the copy stay its own.
-            out.append(message_copy(found[1]) if found is not None and found[0] == line
-                       else message_copy(self._built(place, line, kept)))
+            out.append(message_copy(self._built(place, line, kept)))
         return out
 
 
