@@ -1,0 +1,76 @@
+"""What this process's last appends wrote to the active segment, kept so the
+recall index can catch up without reading those lines back (``recall``).
+
+Each append rewrites the active segment by rename: the new file is the old
+one's bytes followed by the batch's lines. A ``Step`` records that: the
+stamp of the file the append read (identity, size, times), the stamp of the
+file it committed, where the batch starts and its lines. Steps are kept
+while each starts from the file the one before it committed (a chain of
+stamps), up to ``KEEP_BYTES`` of lines, oldest dropped first.
+
+``lines_after`` answers from the steps only when their stamps link a file
+the caller checked to the file there now: the bytes then are the bytes
+checked plus these lines, as sure as a stamp that did not change means an
+unchanged file (the rule sealed segments are trusted by, DESIGN 6). Any
+other change in between (another process's append, a rewrite, a copy put
+back, an edit) leaves a stamp no step names, and the caller reads the log
+as before. Held in memory only: a process that ends loses nothing.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ledger.core.format.files import Stamp
+from ledger.storage.files.recall_tail import FOLD_BYTES
+
+# Lines kept: more than a tail reads before it goes to the index the slow way.
+KEEP_BYTES = FOLD_BYTES
+
+
+class Step(NamedTuple):
+    """One append to segment ``segment``: the file it read (``before``,
+    ``offset`` bytes, whole lines) and the one it committed (``after``),
+    which holds ``lines`` (each ending in a newline) from ``offset`` on."""
+
+    segment: int
+    before: Stamp
+    after: Stamp
+    offset: int
+    lines: tuple[bytes, ...]
+
+
+def remember(steps: tuple[Step, ...], step: Step) -> tuple[Step, ...]:
+    """``steps`` with ``step`` added: kept after them when it starts from
+    the file the last one committed, else alone; then the oldest dropped
+    while more than KEEP_BYTES of lines are held."""
+    if steps and (steps[-1].segment, steps[-1].after) == (step.segment, step.before):
+        kept = [*steps, step]
+    else:
+        kept = [step]
+    held = sum(len(line) for s in kept for line in s.lines)
+    while len(kept) > 1 and held > KEEP_BYTES:
+        held -= sum(len(line) for line in kept[0].lines)
+        kept.pop(0)
+    return tuple(kept)
+
+
+def lines_after(
+    steps: tuple[Step, ...], segment: int, checked: Stamp, offset: int, now: Stamp
+) -> list[tuple[int, bytes]] | None:
+    """The lines (offset, bytes without the newline) segment ``segment``
+    holds after the ``offset`` bytes of the file stamped ``checked``, when
+    the steps lead from that file to the one stamped ``now``; None when they
+    do not (the caller reads the file)."""
+    for i, s in enumerate(steps):
+        if s.segment == segment and s.before == checked and s.offset == offset:
+            if steps[-1].after != now:
+                return None
+            out = []
+            for step in steps[i:]:
+                at = step.offset
+                for line in step.lines:
+                    out.append((at, line[:-1]))
+                    at += len(line)
+            return out
+    return None
