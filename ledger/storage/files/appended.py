@@ -6,7 +6,8 @@ one's bytes followed by the batch's lines. A ``Step`` records that: the
 stamp of the file the append read (identity, size, times), the stamp of the
 file it committed, where the batch starts and its lines. Steps are kept
 while each starts from the file the one before it committed (a chain of
-stamps), up to ``KEEP_BYTES`` of lines, oldest dropped first.
+stamps), up to ``KEEP_STEPS`` appends and ``KEEP_BYTES`` of lines, oldest
+dropped first (a search after more appends than that reads the log).
 
 ``lines_after`` answers from the steps only when their stamps link a file
 the caller checked to the file there now: the bytes then are the bytes
@@ -22,10 +23,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ledger.core.format.files import Stamp
-from ledger.storage.files.recall_tail import FOLD_BYTES
 
-# Lines kept: more than a tail reads before it goes to the index the slow way.
-KEEP_BYTES = FOLD_BYTES
+# What is kept: a search after more appends than this reads them from the log
+# (its cost then spread over as many appends); held by a process that only
+# appends too, so small.
+KEEP_BYTES = 256 * 1024
+KEEP_STEPS = 64
 
 
 class Step(NamedTuple):
@@ -38,20 +41,19 @@ class Step(NamedTuple):
     after: Stamp
     offset: int
     lines: tuple[bytes, ...]
+    size: int  # bytes of ``lines``
 
 
 def remember(steps: tuple[Step, ...], step: Step) -> tuple[Step, ...]:
     """``steps`` with ``step`` added: kept after them when it starts from
     the file the last one committed, else alone; then the oldest dropped
-    while more than KEEP_BYTES of lines are held."""
-    if steps and (steps[-1].segment, steps[-1].after) == (step.segment, step.before):
-        kept = [*steps, step]
-    else:
-        kept = [step]
-    held = sum(len(line) for s in kept for line in s.lines)
+    while more than KEEP_STEPS steps or KEEP_BYTES of lines are held."""
+    if not steps or (steps[-1].segment, steps[-1].after) != (step.segment, step.before):
+        return (step,)
+    kept = [*steps[-(KEEP_STEPS - 1):], step]
+    held = sum(s.size for s in kept)
     while len(kept) > 1 and held > KEEP_BYTES:
-        held -= sum(len(line) for line in kept[0].lines)
-        kept.pop(0)
+        held -= kept.pop(0).size
     return tuple(kept)
 
 
@@ -62,10 +64,11 @@ def lines_after(
     holds after the ``offset`` bytes of the file stamped ``checked``, when
     the steps lead from that file to the one stamped ``now``; None when they
     do not (the caller reads the file)."""
-    for i, s in enumerate(steps):
+    if not steps or steps[-1].after != now:
+        return None
+    for i in range(len(steps) - 1, -1, -1):  # newest first: a search after each append
+        s = steps[i]
         if s.segment == segment and s.before == checked and s.offset == offset:
-            if steps[-1].after != now:
-                return None
             out = []
             for step in steps[i:]:
                 at = step.offset
