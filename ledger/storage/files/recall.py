@@ -71,9 +71,8 @@ from ledger.core.errors import Unavailable
 from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.searchable import hidden, indexed_terms, row_text
-from ledger.storage.files import appended
 from ledger.storage.files import segments as segs
-from ledger.storage.files.appended import Step
+from ledger.storage.files.appended import Appends
 from ledger.storage.files.recall_tail import FOLD_BYTES, Tail, TailDoc
 
 VERSION = "5"
@@ -555,7 +554,7 @@ class RecallIndex:
 
     # -- bringing it up to date ----------------------------------------------
 
-    def refresh(self, st: Any, layout: str, steps: tuple[Step, ...] = ()) -> Mark:
+    def refresh(self, st: Any, layout: str, steps: Appends | None = None) -> Mark:
         """Bring the index with its tail up to the log (or rebuild): the
         mark returned names everything ``candidates`` scores. Called under
         the workspace's shared lock, so the log does not change meanwhile.
@@ -564,7 +563,7 @@ class RecallIndex:
         with self._guard:
             return self._refresh_guarded(st, layout, steps)
 
-    def _refresh_guarded(self, st: Any, layout: str, steps: tuple[Step, ...] = ()) -> Mark:
+    def _refresh_guarded(self, st: Any, layout: str, steps: Appends | None = None) -> Mark:
         self._hashes = {}
         try:
             mark = self._refresh_tried(st, layout, steps)
@@ -574,7 +573,7 @@ class RecallIndex:
             mark, st.epoch, layout, _floor_seq(st), st.sealed, st.active, st.active_stamp)
         return mark
 
-    def _refresh_tried(self, st: Any, layout: str, steps: tuple[Step, ...]) -> Mark:
+    def _refresh_tried(self, st: Any, layout: str, steps: Appends | None) -> Mark:
         try:
             for _ in range(8):
                 try:
@@ -603,7 +602,7 @@ class RecallIndex:
 
     def search(
         self, st: Any, layout: str, query: ranking.Query, after: int, high: int,
-        window: int | None, steps: tuple[Step, ...] = (),
+        window: int | None, steps: Appends | None = None,
     ) -> list[tuple[int, int, float, tuple[int, int]]]:
         """``refresh`` then ``candidates``; an index found damaged while it
         answers is rebuilt and asked again."""
@@ -630,7 +629,7 @@ class RecallIndex:
             raise Unavailable("the recall index kept changing while it was read (other "
                               "readers bringing it up to date); retry in a moment")
 
-    def _refresh(self, st: Any, layout: str, steps: tuple[Step, ...] = ()) -> Mark:
+    def _refresh(self, st: Any, layout: str, steps: Appends | None = None) -> Mark:
         db = self._open()
         base = self._mark_now(db)
         tail = self._held(base)
@@ -642,8 +641,8 @@ class RecallIndex:
             if seen.active_stamp == st.active_stamp:
                 return mark
             if mark.segment == st.active:
-                lines = appended.lines_after(steps, st.active, seen.active_stamp, mark.offset,
-                                             st.active_stamp)
+                lines = None if steps is None else steps.lines_after(
+                    st.active, seen.active_stamp, mark.offset, st.active_stamp)
                 if lines is not None:
                     got = self._extend(db, st, layout, base, tail, lines)
                     if got is not None:

@@ -255,9 +255,8 @@ class FileWorkspace(Publishing):
         )
         before = ffmt.ZERO_STAMP if new_file else st.active_stamp
         if before is not None and before.size == offset0:
-            self.appended = appended.remember(
-                self.appended, appended.Step(target, before, new_stamp, offset0, tuple(lines),
-                                             pos - offset0))
+            self.appended.add(appended.Step(target, before, new_stamp, offset0, lines,
+                                            pos - offset0))
         layout = st.receipt.layout if st.receipt is not None else 0
         receipt = stable_receipt(
             epoch, seqs[-1] + 1, window, floor, layout, (target, new_stamp), sealed,

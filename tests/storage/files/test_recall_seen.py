@@ -23,7 +23,7 @@ import pytest
 from ledger import Store
 from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
-from ledger.storage.files import recall
+from ledger.storage.files import appended, recall
 from ledger.storage.files import segments as segs
 from tests.helpers import PYTHON, msg, subprocess_env
 from tests.storage.files.test_recall_tail import answer, answers, fresh_answers, history
@@ -171,3 +171,31 @@ def test_a_log_put_back_between_two_searches(tmp_path: Path) -> None:
     h.append_many([msg("otter facts")])
     assert answer(tool, "zebra")["items"] == []
     assert answers(tool) == fresh_answers(root, tmp_path / "fresh")
+
+
+def test_the_record_of_appends_is_bounded_and_chained() -> None:
+    """A process that appends and never searches holds at most KEEP_STEPS
+    appends and KEEP_BYTES of lines; an append that does not start from the
+    file the last one committed starts the record again."""
+    def stamp(n: int) -> ffmt.Stamp:
+        return ffmt.Stamp(1, n, n * 10, n, n)
+
+    rec = appended.Appends()
+    line = b"x" * 99 + b"\n"
+    for n in range(appended.KEEP_STEPS + 10):
+        rec.add(appended.Step(1, stamp(n), stamp(n + 1), n * 100, [line], 100))
+    last = appended.KEEP_STEPS + 10
+    assert rec.lines_after(1, stamp(9), 900, stamp(last)) is None  # dropped
+    got = rec.lines_after(1, stamp(last - appended.KEEP_STEPS), (last - appended.KEEP_STEPS) * 100,
+                          stamp(last))
+    assert got is not None and len(got) == appended.KEEP_STEPS
+    assert got[0] == ((last - appended.KEEP_STEPS) * 100, line[:-1])
+    assert rec.lines_after(1, stamp(last - 1), (last - 1) * 100, stamp(last - 1)) is None  # not now
+    big = [b"y" * (appended.KEEP_BYTES // 2 - 1) + b"\n"]
+    for n in range(last, last + 3):
+        rec.add(appended.Step(1, stamp(n), stamp(n + 1), 0, big, appended.KEEP_BYTES // 2))
+    assert rec.lines_after(1, stamp(last + 1), 0, stamp(last + 3)) is not None
+    assert rec.lines_after(1, stamp(last), 0, stamp(last + 3)) is None  # over KEEP_BYTES
+    rec.add(appended.Step(1, stamp(500), stamp(501), 0, [line], 100))  # another writer between
+    assert rec.lines_after(1, stamp(last + 2), 0, stamp(501)) is None
+    assert rec.lines_after(1, stamp(500), 0, stamp(501)) == [(0, line[:-1])]
