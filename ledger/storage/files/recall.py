@@ -38,9 +38,10 @@ Hardened like the log: the database and its ``-wal``, ``-shm`` and
 anything but a regular file (``unsafe``: ranked search is unavailable and
 ``check`` reports it until it is moved away; ``repair`` removes it). Every
 row of every table carries a checksum (``h``: xxh3 of its values, or for a
-posting an arithmetic check SQLite computes), verified with SQLite's
-``quick_check``, the schema and the statistics whenever a connection opens
-the file, and again on the terms and postings a query reads; any failure,
+posting an arithmetic check SQLite computes) and values of fixed SQLite types
+(``_TYPES``: a checksum can be made over values of another type), verified
+with SQLite's ``quick_check``, the schema and the statistics whenever a
+connection opens the file, and again on the rows a query reads; any failure,
 or any SQLite error that is not a lock, discards the file and builds it
 again from the log
 (``history_unavailable`` with the reason when that fails too), so a damaged
@@ -103,14 +104,39 @@ TABLES = ("meta", "docs", "post", "df", "echo", "wins", "segs")
 _POST_H = "(({t} * 1000003 + {i} * 7919 + {n} * 104729 + {f} * 15485863 + 12345) % 2147483647)"
 _POST_INSERT = ("INSERT OR REPLACE INTO post VALUES (?1, ?2, ?3, ?4, "
                 + _POST_H.format(t="?1", i="?2", n="?3", f="?4") + ")")
-_POST_CHECK = _POST_H.format(t="tid", i="imp", n="neg", f="tf")
+# As verified: NULL (never equal to ``h``) unless all four are integers, so a
+# posting of another type (text where a number belongs, with a forged ``h``)
+# fails its check before Python compares or adds its values.
+_POST_CHECK = ("CASE WHEN typeof(tid) = 'integer' AND typeof(imp) = 'integer' AND "
+               "typeof(neg) = 'integer' AND typeof(tf) = 'integer' THEN "
+               + _POST_H.format(t="tid", i="imp", n="neg", f="tf") + " END")
+# The SQLite type (``typeof``) of each column of the other tables. SQLite
+# stores any type in any column, and a row checksummed over values of the
+# wrong type (``_h`` hashes their repr) passes its checksum: the types are
+# checked as well, where the rows are read, so a value is damage
+# (``Damaged``) before it is formatted, compared or added.
+_TYPES = {
+    "meta": (("k", "text"), ("v", "text"), ("h", "integer")),
+    "docs": (("seq", "integer"), ("win", "integer"), ("len", "integer"),
+             ("size", "integer"), ("tids", "blob"), ("seg", "integer"), ("off", "integer"),
+             ("h", "integer")),
+    "df": (("term", "text"), ("tid", "integer"), ("n", "integer"), ("h", "integer")),
+    "echo": (("call", "text"), ("h", "integer")),
+    "wins": (("win", "integer"), ("h", "integer")),
+    "segs": (("number", "integer"), ("last_at", "integer"), ("last_hash", "text"),
+             ("stamp", "text"), ("h", "integer")),
+}
+_MISTYPED = {table: f"SELECT count(*) FROM {table} WHERE " + " OR ".join(
+    f"typeof({col}) != '{kind}'" for col, kind in cols) for table, cols in _TYPES.items()}
 # The rows just before and after each of some rows within the query's range
 # (``?`` after, ``?`` high): their neighbours (ranking.Doc's prev and next).
 _LINKS_SQL = ("WITH h(s) AS (VALUES {rows}) SELECT s, "
               "(SELECT seq FROM docs WHERE seq < h.s AND seq > ? ORDER BY seq DESC LIMIT 1), "
               "(SELECT seq FROM docs WHERE seq > h.s AND seq <= ? ORDER BY seq LIMIT 1) FROM h")
 # What a damaged file can make SQLite or the decoding of its values raise.
-DAMAGE_ERRORS = (sqlite3.DatabaseError, TypeError, ValueError, KeyError, IndexError,
+# Not TypeError: a value of the wrong type is found by its type where it is
+# read (``_TYPES``), so a TypeError is a bug of ours, never a silent rebuild.
+DAMAGE_ERRORS = (sqlite3.DatabaseError, ValueError, KeyError, IndexError,
                  OverflowError, UnicodeError)
 
 
@@ -263,9 +289,9 @@ class _Writer:
             for term, tid, n, h in self.db.execute(
                     f"SELECT term, tid, n, h FROM df WHERE term IN ({','.join('?' * len(part))})",
                     part):
-                if h != _h(term, tid, n):
+                if h != _h(term, tid, n) or type(tid) is not int or type(n) is not int:
                     raise Damaged("a term fails its checksum")
-                self.tids[term] = [int(tid), int(n)]
+                self.tids[term] = [tid, n]
             self.looked.update(part)
 
     def _tid_of(self, term: str) -> int:
@@ -277,9 +303,10 @@ class _Writer:
                 got = [self.next_tid, 0]
                 self.next_tid += 1
             else:
-                if row[2] != _h(term, row[0], row[1]):
+                if row[2] != _h(term, row[0], row[1]) or type(row[0]) is not int \
+                        or type(row[1]) is not int:
                     raise Damaged("a term fails its checksum")
-                got = [int(row[0]), int(row[1])]
+                got = [row[0], row[1]]
             self.tids[term] = got
         got[1] += 1
         self.touched.add(term)
@@ -387,6 +414,10 @@ def verify(db: sqlite3.Connection) -> None:
     got = db.execute("PRAGMA quick_check").fetchall()
     if got != [("ok",)]:
         raise Damaged(f"it fails SQLite's check: {got[0][0] if got else 'no answer'}")
+    for table, sql in _MISTYPED.items():
+        wrong = db.execute(sql).fetchone()[0]
+        if wrong:
+            raise Damaged(f"{wrong} rows of {table} hold a value of the wrong type")
     bad = db.execute(f"SELECT count(*) FROM post WHERE h IS NOT {_POST_CHECK}").fetchone()[0]
     if bad:
         raise Damaged(f"{bad} postings fail their checksum")
@@ -425,7 +456,7 @@ def read_mark(db: sqlite3.Connection) -> Mark:
     """The mark the index saved (``_EMPTY``: none, or another version's)."""
     got: dict[str, str] = {}
     for k, v, h in db.execute("SELECT k, v, h FROM meta"):
-        if h != _h(k, v):
+        if h != _h(k, v) or type(k) is not str or type(v) is not str:
             raise Damaged("its mark fails its checksum")
         got[k] = v
     if got.get("version") != VERSION:
@@ -692,7 +723,7 @@ class RecallIndex:
         if tail is None:
             calls: set[str] = set()
             for call, h in db.execute("SELECT call, h FROM echo"):
-                if h != _h(call):
+                if h != _h(call) or type(call) is not str:
                     raise Damaged("an echo entry fails its checksum")
                 calls.add(call)
             tail = Tail(calls)
@@ -773,7 +804,8 @@ class RecallIndex:
             ends = []
             for number, last_at, last_hash, stamp, h in db.execute(
                     "SELECT * FROM segs").fetchall():
-                if h != _h(number, last_at, last_hash, stamp):
+                if h != _h(number, last_at, last_hash, stamp) or type(last_at) is not int \
+                        or type(last_hash) is not str or type(stamp) is not str:
                     raise Damaged("a segment entry fails its checksum")
                 ends.append((number, last_at, last_hash, stamp))
             if known is not None:
@@ -896,7 +928,7 @@ class RecallIndex:
     ) -> Mark:
         calls: set[str] = set()
         for call, h in db.execute("SELECT call, h FROM echo"):
-            if h != _h(call):
+            if h != _h(call) or type(call) is not str:
                 raise Damaged("an echo entry fails its checksum")
             calls.add(call)
         writer = _Writer(db, mark.next_tid)
@@ -961,11 +993,12 @@ class RecallIndex:
         tid: dict[str, int] = {}
         for t in query.terms:
             got = db.execute("SELECT tid, n, h FROM df WHERE term = ?", (t,)).fetchone()
-            if got is not None and got[2] != _h(t, got[0], got[1]):
+            if got is not None and (got[2] != _h(t, got[0], got[1]) or type(got[0]) is not int
+                                    or type(got[1]) is not int):
                 raise Damaged("a term fails its checksum")
-            n = int(got[1]) if got else 0
+            n = got[1] if got else 0
             if got and n > 0:
-                tid[t] = int(got[0])
+                tid[t] = got[0]
             if tail is not None:
                 n += len(tail.postings_of(t))
             if n > 0:
@@ -1078,7 +1111,8 @@ class RecallIndex:
         for seq, win, length, size, blob, seg, off, h in db.execute(
             f"SELECT * FROM docs WHERE seq IN ({','.join('?' * len(seqs))})", seqs,
         ):
-            if len(blob) % 8 or not isinstance(h, int):
+            if type(blob) is not bytes or len(blob) % 8 or not _all_int(win, length, size, seg,
+                                                                        off, h):
                 raise Damaged(f"the entry of row {seq} is malformed")
             where[seq] = (seg, off)
             self.sizes[seq] = size
@@ -1105,9 +1139,10 @@ class RecallIndex:
                     raise Damaged("the index moved on since its tail was read")
                 for seq, win, length, size, blob, seg, off, h in db.execute(
                         "SELECT * FROM docs WHERE seq > ? ORDER BY seq", (upto,)):
-                    if h != _doc_h(seq, win, length, size, blob, seg, off):
+                    if not _all_int(win, length, size, seg, off) or type(blob) is not bytes \
+                            or h != _doc_h(seq, win, length, size, blob, seg, off):
                         raise Damaged(f"the entry of row {seq} fails its checksum")
-                    out.append((int(seq), int(win), (int(seg), int(off))))
+                    out.append((seq, win, (seg, off)))
             if tail is not None:
                 out.extend((s, tail.docs[s].window, (tail.docs[s].segment, tail.docs[s].offset))
                            for s in tail.order if s > upto)
@@ -1125,6 +1160,11 @@ class RecallIndex:
             except OSError:
                 pass
         return {"docs": mark.docs, "upto": mark.upto, "bytes": size}
+
+
+def _all_int(*values: Any) -> bool:
+    """Whether every value read from the database is an integer (``_TYPES``)."""
+    return all(type(v) is int for v in values)
 
 
 def _pair_count(blob: bytes, key: bytes) -> int:
