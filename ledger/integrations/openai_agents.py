@@ -41,7 +41,12 @@ The model is then sent the window as stored (the SDK's own input list is
 replaced), with its system instructions; a call still waiting for approval
 is left out, as the SDK leaves it out. Tool schemas and instructions count.
 Only the agent's tools are granted, so a rollover that would seal context
-needs ``session_history_tool(session)`` among them.
+needs ``session_history_tool(session)`` among them. When another run on
+the session (another process) rolled over after this run stored its input
+and sealed it, the filter carries the input into the new window (copies
+marked ``meta.carried_from``) before deciding; across another run's clear
+it refuses (``SendRefused``, rule ``cleared``) instead of carrying it past
+the privacy floor.
 
 ``run_compaction`` (the SDK's ``OpenAIResponsesCompactionAwareSession``) is
 a rollover that deletes nothing: forced or called by hand it rolls over now
@@ -73,9 +78,12 @@ from ledger.integrations.openai_agents_branches import BranchesMixin
 from ledger.policy import ToolPolicy, ToolRule
 from ledger.rollover.conversation import (
     MOVED_ON,
+    SEND_ATTEMPTS,
     Conversation,
+    Request,
     SendConflict,
     SendRefused,
+    stored_copy,
 )
 from ledger.rollover.engine import Action, BudgetConfig, Decision
 from ledger.rollover.request import tool_schema
@@ -220,6 +228,7 @@ class LedgerSession(BranchesMixin, SessionABC):
         self._agent_parts: tuple[str, dict[str, Any]] = ("", {})
         self._sent_seq = -1  # the newest row the last model request held
         self._batch_from: int | None = None  # the first seq of the newest add_items batch
+        self._batch_to = -1  # and its last
         self._prestored: list[str] = []  # input the filter stored before the SDK did
         self._added_items: list[Any] = []  # the items of the newest add_items
         self._added_keys: set[str] | None = set()  # their keys, made when first needed
@@ -274,16 +283,20 @@ class LedgerSession(BranchesMixin, SessionABC):
             await asyncio.to_thread(self.require_branch)
         self._added_items, self._added_keys = items, None
         result, settled = await _off_loop(self._add_rows, rows)
-        self._batch_from = result.seqs[settled]
+        self._batch_from, self._batch_to = result.seqs[settled], result.seqs[-1]
 
-    def _add_rows(self, rows: list[dict[str, Any]]) -> tuple[Any, int]:
+    def _add_rows(self, rows: list[dict[str, Any]],
+                  within: int | None = None) -> tuple[Any, int]:
         """Append one batch. A user message that arrives while calls are open
         settles them: an error result (``MOVED_ON``) for each, in the same
-        batch, just before the message (``Conversation``'s rule)."""
+        batch, just before the message (``Conversation``'s rule). ``within``:
+        only into the window with that marker (``_WindowMoved`` otherwise,
+        nothing stored)."""
         from ledger.core.errors import Conflict
 
         k = next((i for i, r in enumerate(rows) if _is_user_item(r)), None)
-        optimistic = self._seen is not None  # a first try that reads nothing (below)
+        # A first try that reads nothing (below).
+        optimistic = self._seen is not None and within is None
         for attempt in range(5 + optimistic):
             # The first try starts from the state this session's own last
             # batch left, without reading it. A batch that settles nothing is
@@ -299,6 +312,8 @@ class LedgerSession(BranchesMixin, SessionABC):
             else:
                 state = _state(self.history.snapshot())
             epoch, next_seq, window = state
+            if within is not None and window != within:
+                raise _WindowMoved
             batch = rows
             seen = self._seen if self._seen is not None and self._seen.state == state else None
             if k is not None:
@@ -419,7 +434,7 @@ class LedgerSession(BranchesMixin, SessionABC):
             self.history = self.store.history(workspace)
             self._conv = Conversation(self.history, **self._budget)
             self._agent_parts = ("", {})
-            self._sent_seq, self._batch_from = -1, None
+            self._sent_seq, self._batch_from, self._batch_to = -1, None, -1
             self._prestored, self._added_items, self._added_keys = [], [], set()
             self._seen = None
             self._async = AsyncStore(store=self.store).history(workspace)
@@ -489,26 +504,49 @@ class LedgerSession(BranchesMixin, SessionABC):
         and are sent (stored) here; ``add_items`` then skips them."""
         with self._lock:
             conv = self._conversation(system, dict(tools or {}))
-            view = self.history.provider_view()
-            unstored = self._unstored(given, view)
-            if any(item_row(i)["role"] == "assistant" for i in unstored):
-                # The model's output is always stored before the next call: an
-                # item that only looks unstored is not sent (stored) twice.
-                unstored = []
-            if unstored:
-                request = conv.send([item_row(i) for i in unstored])
-                self._prestored = [_key(i) for i in unstored]
-            else:
-                first = self._trigger_start(view)
-                try:
-                    request = conv.request() if first is None else conv.send_stored(first)
-                except SendRefused as refused:
-                    self._settle_refused(refused)
-                    if first is not None:
-                        self._drop_input(first)
-                    raise
-            self._sent_seq = self.history.next_seq - 1
-            return _drop_open_calls(rows_to_items(request.messages))
+            for _ in range(SEND_ATTEMPTS):
+                request = self._request(conv, given)
+                if request is not None:
+                    self._sent_seq = self.history.next_seq - 1
+                    return _drop_open_calls(rows_to_items(request.messages))
+            raise SendConflict(
+                f"workspace {self.session_id!r}: other runs sealed the window under each of "
+                f"{SEND_ATTEMPTS} tries to send the run's input; the model was not called",
+                Decision(Action.REJECT, "conflict", "window sealed", 0, False,
+                         conv.config.ceiling, continuation=False), [])
+
+    def _request(self, conv: Conversation,
+                 given: Sequence[Mapping[str, Any]]) -> Request | None:
+        """One try of ``request_items``: the request, or None when another
+        run sealed the trigger between this try's read and its send (rule
+        ``sealed``: nothing was sent; the next try carries it)."""
+        view = self.history.provider_view()
+        own, carried = self._batch_from, None
+        if own is not None and own > self._sent_seq and (not view or view[0].seq > own):
+            # This run's input is not in the window: another run's rollover
+            # sealed it, or a clear hid it (rare: reads more).
+            carried = self._carry_sealed(own, conv)
+            if carried is not None:
+                view = self.history.provider_view()
+        unstored = self._unstored(given, view)
+        if any(item_row(i)["role"] == "assistant" for i in unstored):
+            # The model's output is always stored before the next call: an
+            # item that only looks unstored is not sent (stored) twice.
+            unstored = []
+        if unstored:
+            request = conv.send([item_row(i) for i in unstored])
+            self._prestored = [_key(i) for i in unstored]
+            return request
+        first = self._trigger_start(view) if carried is None else carried
+        try:
+            return conv.request() if first is None else conv.send_stored(first)
+        except SendRefused as refused:
+            if refused.decision.rule == "sealed":
+                return None
+            self._settle_refused(refused)
+            if first is not None:
+                self._drop_input(first)
+            raise
 
     async def run_compaction(self, args: Mapping[str, Any] | None = None) -> None:
         """The SDK's compaction hook as a rollover that deletes nothing.
@@ -606,6 +644,63 @@ class LedgerSession(BranchesMixin, SessionABC):
             )
         return list(given)
 
+    def _carry_sealed(self, own: int, conv: Conversation) -> int | None:
+        """The first seq of this run's input in the active window when
+        another run's rollover sealed it before this model call (the input
+        stored, then the other run's send rolled over with only its own
+        trigger): the model must not answer without the question it was
+        called for. A copy carried by that rollover is used as it is; else
+        the input rows of the newest ``add_items`` batch are copied into the
+        active window (marked ``meta.carried_from``, as a rollover carries),
+        one batch conditional on the window read here, and are the trigger.
+        An input hidden by a clear (a privacy floor after it) is never
+        carried across it: the send is refused (``SendRefused``, rule
+        ``cleared``) and nothing reaches the model. None when the input is
+        in the active window after all, or the batch held no input (the
+        model's own output): the usual walk decides."""
+        for _ in range(SEND_ATTEMPTS):
+            rows, snap = self.history.provider_state()
+            window = snap.window_seq
+            if own >= window:
+                return None
+            for row in rows:
+                carried = row.meta.get("carried_from")
+                if isinstance(carried, int) and own <= carried <= self._batch_to:
+                    return row.seq  # the other run's rollover carried it
+            stored = []
+            for row in self.history.rows(own - 1):
+                if row.seq > self._batch_to:
+                    break
+                # The run's own items (not results its batch settled calls
+                # with); a rejected row has no parts.
+                kept = row.meta.get(META_KEY)
+                if row.kind == "message" and row.parts and isinstance(kept, dict) \
+                        and _key(kept) in self._added():
+                    stored.append(row)
+            if not any(r.role != "assistant" for r in stored):
+                return None
+            floor = snap.floor
+            if floor is not None and (floor.seq < 0 or floor.seq >= own):
+                raise SendRefused(
+                    f"workspace {self.session_id!r}: send refused (rule cleared): the run's "
+                    f"input (seq {own}) was stored before a clear of the session (the privacy "
+                    "floor of another run's clear_session); it is not carried across the "
+                    "floor and the model was not called; run again to ask it in the new "
+                    "window", Decision(Action.REJECT, "cleared", "the input is behind a "
+                                       "privacy floor", 0, False, conv.config.ceiling,
+                                       continuation=False), [])
+            try:
+                result, settled = self._add_rows([stored_copy(r) for r in stored], window)
+            except _WindowMoved:
+                continue
+            self._batch_from, self._batch_to = result.seqs[settled], result.seqs[-1]
+            return self._batch_from
+        raise SendConflict(
+            f"workspace {self.session_id!r}: other runs moved the window on under each of "
+            f"{SEND_ATTEMPTS} tries to carry the run's input (seq {own}) into it; the model "
+            "was not called", Decision(Action.REJECT, "conflict", "window changed", 0, False,
+                                       conv.config.ceiling, continuation=False), [])
+
     def _trigger_start(self, view: Sequence[Row]) -> int | None:
         """The seq of the first row of this send's trigger: the user's message
         or the tool results stored since the model last spoke. In this process
@@ -644,6 +739,10 @@ class LedgerSession(BranchesMixin, SessionABC):
 
 
 _POPPED_ELSEWHERE: Any = object()
+
+
+class _WindowMoved(Exception):
+    """``_add_rows(within=...)`` met another window: nothing was stored."""
 
 
 async def _off_loop(fn: Callable[..., _T], *args: Any) -> _T:

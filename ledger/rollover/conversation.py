@@ -88,12 +88,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MOVED_ON",
+    "SEND_ATTEMPTS",
     "Conversation",
     "OpenCall",
     "Request",
     "SendConflict",
     "SendRefused",
     "settle_rows",
+    "stored_copy",
     "tool_schema",
 ]
 
@@ -326,7 +328,7 @@ def _plain(row: Any) -> dict[str, Any]:
     return dict(row) if isinstance(row, dict) or isinstance(row, Mapping) else row.to_dict()
 
 
-def _stored_copy(row: Any) -> dict[str, Any]:
+def stored_copy(row: Any) -> dict[str, Any]:
     """A stored row as a trigger row: without the store-assigned fields, marked
     ``meta.carried_from`` (as ``carried_rows`` marks the rows it carries)."""
     plain = _plain(row)
@@ -758,6 +760,12 @@ class Conversation:
         refusal that quarantines (rule B5) turns the stored rows into rejected
         records by one marked rewrite (``History.reject``), since they are
         stored already. Nothing else is appended except the warning of a WARN.
+        A ``first_seq`` before the active window (another writer's rollover or
+        clear sealed the trigger after it was stored) is refused with rule
+        ``sealed`` before anything is decided or appended: the rows from it
+        on would be someone else's, and the model would answer without the
+        trigger. The caller reads the window again (and may carry the
+        trigger into it, as the Agents SDK session does).
         """
         return self._attempts([], lambda memory: self._send_stored(first_seq, quarantine,
                                                                     memory), follow=False)
@@ -765,9 +773,17 @@ class Conversation:
     def _send_stored(self, first_seq: int, quarantine: bool, memory: str) -> Request:
         rows, snap = self.history.provider_state()
         self._adopt(snap)
+        if first_seq < snap.window_seq:
+            why = (f"the trigger (rows from seq {first_seq}) was sealed by another writer's "
+                   f"rollover or clear (window {snap.window_seq})")
+            raise SendRefused(
+                f"workspace {self.history.workspace!r}: send refused (rule sealed): {why}; "
+                "nothing was sent or stored: read the window again",
+                Decision(Action.REJECT, "sealed", why, 0, False, self.config.ceiling,
+                         continuation=False), [])
         view = [_plain(r) for r in rows if r.seq < first_seq]
         stored = [r for r in rows if r.seq >= first_seq]
-        trigger = [_stored_copy(r) for r in stored]
+        trigger = [stored_copy(r) for r in stored]
         carry = carried_rows(view, trigger)
         window, decision, state, request_for, inputs = self._decide(trigger, view, memory, carry)
         if decision.action is Action.REJECT:

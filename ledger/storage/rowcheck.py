@@ -84,7 +84,7 @@ class Verified:
                 self.may_be_reset.append(seq)
         elif data.get("kind") == "reset":
             self.tool_rows = []
-        elif b'"tool_' in raw:
+        elif b'"tool_' in raw or fmt.may_spell_by_escape(raw):  # (an escaped "tool_" too)
             self.tool_rows.append(data)
         return data
 

@@ -515,3 +515,28 @@ def test_messages_a_caller_changes_change_nothing_else(tmp_path: Path) -> None:
         assert again.tokens == req.tokens  # counted before the change
     assert note["parts"] == [{"type": "text", "text": "hook note"}]
     assert hooked.request().messages[-1]["parts"][0]["text"] == "hook note"
+
+
+@pytest.mark.parametrize("how", ["rollover", "clear"])
+def test_send_stored_refuses_a_trigger_another_writer_sealed(tmp_path: Path, how: str) -> None:
+    """A trigger stored, then sealed by another writer's rollover or clear
+    before ``send_stored`` reads the window: the rows from its first seq on
+    are now the other writer's (a lead-in, their trigger). The send is
+    refused with rule ``sealed`` and nothing is appended, so no request goes
+    out without the trigger (it was built from the other writer's rows)."""
+    conv = conversation(tmp_path)
+    for i in range(3):
+        conv.send(user(words(40, f"q{i}")))
+        conv.record(says(words(10, f"a{i}")))
+    mine = conv.history.append(user("my question")).seqs[0]
+    other = conversation(tmp_path)
+    if how == "rollover":
+        other.send(user("their question"))
+        other.rollover()
+    else:
+        other.clear()
+    before = conv.history.next_seq
+    with pytest.raises(SendRefused, match="sealed") as refused:
+        conv.send_stored(mine)
+    assert refused.value.decision.rule == "sealed"
+    assert conv.history.next_seq == before

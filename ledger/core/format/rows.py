@@ -177,6 +177,22 @@ def decode_json(data: bytes | str) -> Any:
     return with_headroom(_decoder.decode, data)
 
 
+# --- byte searches and JSON escapes ----------------------------------------
+
+_NON_CONTROL_ESCAPE = re.compile(rb"\\u(?!00[01][0-9a-fA-F])")
+
+
+def may_spell_by_escape(data: bytes) -> bool:
+    """True when ``data`` holds a ``\\u`` escape that is not a control
+    character's. The store's encoder escapes only control characters
+    (``\\u0000``-``\\u001f``), which spell no printable character, so in a
+    line without another escape a byte search for a word (``"tool_``, a
+    search query) that misses also misses in the decoded row. Any other
+    ``\\u`` escape (hostile or foreign bytes; or an escaped backslash before
+    a ``u``, a harmless false alarm) may spell the word: decode the line."""
+    return _NON_CONTROL_ESCAPE.search(data) is not None
+
+
 # --- reset candidates ------------------------------------------------------
 
 

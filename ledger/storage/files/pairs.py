@@ -9,8 +9,8 @@ already decoded with their ``parts`` as :class:`PairParts` (each part's
 ``type`` and ``id``; every other field of a part is skipped, not built), so
 the notice costs no second read or parse of the history. A chunk whose parts
 do not decode that way (a hostile part that is not an object) goes line by
-line, where a line that names a tool part or a reset is decoded whole
-(:meth:`SplitPairs.line`).
+line, where a line that names a tool part (raw, or possibly through a JSON
+escape) or a reset is decoded whole (:meth:`SplitPairs.line`).
 
 Nothing the notice keeps per row or per call is tracked by the garbage
 collector: :class:`PairParts` is a ``gc=False`` struct, not a list (a list
@@ -169,11 +169,14 @@ class SplitPairs:
 
     def line(self, segment: int, offset: int, body: bytes, seq: int, kind: str) -> None:
         """One verified row of a chunk that went line by line (``body``: its
-        checksummed JSON). Only a line that names a tool part is decoded."""
+        checksummed JSON). Only a line that may name a tool part is decoded:
+        one that spells ``"tool_`` raw, or holds a JSON escape that may spell
+        it (``"tool\\u005fcall"`` decodes to ``tool_call``, as on the fast
+        path)."""
         if kind == "reset":
             self._reset(seq)
             return
-        if b'"tool_' not in body:
+        if b'"tool_' not in body and not fmt.may_spell_by_escape(body):
             return
         try:
             row = fmt.with_headroom(_decode_whole, body)

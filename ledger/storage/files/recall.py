@@ -38,9 +38,10 @@ Hardened like the log: the database and its ``-wal``, ``-shm`` and
 anything but a regular file (``unsafe``: ranked search is unavailable and
 ``check`` reports it until it is moved away; ``repair`` removes it). Every
 row of every table carries a checksum (``h``: xxh3 of its values, or for a
-posting an arithmetic check SQLite computes), verified with SQLite's
-``quick_check``, the schema and the statistics whenever a connection opens
-the file, and again on the terms and postings a query reads; any failure,
+posting an arithmetic check SQLite computes) and values of fixed SQLite types
+(``_TYPES``: a checksum can be made over values of another type), verified
+with SQLite's ``quick_check``, the schema and the statistics whenever a
+connection opens the file, and again on the rows a query reads; any failure,
 or any SQLite error that is not a lock, discards the file and builds it
 again from the log
 (``history_unavailable`` with the reason when that fails too), so a damaged
@@ -72,6 +73,7 @@ from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.searchable import hidden, indexed_terms, row_text
 from ledger.storage.files import segments as segs
+from ledger.storage.files.appended import Appends
 from ledger.storage.files.recall_tail import FOLD_BYTES, Tail, TailDoc
 
 VERSION = "5"
@@ -102,14 +104,39 @@ TABLES = ("meta", "docs", "post", "df", "echo", "wins", "segs")
 _POST_H = "(({t} * 1000003 + {i} * 7919 + {n} * 104729 + {f} * 15485863 + 12345) % 2147483647)"
 _POST_INSERT = ("INSERT OR REPLACE INTO post VALUES (?1, ?2, ?3, ?4, "
                 + _POST_H.format(t="?1", i="?2", n="?3", f="?4") + ")")
-_POST_CHECK = _POST_H.format(t="tid", i="imp", n="neg", f="tf")
+# As verified: NULL (never equal to ``h``) unless all four are integers, so a
+# posting of another type (text where a number belongs, with a forged ``h``)
+# fails its check before Python compares or adds its values.
+_POST_CHECK = ("CASE WHEN typeof(tid) = 'integer' AND typeof(imp) = 'integer' AND "
+               "typeof(neg) = 'integer' AND typeof(tf) = 'integer' THEN "
+               + _POST_H.format(t="tid", i="imp", n="neg", f="tf") + " END")
+# The SQLite type (``typeof``) of each column of the other tables. SQLite
+# stores any type in any column, and a row checksummed over values of the
+# wrong type (``_h`` hashes their repr) passes its checksum: the types are
+# checked as well, where the rows are read, so a value is damage
+# (``Damaged``) before it is formatted, compared or added.
+_TYPES = {
+    "meta": (("k", "text"), ("v", "text"), ("h", "integer")),
+    "docs": (("seq", "integer"), ("win", "integer"), ("len", "integer"),
+             ("size", "integer"), ("tids", "blob"), ("seg", "integer"), ("off", "integer"),
+             ("h", "integer")),
+    "df": (("term", "text"), ("tid", "integer"), ("n", "integer"), ("h", "integer")),
+    "echo": (("call", "text"), ("h", "integer")),
+    "wins": (("win", "integer"), ("h", "integer")),
+    "segs": (("number", "integer"), ("last_at", "integer"), ("last_hash", "text"),
+             ("stamp", "text"), ("h", "integer")),
+}
+_MISTYPED = {table: f"SELECT count(*) FROM {table} WHERE " + " OR ".join(
+    f"typeof({col}) != '{kind}'" for col, kind in cols) for table, cols in _TYPES.items()}
 # The rows just before and after each of some rows within the query's range
 # (``?`` after, ``?`` high): their neighbours (ranking.Doc's prev and next).
 _LINKS_SQL = ("WITH h(s) AS (VALUES {rows}) SELECT s, "
               "(SELECT seq FROM docs WHERE seq < h.s AND seq > ? ORDER BY seq DESC LIMIT 1), "
               "(SELECT seq FROM docs WHERE seq > h.s AND seq <= ? ORDER BY seq LIMIT 1) FROM h")
 # What a damaged file can make SQLite or the decoding of its values raise.
-DAMAGE_ERRORS = (sqlite3.DatabaseError, TypeError, ValueError, KeyError, IndexError,
+# Not TypeError: a value of the wrong type is found by its type where it is
+# read (``_TYPES``), so a TypeError is a bug of ours, never a silent rebuild.
+DAMAGE_ERRORS = (sqlite3.DatabaseError, ValueError, KeyError, IndexError,
                  OverflowError, UnicodeError)
 
 
@@ -185,6 +212,30 @@ class Mark:
 _EMPTY = Mark(-1, "", 0, 0, -1, 0, -1, "", 0, 0)
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """The log as this process last found it to match the index with its
+    tail (``mark``): its epoch, layout and floor and every segment's stamp.
+    While the log's stamps are these, nothing needs checking again; when
+    only the active segment changed, by this process's own appends
+    (``appended``), only their lines need reading."""
+
+    mark: Mark
+    epoch: int
+    layout: str
+    floor: int
+    sealed: list[tuple[int, ffmt.Stamp]]
+    active: int
+    active_stamp: ffmt.Stamp
+
+    def holds(self, st: Any, layout: str, mark: Mark) -> bool:
+        """Whether ``st`` is the log seen then but for the active
+        segment's stamp, and ``mark`` the index's mark then."""
+        return (st.verified and self.active == st.active and self.epoch == st.epoch
+                and self.layout == layout and self.floor == _floor_seq(st)
+                and (self.mark is mark or self.mark == mark) and self.sealed == st.sealed)
+
+
 @dataclass
 class _Progress:
     """A mark being advanced line by line (``RecallIndex._rows``), with the
@@ -238,9 +289,9 @@ class _Writer:
             for term, tid, n, h in self.db.execute(
                     f"SELECT term, tid, n, h FROM df WHERE term IN ({','.join('?' * len(part))})",
                     part):
-                if h != _h(term, tid, n):
+                if h != _h(term, tid, n) or type(tid) is not int or type(n) is not int:
                     raise Damaged("a term fails its checksum")
-                self.tids[term] = [int(tid), int(n)]
+                self.tids[term] = [tid, n]
             self.looked.update(part)
 
     def _tid_of(self, term: str) -> int:
@@ -252,9 +303,10 @@ class _Writer:
                 got = [self.next_tid, 0]
                 self.next_tid += 1
             else:
-                if row[2] != _h(term, row[0], row[1]):
+                if row[2] != _h(term, row[0], row[1]) or type(row[0]) is not int \
+                        or type(row[1]) is not int:
                     raise Damaged("a term fails its checksum")
-                got = [int(row[0]), int(row[1])]
+                got = [row[0], row[1]]
             self.tids[term] = got
         got[1] += 1
         self.touched.add(term)
@@ -362,6 +414,10 @@ def verify(db: sqlite3.Connection) -> None:
     got = db.execute("PRAGMA quick_check").fetchall()
     if got != [("ok",)]:
         raise Damaged(f"it fails SQLite's check: {got[0][0] if got else 'no answer'}")
+    for table, sql in _MISTYPED.items():
+        wrong = db.execute(sql).fetchone()[0]
+        if wrong:
+            raise Damaged(f"{wrong} rows of {table} hold a value of the wrong type")
     bad = db.execute(f"SELECT count(*) FROM post WHERE h IS NOT {_POST_CHECK}").fetchone()[0]
     if bad:
         raise Damaged(f"{bad} postings fail their checksum")
@@ -400,7 +456,7 @@ def read_mark(db: sqlite3.Connection) -> Mark:
     """The mark the index saved (``_EMPTY``: none, or another version's)."""
     got: dict[str, str] = {}
     for k, v, h in db.execute("SELECT k, v, h FROM meta"):
-        if h != _h(k, v):
+        if h != _h(k, v) or type(k) is not str or type(v) is not str:
             raise Damaged("its mark fails its checksum")
         got[k] = v
     if got.get("version") != VERSION:
@@ -436,6 +492,7 @@ class RecallIndex:
         # log does not change under the lock a refresh holds.
         self._segs: tuple[int, list[tuple[int, int, str, str]]] | None = None
         self._hashes: dict[tuple[int, int], str] | None = None
+        self._seen: _Seen | None = None  # the log as the last refresh found it
 
     # -- the database --------------------------------------------------------
 
@@ -486,6 +543,7 @@ class RecallIndex:
         self._tail = None
         self._known = None
         self._segs = None
+        self._seen = None
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -517,6 +575,7 @@ class RecallIndex:
     def _forget(self) -> None:
         self._known = None
         self._segs = None
+        self._seen = None
 
     def _held(self, base: Mark) -> Tail | None:
         """The tail, when it extends ``base`` (the index's mark now)."""
@@ -526,25 +585,30 @@ class RecallIndex:
 
     # -- bringing it up to date ----------------------------------------------
 
-    def refresh(self, st: Any, layout: str) -> Mark:
+    def refresh(self, st: Any, layout: str, steps: Appends | None = None) -> Mark:
         """Bring the index with its tail up to the log (or rebuild): the
         mark returned names everything ``candidates`` scores. Called under
-        the workspace's shared lock, so the log does not change meanwhile."""
+        the workspace's shared lock, so the log does not change meanwhile.
+        ``steps``: this process's appends (``appended``), read from memory
+        when they are all that changed since the last refresh."""
         with self._guard:
-            return self._refresh_guarded(st, layout)
+            return self._refresh_guarded(st, layout, steps)
 
-    def _refresh_guarded(self, st: Any, layout: str) -> Mark:
+    def _refresh_guarded(self, st: Any, layout: str, steps: Appends | None = None) -> Mark:
         self._hashes = {}
         try:
-            return self._refresh_tried(st, layout)
+            mark = self._refresh_tried(st, layout, steps)
         finally:
             self._hashes = None
+        self._seen = None if st.active_stamp is None or not st.verified else _Seen(
+            mark, st.epoch, layout, _floor_seq(st), st.sealed, st.active, st.active_stamp)
+        return mark
 
-    def _refresh_tried(self, st: Any, layout: str) -> Mark:
+    def _refresh_tried(self, st: Any, layout: str, steps: Appends | None) -> Mark:
         try:
             for _ in range(8):
                 try:
-                    return self._refresh(st, layout)
+                    return self._refresh(st, layout, steps)
                 except _Raced:
                     continue  # another reader went on from our last commit
             return self._refresh(st, layout)
@@ -569,13 +633,13 @@ class RecallIndex:
 
     def search(
         self, st: Any, layout: str, query: ranking.Query, after: int, high: int,
-        window: int | None,
+        window: int | None, steps: Appends | None = None,
     ) -> list[tuple[int, int, float, tuple[int, int]]]:
         """``refresh`` then ``candidates``; an index found damaged while it
         answers is rebuilt and asked again."""
         with self._guard:
             for _ in range(8):
-                mark = self._refresh_guarded(st, layout)
+                mark = self._refresh_guarded(st, layout, steps)
                 try:
                     return self.candidates(mark, query, after, high, window)
                 except _Raced:
@@ -596,11 +660,24 @@ class RecallIndex:
             raise Unavailable("the recall index kept changing while it was read (other "
                               "readers bringing it up to date); retry in a moment")
 
-    def _refresh(self, st: Any, layout: str) -> Mark:
+    def _refresh(self, st: Any, layout: str, steps: Appends | None = None) -> Mark:
         db = self._open()
         base = self._mark_now(db)
         tail = self._held(base)
         mark = self._tail_mark if tail is not None else base
+        seen = self._seen
+        if seen is not None and seen.holds(st, layout, mark):
+            # The stamps say what changed since the log was last found to
+            # match: nothing, or the active segment by this process's appends.
+            if seen.active_stamp == st.active_stamp:
+                return mark
+            if mark.segment == st.active:
+                lines = None if steps is None else steps.lines_after(
+                    st.active, seen.active_stamp, mark.offset, st.active_stamp)
+                if lines is not None:
+                    got = self._extend(db, st, layout, base, tail, lines)
+                    if got is not None:
+                        return got
         if self._current(st, layout, mark, tail):
             return mark
         if base.upto > 0:
@@ -625,40 +702,42 @@ class RecallIndex:
         return mark
 
     def _extend(
-        self, db: sqlite3.Connection, st: Any, layout: str, base: Mark, tail: Tail | None
+        self, db: sqlite3.Connection, st: Any, layout: str, base: Mark, tail: Tail | None,
+        given: list[tuple[int, bytes]] | None = None,
     ) -> Mark | None:
         """Read the rows after the index's mark (or its tail's) into the
         tail, and fold it into the index once it is full; None when the
         tail cannot go on (another epoch, layout or floor, a log that lost or
         changed what it holds, or more than ``FOLD_BYTES`` to read): then
-        the index is brought up to the log in SQLite."""
+        the index is brought up to the log in SQLite. ``given``: the lines
+        after the mark in the active segment, known to follow what was
+        checked (``_refresh``), so the log is neither checked nor read."""
         mark = self._tail_mark if tail is not None else base
         if not (mark.epoch == st.epoch and mark.layout == layout
                 and mark.floor == _floor_seq(st) and mark.segment in st.segments
                 and self._pending(st, mark) <= FOLD_BYTES
-                and self._line_hash(mark) == mark.last_hash
-                and self._segments_hold(db, st, tail)):
+                and (given is not None or (self._line_hash(mark) == mark.last_hash
+                                           and self._segments_hold(db, st, tail)))):
             return None
         self._tail = None  # until it is whole again
         if tail is None:
             calls: set[str] = set()
             for call, h in db.execute("SELECT call, h FROM echo"):
-                if h != _h(call):
+                if h != _h(call) or type(call) is not str:
                     raise Damaged("an echo entry fails its checksum")
                 calls.add(call)
             tail = Tail(calls)
         prog = _Progress.of(mark)
         for seq, number, offset, size, indexed in self._rows(
-                st, (mark.segment, mark.offset), prog, tail.calls, tail.new_calls):
+                st, (mark.segment, mark.offset), prog, tail.calls, tail.new_calls, given):
             if indexed is None:
                 tail.boundary(seq)
             else:
                 tail.add(TailDoc(seq, prog.window, indexed[1], size, number, offset,
                                  indexed[0]))
         tail.bytes += prog.bytes
-        stamps = _stamps(st)
         for number, (at, h) in prog.seg_ends.items():
-            tail.seg_ends[number] = (at, h, stamps.get(number, ""))
+            tail.seg_ends[number] = (at, h, _stamp_text(st, number))
         mark = prog.mark(st.epoch, layout, mark.floor, base.next_tid)
         if tail.full():
             return self._fold(db, st, base, tail, mark)
@@ -725,7 +804,8 @@ class RecallIndex:
             ends = []
             for number, last_at, last_hash, stamp, h in db.execute(
                     "SELECT * FROM segs").fetchall():
-                if h != _h(number, last_at, last_hash, stamp):
+                if h != _h(number, last_at, last_hash, stamp) or type(last_at) is not int \
+                        or type(last_hash) is not str or type(stamp) is not str:
                     raise Damaged("a segment entry fails its checksum")
                 ends.append((number, last_at, last_hash, stamp))
             if known is not None:
@@ -811,13 +891,16 @@ class RecallIndex:
 
     def _rows(
         self, st: Any, start: tuple[int, int], prog: _Progress, calls: set[str],
-        new_calls: list[str],
+        new_calls: list[str], given: list[tuple[int, bytes]] | None = None,
     ) -> Iterator[tuple[int, int, int, int, tuple[Counter[str], int] | None]]:
         """Each boundary and each document from ``start`` to the log's end:
         (seq, segment, offset, line size, its terms and length; None for a
         boundary), ``prog`` advanced past it first (and past the lines in
-        between that are neither)."""
-        for number, line in self._lines(st, start):
+        between that are neither). ``given``: those lines of the active
+        segment (offset, bytes), known already."""
+        lines = self._lines(st, start) if given is None else (
+            (st.active, segs.Line(offset, data, True)) for offset, data in given)
+        for number, line in lines:
             prog.segment, prog.offset = number, line.offset + len(line.data) + 1
             prog.bytes += len(line.data) + 1
             if fmt.seq_prefix(line.data[:32]) is not None:
@@ -845,7 +928,7 @@ class RecallIndex:
     ) -> Mark:
         calls: set[str] = set()
         for call, h in db.execute("SELECT call, h FROM echo"):
-            if h != _h(call):
+            if h != _h(call) or type(call) is not str:
                 raise Damaged("an echo entry fails its checksum")
             calls.add(call)
         writer = _Writer(db, mark.next_tid)
@@ -910,11 +993,12 @@ class RecallIndex:
         tid: dict[str, int] = {}
         for t in query.terms:
             got = db.execute("SELECT tid, n, h FROM df WHERE term = ?", (t,)).fetchone()
-            if got is not None and got[2] != _h(t, got[0], got[1]):
+            if got is not None and (got[2] != _h(t, got[0], got[1]) or type(got[0]) is not int
+                                    or type(got[1]) is not int):
                 raise Damaged("a term fails its checksum")
-            n = int(got[1]) if got else 0
+            n = got[1] if got else 0
             if got and n > 0:
-                tid[t] = int(got[0])
+                tid[t] = got[0]
             if tail is not None:
                 n += len(tail.postings_of(t))
             if n > 0:
@@ -1027,7 +1111,8 @@ class RecallIndex:
         for seq, win, length, size, blob, seg, off, h in db.execute(
             f"SELECT * FROM docs WHERE seq IN ({','.join('?' * len(seqs))})", seqs,
         ):
-            if len(blob) % 8 or not isinstance(h, int):
+            if type(blob) is not bytes or len(blob) % 8 or not _all_int(win, length, size, seg,
+                                                                        off, h):
                 raise Damaged(f"the entry of row {seq} is malformed")
             where[seq] = (seg, off)
             self.sizes[seq] = size
@@ -1054,9 +1139,10 @@ class RecallIndex:
                     raise Damaged("the index moved on since its tail was read")
                 for seq, win, length, size, blob, seg, off, h in db.execute(
                         "SELECT * FROM docs WHERE seq > ? ORDER BY seq", (upto,)):
-                    if h != _doc_h(seq, win, length, size, blob, seg, off):
+                    if not _all_int(win, length, size, seg, off) or type(blob) is not bytes \
+                            or h != _doc_h(seq, win, length, size, blob, seg, off):
                         raise Damaged(f"the entry of row {seq} fails its checksum")
-                    out.append((int(seq), int(win), (int(seg), int(off))))
+                    out.append((seq, win, (seg, off)))
             if tail is not None:
                 out.extend((s, tail.docs[s].window, (tail.docs[s].segment, tail.docs[s].offset))
                            for s in tail.order if s > upto)
@@ -1074,6 +1160,11 @@ class RecallIndex:
             except OSError:
                 pass
         return {"docs": mark.docs, "upto": mark.upto, "bytes": size}
+
+
+def _all_int(*values: Any) -> bool:
+    """Whether every value read from the database is an integer (``_TYPES``)."""
+    return all(type(v) is int for v in values)
 
 
 def _pair_count(blob: bytes, key: bytes) -> int:
@@ -1113,6 +1204,16 @@ def _save(db: sqlite3.Connection, mark: Mark) -> None:
     ]
     db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?, ?)",
                    [(k, v, _h(k, v)) for k, v in pairs])
+
+
+def _stamp_text(st: Any, number: int) -> str:
+    """Segment ``number``'s stamp as ``_stamps`` writes it ("": none)."""
+    if number == st.active and st.active_stamp is not None:
+        return repr(tuple(st.active_stamp))
+    for n, stamp in st.sealed:
+        if n == number:
+            return repr(tuple(stamp))
+    return ""
 
 
 def _stamps(st: Any) -> dict[int, str]:

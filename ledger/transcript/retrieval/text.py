@@ -10,6 +10,8 @@ from typing import Any
 
 import msgspec
 
+from ledger.core.format.rows import may_spell_by_escape
+
 SNIPPET = 300
 __all__ = ["ASCII_FOLDERS", "SNIPPET", "ascii_prefilter", "fit_text", "jlen", "snippet"]
 _enc = msgspec.json.Encoder()
@@ -68,7 +70,6 @@ ASCII_FOLDERS = tuple(
 )
 _ASCII = bytes(range(128))
 _ASCII_FOLDERS_RE = re.compile(b"|".join(map(re.escape, ASCII_FOLDERS)))
-_NON_CONTROL_ESCAPE = re.compile(rb"\\u(?!00[01][0-9a-fA-F])")
 
 
 def ascii_prefilter(query: str) -> Callable[[bytes], bool] | None:
@@ -98,6 +99,6 @@ def ascii_prefilter(query: str) -> Callable[[bytes], bool] | None:
         # in order, so the folding characters are found in the (short) rest.
         if not data.isascii() and _ASCII_FOLDERS_RE.search(data.translate(None, _ASCII)):
             return True
-        return _NON_CONTROL_ESCAPE.search(data) is not None
+        return may_spell_by_escape(data)
 
     return may_hold
