@@ -75,7 +75,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool  # noqa
 
 from ledger.core.errors import LedgerError  # noqa: E402
 from ledger.core.ids import validate_workspace  # noqa: E402
-from ledger.integrations.langchain import META_KEY, message_row  # noqa: E402
+from ledger.integrations.langchain import META_KEY, message_copy, message_row  # noqa: E402
 from ledger.rollover.conversation import Conversation  # noqa: E402
 from ledger.tokens.shapes import neutral_tool  # noqa: E402
 
@@ -86,7 +86,7 @@ class KeptMessages:
     """The LangChain message of each kept message dict, rebuilt once (keyed
     by its JSON): each model call of a run sends the whole window again, and
     rebuilding every message each time was most of a call's cost. Handed out
-    as shallow copies (pydantic's ``__copy__``, what ``model_copy`` does).
+    as shallow copies (``message_copy``, what ``model_copy`` gives).
     Bounded: the oldest go first."""
 
     def __init__(self, size: int = 4096) -> None:
@@ -103,7 +103,7 @@ class KeptMessages:
             found = self._kept[key] = messages_from_dict([kept])[0]
             while len(self._kept) > self.size:
                 del self._kept[next(iter(self._kept))]
-        return found.__copy__()  # what model_copy() does, one call less
+        return message_copy(found)
 
 
 _encode = msgspec.json.Encoder().encode

@@ -32,6 +32,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 from ledger import InvalidWorkspace, Store
 from ledger.integrations.langchain import (
     LedgerChatMessageHistory,
+    message_copy,
     session_history_tool,
 )
 
@@ -209,3 +210,35 @@ def test_a_row_rewritten_in_place_is_rebuilt_and_reads_hand_out_copies(tmp_path:
     assert [(m.type, m.content) for m in got] == [("ai", "replaced"), ("human", "fourth")]
     got[0].content = "changed by the caller"
     assert [m.content for m in history.messages] == ["replaced", "fourth"]
+
+
+class _WithPrivate(HumanMessage):
+    _note: str = "kept"
+
+
+@pytest.mark.parametrize("message", [
+    HumanMessage("hi", id="h1", name="ann"),
+    AIMessage("", tool_calls=[{"name": "bash", "args": {"cmd": "ls"}, "id": "c1"}],
+              response_metadata={"model": "m"}, additional_kwargs={"k": [1, 2]}),
+    ToolMessage("out", tool_call_id="c1", status="error", artifact={"a": 1}),
+    SystemMessage("sys", extra_field="kept as extra"),
+    _WithPrivate("private"),
+], ids=["human", "ai-call", "tool", "system-extra", "private"])
+def test_message_copy_is_model_copy_and_its_own(message: BaseMessage) -> None:
+    """The copies a read hands out equal pydantic's own shallow copy (type,
+    fields, fields set, extras, private attributes), and what a caller
+    reassigns or adds on one leaves the kept message as it was."""
+    copy, expected = message_copy(message), message.model_copy()
+    assert copy is not message and type(copy) is type(message)
+    assert copy == expected and copy.model_dump() == message.model_dump()
+    assert copy.model_fields_set == expected.model_fields_set
+    assert copy.__pydantic_extra__ == expected.__pydantic_extra__
+    assert copy.__pydantic_private__ == expected.__pydantic_private__
+    before, fields_set = message.model_dump(), set(message.model_fields_set)
+    copy.content = "changed by the caller"
+    copy.id = "other"
+    if copy.__pydantic_extra__ is not None:
+        copy.added_by_caller = 1
+    assert message.model_dump() == before
+    assert message.model_fields_set == fields_set
+    assert message.__pydantic_extra__ is None or "added_by_caller" not in message.__pydantic_extra__

@@ -13,6 +13,7 @@ from ledger.core.errors import Unsupported
 from ledger.core.format import files as ffmt
 from ledger.core.windows import Boundary
 from ledger.storage.engine import StoreOptions
+from ledger.storage.files.appended import Appends
 from ledger.storage.files.index import BoundaryIndex
 from ledger.storage.files.receipt import WriterReceipt
 from ledger.storage.files.state import State
@@ -26,6 +27,7 @@ class FileHistory(Protocol):
     workspace: str
     path: str  # the workspace directory
     index: BoundaryIndex  # the boundary index (INDEX)
+    appended: Appends  # this process's last appends (``appended``): the recall catch-up's
 
     @property
     def store(self) -> StoreOptions: ...

@@ -211,7 +211,8 @@ class FileReader:
     ) -> list[Candidate]:
         """From the recall index (``ledger.storage.files.recall``), brought
         up to the log (under ``locked()``)."""
-        return self._index().search(st, layout_of(st), query, after, high, window)
+        return self._index().search(st, layout_of(st), query, after, high, window,
+                                    self.ws.appended)
 
     def read_order(self, seqs: list[int]) -> None:
         """Nothing: each row is read back where the index saw it."""
@@ -277,7 +278,7 @@ class FileReader:
     def refresh_recall(self, st: State) -> tuple[RecallIndex, Mark]:
         """Bring the recall index up to the log (under ``locked()``)."""
         recall = self._index()
-        return recall, recall.refresh(st, layout_of(st))
+        return recall, recall.refresh(st, layout_of(st), self.ws.appended)
 
     def _index(self) -> RecallIndex:
         if self._recall is None:

@@ -32,6 +32,7 @@ from ledger.core.format import rows as fmt
 from ledger.core.rows import Row
 from ledger.core.windows import Boundary
 from ledger.storage.files import segments as segs
+from ledger.storage.files.appended import Appends
 from ledger.storage.files.index import BoundaryIndex, SegmentInfo
 from ledger.storage.files.lock import locked
 from ledger.storage.files.marker import recover_if_marked
@@ -87,6 +88,9 @@ class WorkspaceBase:
         self.receipt_path = os.path.join(path, ffmt.RECEIPT_NAME)
         # This process's account of the active segment, valid for one stamp.
         self._running: SegmentInfo | None = None
+        # What this process's appends wrote to the active segment (``appended``),
+        # which the recall index's catch-up takes instead of reading it back.
+        self.appended = Appends()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.workspace!r})"

@@ -73,6 +73,7 @@ from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.searchable import hidden, indexed_terms, row_text
 from ledger.storage.files import segments as segs
+from ledger.storage.files.appended import Appends
 from ledger.storage.files.recall_tail import FOLD_BYTES, Tail, TailDoc
 
 VERSION = "5"
@@ -209,6 +210,30 @@ class Mark:
 
 
 _EMPTY = Mark(-1, "", 0, 0, -1, 0, -1, "", 0, 0)
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """The log as this process last found it to match the index with its
+    tail (``mark``): its epoch, layout and floor and every segment's stamp.
+    While the log's stamps are these, nothing needs checking again; when
+    only the active segment changed, by this process's own appends
+    (``appended``), only their lines need reading."""
+
+    mark: Mark
+    epoch: int
+    layout: str
+    floor: int
+    sealed: list[tuple[int, ffmt.Stamp]]
+    active: int
+    active_stamp: ffmt.Stamp
+
+    def holds(self, st: Any, layout: str, mark: Mark) -> bool:
+        """Whether ``st`` is the log seen then but for the active
+        segment's stamp, and ``mark`` the index's mark then."""
+        return (st.verified and self.active == st.active and self.epoch == st.epoch
+                and self.layout == layout and self.floor == _floor_seq(st)
+                and (self.mark is mark or self.mark == mark) and self.sealed == st.sealed)
 
 
 @dataclass
@@ -467,6 +492,7 @@ class RecallIndex:
         # log does not change under the lock a refresh holds.
         self._segs: tuple[int, list[tuple[int, int, str, str]]] | None = None
         self._hashes: dict[tuple[int, int], str] | None = None
+        self._seen: _Seen | None = None  # the log as the last refresh found it
 
     # -- the database --------------------------------------------------------
 
@@ -517,6 +543,7 @@ class RecallIndex:
         self._tail = None
         self._known = None
         self._segs = None
+        self._seen = None
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -548,6 +575,7 @@ class RecallIndex:
     def _forget(self) -> None:
         self._known = None
         self._segs = None
+        self._seen = None
 
     def _held(self, base: Mark) -> Tail | None:
         """The tail, when it extends ``base`` (the index's mark now)."""
@@ -557,25 +585,30 @@ class RecallIndex:
 
     # -- bringing it up to date ----------------------------------------------
 
-    def refresh(self, st: Any, layout: str) -> Mark:
+    def refresh(self, st: Any, layout: str, steps: Appends | None = None) -> Mark:
         """Bring the index with its tail up to the log (or rebuild): the
         mark returned names everything ``candidates`` scores. Called under
-        the workspace's shared lock, so the log does not change meanwhile."""
+        the workspace's shared lock, so the log does not change meanwhile.
+        ``steps``: this process's appends (``appended``), read from memory
+        when they are all that changed since the last refresh."""
         with self._guard:
-            return self._refresh_guarded(st, layout)
+            return self._refresh_guarded(st, layout, steps)
 
-    def _refresh_guarded(self, st: Any, layout: str) -> Mark:
+    def _refresh_guarded(self, st: Any, layout: str, steps: Appends | None = None) -> Mark:
         self._hashes = {}
         try:
-            return self._refresh_tried(st, layout)
+            mark = self._refresh_tried(st, layout, steps)
         finally:
             self._hashes = None
+        self._seen = None if st.active_stamp is None or not st.verified else _Seen(
+            mark, st.epoch, layout, _floor_seq(st), st.sealed, st.active, st.active_stamp)
+        return mark
 
-    def _refresh_tried(self, st: Any, layout: str) -> Mark:
+    def _refresh_tried(self, st: Any, layout: str, steps: Appends | None) -> Mark:
         try:
             for _ in range(8):
                 try:
-                    return self._refresh(st, layout)
+                    return self._refresh(st, layout, steps)
                 except _Raced:
                     continue  # another reader went on from our last commit
             return self._refresh(st, layout)
@@ -600,13 +633,13 @@ class RecallIndex:
 
     def search(
         self, st: Any, layout: str, query: ranking.Query, after: int, high: int,
-        window: int | None,
+        window: int | None, steps: Appends | None = None,
     ) -> list[tuple[int, int, float, tuple[int, int]]]:
         """``refresh`` then ``candidates``; an index found damaged while it
         answers is rebuilt and asked again."""
         with self._guard:
             for _ in range(8):
-                mark = self._refresh_guarded(st, layout)
+                mark = self._refresh_guarded(st, layout, steps)
                 try:
                     return self.candidates(mark, query, after, high, window)
                 except _Raced:
@@ -627,11 +660,24 @@ class RecallIndex:
             raise Unavailable("the recall index kept changing while it was read (other "
                               "readers bringing it up to date); retry in a moment")
 
-    def _refresh(self, st: Any, layout: str) -> Mark:
+    def _refresh(self, st: Any, layout: str, steps: Appends | None = None) -> Mark:
         db = self._open()
         base = self._mark_now(db)
         tail = self._held(base)
         mark = self._tail_mark if tail is not None else base
+        seen = self._seen
+        if seen is not None and seen.holds(st, layout, mark):
+            # The stamps say what changed since the log was last found to
+            # match: nothing, or the active segment by this process's appends.
+            if seen.active_stamp == st.active_stamp:
+                return mark
+            if mark.segment == st.active:
+                lines = None if steps is None else steps.lines_after(
+                    st.active, seen.active_stamp, mark.offset, st.active_stamp)
+                if lines is not None:
+                    got = self._extend(db, st, layout, base, tail, lines)
+                    if got is not None:
+                        return got
         if self._current(st, layout, mark, tail):
             return mark
         if base.upto > 0:
@@ -656,19 +702,22 @@ class RecallIndex:
         return mark
 
     def _extend(
-        self, db: sqlite3.Connection, st: Any, layout: str, base: Mark, tail: Tail | None
+        self, db: sqlite3.Connection, st: Any, layout: str, base: Mark, tail: Tail | None,
+        given: list[tuple[int, bytes]] | None = None,
     ) -> Mark | None:
         """Read the rows after the index's mark (or its tail's) into the
         tail, and fold it into the index once it is full; None when the
         tail cannot go on (another epoch, layout or floor, a log that lost or
         changed what it holds, or more than ``FOLD_BYTES`` to read): then
-        the index is brought up to the log in SQLite."""
+        the index is brought up to the log in SQLite. ``given``: the lines
+        after the mark in the active segment, known to follow what was
+        checked (``_refresh``), so the log is neither checked nor read."""
         mark = self._tail_mark if tail is not None else base
         if not (mark.epoch == st.epoch and mark.layout == layout
                 and mark.floor == _floor_seq(st) and mark.segment in st.segments
                 and self._pending(st, mark) <= FOLD_BYTES
-                and self._line_hash(mark) == mark.last_hash
-                and self._segments_hold(db, st, tail)):
+                and (given is not None or (self._line_hash(mark) == mark.last_hash
+                                           and self._segments_hold(db, st, tail)))):
             return None
         self._tail = None  # until it is whole again
         if tail is None:
@@ -680,16 +729,15 @@ class RecallIndex:
             tail = Tail(calls)
         prog = _Progress.of(mark)
         for seq, number, offset, size, indexed in self._rows(
-                st, (mark.segment, mark.offset), prog, tail.calls, tail.new_calls):
+                st, (mark.segment, mark.offset), prog, tail.calls, tail.new_calls, given):
             if indexed is None:
                 tail.boundary(seq)
             else:
                 tail.add(TailDoc(seq, prog.window, indexed[1], size, number, offset,
                                  indexed[0]))
         tail.bytes += prog.bytes
-        stamps = _stamps(st)
         for number, (at, h) in prog.seg_ends.items():
-            tail.seg_ends[number] = (at, h, stamps.get(number, ""))
+            tail.seg_ends[number] = (at, h, _stamp_text(st, number))
         mark = prog.mark(st.epoch, layout, mark.floor, base.next_tid)
         if tail.full():
             return self._fold(db, st, base, tail, mark)
@@ -843,13 +891,16 @@ class RecallIndex:
 
     def _rows(
         self, st: Any, start: tuple[int, int], prog: _Progress, calls: set[str],
-        new_calls: list[str],
+        new_calls: list[str], given: list[tuple[int, bytes]] | None = None,
     ) -> Iterator[tuple[int, int, int, int, tuple[Counter[str], int] | None]]:
         """Each boundary and each document from ``start`` to the log's end:
         (seq, segment, offset, line size, its terms and length; None for a
         boundary), ``prog`` advanced past it first (and past the lines in
-        between that are neither)."""
-        for number, line in self._lines(st, start):
+        between that are neither). ``given``: those lines of the active
+        segment (offset, bytes), known already."""
+        lines = self._lines(st, start) if given is None else (
+            (st.active, segs.Line(offset, data, True)) for offset, data in given)
+        for number, line in lines:
             prog.segment, prog.offset = number, line.offset + len(line.data) + 1
             prog.bytes += len(line.data) + 1
             if fmt.seq_prefix(line.data[:32]) is not None:
@@ -1153,6 +1204,16 @@ def _save(db: sqlite3.Connection, mark: Mark) -> None:
     ]
     db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?, ?)",
                    [(k, v, _h(k, v)) for k, v in pairs])
+
+
+def _stamp_text(st: Any, number: int) -> str:
+    """Segment ``number``'s stamp as ``_stamps`` writes it ("": none)."""
+    if number == st.active and st.active_stamp is not None:
+        return repr(tuple(st.active_stamp))
+    for n, stamp in st.sealed:
+        if n == number:
+            return repr(tuple(stamp))
+    return ""
 
 
 def _stamps(st: Any) -> dict[int, str]:

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 from ledger.core import ranking
 
-FOLD_ROWS = 64  # documents held before the tail is folded into the index
-FOLD_BYTES = 256 * 1024  # bytes of lines read before it is folded
+FOLD_ROWS = 256  # documents held before the tail is folded into the index
+FOLD_BYTES = 1 << 20  # bytes of lines read before it is folded
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from ledger.core.rows import Row
 from ledger.core.rules import PurgeResult, RejectResult, TruncateResult
 from ledger.core.windows import window_marker
 from ledger.storage.engine import BackupResult, PageUse, QuarantineEntry, StatReport, T
-from ledger.storage.files import rewrite
+from ledger.storage.files import appended, rewrite
 from ledger.storage.files import segments as segs
 from ledger.storage.files.backup import backup as backup_history
 from ledger.storage.files.index import active_info
@@ -248,6 +248,10 @@ class FileWorkspace(Publishing):
         self._running = extend_running(
             running, target, new_stamp, st.active_stamp, new_file, seqs, batch_bounds
         )
+        before = ffmt.ZERO_STAMP if new_file else st.active_stamp
+        if before is not None and before.size == offset0:
+            self.appended.add(appended.Step(target, before, new_stamp, offset0, lines,
+                                            pos - offset0))
         layout = st.receipt.layout if st.receipt is not None else 0
         receipt = stable_receipt(
             epoch, seqs[-1] + 1, window, floor, layout, (target, new_stamp), sealed,
