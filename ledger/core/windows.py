@@ -186,10 +186,7 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
                 t = p.get("type")
                 if t == "tool_result":
                     pid = str(p.get("id"))
-                    if waiting.get(pid):
-                        waiting[pid] -= 1  # a result answers one call (ledger.core.toolpairs)
-                        answered.add(pid)
-                    else:
+                    if not _answers(pid, waiting, answered):
                         item = _one_served_as_text(item, row, p, pid in answered)
                 elif t == "tool_call":
                     pid = str(p.get("id"))
@@ -210,10 +207,7 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
             t = p.get("type")
             if t == "tool_result":
                 pid = str(p.get("id"))
-                if waiting.get(pid):
-                    waiting[pid] -= 1  # a result answers one call (ledger.core.toolpairs)
-                    answered.add(pid)
-                else:
+                if not _answers(pid, waiting, answered):
                     if orphans is None:
                         orphans = {}
                     orphans[i] = pid in answered
@@ -228,6 +222,17 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
                     waiting[pid] = waiting.get(pid, 0) + 1
         append(item)
     return out
+
+
+def _answers(pid: str, waiting: dict[str, int], answered: set[str]) -> bool:
+    """Whether a tool result with call id ``pid`` answers a call still
+    waiting for one; it then answers that call (a result answers one call,
+    ``ledger.core.toolpairs``). False: the result is an orphan."""
+    if waiting.get(pid):
+        waiting[pid] -= 1
+        answered.add(pid)
+        return True
+    return False
 
 
 def _served_as_text(item: Any, row: dict[str, Any], parts: list[Any],
