@@ -85,7 +85,7 @@ from ledger.rollover.conversation import (
     SendRefused,
     stored_copy,
 )
-from ledger.rollover.engine import Action, BudgetConfig, Decision
+from ledger.rollover.engine import BudgetConfig, Decision
 from ledger.rollover.request import tool_schema
 from ledger.tokens.models import resolve
 from ledger.transcript.history import History
@@ -341,8 +341,7 @@ class LedgerSession(BranchesMixin, SessionABC):
         raise SendConflict(
             f"workspace {self.session_id!r}: other writers changed the window under each of "
             "5 tries to store the run's items (several runs on one session at once); nothing "
-            "was stored", Decision(Action.REJECT, "conflict", "window changed", 0, False, 0,
-                                   continuation=False), rows)
+            "was stored", Decision.refused("conflict", "window changed", 0), rows)
 
 
     def _added(self) -> set[str]:
@@ -512,8 +511,7 @@ class LedgerSession(BranchesMixin, SessionABC):
             raise SendConflict(
                 f"workspace {self.session_id!r}: other runs sealed the window under each of "
                 f"{SEND_ATTEMPTS} tries to send the run's input; the model was not called",
-                Decision(Action.REJECT, "conflict", "window sealed", 0, False,
-                         conv.config.ceiling, continuation=False), [])
+                Decision.refused("conflict", "window sealed", conv.config.ceiling), [])
 
     def _request(self, conv: Conversation,
                  given: Sequence[Mapping[str, Any]]) -> Request | None:
@@ -686,9 +684,9 @@ class LedgerSession(BranchesMixin, SessionABC):
                     f"input (seq {own}) was stored before a clear of the session (the privacy "
                     "floor of another run's clear_session); it is not carried across the "
                     "floor and the model was not called; run again to ask it in the new "
-                    "window", Decision(Action.REJECT, "cleared", "the input is behind a "
-                                       "privacy floor", 0, False, conv.config.ceiling,
-                                       continuation=False), [])
+                    "window",
+                    Decision.refused("cleared", "the input is behind a privacy floor",
+                                     conv.config.ceiling), [])
             try:
                 result, settled = self._add_rows([stored_copy(r) for r in stored], window)
             except _WindowMoved:
@@ -698,8 +696,8 @@ class LedgerSession(BranchesMixin, SessionABC):
         raise SendConflict(
             f"workspace {self.session_id!r}: other runs moved the window on under each of "
             f"{SEND_ATTEMPTS} tries to carry the run's input (seq {own}) into it; the model "
-            "was not called", Decision(Action.REJECT, "conflict", "window changed", 0, False,
-                                       conv.config.ceiling, continuation=False), [])
+            "was not called",
+            Decision.refused("conflict", "window changed", conv.config.ceiling), [])
 
     def _trigger_start(self, view: Sequence[Row]) -> int | None:
         """The seq of the first row of this send's trigger: the user's message

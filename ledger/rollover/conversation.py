@@ -617,8 +617,7 @@ class Conversation:
                     continue
                 raise SendRefused(
                     f"workspace {self.history.workspace!r}: send refused: {exc}; nothing was "
-                    "stored", Decision(Action.REJECT, "P3", str(exc), 0, False,
-                                       self.config.ceiling, continuation=False), given,
+                    "stored", Decision.refused("P3", str(exc), self.config.ceiling), given,
                 ) from exc
             except StepBudgetExceeded as exc:
                 raise SendRefused(
@@ -635,8 +634,7 @@ class Conversation:
         return SendConflict(
             f"workspace {self.history.workspace!r}: send refused: {why}; nothing of this send "
             "was stored: send it again",
-            Decision(Action.REJECT, "conflict", why, 0, False, self.config.ceiling,
-                     continuation=False), given)
+            Decision.refused("conflict", why, self.config.ceiling), given)
 
     @contextmanager
     def _memory(self) -> Iterator[str]:
@@ -779,8 +777,7 @@ class Conversation:
             raise SendRefused(
                 f"workspace {self.history.workspace!r}: send refused (rule sealed): {why}; "
                 "nothing was sent or stored: read the window again",
-                Decision(Action.REJECT, "sealed", why, 0, False, self.config.ceiling,
-                         continuation=False), [])
+                Decision.refused("sealed", why, self.config.ceiling), [])
         view = [_plain(r) for r in rows if r.seq < first_seq]
         stored = [r for r in rows if r.seq >= first_seq]
         trigger = [stored_copy(r) for r in stored]

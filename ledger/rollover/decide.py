@@ -145,6 +145,13 @@ class Decision:
     blocked: str | None = None
     suppressed_by: str | None = None
 
+    @classmethod
+    def refused(cls, rule: str, reason: str, ceiling: int) -> Decision:
+        """A reject made before anything was counted (another writer's
+        conflict, a sealed or cleared trigger, a store that refused the
+        rows): no tokens, not exact, and the turn does not go on."""
+        return cls(Action.REJECT, rule, reason, 0, False, ceiling, continuation=False)
+
 
 def decide(inputs: SendInputs, config: BudgetConfig) -> Decision:
     """The budget decision for one send. Pure; see the rule table."""
