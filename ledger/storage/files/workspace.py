@@ -237,11 +237,14 @@ class FileWorkspace(Publishing):
                 self.index.remember(running)  # sealing it needs no scan
         else:
             sealed = st.sealed
-        if seal is not None or new_file or batch_bounds or epoch != st.epoch:
+        # The active segment's entry changes with a new file, new boundaries
+        # or a new epoch; a sealed segment needs its entry too.
+        moved = new_file or bool(batch_bounds) or epoch != st.epoch
+        if seal is not None or moved:
             try:
                 entries = [active_info(self.path, target, new_stamp, epoch,
                                        tuple(batch_bounds) if new_file else None, seqs[0])
-                           ] if new_file or batch_bounds or epoch != st.epoch else []
+                           ] if moved else []
                 self.index.record(entries, seal)
             except OSError:
                 pass  # a projection: readers scan or rebuild what is missing
