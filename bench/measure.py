@@ -114,6 +114,19 @@ def vm_hwm_bytes() -> int | None:
     return _status_field("VmHWM")
 
 
+def reset_hwm() -> bool:
+    """Start the peak (VmHWM) again from the resident set now (Linux 4.0 on:
+    ``5`` written to /proc/self/clear_refs), so a peak read later is what
+    ran since, not the process's start-up; False where that cannot be done
+    (the peak then still holds the start-up's)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
 def _status_field(name: str) -> int | None:
     try:
         with open("/proc/self/status", "rb") as f:
