@@ -79,7 +79,10 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from langchain_core.tools import BaseTool
 
 BEGIN = "/nonexistent-tledger-turn-costs-begin"
 END = "/nonexistent-tledger-turn-costs-end"
@@ -298,12 +301,13 @@ def _turn_fn(name: str, directory: str) -> Callable[[int], Any]:
 
         mw = RolloverMiddleware(Store(directory), workspace="mw", context_limit=16000)
         state: dict[str, list[Any]] = {"messages": []}
-        tools = [BASH, *mw.tools]  # the agent's tools, session_history among them
+        # The agent's tools, session_history among them.
+        mw_tools: list[BaseTool | dict[str, Any]] = [BASH, *mw.tools]
 
         def request(messages: list[Any]) -> Any:
             # What create_agent hands wrap_model_call (no model is called).
             return ModelRequest(model=None, messages=messages,  # type: ignore[arg-type]
-                                system_prompt="You are an agent.", tools=tools)
+                                system_prompt="You are an agent.", tools=mw_tools)
 
         if name == "RolloverMiddleware, async":
             async def amiddleware(k: int) -> Any:
@@ -434,8 +438,9 @@ def timed(names: list[str], turns: int, sizes: list[int]) -> dict[str, Any]:
                     if k >= WARMUP:
                         wall[name].append(w1 - w0)
                         cpu[name].append(c1 - c0)
-            rec = {n: {"wall_ms": round(statistics.median(wall[n]) * 1e3, 3),
-                       "cpu_ms": round(statistics.median(cpu[n]) * 1e3, 3)} for n in names}
+            rec: dict[str, dict[str, Any]] = {  # a JSON record: ms, ratios, floor names
+                n: {"wall_ms": round(statistics.median(wall[n]) * 1e3, 3),
+                    "cpu_ms": round(statistics.median(cpu[n]) * 1e3, 3)} for n in names}
             for n in names:
                 floor = rec.get(FLOOR_OF.get(n, n))
                 if floor is None:

@@ -91,7 +91,7 @@ class BulkResult:
 
 
 def bulk_load(
-    history: History,
+    history: object,
     batches: Iterable[Sequence[dict[str, Any]] | Batch],
     segment_target_bytes: int = DEFAULT_SEGMENT_TARGET,
     durability: str | None = None,
@@ -100,13 +100,16 @@ def bulk_load(
 ) -> BulkResult:
     """Append ``batches`` after the existing log as new sealed segments.
 
-    Each item is a sequence of caller row dicts (one batch) or a :class:`Batch`.
-    ``internal=True`` admits ``reset`` and ``lead_in`` rows (recovery, imports
-    and benchmarks that build windows); a rollover batch is valid only as
-    ``[reset(rollover), lead_in, …]``, anything else with a reset is a floor.
-    ``durability`` defaults to the store's. Raises ``InvalidRow`` (naming the
-    batch and row) or ``CommitFailed`` with the history unchanged, or
-    ``CommitUncertain`` when a created segment could not be removed again.
+    ``history``: a file workspace, or a ``History`` over one (what
+    ``Store(path).history(name)`` returns); another engine's is refused with
+    ``Unsupported`` (``ports.unwrap``). Each item is a sequence of caller row
+    dicts (one batch) or a :class:`Batch`. ``internal=True`` admits ``reset``
+    and ``lead_in`` rows (recovery, imports and benchmarks that build
+    windows); a rollover batch is valid only as ``[reset(rollover), lead_in,
+    …]``, anything else with a reset is a floor. ``durability`` defaults to
+    the store's. Raises ``InvalidRow`` (naming the batch and row) or
+    ``CommitFailed`` with the history unchanged, or ``CommitUncertain`` when a
+    created segment could not be removed again.
     """
     history = unwrap(history)
     if segment_target_bytes < 1:
