@@ -23,7 +23,8 @@ lock, so never both at once.
 from __future__ import annotations
 
 from collections import deque
-from typing import NamedTuple
+
+import msgspec
 
 from ledger.core.format.files import Stamp
 
@@ -34,10 +35,13 @@ KEEP_BYTES = 256 * 1024
 KEEP_STEPS = 64
 
 
-class Step(NamedTuple):
+class Step(msgspec.Struct, frozen=True):
     """One append to segment ``segment``: the file it read (``before``,
     ``offset`` bytes, whole lines) and the one it committed (``after``),
-    which holds ``lines`` (each ending in a newline) from ``offset`` on."""
+    which holds ``lines`` (each ending in a newline) from ``offset`` on. A
+    struct, not a NamedTuple: its class is made at every start of the
+    package, and a NamedTuple's costs ~1.2 M instructions (generated source
+    compiled), this ~0.1 M."""
 
     segment: int
     before: Stamp
