@@ -167,11 +167,17 @@ def _word_terms(word: str) -> tuple[str, ...]:
 _WORDS_KEPT = 65536
 _str_words: dict[str, tuple[str, ...]] = {}
 _ascii_words: dict[bytes, tuple[str, ...]] = {}
+# The terms of each piece of non-ASCII text between ASCII separators
+# (``terms``), keyed by its UTF-8 bytes, bounded the same way.
+_pieces: dict[bytes, tuple[str, ...]] = {}
 _Key = TypeVar("_Key", str, bytes)
 _V = TypeVar("_V")
 # ASCII letters and digits kept, every other byte a space: for ASCII text,
 # ``text.encode().translate(_ASCII_WORDS).split()`` is ``_WORD.findall(text)``.
 _ASCII_WORDS = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c in range(256))
+# The same, but every byte of a multi-byte UTF-8 sequence kept: the pieces
+# ``split`` then gives are ASCII words or runs holding non-ASCII characters.
+_PIECES = bytes(c if c >= 0x80 or chr(c).isalnum() else 0x20 for c in range(256))
 
 
 def _learn(cache: dict[_Key, tuple[str, ...]], key: _Key, word: str) -> tuple[str, ...]:
@@ -196,7 +202,8 @@ def terms(text: str) -> list[str]:
     each of its words (``words``) that is no stop word and shorter than
     WORD_MAX, stemmed. Each distinct word's terms are worked out once and
     kept (``_word_terms``); ASCII text (NFKD leaves it as it is) is split in
-    C without the regular expression."""
+    C without the regular expression, other text at its ASCII separators
+    first (the regular expression splits only what is left between them)."""
     out: list[str] = []
     add = out.extend
     if text.isascii():
@@ -207,11 +214,26 @@ def terms(text: str) -> list[str]:
                 got = _learn(cache_b, b, b.decode())
             add(got)
         return out
-    cache_s = _str_words
-    for w in _WORD.findall(_unmarked(unicodedata.normalize("NFKD", text))):
-        got = cache_s.get(w)
-        if got is None:
-            got = _learn(cache_s, w, w)
+    # Other text: NFKD, then split at its ASCII separators in C as above;
+    # only the pieces holding non-ASCII characters (often a symbol beside a
+    # number, ``12→``) go through the marks and the regular expression, and
+    # each piece's terms are kept. Every ASCII separator is a separator of
+    # ``_WORD`` and no combining mark is ASCII, so the words are the same.
+    cache_b, cache_s, pieces = _ascii_words, _str_words, _pieces
+    for b in unicodedata.normalize("NFKD", text).encode(
+            "utf-8", "surrogatepass").translate(_PIECES).split():
+        if b.isascii():
+            got = cache_b.get(b)
+            if got is None:
+                got = _learn(cache_b, b, b.decode())
+        else:
+            got = pieces.get(b)
+            if got is None:
+                found: list[str] = []
+                for w in _WORD.findall(_unmarked(b.decode("utf-8", "surrogatepass"))):
+                    known = cache_s.get(w)
+                    found.extend(_learn(cache_s, w, w) if known is None else known)
+                got = _keep(pieces, b, tuple(found))
         add(got)
     return out
 

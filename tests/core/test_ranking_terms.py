@@ -48,6 +48,24 @@ def test_words_fold_and_terms_follow_their_definition(text: str) -> None:
                                    if w not in ranking.STOP and len(w) < ranking.WORD_MAX]
 
 
+# Pieces between ASCII separators that hold non-ASCII characters: symbols
+# beside numbers and words (as in tool output), non-ASCII spaces and
+# separators, marks, a lone surrogate (JSON can carry one).
+PIECES = st.lists(st.one_of(
+    st.sampled_from([" ", "\n", "12\u2192", "\u2502", "\u25cf ", "caf\u00e9", "e\u0301x",
+                     "\u00a0", "\u3000", "\u2028", "a\u2019s", "x_y", "\ud800", "\u00e9" * 70,
+                     "Stra\u00dfeHTTP", "\u4e2d\u6587x"]),
+    st.characters(min_codepoint=32, max_codepoint=126), st.characters()), max_size=40).map("".join)
+
+
+@given(PIECES)
+def test_non_ascii_terms_follow_their_definition_twice(text: str) -> None:
+    want = [ranking._stem(w) for w in defined_words(text)
+            if w not in ranking.STOP and len(w) < ranking.WORD_MAX]
+    assert ranking.terms(text) == want
+    assert ranking.terms(text) == want  # from the pieces and words kept the first time
+
+
 def test_a_few_texts() -> None:
     assert ranking.words("Café parseHTTPRequest — naïve") == [
         "cafe", "parsehttprequest", "parse", "http", "request", "naive"]
@@ -78,6 +96,10 @@ def test_the_word_caches_are_bounded_and_give_the_same_terms() -> None:
         ranking.terms(" ".join(f"\u00e9{i}x{j}" for j in range(1000)))
     assert len(ranking._ascii_words) <= ranking._WORDS_KEPT
     assert len(ranking._str_words) <= ranking._WORDS_KEPT
+    assert len(ranking._pieces) <= ranking._WORDS_KEPT
     assert ranking.terms(text) == first
     assert ranking.terms("x" * 63) == ["x" * 63] and ranking.terms("x" * 64) == []
     assert b"x" * 64 not in ranking._ascii_words
+    assert ranking.terms("\u2192" + "x" * 63) == ["x" * 63]
+    assert ranking.terms("\u2192" + "x" * 64) == []
+    assert ("\u2192" + "x" * 62).encode() not in ranking._pieces  # 65 bytes: not kept
