@@ -60,7 +60,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from itertools import islice
+from itertools import chain, islice
 from typing import Any
 from urllib.parse import quote
 
@@ -80,6 +80,7 @@ from ledger.storage.files.recall_tail import FOLD_BYTES, Tail, TailDoc
 VERSION = "5"
 _MASK = (1 << 64) - 1
 CHUNK_POSTINGS = 200_000  # postings per committed chunk of a long build
+TERMS_KEPT = 32_768  # terms a fold's ids and frequencies are kept for, at most (``_fold``)
 PAGE_SIZE = 4096  # of a new database (SQLite's default; tests use small pages)
 SUFFIXES = ("", "-wal", "-shm", "-journal")  # the database and SQLite's own files
 _SCHEMA = """
@@ -280,7 +281,11 @@ class _Writer:
         self.tids: dict[str, list[int]] = {}  # term -> [id, document frequency]
         self.touched: set[str] = set()  # the terms to write at the next flush
         self.doc_rows: list[tuple[Any, ...]] = []
-        self.post_rows: list[tuple[int, int, int, int]] = []
+        # The postings by term id, each term's in the order its rows came
+        # (``flush`` writes them a term at a time: each b-tree page visited
+        # once, without sorting every posting's tuple), and how many.
+        self.post_rows: dict[int, list[tuple[int, int, int, int]]] = {}
+        self.postings = 0
         self.new_calls: list[str] = []
         self.looked: set[str] = set()  # terms looked up already (``preload``)
 
@@ -322,6 +327,7 @@ class _Writer:
             number: int, offset: int) -> None:
         pairs = array("I")
         known, touched, post = self.tids, self.touched, self.post_rows
+        self.postings += len(tfs)
         impacts: dict[int, int] = {}  # by frequency: the row's length is the same for all
         for t, n in tfs.items():
             got = known.get(t)
@@ -334,7 +340,11 @@ class _Writer:
             imp = impacts.get(n)
             if imp is None:
                 imp = impacts[n] = -round(ranking.impact(n, length) * 1000)
-            post.append((tid, imp, -seq, n))
+            row = post.get(tid)
+            if row is None:
+                post[tid] = [(tid, imp, -seq, n)]
+            else:
+                row.append((tid, imp, -seq, n))
             pairs.append(tid)
             pairs.append(n if n <= 0xFFFFFFFF else 0xFFFFFFFF)
         blob = pairs.tobytes()
@@ -342,14 +352,16 @@ class _Writer:
                               _doc_h(seq, window, length, size, blob, number, offset)))
 
     def full(self) -> bool:
-        return len(self.post_rows) > CHUNK_POSTINGS
+        return self.postings > CHUNK_POSTINGS
 
     def flush(self) -> None:
         db, tids = self.db, self.tids
         db.executemany("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                        self.doc_rows)
-        self.post_rows.sort()  # in key order: each b-tree page visited once
-        db.executemany(_POST_INSERT, self.post_rows)
+        post = self.post_rows
+        for rows in post.values():
+            rows.sort()  # a few each: in key order, without comparing every posting's tid
+        db.executemany(_POST_INSERT, chain.from_iterable(post[t] for t in sorted(post)))
         db.executemany("INSERT OR REPLACE INTO df VALUES (?, ?, ?, ?)",
                        [(t, tid, n, _term_h(t, tid, n))
                         for t in sorted(self.touched) for tid, n in (tids[t],)])
@@ -357,6 +369,7 @@ class _Writer:
                        [(c, _h(c)) for c in self.new_calls])
         self.doc_rows.clear()
         self.post_rows.clear()
+        self.postings = 0
         self.touched.clear()
         self.new_calls.clear()
 
@@ -496,6 +509,9 @@ class RecallIndex:
         self._segs: tuple[int, list[tuple[int, int, str, str]]] | None = None
         self._hashes: dict[tuple[int, int], str] | None = None
         self._seen: _Seen | None = None  # the log as the last refresh found it
+        # The terms (id, document frequency) the last fold on this
+        # connection wrote, and SQLite's data_version then (``_fold``).
+        self._terms: tuple[int, dict[str, list[int]]] | None = None
 
     # -- the database --------------------------------------------------------
 
@@ -544,6 +560,7 @@ class RecallIndex:
 
     def close(self) -> None:
         self._tail = None
+        self._terms = None
         self._known = None
         self._segs = None
         self._seen = None
@@ -579,6 +596,7 @@ class RecallIndex:
         self._known = None
         self._segs = None
         self._seen = None
+        self._terms = None  # this connection is about to write (or lost track)
 
     def _held(self, base: Mark) -> Tail | None:
         """The tail, when it extends ``base`` (the index's mark now)."""
@@ -749,12 +767,20 @@ class RecallIndex:
 
     def _fold(self, db: sqlite3.Connection, st: Any, base: Mark, tail: Tail, mark: Mark) -> Mark:
         """Write the tail into the index in one transaction (``_Raced`` when
-        another process moved the index on meanwhile: read again)."""
-        self._forget()
+        another process moved the index on meanwhile: read again). The
+        terms this connection's last fold wrote (their ids and document
+        frequencies) are taken from memory when no other connection has
+        committed since (SQLite's ``data_version`` unchanged): the df table
+        holds what that fold wrote; the other terms are read and verified."""
+        kept = self._terms
+        self._forget()  # and the terms, until this fold commits
         with _writing(db):
             if self._mark(db) != base:
                 raise _Raced()
+            version = db.execute("PRAGMA data_version").fetchone()[0]
             writer = _Writer(db, base.next_tid)
+            if kept is not None and kept[0] == version:
+                writer.tids = kept[1]
             writer.preload(t for d in tail.docs.values() for t in d.tfs)
             writer.new_calls.extend(tail.new_calls)
             for seq in sorted([*tail.order, *tail.wins]):
@@ -767,6 +793,8 @@ class RecallIndex:
             self._save_segs(db, st, {n: (at, h) for n, (at, h, _s) in tail.seg_ends.items()})
             mark = replace(mark, next_tid=writer.next_tid)
             _save(db, mark)
+        if len(writer.tids) <= TERMS_KEPT:
+            self._terms = (version, writer.tids)
         return mark
 
     @staticmethod

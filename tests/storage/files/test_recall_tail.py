@@ -26,7 +26,7 @@ import pytest
 
 from ledger import Store
 from ledger.core.format import files as ffmt
-from ledger.storage.files import recall_tail
+from ledger.storage.files import recall, recall_tail
 from tests.helpers import msg
 
 QUERIES = ("bluebird deploy", "heron cache otter", '"bluebird launch" fine', "kubectl svc",
@@ -192,3 +192,49 @@ def test_rows_the_log_lost_are_never_served_from_the_tail(tmp_path: Path) -> Non
     h2.append(msg("a yak at seq three"))
     assert [i["seq"] for i in answer(tool, "yak")["items"]] == [3, 2]
     assert answer(tool, "zebra")["items"] == []
+
+
+def verified(root: Path) -> None:
+    """The index's database passes ``recall.verify``: every term's document
+    frequency is its number of postings, every row's pairs are its postings."""
+    db = sqlite3.connect(root / "w" / ffmt.RECALL_NAME)
+    try:
+        recall.verify(db)
+    finally:
+        db.close()
+
+
+def test_folds_by_two_handles_and_after_a_rebuild_keep_every_count(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fold takes the terms its connection's last fold wrote from memory
+    only while no other connection wrote: folds alternating between two
+    handles, and a fold after its own handle rebuilt the index (a new
+    floor), each leave the counts a fresh index has."""
+    monkeypatch.setattr(recall_tail, "FOLD_ROWS", 3)
+    root = tmp_path / "root"
+    h = history(root)
+    h.append_many([msg("Can you help me plan a trip?"), msg("Sure.", "assistant")])
+    one, two = h.session_history(), history(root).session_history()
+    answers(one)
+    adds = batches() * 2
+    folds = 0
+    for i, add in enumerate(adds):
+        add(h)
+        before = indexed_upto(root)
+        got = answers(one if (i // 2) % 2 == 0 else two)
+        folds += indexed_upto(root) > before
+        verified(root)
+        assert got == fresh_answers(root, tmp_path / f"fresh{i}"), i
+    assert folds >= 5
+    # One handle only: a fold, a new floor (the index built again from it on
+    # this handle, its term ids given anew), then folds again.
+    for add in adds[:4]:
+        add(h)
+        answers(one)
+    h.clear_soft()
+    h.append_many([msg("bluebird deploy after the floor"), msg("heron cache", "assistant")])
+    answers(one)
+    for k, add in enumerate(adds[:8]):
+        add(h)
+        assert answers(one) == fresh_answers(root, tmp_path / f"floor{k}"), k
+        verified(root)
