@@ -75,7 +75,7 @@ from ledger.rollover.engine import (
     step,
     warning_row,
 )
-from ledger.rollover.guards import request_counter
+from ledger.rollover.guards import request_bound, request_counter
 from ledger.rollover.request import Request, tool_schema
 from ledger.rollover.rules import Count, _count, lead_in_for, lead_in_message
 from ledger.tokens.models import ModelRegistry, resolve
@@ -418,6 +418,7 @@ class Conversation:
         self.hooks = hooks if hooks is not None else RolloverHooks()
         self.notes_writable = notes_writable
         self._count = _LastCounted(request_counter(registry=models))
+        self._bound = request_bound(registry=models)
         self.parts = RolloverParts(
             workspace=history.workspace,
             model=model,
@@ -518,8 +519,15 @@ class Conversation:
                                                   self.state.window):
                 open_view = list(known[1])
         lead = lead_in_message(lead_in_for(self._next_seq, self.parts.lead_in_text))
-        fresh = _count(self._count, self._request_for([lead, *trigger], memory))
-        if fresh.tokens > self.config.ceiling:
+        request = self._request_for([lead, *trigger], memory)
+        # Counted only when a bound found without the tokenizer does not
+        # already show the rows fit (rule B5 asks no more than that): the
+        # count of a record's new rows was most of what a record cost
+        # beyond its append (bench/RESULTS.md, issue 31, turns7).
+        bound = self._bound(request)
+        fresh = None if bound is not None and bound <= self.config.ceiling else _count(
+            self._count, request)
+        if fresh is not None and fresh.tokens > self.config.ceiling:
             est = "" if fresh.exact else " (estimate)"
             self._refuse(Decision(
                 Action.REJECT, "B5",

@@ -277,7 +277,12 @@ def step(
     state: RolloverState, inputs: SendInputs, config: BudgetConfig
 ) -> tuple[Decision, RolloverState]:
     """:func:`decide` with the in-memory state folded in and updated."""
-    merged = replace(inputs, warned=inputs.warned or state.warned, pending=state.pending)
+    merged = inputs
+    if (state.warned and not inputs.warned) or state.pending != inputs.pending:
+        # (A new SendInputs only when the state changes it: ``replace`` costs
+        # more than the decision itself, and a send without a warning or a
+        # queued rollover behind it needs none.)
+        merged = replace(inputs, warned=inputs.warned or state.warned, pending=state.pending)
     decision = decide(merged, config)
     new = state
     if decision.action is Action.WARN:

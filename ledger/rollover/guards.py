@@ -64,6 +64,7 @@ __all__ = [
     "check_tool_output",
     "estimate_request",
     "fits_fresh_window",
+    "request_bound",
     "request_counter",
     "require_fresh_window",
     "require_request",
@@ -347,3 +348,34 @@ def request_counter(
         return verdict.tokens, verdict.exact
 
     return count
+
+
+def request_bound(
+    *,
+    registry: ModelRegistry | None = None,
+    cache: RowTokenCache | None = DEFAULT_CACHE,
+) -> Callable[[Any], int | None]:
+    """A ``bound(request) -> tokens | None`` beside :func:`request_counter`:
+    a number the counter's tokens for the same request are surely not
+    above, found without the tokenizer (``BodyShape.request_bound``, safety
+    factor applied), or None when there is no such bound (a model family
+    whose requests are not counted by OpenAI's body rules, media, a very
+    long string). A caller that only asks whether a request is above a
+    ceiling counts it only when the bound is above the ceiling."""
+
+    def bound(request: Any) -> int | None:
+        counter = TokenCounter(request.model, registry=registry, cache=cache)
+        from ledger.tokens.shapes import BodyShape, shape_for
+
+        shape = shape_for(family=counter.spec.family)
+        if not isinstance(shape, BodyShape):
+            return None
+        rows = [m if isinstance(m, dict) or isinstance(m, Mapping) else m.to_dict()
+                for m in request.messages]
+        raw = shape.request_bound(
+            counter, rows, system=getattr(request, "system", "") or "",
+            memory=getattr(request, "memory", "") or "",
+            tools=list(getattr(request, "tools", ()) or ()))
+        return None if raw is None else counter.scaled(Count(raw, False)).tokens
+
+    return bound

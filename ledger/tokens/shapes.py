@@ -28,7 +28,13 @@ import xxhash
 
 from ledger.adapters import ADAPTERS
 from ledger.adapters.common import VISIBLE_KINDS, is_rejected
-from ledger.tokens.bodies import REPLY_TOKENS, BodyCounter
+from ledger.tokens.bodies import (
+    _MEDIA_TYPES,
+    MESSAGE_TOKENS,
+    NAME_TOKENS,
+    REPLY_TOKENS,
+    BodyCounter,
+)
 from ledger.tokens.counting import (
     CANONICAL,
     Accountant,
@@ -203,6 +209,7 @@ class BodyShape:
         # the check of the request it returns): the last few are kept.
         self._recent: OrderedDict[bytes, dict[str, Count]] = OrderedDict()
         self._done: OrderedDict[bytes, tuple[Count, Count]] = OrderedDict()
+        self._tool_counts: OrderedDict[bytes, int] = OrderedDict()
         self._lock = threading.Lock()
 
     def measure(self, row: Mapping[str, Any], acct: Accountant) -> Count:
@@ -251,15 +258,7 @@ class BodyShape:
         tools: Any,
         advertised: Collection[str] | None,
     ) -> dict[str, Count]:
-        text = f"{system}\n\n{memory}" if system and memory else (system or memory)
-        head = ([{"kind": "message", "role": "system", "parts": [{"type": "text", "text": text}]}]
-                if text else [])
-        table = _normalize_tools(tools)
-        names = list(table) if advertised is None else list(dict.fromkeys(advertised))
-        missing = [name for name in names if name not in table]
-        if missing:
-            raise InvalidTools(f"advertised tools without a schema: {', '.join(sorted(missing))}")
-        schemas = [api_tool(self.api, table[name]) for name in names]
+        head, schemas = self._head(system, memory), self._schemas(tools, advertised)
         bodies = counter.body_counter()
         system_count = Count(0, True)
         total = Count(0, True)
@@ -276,6 +275,81 @@ class BodyShape:
             "tools": bodies.tools(schemas),
             "rows": total,
         }
+
+    @staticmethod
+    def _head(system: str, memory: str) -> list[dict[str, Any]]:
+        """The system message as a row (none without text): the system text
+        with the memory text after a blank line."""
+        text = f"{system}\n\n{memory}" if system and memory else (system or memory)
+        return ([{"kind": "message", "role": "system", "parts": [{"type": "text", "text": text}]}]
+                if text else [])
+
+    def _schemas(self, tools: Any, advertised: Collection[str] | None) -> list[dict[str, Any]]:
+        """The advertised tool schemas in this API's form."""
+        table = _normalize_tools(tools)
+        names = list(table) if advertised is None else list(dict.fromkeys(advertised))
+        missing = [name for name in names if name not in table]
+        if missing:
+            raise InvalidTools(f"advertised tools without a schema: {', '.join(sorted(missing))}")
+        return [api_tool(self.api, table[name]) for name in names]
+
+    def request_bound(
+        self,
+        counter: TokenCounter,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        system: str = "",
+        memory: str = "",
+        tools: Any = None,
+        advertised: Collection[str] | None = None,
+    ) -> int | None:
+        """A number of tokens the raw total of :meth:`request_parts` (before
+        the safety factor) is surely not above, found without the
+        tokenizer: the same blocks rendered the same way, each message's
+        framing (``MESSAGE_TOKENS``, ``NAME_TOKENS``) as the rules charge it
+        and every string it holds at its UTF-8 length -- a byte-level BPE
+        token is at least one byte, and a string no longer than the
+        counter's chunk is encoded whole, never cut. The tools are counted
+        exactly (cached). None when a message holds media (its allowance
+        is no function of its bytes) or a string that could be cut or is no
+        valid UTF-8: then only the count itself can say.
+
+        What it is for: a guard that only asks "above the ceiling?" (the
+        fresh-window check of ``Conversation.record``, rule B5) counts only
+        when the bound is above it."""
+        if counter.mode != "encoding":
+            return None  # an approximation's counts are no function of bytes
+        limit = counter.chunk_chars
+        total = REPLY_TOKENS + self._tools(counter, tools, advertised)
+        render = ADAPTERS[self.api].to_request
+        for block in _blocks([*self._head(system, memory), *rows]):
+            for message in render(block)[self._items]:
+                found = _message_bound(message, limit)
+                if found is None:
+                    return None
+                total += found
+        return total
+
+    def _tools(self, counter: TokenCounter, tools: Any,
+               advertised: Collection[str] | None) -> int:
+        """The tools' exact count (``BodyCounter.tools`` of the advertised schemas),
+        kept per tool map: a conversation advertises the same tools on
+        every request."""
+        key: bytes | None = None
+        try:
+            key = xxhash.xxh3_128_digest(_encoder.encode(
+                (counter.profile_key, tools, None if advertised is None else list(advertised))))
+        except (TypeError, ValueError, OverflowError):
+            key = None
+        if key is not None and (found := self._tool_counts.get(key)) is not None:
+            return found
+        tokens = counter.body_counter().tools(self._schemas(tools, advertised)).tokens
+        if key is not None:
+            with self._lock:
+                self._tool_counts[key] = tokens
+                while len(self._tool_counts) > _RECENT:
+                    self._tool_counts.popitem(last=False)
+        return tokens
 
     def _block(self, counter: TokenCounter, bodies: BodyCounter,
                block: list[Mapping[str, Any]]) -> tuple[Count, Count]:
@@ -296,6 +370,53 @@ class BodyShape:
                 while len(self._done) > _BLOCKS:
                     self._done.popitem(last=False)
         return result
+
+
+def _message_bound(message: Mapping[str, Any], limit: int) -> int | None:
+    """``BodyCounter.message``'s count of ``message`` at most (its rules, every
+    string at its UTF-8 length), or None (``BodyShape.request_bound``)."""
+    total = MESSAGE_TOKENS
+    for key, value in message.items():
+        if key == "type":
+            continue
+        found = _value_bound(value, limit)
+        if found is None:
+            return None
+        total += found
+        if key == "name" and message.get("role") is not None:
+            total += NAME_TOKENS
+    return total
+
+
+def _value_bound(node: Any, limit: int) -> int | None:
+    # BodyCounter.value, each string at its UTF-8 length (a bound of its tokens).
+    if isinstance(node, str):
+        if len(node) > limit:
+            return None  # counted in chunks, where a forced cut adds slack
+        try:
+            return len(node.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate: counted after a repair
+            return None
+    if isinstance(node, Mapping):
+        if node.get("type") in _MEDIA_TYPES:
+            return None
+        total = 0
+        for key, value in node.items():
+            if key != "type":
+                found = _value_bound(value, limit)
+                if found is None:
+                    return None
+                total += found
+        return total
+    if isinstance(node, (list, tuple)):
+        total = 0
+        for item in node:
+            found = _value_bound(item, limit)
+            if found is None:
+                return None
+            total += found
+        return total
+    return 0  # numbers, booleans, null: not counted
 
 
 class AdapterShape:

@@ -272,6 +272,28 @@ def test_cached_tool_schema_costs_equal_uncached_counts() -> None:
         tools)  # profiles never share an entry
 
 
+def test_a_record_is_counted_when_its_bound_is_above_the_ceiling(tmp_path: Path) -> None:
+    """``record`` checks its rows against a fresh window (rule B5) with a
+    bound found without the tokenizer first; rows whose bound is above the
+    hard ceiling but whose count is below it are counted and stored, and
+    the request after them holds them within the ceiling."""
+    from ledger.rollover.rules import lead_in_for, lead_in_message
+
+    conv = conversation(tmp_path)
+    conv.send(user("read the log"))
+    conv.record(calls("cat-1"))
+    output = "ok " * 1400  # ~4,200 bytes, ~1,400 tokens: bound above 2,850, count below
+    rows = [result("cat-1", output)]
+    request = conv._request_for([lead_in_message(lead_in_for(conv._next_seq)), *rows], "")
+    bound = conv._bound(request)
+    assert bound is not None and bound > conv.config.ceiling >= conv._count(request)[0]
+    stored = conv.record(rows)
+    assert len(stored.seqs) == 1
+    req = conv.send(user("and now?"))
+    assert any(output.strip() in str(m) for m in req.messages)
+    assert_within(req, conv)
+
+
 def test_a_recorded_result_too_big_for_any_window_is_refused_and_quarantined(
     tmp_path: Path,
 ) -> None:

@@ -226,3 +226,56 @@ def test_counting_in_blocks_equals_counting_the_whole_body() -> None:
         assert parts["system"].tokens + parts["rows"].tokens == whole.tokens, rows
 
     check()
+
+
+# --- a bound found without the tokenizer is never below the count ------------------
+
+
+def test_the_request_bound_is_never_below_the_count() -> None:
+    """``request_bound`` (what ``Conversation.record`` checks against the
+    hard ceiling before it counts) is at least the guards' count of the same
+    request, over random rows (any text, tool calls with nested inputs,
+    structured results, orphans, media), system and memory text, for both
+    OpenAI encodings; None only where it says it cannot bound (media, a
+    string longer than a chunk)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from ledger.rollover.guards import request_bound, request_counter
+    from ledger.rollover.rules import ProviderRequest
+    from tests.adapters.test_validity import _row
+
+    text = st.text(max_size=80)
+    ids = st.sampled_from(["c1", "c2", "call_3"])
+    json_value = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | text,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+        max_leaves=8)
+    said = st.tuples(st.sampled_from(["user", "assistant", "system"]), text).map(
+        lambda t: {"kind": "message", "role": t[0], "parts": [{"type": "text", "text": t[1]}]})
+    call = st.tuples(ids, text, st.dictionaries(text, json_value, max_size=3)).map(
+        lambda t: {"kind": "message", "role": "assistant", "parts": [
+            {"type": "tool_call", "id": t[0], "name": t[1] or "bash", "input": t[2]}]})
+    result = st.tuples(ids, text | json_value, st.booleans()).map(
+        lambda t: {"kind": "message", "role": "tool",
+                   "parts": [{"type": "tool_result", "id": t[0], "output": t[1],
+                              "error": t[2]}]})
+    bound, count = request_bound(), request_counter()
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(st.one_of(_row, said, call, result), max_size=8), text, text,
+           st.sampled_from(["gpt-4o", "gpt-4"]))
+    def check(rows: list[dict[str, Any]], system: str, memory: str, model: str) -> None:
+        request = ProviderRequest(model, system, (BASH, HISTORY), tuple(rows), memory)
+        found = bound(request)
+        assert found is None or found >= count(request)[0], rows
+
+    check()
+    plain = ProviderRequest("gpt-4o", "You are careful.", (BASH, HISTORY),
+                            tuple(_rows()[:2] + _rows()[3:]), "")
+    found = bound(plain)
+    assert found is not None and found >= count(plain)[0]
+    image = {"kind": "message", "role": "user", "parts": [
+        {"type": "media", "mime": "image/png", "url": "https://e.com/a.png"}]}
+    assert bound(ProviderRequest("gpt-4o", "", (), (image,), "")) is None
+    assert bound(ProviderRequest("claude-sonnet-4", "", (), tuple(_rows()), "")) is None
