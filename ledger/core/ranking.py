@@ -538,59 +538,69 @@ def has_phrases(text: str, query: Query) -> bool:
     return all(p in folded for p in query.phrases)
 
 
-def _hits(scan: str, wanted: set[str]) -> list[int]:
-    """Where the words of ``scan`` that give a query term start: a word
-    (``_WORD``) gives a term when its stem is one, or, for an identifier,
-    the stem of one of its parts."""
-    hits = []
-    known: dict[str, bool] = {}  # a word's verdict, once per distinct word
-    for m in _WORD.finditer(scan):
-        w = m.group()
-        found = known.get(w)
-        if found is None:
-            lw = w.lower() if w.isascii() else fold(w)
-            found = known[w] = _stem(lw) in wanted or bool(
-                len(w) > 3 and not w.islower() and not w.isupper()
-                and wanted.intersection(_stem(p.lower()) for p in _CAMEL.findall(w)))
-        if found:
-            hits.append(m.start())
-    return hits
-
-
-# For ASCII words (as bytes): the stems a word gives in ``_hits``: its own
-# and, for an identifier, its parts'; only words shorter than WORD_MAX are
-# kept, and a full cache starts again.
+# The stems a word gives in ``_hits``: its own (of the word lowered when it
+# is ASCII, else folded) and, for an identifier, its parts' (lowered); keyed
+# by the word as bytes for ASCII text, as str for other text; only words
+# shorter than WORD_MAX are kept, and a full cache starts again.
 _word_stems: dict[bytes, frozenset[str]] = {}
+_str_stems: dict[str, frozenset[str]] = {}
+
+
+def _stems(w: str) -> frozenset[str]:
+    stems = {_stem(w.lower() if w.isascii() else fold(w))}
+    if len(w) > 3 and not w.islower() and not w.isupper():
+        stems.update(_stem(p.lower()) for p in _CAMEL.findall(w))
+    return frozenset(stems)
 
 
 def _stems_of(word: bytes) -> frozenset[str]:
     got = _word_stems.get(word)
     if got is None:
-        w = word.decode()
-        stems = {_stem(w.lower())}
-        if len(w) > 3 and not w.islower() and not w.isupper():
-            stems.update(_stem(p.lower()) for p in _CAMEL.findall(w))
-        got = _keep(_word_stems, word, frozenset(stems))
+        got = _keep(_word_stems, word, _stems(word.decode()))
     return got
 
 
-def _ascii_hits(scan: str, wanted: set[str]) -> list[int]:
-    """``_hits`` of ASCII text: its distinct words split in C (as ``terms``
-    does), each judged once, then each word that gives a term found in C
-    where it stands whole (no letter or digit either side)."""
-    hits: list[int] = []
+def _str_stems_of(word: str) -> frozenset[str]:
+    got = _str_stems.get(word)
+    if got is None:
+        got = _keep(_str_stems, word, _stems(word))
+    return got
+
+
+def _whole(scan: str, word: str, hits: list[int]) -> None:
+    """Add where ``word`` stands whole in ``scan`` (no letter or digit
+    either side: a match of ``_WORD``, whose ``[^\\W_]`` is ``isalnum``)."""
+    n = len(word)
     end = len(scan)
-    for word in set(scan.encode().translate(_ASCII_WORDS).split()):
-        if wanted.isdisjoint(_stems_of(word)):
+    i = scan.find(word)
+    while i >= 0:
+        if (i == 0 or not scan[i - 1].isalnum()) and (
+                i + n == end or not scan[i + n].isalnum()):
+            hits.append(i)
+        i = scan.find(word, i + 1)
+
+
+def _hits(scan: str, wanted: set[str]) -> list[int]:
+    """Where the words of ``scan`` (``_WORD``) that give a query term start,
+    in order: a word gives a term when its stem is one, or, for an
+    identifier, the stem of one of its parts. Its distinct words are found
+    in C (the UTF-8 bytes split at every ASCII byte that is no letter or
+    digit: a piece with no other byte is a word, the words of any other
+    piece are ``_WORD``'s), each judged once (``_stems``, kept), then each
+    word that gives a term is found in C where it stands whole."""
+    found: set[str] = set()
+    raw = scan.encode("utf-8", "surrogatepass")  # a lone surrogate is no letter
+    for piece in set(raw.translate(_PIECES).split()):
+        if piece.isascii():
+            if not wanted.isdisjoint(_stems_of(piece)):
+                found.add(piece.decode())
             continue
-        w = word.decode()
-        n = len(w)
-        i = scan.find(w)
-        while i >= 0:
-            if (i == 0 or not scan[i - 1].isalnum()) and (
-                    i + n == end or not scan[i + n].isalnum()):
-                hits.append(i)
-            i = scan.find(w, i + 1)
+        for w in _WORD.findall(piece.decode("utf-8", "surrogatepass")):
+            if not wanted.isdisjoint(_str_stems_of(w)):
+                found.add(w)
+    hits: list[int] = []
+    for w in found:
+        _whole(scan, w, hits)
     hits.sort()
     return hits
 
@@ -606,7 +616,7 @@ def best_offset(text: str, query: Query) -> int:
                 return at
     wanted = set(query.terms)
     scan = text[:SNIPPET_SCAN]
-    hits = _ascii_hits(scan, wanted) if scan.isascii() else _hits(scan, wanted)
+    hits = _hits(scan, wanted)
     if not hits:
         return 0
     # The hit with the most other hits within 150 code points after it.

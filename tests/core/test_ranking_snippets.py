@@ -1,9 +1,10 @@
 """Where a snippet centres (``ranking.best_offset``), however fast it is
 found, is where its definition says: the densest spot of the words of the
 row's first SNIPPET_SCAN code points that give a query term (a word's stem
-is one, or an identifier's part's). ASCII rows take a faster path (words
-split in C, each judged once, then found whole in C); every engine's
-snippets come from it, so it must answer as the definition on any text."""
+is one, or an identifier's part's). It is found fast (the distinct words
+split in C, each judged once, then found whole in C), for ASCII rows and
+others alike; every engine's snippets come from it, so it must answer as
+the definition on any text."""
 
 from __future__ import annotations
 
@@ -57,6 +58,27 @@ def test_the_snippet_centre_follows_its_definition(text: str, words: list[str]) 
     assert ranking.best_offset(text, q) == defined_offset(text, q)  # the words kept
 
 
+# Text that is not ASCII: accented and decomposed words (a combining mark is
+# no letter: it ends a word), non-Latin scripts, digits of other scripts,
+# identifiers, words that hold a query word, marks and symbols between.
+UWORDS = ["déploy", "de\u0301ploy", "DÉPLOY", "Café", "cafe", "café_x", "xcafé", "日本語",
+          "ΔeployLog", "parseCaféPlan", "log", "logé", "éLog", "٣log", "log٣", "Straße",
+          "strasse", "ﬁle", "file", "Ⅻ", "naïve", "naive", "x" * 63, "é" * 64, "deploy"]
+USEPS = [" ", "\u00a0", "\u2014", "\u0301", "\u3000", "_", "·", "\n", "é", ""]
+UTEXT = st.lists(st.tuples(st.sampled_from(UWORDS), st.sampled_from(USEPS)), max_size=80).map(
+    lambda ws: "".join(w + s for w, s in ws))
+UQUERY = st.lists(st.sampled_from(["deploy", "log", "cafe", "file", "strasse", "naive",
+                                   "plan", "日本語", "x" * 63, "the"]), min_size=1, max_size=4)
+
+
+@given(UTEXT, UQUERY)
+def test_the_snippet_centre_of_text_not_ascii_follows_its_definition(
+        text: str, words: list[str]) -> None:
+    q = ranking.parse_query(" ".join(words))
+    assert ranking.best_offset(text, q) == defined_offset(text, q)
+    assert ranking.best_offset(text, q) == defined_offset(text, q)  # the words kept
+
+
 def test_a_word_cut_at_the_scan_limit_counts_as_cut() -> None:
     q = ranking.parse_query("deploy")
     pad = "z " * ((ranking.SNIPPET_SCAN - 6) // 2)
@@ -74,3 +96,8 @@ def test_the_snippet_word_cache_is_bounded() -> None:
     assert len(ranking._word_stems) <= ranking._WORDS_KEPT
     ranking.best_offset("y" * 64 + " deploy", q)
     assert b"y" * 64 not in ranking._word_stems
+    for i in range(ranking._WORDS_KEPT // 1000 + 1):
+        ranking.best_offset(" ".join(f"é{i}x{j}" for j in range(1000)), q)
+    assert len(ranking._str_stems) <= ranking._WORDS_KEPT
+    ranking.best_offset("é" * 64 + " deploy", q)
+    assert "é" * 64 not in ranking._str_stems
