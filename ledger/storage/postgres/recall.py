@@ -502,8 +502,12 @@ class PgRecall:
                 "SELECT p.tid, p.seq, p.tf, d.win, d.len, d.tids FROM ("
                 + " UNION ALL ".join([one] * len(kept)) + ") p JOIN tl_recall_docs d "
                 "ON d.workspace = %s AND d.seq = p.seq", [*params, ws], binary=True).fetchall():
-            found.setdefault(int(seq), {})[term_of[tid]] = int(tf)
-            entries[int(seq)] = (int(win), int(length), blob)
+            seq = int(seq)
+            tfs = found.get(seq)
+            if tfs is None:  # the row's entry comes with each of its postings: kept once
+                found[seq] = tfs = {}
+                entries[seq] = (int(win), int(length), blob)
+            tfs[term_of[tid]] = int(tf)
             taken[tid] = taken.get(tid, 0) + 1
         if not found:
             return []
@@ -543,8 +547,11 @@ def _doc(seq: int, win: int, length: int, blob: bytes, found: dict[int, dict[str
          keys: list[tuple[bytes, str]], nterms: int) -> ranking.Doc:
     """What ranking needs of one row: its frequencies of the query terms (from
     its postings in ``found``, the rest from its entry's pairs: each wanted
-    term id searched for in C at a pair's start, the last such pair counts)."""
-    tfs = found.get(seq, {})
+    term id its postings did not give searched for in C at a pair's start,
+    the last such pair counts)."""
+    tfs = found.get(seq)
+    if tfs is None:
+        tfs = {}
     if keys and len(tfs) < nterms:
         raw = bytes(blob)
         if len(raw) % 8:
@@ -552,6 +559,8 @@ def _doc(seq: int, win: int, length: int, blob: bytes, found: dict[int, dict[str
                               "whole (term id, frequency) pairs: the index is damaged "
                               "(`tledger check` reports it, `repair` rebuilds it)")
         for key, term in keys:
+            if term in tfs:  # its postings gave it (a row's terms are distinct in its entry)
+                continue
             at = raw.rfind(key)
             while at >= 0 and at % 8:
                 at = raw.rfind(key, 0, at + 3)
