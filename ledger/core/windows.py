@@ -135,6 +135,10 @@ def orphan_result_text(part: dict[str, Any], *, late: bool = False) -> dict[str,
     (it sits in an earlier window), or, with ``late``, whose call already has a
     result (it was settled, e.g. when the user went on, before this one came):
     what the model gets instead of a result no provider would accept."""
+    return _orphan_text(part, _LATE if late else _EARLIER)
+
+
+def _orphan_text(part: dict[str, Any], why: str) -> dict[str, Any]:
     output = part.get("output")
     if isinstance(output, str):
         text = output
@@ -145,8 +149,7 @@ def orphan_result_text(part: dict[str, Any], *, late: bool = False) -> dict[str,
     else:
         text = fmt.encode_json(output).decode("utf-8")
     error = " (error)" if part.get("error") else ""
-    return {"type": "text", "text": f"[result of tool call {part.get('id')}{error}; "
-                                    f"{_LATE if late else _EARLIER}]\n{text}"}
+    return {"type": "text", "text": f"[result of tool call {part.get('id')}{error}; {why}]\n{text}"}
 
 
 def provider_rows(rows: Iterable[Any]) -> list[Any]:
@@ -187,7 +190,10 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
                 if t == "tool_result":
                     pid = str(p.get("id"))
                     if not _answers(pid, waiting, answered):
-                        item = _one_served_as_text(item, row, p, pid in answered)
+                        # An orphan (200 of the bench window's 635 rows):
+                        # served as text, its row left with no result.
+                        item = _served_copy(item, row, [_orphan_text(
+                            p, _LATE if pid in answered else _EARLIER)], True)
                 elif t == "tool_call":
                     pid = str(p.get("id"))
                     waiting[pid] = waiting.get(pid, 0) + 1
@@ -239,36 +245,34 @@ def _served_as_text(item: Any, row: dict[str, Any], parts: list[Any],
                     orphans: dict[int, bool]) -> Any:
     """A copy of ``item`` whose orphan results (part index -> answered
     already) are text parts (:func:`orphan_result_text`); a tool row left
-    without any result becomes a user row. (Run for every orphan of a view:
-    the bench's window serves 200 of its 635 rows this way.)"""
+    without any result becomes a user row."""
     new_parts = list(parts)
     for i, late in orphans.items():
-        new_parts[i] = orphan_result_text(parts[i], late=late)
-    row = {**row, "parts": new_parts}
-    # Every part an orphan (the common case: a tool row of one result) leaves
-    # no result; otherwise look at the parts that were not replaced.
-    if row.get("role") == "tool" and (len(orphans) == len(parts) or not any(
-        [isinstance(p, dict) and p.get("type") == "tool_result" for p in new_parts]
-    )):
-        row["role"] = "user"
-    return _served_copy(item, row)
+        new_parts[i] = _orphan_text(parts[i], _LATE if late else _EARLIER)
+    # Every part an orphan leaves no result; otherwise look at the parts
+    # that were not replaced.
+    return _served_copy(item, row, new_parts, len(orphans) == len(parts) or not any(
+        [isinstance(p, dict) and p.get("type") == "tool_result" for p in new_parts]))
 
 
-def _one_served_as_text(item: Any, row: dict[str, Any], part: dict[str, Any],
-                        late: bool) -> Any:
-    """:func:`_served_as_text` of a row whose one part is an orphan result."""
-    row = {**row, "parts": [orphan_result_text(part, late=late)]}
-    if row.get("role") == "tool":
-        row["role"] = "user"  # no result left in it
-    return _served_copy(item, row)
+_CHECKSUM_KEY = fmt.CHECKSUM_KEY
 
 
-def _served_copy(item: Any, row: dict[str, Any]) -> Any:
-    """``row`` (a changed copy of ``item``'s data) in ``item``'s form: a dict
+def _served_copy(item: Any, row: dict[str, Any], parts: list[Any], no_result: bool) -> Any:
+    """A copy of ``item``'s data ``row`` with ``parts`` (a tool row a user
+    row when ``no_result``: no result is left in it), in ``item``'s form: a dict
     for a dict, a Row at the same place for a Row; without the stored
-    checksum, which no longer matches it."""
-    row.pop(fmt.CHECKSUM_KEY, None)
-    return row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
+    checksum, which no longer matches it. (One copy of the row changed in
+    place, not ``{**row, "parts": parts}``, which builds and merges a second
+    dict, and one call fewer an orphan: ``provider_rows`` of the bench's
+    window 5.62 -> 5.35 M instructions; bench/RESULTS.md, issue 31, eighth
+    round.)"""
+    new = dict(row)  # a dict, as {**row} made, whatever mapping row is
+    new["parts"] = parts
+    if no_result and new.get("role") == "tool":
+        new["role"] = "user"
+    new.pop(_CHECKSUM_KEY, None)
+    return new if isinstance(item, dict) else Row(item.line, item.segment, item.offset, new)
 
 
 def window_marker(b: Boundary | None) -> int:
