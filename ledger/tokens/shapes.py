@@ -162,6 +162,19 @@ def _blocks(rows: list[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
 _encoder = msgspec.json.Encoder()
 
 
+def _memo_key(counter: TokenCounter, value: Any) -> bytes | None:
+    """The key of ``value``'s count by ``counter`` in a ``BodyShape`` memo
+    (its profile and ``value``, encoded and hashed), or None: nothing is kept
+    when the counter has no cache (``cache=None`` means no caching at all)
+    or ``value`` cannot be encoded."""
+    if counter.cache is None:
+        return None
+    try:
+        return xxhash.xxh3_128_digest(_encoder.encode((counter.profile_key, value)))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def neutral_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
     """A tool schema in the neutral form (``name``, ``description``,
     ``parameters``) from the neutral, Chat Completions, Responses or
@@ -232,22 +245,23 @@ class BodyShape:
         (the function rules) and ``rows`` (every other message); ``memory`` is
         sent inside the system message and is counted there."""
         rows = list(rows)
-        key: bytes | None = None
-        try:  # cache=None (the counter's) means no caching at all
-            key = None if counter.cache is None else xxhash.xxh3_128_digest(_encoder.encode(
-                (counter.profile_key, rows, system, memory, tools,
-                 None if advertised is None else list(advertised))))
-        except (TypeError, ValueError, OverflowError):
-            key = None
+        key = _memo_key(counter, (rows, system, memory, tools,
+                                  None if advertised is None else list(advertised)))
         if key is not None and (found := self._recent.get(key)) is not None:
             return dict(found)
         parts = self._request_parts(counter, rows, system, memory, tools, advertised)
         if key is not None:
-            with self._lock:
-                self._recent[key] = parts
-                while len(self._recent) > _RECENT:
-                    self._recent.popitem(last=False)
+            self._remember(self._recent, key, parts, _RECENT)
         return dict(parts)
+
+    def _remember(self, memo: OrderedDict[bytes, Any], key: bytes, value: Any,
+                  most: int) -> None:
+        """Keep ``value`` in ``memo`` under ``key``, the newest, with at most
+        ``most`` entries (the oldest go first)."""
+        with self._lock:
+            memo[key] = value
+            while len(memo) > most:
+                memo.popitem(last=False)
 
     def _request_parts(
         self,
@@ -335,40 +349,24 @@ class BodyShape:
         """The tools' exact count (``BodyCounter.tools`` of the advertised schemas),
         kept per tool map: a conversation advertises the same tools on
         every request."""
-        key: bytes | None = None
-        try:
-            key = xxhash.xxh3_128_digest(_encoder.encode(
-                (counter.profile_key, tools, None if advertised is None else list(advertised))))
-        except (TypeError, ValueError, OverflowError):
-            key = None
+        key = _memo_key(counter, (tools, None if advertised is None else list(advertised)))
         if key is not None and (found := self._tool_counts.get(key)) is not None:
             return found
         tokens = counter.body_counter().tools(self._schemas(tools, advertised)).tokens
         if key is not None:
-            with self._lock:
-                self._tool_counts[key] = tokens
-                while len(self._tool_counts) > _RECENT:
-                    self._tool_counts.popitem(last=False)
+            self._remember(self._tool_counts, key, tokens, _RECENT)
         return tokens
 
     def _block(self, counter: TokenCounter, bodies: BodyCounter,
                block: list[Mapping[str, Any]]) -> tuple[Count, Count]:
         """(first message, all messages) of one independent block, cached."""
-        key: bytes | None = None
-        if counter.cache is not None:
-            try:
-                key = xxhash.xxh3_128_digest(_encoder.encode((counter.profile_key, block)))
-            except (TypeError, ValueError, OverflowError):
-                key = None
-            if key is not None and (found := self._done.get(key)) is not None:
-                return found
+        key = _memo_key(counter, block)
+        if key is not None and (found := self._done.get(key)) is not None:
+            return found
         items = list(ADAPTERS[self.api].to_request(block)[self._items])
         result = (bodies.message(items[0]) if items else Count(0, True), bodies.messages(items))
         if key is not None:
-            with self._lock:
-                self._done[key] = result
-                while len(self._done) > _BLOCKS:
-                    self._done.popitem(last=False)
+            self._remember(self._done, key, result, _BLOCKS)
         return result
 
 

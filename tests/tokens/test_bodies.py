@@ -279,3 +279,24 @@ def test_the_request_bound_is_never_below_the_count() -> None:
         {"type": "media", "mime": "image/png", "url": "https://e.com/a.png"}]}
     assert bound(ProviderRequest("gpt-4o", "", (), (image,), "")) is None
     assert bound(ProviderRequest("claude-sonnet-4", "", (), tuple(_rows()), "")) is None
+
+
+def test_a_counter_without_a_cache_leaves_nothing_in_the_shapes_memos() -> None:
+    """``cache=None`` means no caching at all: neither the request's parts,
+    its blocks nor the tools' count (``request_bound``) are kept by the
+    shape, with a cache all three are."""
+    from ledger.rollover.guards import request_bound
+    from ledger.rollover.rules import ProviderRequest
+    from ledger.tokens.rows import RowTokenCache
+    from ledger.tokens.shapes import BodyShape
+
+    rows = tuple(_rows()[:2])
+    for cache, kept in ((None, False), (RowTokenCache(), True)):
+        shape = BodyShape("openai-responses")
+        counter = TokenCounter("gpt-4o", cache=cache)
+        shape.request_parts(counter, rows, system="s", tools=(BASH, HISTORY))
+        shape.request_bound(counter, rows, system="s", tools=(BASH, HISTORY))
+        assert (bool(shape._recent), bool(shape._done), bool(shape._tool_counts)) == (
+            kept, kept, kept)
+    assert request_bound(cache=None)(
+        ProviderRequest("gpt-4o", "s", (BASH, HISTORY), rows, "")) is not None
