@@ -323,6 +323,17 @@ def estimate_request(
     return _verdict("estimate", model, rows, fixed, cache=cache, shape=CANONICAL, mode=mode)
 
 
+def _request_fields(request: Any) -> tuple[list[Mapping[str, Any]], str, str, list[Any]]:
+    """What :func:`request_counter` and :func:`request_bound` read from a
+    request: its ``messages`` as rows (canonical rows or objects with
+    ``to_dict()``), and its ``system``, ``memory`` and ``tools`` (the
+    advertised schemas)."""
+    rows = [m if isinstance(m, dict) or isinstance(m, Mapping) else m.to_dict()
+            for m in request.messages]
+    return (rows, getattr(request, "system", "") or "", getattr(request, "memory", "") or "",
+            list(getattr(request, "tools", ()) or ()))
+
+
 def request_counter(
     *,
     registry: ModelRegistry | None = None,
@@ -334,17 +345,9 @@ def request_counter(
     and counts them like :func:`check_request`."""
 
     def count(request: Any) -> tuple[int, bool]:
-        rows = [m if isinstance(m, dict) or isinstance(m, Mapping) else m.to_dict()
-                for m in request.messages]
-        verdict = check_request(
-            request.model,
-            rows=rows,
-            system=getattr(request, "system", "") or "",
-            memory=getattr(request, "memory", "") or "",
-            tools=list(getattr(request, "tools", ()) or ()),
-            registry=registry,
-            cache=cache,
-        )
+        rows, system, memory, tools = _request_fields(request)
+        verdict = check_request(request.model, rows=rows, system=system, memory=memory,
+                                tools=tools, registry=registry, cache=cache)
         return verdict.tokens, verdict.exact
 
     return count
@@ -370,12 +373,8 @@ def request_bound(
         shape = shape_for(family=counter.spec.family)
         if not isinstance(shape, BodyShape):
             return None
-        rows = [m if isinstance(m, dict) or isinstance(m, Mapping) else m.to_dict()
-                for m in request.messages]
-        raw = shape.request_bound(
-            counter, rows, system=getattr(request, "system", "") or "",
-            memory=getattr(request, "memory", "") or "",
-            tools=list(getattr(request, "tools", ()) or ()))
+        rows, system, memory, tools = _request_fields(request)
+        raw = shape.request_bound(counter, rows, system=system, memory=memory, tools=tools)
         return None if raw is None else counter.scaled(Count(raw, False)).tokens
 
     return bound
