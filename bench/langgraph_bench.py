@@ -30,6 +30,18 @@ timed on a thread seeded with 9,970 steps of messages in one
 ``update_state``, and their bytes are projected from the 100- and 1,000-step
 measurements (a*N^2 + b*N, marked "projected"). Ours runs all 10,000 steps.
 
+Before the first point each contender runs a **warm-up**: ``WARMUP_STEPS``
+untimed steps of a throwaway thread on a throwaway instance of the same
+contender (its own store, SQLite file, or the PostgreSQL tables truncated
+after it), so the 100-step point measures a process that has already run
+the graph, the saver's code paths and the engine's first-call work
+(imports, serializer and struct set-up, the first directory and lock files).
+Without it the 100-step point came seconds after start-up and once cost 2.8
+times the 1,000-step one for both threads (``bench/RESULTS.md``, eighth
+round), which made the in-sequence 10,000 / 100 ratio meaningless. The
+ratio still means what it meant: the saver CPU per step at 10,000 steps over
+that at 100 steps of one thread.
+
 Ours is also measured against a **reference thread** side by side: at each
 size, its ``WINDOW`` timed steps alternate with the steps of a new thread of
 the same saver type (its own store in the same process) that ends at
@@ -44,6 +56,17 @@ in a step (``get_tuple``, three ``put``, two ``put_writes``), built with
 in one process), ``DIRECT_RUNS`` steps each, interleaved; only the time
 inside the saver's methods counts. It separates the saver's own growth from
 the graph's work between its calls.
+
+``--cold`` asks how much of the saver's CPU at 10,000 steps is the cache
+state LangGraph leaves it in: two ``REF_STEPS``-step threads of our saver in
+one process (each its own store), their last ``WINDOW`` steps alternating,
+the same graph, except that before each of the second thread's saver calls
+``COLD_EVICT_MIB`` of memory are written (more than the last-level cache), so
+its calls start with the CPU caches as cold as after a long thread's graph
+work (which walks a 20,000-message state between every two saver calls).
+The eviction is outside the timed window. Its ``ratio`` (cold / warm) is
+the part of the 10,000 / 100 ratio that a 100-step thread shows too once
+its caches are cold.
 
 Run: ``python -m bench.langgraph_bench [--quick] [--json FILE]`` (``--quick``:
 100 and 1,000 steps only). PostgreSQL runs when ``TLEDGER_TEST_PG`` is set
@@ -70,6 +93,7 @@ WINDOW = 30
 SIZES = (100, 1000, 10000)
 REF_STEPS = 100
 PEER_REAL_MAX = 1000
+WARMUP_STEPS = 200
 
 _TEXT = ("the quick brown fox jumps over the lazy dog while the agent checks the "
          "inventory, the weather and the calendar before it answers")
@@ -101,15 +125,18 @@ class Timed:
 
     METHODS = ("get_tuple", "put", "put_writes", "list")
 
-    def __init__(self, saver: Any) -> None:
+    def __init__(self, saver: Any, before: Callable[[], None] | None = None) -> None:
         self.total = 0.0
         self.cpu = 0.0
         self._lock = threading.Lock()
+        self._before = before  # run before each call, outside the timed window
         for name in self.METHODS:
             setattr(saver, name, self._wrap(getattr(saver, name)))
 
     def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if self._before is not None:
+                self._before()
             t, c = time.perf_counter(), time.thread_time()
             try:
                 result = fn(*args, **kwargs)
@@ -283,6 +310,20 @@ def _side_by_side(app: Any, timer: Timed, cfg: dict[str, Any], first: int, n: in
     return ours, ref
 
 
+def warm_up(make: Callable[[], Contender], log: Callable[[str], None]) -> None:
+    """``WARMUP_STEPS`` untimed steps on a throwaway instance of a contender
+    (module doc), closed before the measured one is made."""
+    c = make()
+    try:
+        saver = c.saver()
+        app = build_graph(saver)
+        _measure(app, Timed(saver), {"configurable": {"thread_id": f"warm-up-{c.name}"}},
+                 0, WARMUP_STEPS)
+    finally:
+        c.close()
+    log(f"{c.name}: warmed up ({WARMUP_STEPS} untimed steps on a throwaway instance)")
+
+
 def run_real(contender: Contender, sizes: tuple[int, ...], log: Callable[[str], None]
              ) -> list[dict[str, Any]]:
     """One thread grown step by step; a point at each size."""
@@ -389,6 +430,46 @@ def run_direct(tmp: str, long_steps: int, log: Callable[[str], None]) -> dict[st
     return out
 
 
+COLD_EVICT_MIB = 64
+
+
+def run_cold(tmp: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """Saver CPU per step of a ``REF_STEPS``-step thread with warm caches
+    against one whose caches are evicted before every saver call (module
+    doc), their last ``WINDOW`` steps alternating."""
+    from ledger import Store
+    from ledger.integrations.langgraph import LedgerSaver
+
+    buf = bytearray(COLD_EVICT_MIB << 20)
+    zeros = bytes(len(buf[::64]))
+
+    def evict() -> None:
+        buf[::64] = zeros  # a write to every cache line of the buffer
+
+    threads = []
+    for name, before in (("warm", None), ("cold", evict)):
+        saver = LedgerSaver(store=Store(os.path.join(tmp, f"cold-{name}"), durability="off"))
+        timer = Timed(saver, before)
+        app = build_graph(saver)
+        cfg = {"configurable": {"thread_id": f"cold-{name}"}}
+        _measure(app, timer, cfg, 0, REF_STEPS - WINDOW)
+        threads.append((name, app, timer, cfg))
+    samples: dict[str, list[tuple[float, float, float, float]]] = {n: [] for n, *_ in threads}
+    for i in range(WINDOW):
+        for name, app, timer, cfg in (threads if i % 2 == 0 else threads[::-1]):
+            samples[name].append(_step(app, timer, cfg, REF_STEPS - WINDOW + i))
+    out: dict[str, Any] = {}
+    for name, got in samples.items():
+        point = _point(REF_STEPS, got, 0, name)
+        out[f"{name}_saver_cpu_ms"] = point["saver_cpu_ms"]
+        out[f"{name}_step_cpu_ms"] = point["step_cpu_ms"]
+    out.update({"steps": REF_STEPS, "window": WINDOW, "evict_mib": COLD_EVICT_MIB,
+                "ratio": out["cold_saver_cpu_ms"] / out["warm_saver_cpu_ms"],
+                "load": os.getloadavg()[0]})
+    log(f"cold: {out}")
+    return out
+
+
 def project(points: list[dict[str, Any]], n: int) -> int:
     """a*n^2 + b*n through the two measured points."""
     (n1, y1), (n2, y2) = [(p["steps"], p["bytes"]) for p in points[:2]]
@@ -405,6 +486,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=("ledger", "sqlite", "postgres"), action="append")
     p.add_argument("--direct", action="store_true",
                    help="only our saver's calls without a graph, 10,000 against 100 steps")
+    p.add_argument("--cold", action="store_true",
+                   help="only our saver at 100 steps, warm caches against caches evicted "
+                        "before each saver call")
     args = p.parse_args(argv)
     sizes = SIZES[:2] if args.quick else SIZES
     only = set(args.only or ("ledger", "sqlite", "postgres"))
@@ -414,11 +498,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{time.monotonic() - started:7.1f}s {msg}", file=sys.stderr, flush=True)
 
     url = os.environ.get("TLEDGER_TEST_PG")
-    results: dict[str, Any] = {"sizes": list(sizes), "window": WINDOW, "contenders": {}}
+    results: dict[str, Any] = {"sizes": list(sizes), "window": WINDOW,
+                               "warmup_steps": WARMUP_STEPS, "contenders": {}}
     tmp = tempfile.mkdtemp(prefix="tledger-lgbench-")
-    if args.direct:
+    if args.direct or args.cold:
         try:
-            results = {"direct": run_direct(tmp, SIZES[-1], log)}
+            results = ({"direct": run_direct(tmp, SIZES[-1], log)} if args.direct
+                       else {"cold": run_cold(tmp, log)})
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         print(json.dumps(results, indent=2))
@@ -435,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, make in makers:
             if name not in only:
                 continue
+            warm_up(make, log)
             c = make()
             real = tuple(s for s in sizes if name == "ledger" or s <= PEER_REAL_MAX)
             points = run_real(c, real, log)
