@@ -484,6 +484,17 @@ def turn_series(w: World, e: World, size_mib: int, res: Results, counter: Any) -
                 close_open_calls(h)
             h.rollover(window)
             first[name].times.append(timed(lambda h=h: h.append_many(warm))[0])
+            if counter is not None:
+                # Counted here, untimed, as the turn before a real one counts
+                # it: the timed turn counts only its own new rows. Without
+                # this, the two histories' same ``warm`` rows were counted by
+                # whichever turn ran first in the round and found in the
+                # row-token cache by the other, so with the order rotating
+                # each history's turns had two modes ~0.8 ms apart (of ~3 ms
+                # CPU) and the p50 ratio moved with which one it landed in
+                # (turn_big_over_turn_empty 0.999-1.163 on unchanged turns;
+                # bench/RESULTS.md, issue 31, ninth round: turn8).
+                counter.rows([r.to_dict() for r in h.provider_view()])
         # Different new rows per history: each turn's rows miss the shared
         # row-token cache once, as a real turn's would.
         k = 10_000 + 2 * state["k"]
