@@ -44,9 +44,10 @@ before anything is appended; none exceeds it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import is_
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ledger.admission import AdmissionRefused, MiddlewareRegistry, apply_live
@@ -442,6 +443,10 @@ class Conversation:
         # The messages of the last request built while no live middleware
         # was registered: rows this object made for itself (``_messages``).
         self._own: tuple[Any, ...] | None = None
+        # The first request ``_decide``'s builder made (the current window's,
+        # which the decision counted), for ``_send`` to hand out when the
+        # request it would build again is the same (``_same_request``).
+        self._current: ProviderRequest | None = None
         self.state = RolloverState.after_restart(history.window)
 
     @classmethod
@@ -668,9 +673,13 @@ class Conversation:
         builder, and the inputs decided on (``settled``: whether no call is
         open after the trigger, when the caller knows)."""
         policy = self.parts.current_policy()
+        self._current = None
 
         def request_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
-            return self._request_for(messages, memory)
+            request = self._request_for(messages, memory)
+            if self._current is None:
+                self._current = request
+            return request
 
         window, inputs = send_inputs(
             self.history,
@@ -725,12 +734,16 @@ class Conversation:
             # The calls the user left open close the window they are in: the
             # settling results count as window rows, never as a step to carry.
             settle, trigger = trigger[: len(trigger) - len(given)], given
+        # The calls open after the settling rows and the trigger: whether
+        # the step is settled, and (for a batch of just these rows) what
+        # ``_appended`` keeps.
+        open_after: list[OpenCall] | None = _open_after(open_view, [*settle, *trigger])
         window, decision, state, request_for, inputs = self._decide(
-            trigger, [*view, *settle], memory,
-            settled=not _open_after(open_view, [*settle, *trigger]))
+            trigger, [*view, *settle], memory, settled=not open_after)
         if decision.action is Action.REJECT:
             self._refuse(decision, given, quarantine)
-        if decision.action is Action.ROLLOVER:
+        rolled = decision.action is Action.ROLLOVER
+        if rolled:
             if settle:
                 # A rollover batch must start with its reset, so the settling
                 # results are committed just before it, in the old window.
@@ -745,10 +758,18 @@ class Conversation:
         # (Counted once: when it is the request the decision counted, the
         # counter gives that count again.)
         batch = [*settle, *trigger, *extra]
-        provider = request_for(_served(view, batch))
+        served = _served(view, batch)
+        current = self._current
+        if not rolled and not extra and current is not None and self._same_request(
+                current, served):
+            provider = current
+            self._own = current.messages
+        else:
+            provider = request_for(served)
         counted = check_step(provider, self.pinned, self._count)
         result = self.history.append_many(batch, expect_window=window)
-        self._appended(result, open_view, batch)
+        self._appended(result, open_view, batch,
+                       open_after if not rolled and not extra else None)
         self.state = state
         return self._wrap(provider, counted, decision, warned=bool(extra),
                           blocked=decision.blocked, viewed=True, settled=inputs.settled,
@@ -882,15 +903,32 @@ class Conversation:
         return _open_calls(view)
 
     def _appended(self, result: AppendResult, open_before: Sequence[OpenCall] | None,
-                  rows: Sequence[Mapping[str, Any]]) -> None:
+                  rows: Sequence[Mapping[str, Any]],
+                  open_after: Sequence[OpenCall] | None = None) -> None:
         """Keep the open calls after this object's batch ``rows`` when the
         batch came right after the state ``_follow`` saw (nothing written in
-        between) and the calls open before it are known; else forget them."""
+        between) and the calls open before it are known; else forget them.
+        ``open_after``: ``_open_after(open_before, rows)`` when the caller
+        has it already."""
         self._open = None
         if open_before is not None and result.seqs and result.seqs[0] == self._next_seq and (
                 result.epoch == self._epoch):
-            self._open = ((result.epoch, result.seqs[-1] + 1, result.window),
-                          tuple(_open_after(open_before, rows)))
+            after = _open_after(open_before, rows) if open_after is None else open_after
+            self._open = ((result.epoch, result.seqs[-1] + 1, result.window), tuple(after))
+
+    def _same_request(self, current: ProviderRequest,
+                      messages: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether ``_request_for(messages)`` would build ``current`` again:
+        the same message objects in the same order, and nothing that could
+        assemble them differently since -- no live middleware, a fixed
+        policy, activated tools a collection (an iterator is used up by the
+        first request). A send then hands out the request its decision
+        counted instead of building and comparing an equal one."""
+        parts = self.parts
+        return (parts.registry.idle and isinstance(parts.policy, ToolPolicy)
+                and (parts.activated is None or isinstance(parts.activated, Collection))
+                and len(messages) == len(current.messages)
+                and all(map(is_, messages, current.messages)))
 
     def _view(self) -> list[dict[str, Any]]:
         """The provider view as plain dicts, and the state it was read under

@@ -411,7 +411,10 @@ def check_step(
     :class:`StepBudgetExceeded`: the step is blocked, never rolled over.
     """
     extra = tuple(s for s in activated_schemas if s not in request.tools)
-    counted = _count(count, replace(request, tools=request.tools + extra))
+    # With nothing to add, ``request`` itself: the same request a counter
+    # that keeps its last count (``Conversation``'s) then knows at once,
+    # instead of comparing an equal copy's messages with it.
+    counted = _count(count, replace(request, tools=request.tools + extra) if extra else request)
     if counted.tokens > pinned.hard_ceiling:
         raise StepBudgetExceeded(counted.tokens, pinned.hard_ceiling, counted.exact, pinned.model)
     return counted
