@@ -8,6 +8,9 @@ bytes, so a ratio product/floor shows what the product adds:
                     the directory fsync, ``off`` both fsyncs), as ``append``.
 ``read_decode``     read the same bytes once and msgspec-decode every line
                     (the provider view and ``check``).
+``read_decode_kept`` the same, keeping every decoded row until the end, as a
+                    reader that returns its rows must (the provider view):
+                    beside the issue's floor, never instead of it.
 ``scan_fold_find``  the search floor: read, decode each line, take the
                     searchable text of every part (text; tool_call name + JSON
                     input; tool_result output; never reasoning), Unicode
@@ -205,6 +208,20 @@ def read_decode(spans: Sequence[tuple[str, int]]) -> int:
                 _dec.decode(line)
                 n += 1
     return n
+
+
+def read_decode_kept(spans: Sequence[tuple[str, int]]) -> int:
+    """:func:`read_decode`, keeping every decoded row until all are decoded
+    (the rows a view hands back live at once: their memory and the cyclic
+    collector's passes over them, which ``read_decode`` frees as it goes, are
+    part of any such reader's floor); returns the rows."""
+    rows: list[Any] = []
+    keep = rows.append
+    for path, start in spans:
+        for data in _chunks(path, start):
+            for line in data.splitlines():
+                keep(_dec.decode(line))
+    return len(rows)
 
 
 def _searchable(part: Any) -> str:

@@ -50,6 +50,7 @@ import gc
 import importlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -394,6 +395,49 @@ def view_series(w: World, e: World, size_mib: int, res: Results,
                                "segments": w.segments(), "segments_empty": e.segments(),
                                "window_bytes": os.path.getsize(span[0]) - span[1],
                                "view_rows": rows}, samples)
+    # Beside the issue's ratio, after it (its interleave is left as it was):
+    # the view against a floor that keeps its rows, as the view must.
+    kept = interleave(
+        {"ledger": lambda: view(root),
+         "read_decode_kept_floor": lambda: floors.read_decode_kept([span])},
+        min_runs=mn, max_runs=mx, budget_s=budget,
+    )
+    res.add("view_kept", size_mib, {"size_mib": size_mib, "view_rows": rows,
+                                    "per_call": alloc_state(
+                                        {"ledger": lambda: view(root),
+                                         "read_decode_floor": lambda: floors.read_decode([span]),
+                                         "read_decode_kept_floor":
+                                             lambda: floors.read_decode_kept([span])})},
+            kept)
+
+
+def alloc_state(contenders: dict[str, Callable[[], Any]], runs: int = 10
+                ) -> dict[str, dict[str, float]]:
+    """Untimed: each contender's minor page faults and cyclic-collector
+    passes per call over ``runs`` calls in a row, in this process as it is
+    now. A view that faults in fresh pages on every call (the C allocator
+    giving its heap back between calls) or collects more often shows here;
+    which state a run was in is what its view ratio cannot tell
+    (bench/RESULTS.md, issue 31, ninth round: view4)."""
+    out: dict[str, dict[str, float]] = {}
+    passes = [0]
+
+    def count(phase: str, info: dict[str, Any]) -> None:
+        if phase == "stop":
+            passes[0] += 1
+
+    for name, fn in contenders.items():
+        gc.callbacks.append(count)
+        try:
+            passes[0] = 0
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            for _ in range(runs):
+                fn()
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        finally:
+            gc.callbacks.remove(count)
+        out[name] = {"minor_faults": round(faults / runs, 1), "gc_passes": passes[0] / runs}
+    return out
 
 
 def search_series(w: World, size_mib: int, res: Results, tool_cls: Any) -> None:
