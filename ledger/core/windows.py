@@ -161,6 +161,11 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
     the window (a manual clear or an older writer put the boundary between
     them) would be rejected by every provider, so it is served as user text
     (:func:`orphan_result_text`) in a copy of its row -- never dropped.
+    Only message rows hold calls and results, here as in
+    :func:`ledger.core.toolpairs.pair`: a tool part in a lead-in or a warning
+    (a caller's, an older build's or hostile bytes) is served as text in a
+    copy of its row (:func:`call_text`, the orphan text), so the view and the
+    pairing agree on which calls are open.
     """
     out: list[Any] = []
     append = out.append
@@ -170,12 +175,15 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
     for item in rows:
         row = item if isinstance(item, dict) else item.data
         kind = row.get("kind", "message")
-        if kind not in kinds:
+        if kind != "message":
+            # A lead-in or a warning (any other kind is not served): its
+            # tool parts are text, never a call or a result (module rule).
+            if kind in kinds:
+                append(_other_kind(item, row, kind))
             continue
         parts = row.get("parts")
         if not parts:
-            if (kind == "message" and row.get("role") == "assistant"
-                    and not row.get("partial", False)):
+            if row.get("role") == "assistant" and not row.get("partial", False):
                 continue  # is_empty_assistant, inlined: this loop runs for every row of a view
             append(item)
             continue
@@ -228,6 +236,40 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
                     waiting[pid] = waiting.get(pid, 0) + 1
         append(item)
     return out
+
+
+def _other_kind(item: Any, row: dict[str, Any], kind: str) -> Any:
+    """``item``, a provider-visible row that is not a message (a lead-in, a
+    warning), as served: its tool calls and results, which only message rows
+    hold (``ledger.core.toolpairs``), as text parts in a copy of it
+    (:func:`call_text`, :func:`_orphan_text`); as it is when it holds none."""
+    parts = row.get("parts")
+    if not isinstance(parts, list):
+        return item
+    new: list[Any] | None = None
+    i = -1
+    for p in parts:
+        i += 1
+        if not isinstance(p, dict):
+            continue
+        t = p.get("type")
+        if t == "tool_result" or t == "tool_call":
+            if new is None:
+                new = list(parts)
+            why = _in_kind(kind)
+            new[i] = _orphan_text(p, why) if t == "tool_result" else call_text(p, why)
+    return item if new is None else _served_copy(item, row, new, True)
+
+
+def _in_kind(kind: str) -> str:
+    return f"it sat in a {kind} row, not a message row"
+
+
+def call_text(part: dict[str, Any], why: str) -> dict[str, Any]:
+    """A text part standing for a tool call that is not served as a call
+    (``why``): its id, name and input as JSON."""
+    return {"type": "text", "text": f"[tool call {part.get('id')} to {part.get('name')}; "
+                                    f"{why}]\n{fmt.encode_json(part.get('input')).decode('utf-8')}"}
 
 
 def _answers(pid: str, waiting: dict[str, int], answered: set[str]) -> bool:

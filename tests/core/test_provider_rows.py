@@ -6,7 +6,9 @@ for speed (bench/RESULTS.md, issue 31, sixth round). ``_reference`` below is
 the code as it stood before (8aae9f6 and floors, 386ae0b), kept verbatim; the
 property is that both give the same rows, Row for Row and dict for dict, on
 windows of calls, results, reused and missing ids, several results to a row,
-non-dict parts, every role, and outputs of every shape.
+non-dict parts, every role, and outputs of every shape. One rule was added
+since (pairs9, ``_reference_other_kind``): only message rows hold calls and
+results; a lead-in's or a warning's tool parts are served as text.
 """
 
 from __future__ import annotations
@@ -51,6 +53,33 @@ def _reference_served(item: Any, row: dict[str, Any], parts: list[Any],
     return row if isinstance(item, dict) else Row(item.line, item.segment, item.offset, row)
 
 
+def _reference_other_kind(item: Any, row: dict[str, Any], kind: str) -> Any:
+    """The rule added later (pairs9): a lead-in's or a warning's tool parts
+    are text, never a call or a result; the row, a copy, is never a tool row."""
+    parts = row.get("parts")
+    if not isinstance(parts, list) or not any(
+            isinstance(p, dict) and p.get("type") in ("tool_call", "tool_result") for p in parts):
+        return item
+    why = f"it sat in a {kind} row, not a message row"
+    new_parts: list[Any] = []
+    for p in parts:
+        if isinstance(p, dict) and p.get("type") == "tool_result":
+            text = _reference_text(p)["text"].split("\n", 1)[1]
+            error = " (error)" if p.get("error") else ""
+            label = f"[result of tool call {p.get('id')}{error}; {why}]"
+            p = {"type": "text", "text": f"{label}\n{text}"}
+        elif isinstance(p, dict) and p.get("type") == "tool_call":
+            inp = fmt.encode_json(p.get("input")).decode("utf-8")
+            label = f"[tool call {p.get('id')} to {p.get('name')}; {why}]"
+            p = {"type": "text", "text": f"{label}\n{inp}"}
+        new_parts.append(p)
+    new = {**row, "parts": new_parts}
+    if new.get("role") == "tool":
+        new["role"] = "user"
+    new.pop(fmt.CHECKSUM_KEY, None)
+    return new if isinstance(item, dict) else Row(item.line, item.segment, item.offset, new)
+
+
 def _reference(rows: list[Any]) -> list[Any]:
     out: list[Any] = []
     waiting: dict[str, int] = {}
@@ -59,6 +88,9 @@ def _reference(rows: list[Any]) -> list[Any]:
         row = item if isinstance(item, dict) else item.data
         kind = row.get("kind", "message")
         if kind not in PROVIDER_KINDS:
+            continue
+        if kind != "message":
+            out.append(_reference_other_kind(item, row, kind))
             continue
         parts = row.get("parts")
         if not parts:
@@ -172,3 +204,36 @@ def test_an_orphan_result_is_served_as_user_text_and_the_row_kept_is_untouched()
         rows[2]["parts"][0],
         {"type": "text",
          "text": '[result of tool call x; it came after its call was settled]\n{"k":1}'}]
+
+
+def test_tool_parts_in_a_lead_in_or_warning_are_text_and_pair_with_nothing() -> None:
+    # Hostile or old bytes: a lead-in holding a call and a warning holding a
+    # result for it and for a message's call. Only message rows pair.
+    call = {"type": "tool_call", "id": "m", "name": "f", "input": {"q": [1, "x"]}}
+    rows = [
+        {"seq": 1, "kind": "message", "role": "assistant", "parts": [call]},
+        {"seq": 2, "kind": "lead_in", "role": "system", "_c": "0" * 16, "parts": [
+            {"type": "text", "text": "window 2"},
+            {"type": "tool_call", "id": "w", "name": "g", "input": None}, 5]},
+        {"seq": 3, "kind": "warning", "role": "tool", "parts": [
+            {"type": "tool_result", "id": "w", "output": "ww", "error": True},
+            {"type": "tool_result", "id": "m", "output": ["not text"]}]},
+        {"seq": 4, "kind": "message", "role": "tool", "parts": [
+            {"type": "tool_result", "id": "m", "output": "mm"}]},
+        {"seq": 5, "kind": "warning", "role": "system", "parts": [{"type": "text", "text": "t"}]},
+    ]
+    got = provider_rows([Row(b"", 1, i, r) for i, r in enumerate(rows)])
+    assert got[0].data is rows[0]
+    assert got[1].data == {"seq": 2, "kind": "lead_in", "role": "system", "parts": [
+        {"type": "text", "text": "window 2"},
+        {"type": "text", "text": "[tool call w to g; it sat in a lead_in row, not a message row]"
+                                 "\nnull"}, 5]}
+    assert got[2].data == {"seq": 3, "kind": "warning", "role": "user", "parts": [
+        {"type": "text",
+         "text": "[result of tool call w (error); it sat in a warning row, not a message row]\nww"},
+        {"type": "text",
+         "text": '[result of tool call m; it sat in a warning row, not a message row]\n'
+                 '["not text"]'}]}
+    assert got[3].data is rows[3]  # the message's result answers the message's call
+    assert got[4].data is rows[4]
+    assert rows[2]["parts"][0]["type"] == "tool_result" and rows[1]["_c"]  # stored rows untouched

@@ -10,8 +10,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ledger.core.toolpairs import pair
 from ledger.core.windows import provider_rows
-from ledger.rollover.conversation import _served
+from ledger.rollover.conversation import _served, _without_open_calls
 
 IDS = st.sampled_from(["a", "b", "c", 7])
 PART = st.one_of(
@@ -36,3 +37,33 @@ def test_a_batch_is_served_as_the_filter_over_the_whole_window_serves_it(
     got = _served(view, batch)
     assert got == want
     assert [list(r) for r in got] == [list(r) for r in want]  # keys in order
+
+
+def _tool_parts(row: dict[str, Any]) -> list[dict[str, Any]]:
+    parts = row.get("parts")
+    return [p for p in parts if isinstance(p, dict)
+            and p.get("type") in ("tool_call", "tool_result")] if isinstance(parts, list) else []
+
+
+@given(st.lists(ROW, max_size=12))
+def test_the_view_and_the_pairing_agree_on_every_call_and_result(
+        rows: list[dict[str, Any]]) -> None:
+    """Lead-ins and warnings hold no call or result in the view (their tool
+    parts are text), every result the view serves answers a call before it
+    by the pairing rule ``Conversation`` counts open calls with, and a
+    request without the open calls pairs every call with its result."""
+    view = provider_rows(copy.deepcopy(rows))
+    assert all(not _tool_parts(r) for r in view if r.get("kind", "message") != "message")
+    p = pair(view)
+    assert p.unmatched() == []
+    request = _without_open_calls([dict(r) for r in view])
+    called: list[str] = []
+    answered: list[str] = []
+    for r in request:
+        for part in _tool_parts(r):
+            if part["type"] == "tool_call":
+                called.append(str(part["id"]))
+            else:
+                assert str(part["id"]) in called, "a result without its call before it"
+                answered.append(str(part["id"]))
+    assert sorted(called) == sorted(answered)
