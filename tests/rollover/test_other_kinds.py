@@ -9,6 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from ledger import Store
 from ledger.core.toolpairs import pair
 from ledger.rollover.conversation import OpenCall
 from tests.rollover.test_conversation import (
@@ -105,3 +108,24 @@ def test_a_call_in_a_warning_row_is_text_and_its_result_an_orphan(tmp_path: Path
     assert_paired(req.messages)
     assert not any(p.get("type", "").startswith("tool_") for m in req.messages
                    for p in m["parts"])
+
+
+@pytest.mark.parametrize("engine", ["files", "memory", "postgres"])
+def test_check_pairs_only_message_rows_on_every_engine(
+        engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    # The file engine's check streams the pairing rule: a warning's result
+    # answers no call and a warning's call waits for none, as on the row engines.
+    root = {"files": lambda: str(tmp_path), "memory": lambda: f"memory://{tmp_path.name}",
+            "postgres": lambda: request.getfixturevalue("pg_root")}[engine]()
+    h = Store(root, durability="off").history("other-kinds")
+    h.append(user("go"))
+    h.append(calls("a"))
+    h.append({"kind": "warning", "role": "tool", "parts": [
+        {"type": "tool_result", "id": "a", "output": "not this"},
+        {"type": "tool_call", "id": "w", "name": "bash", "input": {}}]})
+    report = h.engine.verify()
+    assert report.ok
+    assert [(f.severity, f.code) for f in report.findings] == [("notice", "open_tool_call")]
+    assert "'a'" in report.findings[0].message and "'w'" not in report.findings[0].message
+    h.append(result("a", "ok"))
+    assert h.engine.verify().findings == []

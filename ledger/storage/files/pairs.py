@@ -21,7 +21,9 @@ not a list, until a second call with the same id is open
 
 The pairing rule is :mod:`ledger.core.toolpairs`'s (a result answers the
 newest call with its id that has no result yet; a reset starts a new
-window), applied as a stream so check reads the log once: the row engines'
+window; only ``message`` rows hold calls and results, so a lead-in's or a
+warning's tool parts pair with nothing, as the provider view serves them as
+text), applied as a stream so check reads the log once: the row engines'
 check (``ledger.storage.rowcheck``) calls ``toolpairs.pair`` on each window
 instead (``tests/rollover/test_no_wedge.py`` checks the open-call notice on
 files, memory and PostgreSQL alike).
@@ -113,8 +115,9 @@ class SplitPairs:
         for i, r in enumerate(rows):
             h = r.parts
             if (h is None or h.p1 is not None or h.p2 is not None or h.p3 is not None
-                    or h.more or r.kind == "reset"):
-                # Rare: no parts, two or more, or a reset (whose own parts do not count).
+                    or h.more or r.kind != "message"):
+                # Rare: no parts, two or more, or a row of another kind (whose
+                # parts do not count; a reset starts a window).
                 parts = self._row(lines[i], r)
                 if not parts:
                     calls, waiting, earlier = self.calls, self.waiting, self.earlier  # a reset
@@ -153,10 +156,11 @@ class SplitPairs:
 
     def _row(self, line: bytes, r: Any) -> list[tuple[Any, Any]]:
         """The (type, id) of each part of a row of a verified chunk that has
-        no parts, more than one, or is a reset (then [], and the reset is
+        no parts, more than one, or is not a message (then [], and a reset is
         applied)."""
-        if r.kind == "reset":
-            self._reset(r.seq)
+        if r.kind != "message":
+            if r.kind == "reset":
+                self._reset(r.seq)
             return []
         h = r.parts
         if h is None:
@@ -173,8 +177,9 @@ class SplitPairs:
         one that spells ``"tool_`` raw, or holds a JSON escape that may spell
         it (``"tool\\u005fcall"`` decodes to ``tool_call``, as on the fast
         path)."""
-        if kind == "reset":
-            self._reset(seq)
+        if kind != "message":
+            if kind == "reset":
+                self._reset(seq)
             return
         if b'"tool_' not in body and not fmt.may_spell_by_escape(body):
             return

@@ -69,7 +69,8 @@ def _model(rows: list[tuple[int, int, str, Any]]) -> tuple[list[tuple[Any, ...]]
     """The pairing rule over decoded rows (offset, seq, kind, parts): a result
     answers the newest open call with its id in its window; one whose id was
     called in an earlier window only is a split; a reset starts a window and
-    its own parts do not count; a part that is no object is no tool part."""
+    its own parts do not count, nor do a warning's (only message rows hold
+    calls and results); a part that is no object is no tool part."""
     calls: dict[str, int] = {}
     earlier: dict[str, int] = {}
     waiting: dict[str, list[int]] = {}
@@ -80,6 +81,8 @@ def _model(rows: list[tuple[int, int, str, Any]]) -> tuple[list[tuple[Any, ...]]
             earlier.update(calls)
             calls, waiting, boundary = {}, {}, seq
             continue
+        if kind != "message":
+            continue  # only message rows hold calls and results
         for p in parts if isinstance(parts, list) else ():
             if not isinstance(p, dict):
                 continue
