@@ -11,6 +11,8 @@ Rules
 =====
 - Only ``message`` rows hold calls and results (a missing ``kind`` is a
   message); parts of type ``tool_call`` and ``tool_result`` are read by ``id``.
+  Such a part in a lead-in or a warning pairs with nothing: the provider
+  view serves it as text, and the file engine's check skips it too.
 - **A call id is scoped to its step.** A result answers the newest call
   before it with the same id that has no result yet. So a provider that
   reuses ``call_0`` in every step pairs each result with its own step's call,
