@@ -18,6 +18,11 @@ package's imports (the ``noop`` phase, measured per tree) are subtracted:
   2 KiB), after 12 untimed ones (past the first sealed segment); minus
   ``appends0`` (the same process with the 12 only), so it is the appends alone.
 - ``check``: ``tledger check`` of the workspace (the CLI's own entry point).
+- ``view``: 10 provider views, each through a fresh ``Store`` as the files
+  bench's view series makes them, of a window of real rows: the files bench's
+  1 MiB window (``bench.corpus``, the real transcripts: ~635 rows, a third of
+  them orphan tool results served as text), appended two rows a batch after a
+  rollover on top of the usual history.
 - ``search``: 20 ranked ``session_history`` searches.
 - ``conversation``: 8 turns through ``ledger.Conversation`` (user message,
   tool call, tool result) in a 4,000-token budget, rolling over.
@@ -51,7 +56,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-PHASES = ("noop", "turns", "appends0", "appends", "check", "search", "conversation")
+PHASES = ("noop", "turns", "appends0", "appends", "check", "search", "conversation", "view")
+VIEW_WINDOW_BYTES = 1 << 20  # the files bench's window (bench.series.Config.window_bytes)
+VIEWS = 10
 WS = "ab"
 COLLECTED = re.compile(r"Collected : (\d+)")
 
@@ -85,7 +92,7 @@ def _sized(n: int, size: int, seed: int) -> list[dict[str, object]]:
     return out
 
 
-def build(root: str, mib: float) -> None:
+def build(root: str, mib: float, for_phase: str = "") -> None:
     from ledger import Store
 
     store = Store(root, durability="off")
@@ -99,6 +106,24 @@ def build(root: str, mib: float) -> None:
         batch += 1
     h.rollover([{"role": "user", "parts": [{"type": "text", "text": "go on"}]}])
     h.append_many(_rows(200, 10_000))
+    if for_phase == "view":
+        rows = _real_window()
+        h.rollover([{"role": "user", "parts": [{"type": "text", "text": "the real rows"}]}])
+        for i in range(0, len(rows), 2):
+            h.append_many(rows[i : i + 2])
+
+
+def _real_window() -> list[dict[str, object]]:
+    """The files bench's window rows (``Corpus.window_of_bytes``, its seed),
+    from the real transcripts beside the repository that holds this file
+    (``bench`` is not in the trees' copies: its ``ledger`` stays the tree's)."""
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
+    from bench.corpus import load_corpus
+
+    corpus = load_corpus()
+    if not corpus.source.startswith("real"):
+        raise SystemExit(f"the view phase needs the real transcripts: {corpus.source}")
+    return corpus.window_of_bytes(VIEW_WINDOW_BYTES, seed=42)
 
 
 def phase(name: str, root: str) -> None:
@@ -131,6 +156,9 @@ def phase(name: str, root: str) -> None:
         for q in ("rollover receipt", "postgres fork", "approval budget", "segment index",
                   "tool call result") * 4:
             tool.call({"action": "search", "query": q})
+    elif name == "view":
+        for _ in range(VIEWS):
+            Store(root).history(WS).provider_view()
     elif name == "conversation":
         from ledger import Conversation
 
@@ -180,12 +208,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated phases to count (noop is always counted)")
     p.add_argument("--phase", help=argparse.SUPPRESS)
     p.add_argument("--build", help=argparse.SUPPRESS)
+    p.add_argument("--for-phase", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.phase:
         phase(args.phase, args.trees[0].as_posix())  # the tree is PYTHONPATH's
         return 0
     if args.build:
-        build(args.build, args.mib)
+        build(args.build, args.mib, args.for_phase)
         return 0
     if len(args.trees) != 2 or shutil.which("valgrind") is None:
         p.error("give BEFORE_TREE and AFTER_TREE, with valgrind installed")
@@ -203,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                 # stamps, and the first write would re-baseline the receipt.
                 root = Path(tmp) / f"{tree.name}-{name}"
                 subprocess.run([sys.executable, str(Path(__file__).resolve()), "--build",
-                                str(root), "--mib", str(args.mib)], env=env, cwd=tree,
+                                str(root), "--mib", str(args.mib), "--for-phase", name],
+                               env=env, cwd=tree,
                                check=True)
                 counts[str(given)][name] = _count(tree, name, str(root))
                 shutil.rmtree(root)
