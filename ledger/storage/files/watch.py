@@ -30,7 +30,8 @@ line's checksum. Like a same-size rewrite inside one timestamp tick
 (DESIGN 6), such an edit can go unseen for a while: docs/explanation/storage.md says so.
 
 The table is a cache: no inotify (another OS, no instance left), a queue
-overflow, the directory replaced, a fork of the process: each is answered
+overflow (the kernel's, or a table's own list past ``EVENTS_MAX`` while no
+one scans it), the directory replaced, a fork of the process: each is answered
 with a full pass, as before.
 """
 
@@ -53,6 +54,7 @@ from ledger.storage.files import segments as segs
 WATCH_MIN_SEGMENTS = 64  # fewer: a full pass costs less than keeping a watch
 ROTATE = 16  # segments stated per scan besides those an event named
 INODE_WATCH_BUDGET = 4096  # watches on shared segments, per process
+EVENTS_MAX = 4096  # events kept for a table not scanned meanwhile; more: a full pass
 
 _IN_MODIFY = 0x2
 _IN_ATTRIB = 0x4
@@ -96,11 +98,14 @@ class _Inotify:
         # wd -> {id(table): (the table, the segment number of an inode watch)}
         self.hearers: dict[int, dict[int, tuple[weakref.ref[SegmentTable], int | None]]] = {}
         self.inode_watches = 0
+        # (wd, id(table)) of collected tables whose watches wait for the lock
+        self.dropped: list[tuple[int, int]] = []
 
     def add(self, path: str, mask: int, table: SegmentTable, number: int | None) -> int | None:
         """Watch ``path`` for ``table``; None when the kernel refuses (no
         watch left, the path gone or not what ``mask`` allows)."""
         with self.lock:
+            self._drop_dead()
             if number is not None and self.inode_watches >= INODE_WATCH_BUDGET:
                 return None
             wd = self.libc.inotify_add_watch(self.fd, os.fsencode(path), mask)
@@ -115,20 +120,44 @@ class _Inotify:
     def remove(self, wd: int, table_id: int) -> None:
         """``table`` no longer listens to ``wd``; the last one removes it."""
         with self.lock:
-            hearers = self.hearers.get(wd)
-            if hearers is None:
-                return
-            gone = hearers.pop(table_id, None)
-            if gone is not None and gone[1] is not None:
-                self.inode_watches -= 1
-            if not hearers:
-                del self.hearers[wd]
-                self.libc.inotify_rm_watch(self.fd, wd)
+            self._remove(wd, table_id, False)
+
+    def remove_dead(self, wd: int, table_id: int) -> None:
+        """``remove`` for a collected table. Its finalizer runs wherever the
+        collector does, also inside ``take`` or ``add`` on this thread with
+        the lock held: it never waits for the lock (that would deadlock);
+        when the lock is taken the removal waits for its next holder."""
+        if self.lock.acquire(blocking=False):
+            try:
+                self._remove(wd, table_id, True)
+            finally:
+                self.lock.release()
+        else:
+            self.dropped.append((wd, table_id))
+
+    def _drop_dead(self) -> None:
+        while self.dropped:
+            self._remove(*self.dropped.pop(), True)
+
+    def _remove(self, wd: int, table_id: int, dead: bool) -> None:
+        hearers = self.hearers.get(wd)
+        if hearers is None:
+            return
+        entry = hearers.get(table_id)
+        if entry is None or (dead and entry[0]() is not None):
+            return  # (a live table since took the collected one's id)
+        del hearers[table_id]
+        if entry[1] is not None:
+            self.inode_watches -= 1
+        if not hearers:
+            del self.hearers[wd]
+            self.libc.inotify_rm_watch(self.fd, wd)
 
     def take(self, table: SegmentTable) -> list[Event]:
         """Hand every queued event to the tables that listen to its watch;
         return (and clear) ``table``'s."""
         with self.lock:
+            self._drop_dead()
             while True:
                 try:
                     buf = os.read(self.fd, 1 << 16)
@@ -160,7 +189,10 @@ class _Inotify:
             for ref, number in hearers.values():
                 table = ref()
                 if table is not None:
-                    table.events.append((number, mask, name))
+                    if len(table.events) < EVENTS_MAX:
+                        table.events.append((number, mask, name))
+                    else:  # a table no one scans: its next scan is a full pass
+                        table.overflowed = True
             if mask & _IN_IGNORED:  # the kernel dropped the watch (its file is gone)
                 self.inode_watches -= sum(1 for _r, n in hearers.values() if n is not None)
                 del self.hearers[wd]
@@ -237,11 +269,14 @@ def _marked(names: set[str] | list[str]) -> bool:
     return ffmt.REWRITE_MARKER_NAME in names or ffmt.MERGE_NAME in names
 
 
-def _unwatch_all(owned: dict[int, _Inotify], table_id: int) -> None:
+def _unwatch_all(owned: dict[int, _Inotify], table_id: int, collected: bool = False) -> None:
     """Remove a table's watches (when it stops, or is collected)."""
     for wd, ino in list(owned.items()):
         if ino.pid == os.getpid():
-            ino.remove(wd, table_id)
+            if collected:
+                ino.remove_dead(wd, table_id)
+            else:
+                ino.remove(wd, table_id)
     owned.clear()
 
 
@@ -266,7 +301,7 @@ class SegmentTable:
         self._inode_wds: dict[int, int] = {}  # shared segment -> its own watch
         self._unwatched: set[int] = set()  # shared segments without a watch
         self._turn = 0
-        weakref.finalize(self, _unwatch_all, self._owned, id(self))
+        weakref.finalize(self, _unwatch_all, self._owned, id(self), True)
 
     @property
     def watching(self) -> bool:

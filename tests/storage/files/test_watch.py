@@ -160,3 +160,71 @@ def test_a_forked_process_keeps_its_own_table(store_root: Path) -> None:
     with open(segment_files(store_root / "ws")[0], "ab") as f:
         f.write(b'{"x": 1}\n')
     assert not h.snapshot().verified
+
+
+def test_an_idle_tables_events_are_bounded(
+    store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One process, two handles of one workspace: the busy one's appends fill
+    the idle one's event list (the queue is the process's); past EVENTS_MAX
+    the idle table keeps no more and makes a full pass on its next scan, so
+    an untracked edit among the dropped events is still seen."""
+    monkeypatch.setattr(watch, "EVENTS_MAX", 8)
+    idle = _watched(store_root)
+    busy = _store(store_root).history("ws")
+    for k in range(12):
+        busy.append(msg(f"busy {k}"))
+    assert busy.engine.table.watching
+    table = idle.engine.table
+    numbers = sorted(int(p.name[4:12]) for p in segment_files(store_root / "ws"))
+    # a sealed segment the idle table's next rotation does not reach
+    far = numbers[(table._turn % len(numbers) + len(numbers) // 2) % len(numbers)]
+    with open(store_root / "ws" / f"seg-{far:08d}.jsonl", "ab") as f:
+        f.write(b'{"x": 1}\n')
+    busy.engine.table.scan()  # drains the queue: the idle table's share is over its bound
+    assert len(table.events) <= watch.EVENTS_MAX and table.overflowed
+    assert not idle.snapshot().verified, "an edit among the dropped events went unseen"
+
+
+def test_a_table_collected_while_the_queue_is_read_does_not_deadlock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collector runs wherever Python allocates, also inside ``take``
+    while it holds the instance's lock; a watched table collected there must
+    not wait for that lock (it did: the test suite hung), and its watch goes
+    at the next read of the queue."""
+    import gc
+    import threading
+
+    monkeypatch.setattr(watch, "WATCH_MIN_SEGMENTS", 1)
+    dirs = []
+    for name in ("collected", "busy"):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "seg-00000001.jsonl").write_bytes(b"x\n")
+        dirs.append(d)
+    doomed = watch.SegmentTable(str(dirs[0]))
+    doomed.scan()
+    doomed.cycle = doomed  # type: ignore[attr-defined]  # only the collector frees it
+    busy = watch.SegmentTable(str(dirs[1]))
+    busy.scan()
+    assert doomed.watching and busy.watching
+    ino = watch._inotify()
+    assert ino is not None
+    wds = set(ino.hearers)
+    del doomed
+    real = watch._Inotify._dispatch
+
+    def dispatch_then_collect(self: watch._Inotify, buf: bytes) -> None:
+        gc.collect()
+        real(self, buf)
+
+    monkeypatch.setattr(watch._Inotify, "_dispatch", dispatch_then_collect)
+    (dirs[1] / "seg-00000001.jsonl").write_bytes(b"y\n")  # an event: take() dispatches it
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (busy.scan(), done.set()), daemon=True)
+    thread.start()
+    thread.join(20)
+    assert done.is_set(), "a scan deadlocked on a table the collector freed inside it"
+    busy.scan()  # the next read of the queue drops the collected table's watch
+    assert len(set(ino.hearers) & wds) == 1
