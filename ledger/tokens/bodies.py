@@ -36,9 +36,9 @@ encodes only what is new. Pure: no I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import xxhash
@@ -53,6 +53,7 @@ __all__ = [
     "NAME_TOKENS",
     "REPLY_TOKENS",
     "BodyCounter",
+    "ByteBound",
     "FunctionRules",
 ]
 
@@ -91,13 +92,103 @@ _AUDIO = {"wav": "audio/wav", "mp3": "audio/mpeg"}
 _COVERED_PROPERTY_KEYS = frozenset({"type", "description", "enum"})
 _COVERED_SCHEMA_KEYS = frozenset({"type", "properties", "required", "additionalProperties"})
 _encoder = msgspec.json.Encoder()
+_M = TypeVar("_M", Count, int)  # a walk's measure: tokens, or UTF-8 bytes (a bound)
 
 
 def _strip_period(text: str) -> str:
     return text[:-1] if text.endswith(".") else text
 
 
-class BodyCounter:
+class _Walk(Generic[_M]):
+    """The rules' walk of a message (the module docstring's **Messages**), the
+    one copy of them: ``MESSAGE_TOKENS`` per message, ``NAME_TOKENS`` for a
+    top-level ``name`` beside a ``role``, ``type`` values skipped, media nodes
+    measured whole (:meth:`_media`), numbers, booleans and null nothing, every
+    other string by ``_leaf``. :class:`BodyCounter` measures in tokens
+    (:class:`Count`), :class:`ByteBound` in UTF-8 bytes (an ``int``, its
+    bound); the property that the bound is never below the count
+    (tests/tokens/test_bodies.py) guards the pair. The measures are instance
+    attributes, read as fast as the module's constants on the hot path."""
+
+    _leaf: Callable[[str], _M]
+    """A string's measure."""
+    _zero: _M
+    _per_message: _M
+    _per_name: _M
+
+    def _media(self, node: Mapping[str, Any]) -> _M:
+        """A media node's measure (``node["type"]`` in ``_MEDIA_TYPES``)."""
+        raise NotImplementedError
+
+    def _message(self, message: Mapping[str, Any]) -> _M:
+        total = self._per_message
+        for key, value in message.items():
+            if key == "type":
+                continue
+            total += self.value(value)
+            if key == "name" and message.get("role") is not None:
+                total += self._per_name
+        return total
+
+    def value(self, node: Any) -> _M:
+        """Every string of ``node`` measured, ``type`` values and media aside."""
+        if isinstance(node, str):
+            return self._leaf(node)
+        if isinstance(node, Mapping):
+            if node.get("type") in _MEDIA_TYPES:
+                return self._media(node)
+            total = self._zero
+            for key, value in node.items():
+                if key != "type":
+                    total += self.value(value)
+            return total
+        if isinstance(node, (list, tuple)):
+            total = self._zero
+            for item in node:
+                total += self.value(item)
+            return total
+        return self._zero  # numbers, booleans, null: not text the model reads
+
+
+class _Unbounded(Exception):
+    """:class:`ByteBound` gives up on a value (caught in ``ByteBound.message``)."""
+
+
+class ByteBound(_Walk[int]):
+    """``BodyCounter.message``'s count at most, without the tokenizer: the
+    same walk (:class:`_Walk`) with every string at its UTF-8 length, a bound
+    of its tokens under a byte-level BPE when it is encoded whole. No bound
+    (None) for a message holding media (its allowance is no function of its
+    bytes), a string longer than ``limit`` code points (counted in chunks,
+    where a forced cut adds slack) or one that is no valid UTF-8 (a lone
+    surrogate, counted after a repair)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._zero = 0
+        self._per_message = MESSAGE_TOKENS
+        self._per_name = NAME_TOKENS
+
+    def message(self, message: Mapping[str, Any]) -> int | None:
+        """One message's bound, framing included, or None."""
+        try:
+            return self._message(message)
+        except _Unbounded:
+            return None
+
+    def _leaf(self, text: str) -> int:  # a method: no cycle through a bound method
+        if len(text) > self.limit:
+            raise _Unbounded
+        try:
+            return len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise _Unbounded from None
+
+    def _media(self, node: Mapping[str, Any]) -> int:
+        raise _Unbounded
+
+
+class BodyCounter(_Walk[Count]):
     """Counts of OpenAI request bodies under one encoding and media profile
     (see the module docstring). ``text`` is the encoding's exact text count."""
 
@@ -111,6 +202,10 @@ class BodyCounter:
         profile_key: str = "",
     ) -> None:
         self.text = text
+        self._leaf = text
+        self._zero = ZERO
+        self._per_message = Count(MESSAGE_TOKENS, True)
+        self._per_name = Count(NAME_TOKENS, True)
         self.encoding = encoding
         self.media_profile = media_profile
         self.rules = FUNCTION_RULES.get(encoding, FUNCTION_RULES["cl100k_base"])
@@ -139,35 +234,6 @@ class BodyCounter:
     def message(self, message: Mapping[str, Any]) -> Count:
         """One chat message (or Responses input item), framing included."""
         return self._cached("message", message, self._message)
-
-    def _message(self, message: Mapping[str, Any]) -> Count:
-        total = Count(MESSAGE_TOKENS, True)
-        for key, value in message.items():
-            if key == "type":
-                continue
-            total += self.value(value)
-            if key == "name" and message.get("role") is not None:
-                total += Count(NAME_TOKENS, True)
-        return total
-
-    def value(self, node: Any) -> Count:
-        """Every string of ``node`` encoded, ``type`` values and media aside."""
-        if isinstance(node, str):
-            return self.text(node)
-        if isinstance(node, Mapping):
-            if node.get("type") in _MEDIA_TYPES:
-                return self._media(node)
-            total = ZERO
-            for key, value in node.items():
-                if key != "type":
-                    total += self.value(value)
-            return total
-        if isinstance(node, (list, tuple)):
-            total = ZERO
-            for item in node:
-                total += self.value(item)
-            return total
-        return ZERO  # numbers, booleans, null: not text the model reads
 
     def _media(self, node: Mapping[str, Any]) -> Count:
         kind = str(node.get("type"))

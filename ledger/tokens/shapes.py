@@ -28,13 +28,7 @@ import xxhash
 
 from ledger.adapters import ADAPTERS
 from ledger.adapters.common import VISIBLE_KINDS, is_rejected
-from ledger.tokens.bodies import (
-    _MEDIA_TYPES,
-    MESSAGE_TOKENS,
-    NAME_TOKENS,
-    REPLY_TOKENS,
-    BodyCounter,
-)
+from ledger.tokens.bodies import REPLY_TOKENS, BodyCounter, ByteBound
 from ledger.tokens.counting import (
     CANONICAL,
     Accountant,
@@ -319,9 +313,9 @@ class BodyShape:
     ) -> int | None:
         """A number of tokens the raw total of :meth:`request_parts` (before
         the safety factor) is surely not above, found without the
-        tokenizer: the same blocks rendered the same way, each message's
-        framing (``MESSAGE_TOKENS``, ``NAME_TOKENS``) as the rules charge it
-        and every string it holds at its UTF-8 length -- a byte-level BPE
+        tokenizer: the same blocks rendered the same way, each message
+        walked by the count's own rules with every string at its UTF-8
+        length (``ledger.tokens.bodies.ByteBound``) -- a byte-level BPE
         token is at least one byte, and a string no longer than the
         counter's chunk is encoded whole, never cut. The tools are counted
         exactly (cached). None when a message holds media (its allowance
@@ -333,12 +327,12 @@ class BodyShape:
         when the bound is above it."""
         if counter.mode != "encoding":
             return None  # an approximation's counts are no function of bytes
-        limit = counter.chunk_chars
+        bound = ByteBound(counter.chunk_chars)
         total = REPLY_TOKENS + self._tools(counter, tools, advertised)
         render = ADAPTERS[self.api].to_request
         for block in _blocks([*self._head(system, memory), *rows]):
             for message in render(block)[self._items]:
-                found = _message_bound(message, limit)
+                found = bound.message(message)
                 if found is None:
                     return None
                 total += found
@@ -368,53 +362,6 @@ class BodyShape:
         if key is not None:
             self._remember(self._done, key, result, _BLOCKS)
         return result
-
-
-def _message_bound(message: Mapping[str, Any], limit: int) -> int | None:
-    """``BodyCounter.message``'s count of ``message`` at most (its rules, every
-    string at its UTF-8 length), or None (``BodyShape.request_bound``)."""
-    total = MESSAGE_TOKENS
-    for key, value in message.items():
-        if key == "type":
-            continue
-        found = _value_bound(value, limit)
-        if found is None:
-            return None
-        total += found
-        if key == "name" and message.get("role") is not None:
-            total += NAME_TOKENS
-    return total
-
-
-def _value_bound(node: Any, limit: int) -> int | None:
-    # BodyCounter.value, each string at its UTF-8 length (a bound of its tokens).
-    if isinstance(node, str):
-        if len(node) > limit:
-            return None  # counted in chunks, where a forced cut adds slack
-        try:
-            return len(node.encode("utf-8"))
-        except UnicodeEncodeError:  # a lone surrogate: counted after a repair
-            return None
-    if isinstance(node, Mapping):
-        if node.get("type") in _MEDIA_TYPES:
-            return None
-        total = 0
-        for key, value in node.items():
-            if key != "type":
-                found = _value_bound(value, limit)
-                if found is None:
-                    return None
-                total += found
-        return total
-    if isinstance(node, (list, tuple)):
-        total = 0
-        for item in node:
-            found = _value_bound(item, limit)
-            if found is None:
-                return None
-            total += found
-        return total
-    return 0  # numbers, booleans, null: not counted
 
 
 class AdapterShape:
