@@ -106,9 +106,9 @@ class _Walk(Generic[_M]):
     measured whole (:meth:`_media`), numbers, booleans and null nothing, every
     other string by ``_leaf``. :class:`BodyCounter` measures in tokens
     (:class:`Count`), :class:`ByteBound` in UTF-8 bytes (an ``int``, its
-    bound); the property that the bound is never below the count
-    (tests/tokens/test_bodies.py) guards the pair. The measures are instance
-    attributes, read as fast as the module's constants on the hot path."""
+    bound); tests/tokens/test_bodies.py checks that the bound is the count's
+    walk and never below the count. The framing and zero measures are
+    instance attributes: read as cheaply as the module's constants."""
 
     _leaf: Callable[[str], _M]
     """A string's measure."""
@@ -134,7 +134,7 @@ class _Walk(Generic[_M]):
         """Every string of ``node`` measured, ``type`` values and media aside."""
         if isinstance(node, str):
             return self._leaf(node)
-        if isinstance(node, Mapping):
+        if type(node) is dict or isinstance(node, Mapping):  # a dict without the ABC check
             if node.get("type") in _MEDIA_TYPES:
                 return self._media(node)
             total = self._zero
@@ -151,7 +151,7 @@ class _Walk(Generic[_M]):
 
 
 class _Unbounded(Exception):
-    """:class:`ByteBound` gives up on a value (caught in ``ByteBound.message``)."""
+    """:class:`ByteBound` gives up on a value (caught in ``ByteBound.messages``)."""
 
 
 class ByteBound(_Walk[int]):
@@ -169,16 +169,21 @@ class ByteBound(_Walk[int]):
         self._per_message = MESSAGE_TOKENS
         self._per_name = NAME_TOKENS
 
-    def message(self, message: Mapping[str, Any]) -> int | None:
-        """One message's bound, framing included, or None."""
+    def messages(self, messages: Iterable[Mapping[str, Any]]) -> int | None:
+        """The messages' bound, framing included, or None."""
+        total = 0
         try:
-            return self._message(message)
+            for message in messages:
+                total += self._message(message)
         except _Unbounded:
             return None
+        return total
 
     def _leaf(self, text: str) -> int:  # a method: no cycle through a bound method
         if len(text) > self.limit:
             raise _Unbounded
+        if text.isascii():  # its length, without encoding a copy
+            return len(text)
         try:
             return len(text.encode("utf-8"))
         except UnicodeEncodeError:

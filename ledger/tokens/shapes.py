@@ -331,11 +331,10 @@ class BodyShape:
         total = REPLY_TOKENS + self._tools(counter, tools, advertised)
         render = ADAPTERS[self.api].to_request
         for block in _blocks([*self._head(system, memory), *rows]):
-            for message in render(block)[self._items]:
-                found = bound.message(message)
-                if found is None:
-                    return None
-                total += found
+            found = bound.messages(render(block)[self._items])
+            if found is None:
+                return None
+            total += found
         return total
 
     def _tools(self, counter: TokenCounter, tools: Any,

@@ -281,6 +281,57 @@ def test_the_request_bound_is_never_below_the_count() -> None:
     assert bound(ProviderRequest("claude-sonnet-4", "", (), tuple(_rows()), "")) is None
 
 
+def test_the_bound_walks_a_message_as_the_count_does() -> None:
+    """``ByteBound`` (``request_bound``'s measure of each message) walks a
+    message by ``BodyCounter``'s own rules (framing, ``name`` beside a role,
+    ``type`` values skipped, numbers, booleans and null free) with each string
+    at its UTF-8 length: over random messages it equals a body counter whose
+    text count is that length. A media node, a string longer than the limit
+    or a lone surrogate anywhere but under a ``type`` key leaves no bound."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from ledger.tokens.bodies import BodyCounter, ByteBound
+    from ledger.tokens.units import Count
+
+    limit = 16
+    text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=limit)
+    keys = st.sampled_from(["name", "role", "content", "text", "id"]) | text.filter(
+        lambda k: k != "type")  # a nested ``type`` is a string (``kinds``), as rendered
+    kinds = st.sampled_from(["text", "function", "input_text", "message"])
+    value = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | text,
+        lambda inner: (st.lists(inner, max_size=3) | st.lists(inner, max_size=3).map(tuple)
+                       | st.dictionaries(keys, inner, max_size=3)
+                       | st.tuples(kinds, st.dictionaries(keys, inner, max_size=3)).map(
+                           lambda t: {**t[1], "type": t[0]})),
+        max_leaves=10)
+    messages = st.tuples(st.dictionaries(keys | st.just("type"), value, max_size=4),
+                         st.sampled_from([None, "user", "tool"])).map(
+        lambda t: t[0] if t[1] is None else {**t[0], "role": t[1]})
+    poison = st.sampled_from([{"type": "image_url", "image_url": {"url": "https://e.com/a"}},
+                              {"type": "input_file", "file_id": "f"}, "x" * (limit + 1),
+                              "ok \ud800"])
+    utf8 = BodyCounter(lambda s: Count(len(s.encode("utf-8")), True), encoding="")
+
+    @settings(max_examples=500, deadline=None)
+    @given(messages, poison, st.sampled_from(["content", "type"]))
+    def check(message: dict[str, Any], bad: Any, where: str) -> None:
+        bound = ByteBound(limit)
+        walked = utf8.message(message)
+        assert walked.exact
+        assert bound.messages([message]) == walked.tokens, message
+        assert bound.messages([message, message]) == 2 * walked.tokens
+        hidden = {**message, where: [message.get(where), bad]}
+        found = bound.messages([message, hidden])
+        if where == "type":  # structure, not text: never measured
+            assert found == walked.tokens + utf8.message(hidden).tokens
+        else:
+            assert found is None, hidden
+
+    check()
+
+
 def test_a_counter_without_a_cache_leaves_nothing_in_the_shapes_memos() -> None:
     """``cache=None`` means no caching at all: neither the request's parts,
     its blocks nor the tools' count (``request_bound``) are kept by the
