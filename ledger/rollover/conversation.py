@@ -28,8 +28,9 @@ carries those calls into the new window (``ledger.rollover.engine.carried_rows``
 settled step and the model's next request holds each call with its result.
 While a call is open (no result stored or sent), no rollover happens (rule P2):
 the request is sent in the current window without the open call (no provider
-accepts a call without its result) and the rollover waits; above the hard
-ceiling a send of tool results is refused (naming the open calls) -- the
+accepts a call without its result) and counted without it (``Request.tokens``
+and the decision's count are of what is sent), and the rollover waits; above
+the hard ceiling a send of tool results is refused (naming the open calls) -- the
 results are stored all the same (``SendRefused.stored``), and the send that
 settles the step rolls over, carrying the step whole (``ledger.core.toolpairs``:
 every call of it and every result that settled it; call ids are scoped to
@@ -46,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import is_
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -67,10 +68,10 @@ from ledger.rollover.engine import (
     RolloverHooks,
     RolloverParts,
     RolloverState,
-    SendInputs,
     StepBudgetExceeded,
     carried_rows,
     check_step,
+    is_settled,
     run_rollover,
     send_inputs,
     step,
@@ -263,20 +264,33 @@ def _served(view: list[dict[str, Any]], batch: list[dict[str, Any]]) -> list[Any
     return [*view, *provider_rows(batch)]
 
 
-def _messages(messages: Sequence[Mapping[str, Any]], *, viewed: bool,
-              settled: bool, own: bool = False) -> tuple[dict[str, Any], ...]:
-    """A request's messages as canonical rows without open calls: copies (the
-    caller may change them), except with ``own``, when the rows are dicts
-    this send made for itself (the view's ``to_dict`` copies, the input's
-    copies, settling and warning rows) and nothing else holds them."""
+def _as_sent(messages: Sequence[Any], *, viewed: bool, settled: bool) -> Sequence[Any]:
+    """``messages`` as a request sends them: as the provider view serves them
+    (``provider_rows``; not run when ``viewed``: they are a view already)
+    and without the calls that have no result yet (``_without_open_calls``;
+    not run when ``settled``: none is open). ``messages`` itself when neither
+    changes a row, so a request built over them stays the one counted."""
+    out: Sequence[Any] = messages
+    if not viewed:
+        out = provider_rows([m if type(m) is dict else _canonical(m) for m in out])
+    if not settled:
+        out = _without_open_calls(list(out))
+    if out is messages or (len(out) == len(messages) and all(map(is_, out, messages))):
+        return messages
+    return out
+
+
+def _messages(messages: Sequence[Mapping[str, Any]], *,
+              own: bool = False) -> tuple[dict[str, Any], ...]:
+    """A request's messages (as sent: ``_as_sent``) as canonical rows: copies
+    (the caller may change them), except with ``own``, when the rows are
+    dicts this send made for itself (the view's ``to_dict`` copies, the
+    input's copies, settling and warning rows) and nothing else holds them."""
     if own:
-        rows = [m if type(m) is dict and "kind" in m else _canonical(m) for m in messages]
-    else:
-        # A plain dict holding its kind is copied inline: a request holds the
-        # whole window, and two calls a row cost more than the copy itself.
-        rows = [{**m} if type(m) is dict and "kind" in m else _canonical(m)
-                for m in (messages if viewed else provider_rows(messages))]
-    return tuple(rows) if settled else _without_open_calls(rows)
+        return tuple(m if type(m) is dict and "kind" in m else _canonical(m) for m in messages)
+    # A plain dict holding its kind is copied inline: a request holds the
+    # whole window, and two calls a row cost more than the copy itself.
+    return tuple({**m} if type(m) is dict and "kind" in m else _canonical(m) for m in messages)
 
 
 class _LastCounted:
@@ -444,9 +458,10 @@ class Conversation:
         # was registered: rows this object made for itself (``_messages``).
         self._own: tuple[Any, ...] | None = None
         # The first request ``_decide``'s builder made (the current window's,
-        # which the decision counted), for ``_send`` to hand out when the
-        # request it would build again is the same (``_same_request``).
-        self._current: ProviderRequest | None = None
+        # which the decision counted) and the messages it was built from, for
+        # ``_send`` to hand out when the request it would build again is the
+        # same (``_same_request``).
+        self._current: tuple[ProviderRequest, Sequence[Mapping[str, Any]]] | None = None
         self.state = RolloverState.after_restart(history.window)
 
     @classmethod
@@ -524,7 +539,7 @@ class Conversation:
                                                   self.state.window):
                 open_view = list(known[1])
         lead = lead_in_message(lead_in_for(self._next_seq, self.parts.lead_in_text))
-        request = self._request_for([lead, *trigger], memory)
+        request = self._request_for([lead, *trigger], memory, sent=False)
         # Counted only when a bound found without the tokenizer does not
         # already show the rows fit (rule B5 asks no more than that): the
         # count of a record's new rows was most of what a record cost
@@ -667,24 +682,34 @@ class Conversation:
         carry: Sequence[Mapping[str, Any]] | None = None,
         *,
         settled: bool | None = None,
-    ) -> tuple[int, Decision, RolloverState, Callable[[Sequence[Mapping[str, Any]]],
-                                                      ProviderRequest], SendInputs]:
-        """The window, decision and next state of one send, its request
-        builder, and the inputs decided on (``settled``: whether no call is
-        open after the trigger, when the caller knows)."""
+    ) -> tuple[int, Decision, RolloverState,
+               Callable[[Sequence[Mapping[str, Any]]], ProviderRequest]]:
+        """The window, decision and next state of one send, its builder of
+        requests to send (``_request_for``: without open calls; ``settled``:
+        whether no call is open after the trigger, when the caller knows,
+        else the builder pairs the rows)."""
         policy = self.parts.current_policy()
         self._current = None
+        known = bool(settled)
 
         def request_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
-            request = self._request_for(messages, memory)
+            # A request to send (the current window's, then the served one):
+            # built without its open calls, so counted as sent.
+            request = self._request_for(messages, memory, settled=known)
             if self._current is None:
-                self._current = request
+                self._current = (request, messages)
             return request
+
+        def payload_for(messages: Sequence[Mapping[str, Any]]) -> ProviderRequest:
+            # The fresh window's (rule B5): a rollover carries a step once it
+            # is settled, its calls with their results, so the calls count.
+            return self._request_for(messages, memory, sent=False)
 
         window, inputs = send_inputs(
             self.history,
             trigger,
-            request_for=request_for,
+            request_for=payload_for,
+            current_for=request_for,
             count=self._count,
             history_access=policy.history_access,
             notes_writable=self.notes_writable,
@@ -696,7 +721,7 @@ class Conversation:
             settled=settled,
         )
         decision, state = step(self.state, inputs, self.config)
-        return window, decision, state, request_for, inputs
+        return window, decision, state, request_for
 
     def _rollover_or_wait(
         self, decision: Decision, state: RolloverState, trigger: list[dict[str, Any]]
@@ -738,7 +763,7 @@ class Conversation:
         # the step is settled, and (for a batch of just these rows) what
         # ``_appended`` keeps.
         open_after: list[OpenCall] | None = _open_after(open_view, [*settle, *trigger])
-        window, decision, state, request_for, inputs = self._decide(
+        window, decision, state, request_for = self._decide(
             trigger, [*view, *settle], memory, settled=not open_after)
         if decision.action is Action.REJECT:
             self._refuse(decision, given, quarantine)
@@ -761,9 +786,9 @@ class Conversation:
         served = _served(view, batch)
         current = self._current
         if not rolled and not extra and current is not None and self._same_request(
-                current, served):
-            provider = current
-            self._own = current.messages
+                current[1], served):
+            provider = current[0]
+            self._own = provider.messages
         else:
             provider = request_for(served)
         counted = check_step(provider, self.pinned, self._count)
@@ -772,8 +797,7 @@ class Conversation:
                        open_after if not rolled and not extra else None)
         self.state = state
         return self._wrap(provider, counted, decision, warned=bool(extra),
-                          blocked=decision.blocked, viewed=True, settled=inputs.settled,
-                          own=provider.messages is self._own)
+                          blocked=decision.blocked, own=provider.messages is self._own)
 
     def send_stored(self, first_seq: int, *, quarantine: bool = True) -> Request:
         """``send`` for a trigger that is already stored: the window's rows from
@@ -811,7 +835,8 @@ class Conversation:
         stored = [r for r in rows if r.seq >= first_seq]
         trigger = [stored_copy(r) for r in stored]
         carry = carried_rows(view, trigger)
-        window, decision, state, request_for, inputs = self._decide(trigger, view, memory, carry)
+        window, decision, state, request_for = self._decide(
+            trigger, view, memory, carry, settled=is_settled([*view, *trigger]))
         if decision.action is Action.REJECT:
             seqs: list[int] = []
             if decision.quarantine and quarantine and stored:
@@ -850,7 +875,7 @@ class Conversation:
             self.history.append_many(extra, expect_window=window)
         self.state = state
         return self._wrap(provider, counted, decision, warned=bool(extra),
-                          blocked=decision.blocked, viewed=True, settled=inputs.settled)
+                          blocked=decision.blocked)
 
     def rollover(self) -> Request:
         """Roll over now, whatever the budget says (a manual rollover, e.g. the
@@ -916,19 +941,20 @@ class Conversation:
             after = _open_after(open_before, rows) if open_after is None else open_after
             self._open = ((result.epoch, result.seqs[-1] + 1, result.window), tuple(after))
 
-    def _same_request(self, current: ProviderRequest,
+    def _same_request(self, built_from: Sequence[Mapping[str, Any]],
                       messages: Sequence[Mapping[str, Any]]) -> bool:
-        """Whether ``_request_for(messages)`` would build ``current`` again:
-        the same message objects in the same order, and nothing that could
-        assemble them differently since -- no live middleware, a fixed
-        policy, activated tools a collection (an iterator is used up by the
-        first request). A send then hands out the request its decision
-        counted instead of building and comparing an equal one."""
+        """Whether ``_request_for(messages)`` would build the request built
+        from ``built_from`` again: the same message objects in the same
+        order, and nothing that could assemble them differently since -- no
+        live middleware, a fixed policy, activated tools a collection (an
+        iterator is used up by the first request). A send then hands out the
+        request its decision counted instead of building and comparing an
+        equal one."""
         parts = self.parts
         return (parts.registry.idle and isinstance(parts.policy, ToolPolicy)
                 and (parts.activated is None or isinstance(parts.activated, Collection))
-                and len(messages) == len(current.messages)
-                and all(map(is_, messages, current.messages)))
+                and len(messages) == len(built_from)
+                and all(map(is_, messages, built_from)))
 
     def _view(self) -> list[dict[str, Any]]:
         """The provider view as plain dicts, and the state it was read under
@@ -937,9 +963,16 @@ class Conversation:
         self._adopt(snap)
         return [r.to_dict() if type(r) is Row else _plain(r) for r in rows]
 
-    def _request_for(self, messages: Sequence[Mapping[str, Any]], memory: str) -> ProviderRequest:
-        """An ordinary request over ``messages``: live middleware, the send's
-        memory text, advertised schemas (what the engine calls ``request_for``)."""
+    def _request_for(self, messages: Sequence[Mapping[str, Any]], memory: str, *,
+                     settled: bool = False, sent: bool = True) -> ProviderRequest:
+        """An ordinary request over ``messages`` (a provider view): live
+        middleware, the send's memory text, advertised schemas (what the
+        engine calls ``request_for``). With ``sent``, the request as it is
+        sent, so its count is the count of what the model gets: without the
+        calls that have no result yet (``settled``: the caller knows none is
+        open), and a live hook's rows served as the view serves rows.
+        ``sent=False``: a payload's request (a fresh window's, rule B5),
+        which keeps its calls: they are sent with their results once settled."""
         policy = self.parts.current_policy()
         schemas = advertised_schemas(self.tools, policy, self.parts.activated)
         idle = self.parts.registry.idle  # no hook can add rows of its own
@@ -948,8 +981,11 @@ class Conversation:
             self.history.workspace,
             {"system": self.parts.system, "tools": list(schemas), "messages": list(messages)},
         )
+        rows = live["messages"]
+        if sent:
+            rows = _as_sent(rows, viewed=idle, settled=settled and idle)
         request = ProviderRequest(self.model, live["system"], tuple(live["tools"]),
-                                  tuple(live["messages"]), memory)
+                                  tuple(rows), memory)
         self._own = request.messages if idle else None
         return request
 
@@ -962,6 +998,11 @@ class Conversation:
             # prepared request may not be delivered; build one from the view.
             return self.request()
         provider = outcome.prepared.start(lambda request: request)
+        # Admission refused any open call; the rows are the rollover's own
+        # (lead-in, carried, trigger), not a view: counted as they are sent.
+        sent = _as_sent(provider.messages, viewed=False, settled=False)
+        if sent is not provider.messages:
+            provider = replace(provider, messages=tuple(sent))
         counted = check_step(provider, self.pinned, self._count)
         return self._wrap(provider, counted, decision, rolled_over=True, carried=carried)
 
@@ -1003,14 +1044,11 @@ class Conversation:
         warned: bool = False,
         carried: int = 0,
         blocked: str | None = None,
-        viewed: bool = False,
-        settled: bool = False,
         own: bool = False,
     ) -> Request:
-        """The ``Request`` of ``provider``. ``viewed``: its messages are a
-        provider view already (``provider_rows`` was run over them);
-        ``settled``: they hold no open call (the decision's pairing said so);
-        ``own``: they are this send's own dicts (``_messages``)."""
+        """The ``Request`` of ``provider``, a request as sent (``_as_sent``:
+        ``counted`` is the count of its messages). ``own``: they are this
+        send's own dicts (``_messages``)."""
         system = provider.system
         if provider.memory:
             system = f"{system}\n\n{provider.memory}" if system else provider.memory
@@ -1018,7 +1056,7 @@ class Conversation:
             model=provider.model,
             system=system,
             tools=tuple(provider.tools),
-            messages=_messages(provider.messages, viewed=viewed, settled=settled, own=own),
+            messages=_messages(provider.messages, own=own),
             tokens=counted.tokens,
             exact=counted.exact,
             ceiling=self.config.ceiling,

@@ -322,6 +322,7 @@ def send_inputs(
     view: Sequence[Any] | None = None,
     window: int | None = None,
     settled: bool | None = None,
+    current_for: Callable[[Sequence[Mapping[str, Any]]], ProviderRequest] | None = None,
 ) -> tuple[int, SendInputs]:
     """The window marker and decision inputs, derived from persisted history.
 
@@ -335,13 +336,18 @@ def send_inputs(
     the carry it needs) is made only when the decision asks for it.
     ``settled`` is whether no tool call is open in ``[*view, *trigger]``,
     when the caller knows it without pairing the window again.
+    ``current_for`` builds the current window's request when it is built
+    otherwise than the fresh window's (``Conversation``'s leaves out the
+    calls still open, as the request it sends does, while a rollover's
+    payload keeps them: it carries them with their results once settled).
     """
     if window is None:
         window = history.window
     rows = history.provider_view() if view is None else view
     view = [r if type(r) is dict else _d(r) for r in rows]  # dicts as they are, inline
     trigger = list(trigger_rows)
-    current = _count(count, request_for([*view, *trigger]))
+    current = _count(count, (request_for if current_for is None else current_for)(
+        [*view, *trigger]))
 
     def fresh() -> Count:
         lead = lead_in_message(lead_in_for(history.next_seq, lead_in_text))

@@ -3,9 +3,10 @@ calls (single and parallel), results answered out of order, results recorded
 as they arrive, approvals granted late, denials and cancellations (error
 results) and manual clears, the runtime object's decision and transaction
 agree (no admission refusal, no split pair), every request stays within the
-hard ceiling and pairs every result with its call, a rollover commits only at
-a settled step with the settling pair in the new window, and no stored tool
-result disappears from what the model sees.
+hard ceiling, counts what it sends (open calls left out of both) and pairs
+every result with its call, a rollover commits only at a settled step with
+the settling pair in the new window, and no stored tool result disappears
+from what the model sees.
 
 Real store, real tiktoken counts; the ``ci`` hypothesis profile keeps it fast.
 """
@@ -21,7 +22,16 @@ from hypothesis import strategies as st
 from ledger import Store
 from ledger.rollover.conversation import Conversation, Request, SendRefused
 from ledger.rollover.engine import Action, is_settled, open_tool_calls
-from tests.rollover.test_conversation import BASH, assert_paired, calls, result, says, user, words
+from tests.rollover.test_conversation import (
+    BASH,
+    assert_paired,
+    assert_within,
+    calls,
+    result,
+    says,
+    user,
+    words,
+)
 
 OPS = st.one_of(
     st.tuples(st.just("user"), st.integers(5, 120)),
@@ -90,7 +100,9 @@ class Loop:
             self.check_window()
             return None
         assert not req.decision.reason.startswith("rollover refused"), req.decision.reason
-        assert req.tokens <= req.ceiling
+        # within the ceiling, and its count is what it sends (an independent
+        # recount), open calls left out of both
+        assert_within(req, self.conv)
         assert_paired(req.messages)  # open calls are left out of the request
         if req.rolled_over:
             self.rollovers += 1
