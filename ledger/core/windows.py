@@ -165,12 +165,21 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
     :func:`ledger.core.toolpairs.pair`: a tool part in a lead-in or a warning
     (a caller's, an older build's or hostile bytes) is served as text in a
     copy of its row (:func:`call_text`, the orphan text), so the view and the
-    pairing agree on which calls are open.
+    pairing agree on which calls are open; a result in a message row that
+    names such a call says where its call is, not that it is in an earlier
+    window.
     """
     out: list[Any] = []
     append = out.append
     waiting: dict[str, int] = {}  # call id -> calls with that id that have no result yet
-    answered: set[str] = set()
+    # Call id -> why a result naming it is an orphan when no call with it
+    # waits: its newest call has a result already (_LATE) or sat in a
+    # lead-in or warning; an id not here: its call is in an earlier window.
+    # (A dict where a set of answered ids was, so an orphan's reason is one
+    # lookup: a longer test there pushed the single-part branch's jump past
+    # 255 code units, an EXTENDED_ARG for every message row, instr_ab
+    # turns 1.002; bench/RESULTS.md, issue 31 tenth round, req10.)
+    gone: dict[str, str] = {}
     kinds = PROVIDER_KINDS
     for item in rows:
         row = item if isinstance(item, dict) else item.data
@@ -179,7 +188,7 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
             # A lead-in or a warning (any other kind is not served): its
             # tool parts are text, never a call or a result (module rule).
             if kind in kinds:
-                append(_other_kind(item, row, kind))
+                append(_other_kind(item, row, kind, gone))
             continue
         parts = row.get("parts")
         if not parts:
@@ -197,11 +206,11 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
                 t = p.get("type")
                 if t == "tool_result":
                     pid = str(p.get("id"))
-                    if not _answers(pid, waiting, answered):
+                    if not _answers(pid, waiting, gone):
                         # An orphan (200 of the bench window's 635 rows):
                         # served as text, its row left with no result.
                         item = _served_copy(item, row, [_orphan_text(
-                            p, _LATE if pid in answered else _EARLIER)], True)
+                            p, gone[pid] if pid in gone else _EARLIER)], True)
                 elif t == "tool_call":
                     pid = str(p.get("id"))
                     waiting[pid] = waiting.get(pid, 0) + 1
@@ -211,7 +220,7 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
         # (``orphans``), and whether the row makes calls, which count only
         # after its own results (a second pass adds them). Most rows hold
         # neither, and allocate nothing here.
-        orphans: dict[int, bool] | None = None  # part index -> its call was answered already
+        orphans: dict[int, str] | None = None  # part index -> why it is an orphan
         calls = False
         i = -1
         for p in parts:
@@ -221,10 +230,10 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
             t = p.get("type")
             if t == "tool_result":
                 pid = str(p.get("id"))
-                if not _answers(pid, waiting, answered):
+                if not _answers(pid, waiting, gone):
                     if orphans is None:
                         orphans = {}
-                    orphans[i] = pid in answered
+                    orphans[i] = gone[pid] if pid in gone else _EARLIER
             elif t == "tool_call":
                 calls = True
         if orphans is not None:
@@ -238,11 +247,13 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
     return out
 
 
-def _other_kind(item: Any, row: dict[str, Any], kind: str) -> Any:
+def _other_kind(item: Any, row: dict[str, Any], kind: str, gone: dict[str, str]) -> Any:
     """``item``, a provider-visible row that is not a message (a lead-in, a
     warning), as served: its tool calls and results, which only message rows
     hold (``ledger.core.toolpairs``), as text parts in a copy of it
-    (:func:`call_text`, :func:`_orphan_text`); as it is when it holds none."""
+    (:func:`call_text`, :func:`_orphan_text`); as it is when it holds none.
+    A result naming one of its calls later answers nothing: ``gone`` (call
+    id -> why, ``provider_rows``) says its call sat in a row of this kind."""
     parts = row.get("parts")
     if not isinstance(parts, list):
         return item
@@ -257,7 +268,11 @@ def _other_kind(item: Any, row: dict[str, Any], kind: str) -> Any:
             if new is None:
                 new = list(parts)
             why = _in_kind(kind)
-            new[i] = _orphan_text(p, why) if t == "tool_result" else call_text(p, why)
+            if t == "tool_result":
+                new[i] = _orphan_text(p, why)
+            else:
+                new[i] = call_text(p, why)
+                gone[str(p.get("id"))] = f"its call sat in a {kind} row, not a message row"
     return item if new is None else _served_copy(item, row, new, True)
 
 
@@ -272,25 +287,26 @@ def call_text(part: dict[str, Any], why: str) -> dict[str, Any]:
                                     f"{why}]\n{fmt.encode_json(part.get('input')).decode('utf-8')}"}
 
 
-def _answers(pid: str, waiting: dict[str, int], answered: set[str]) -> bool:
+def _answers(pid: str, waiting: dict[str, int], gone: dict[str, str]) -> bool:
     """Whether a tool result with call id ``pid`` answers a call still
     waiting for one; it then answers that call (a result answers one call,
-    ``ledger.core.toolpairs``). False: the result is an orphan."""
+    ``ledger.core.toolpairs``), and a later result naming it comes late
+    (``gone``, ``provider_rows``). False: the result is an orphan."""
     if waiting.get(pid):
         waiting[pid] -= 1
-        answered.add(pid)
+        gone[pid] = _LATE
         return True
     return False
 
 
 def _served_as_text(item: Any, row: dict[str, Any], parts: list[Any],
-                    orphans: dict[int, bool]) -> Any:
-    """A copy of ``item`` whose orphan results (part index -> answered
-    already) are text parts (:func:`orphan_result_text`); a tool row left
-    without any result becomes a user row."""
+                    orphans: dict[int, str]) -> Any:
+    """A copy of ``item`` whose orphan results (part index -> why it is one)
+    are text parts (:func:`orphan_result_text`); a tool row left without any
+    result becomes a user row."""
     new_parts = list(parts)
-    for i, late in orphans.items():
-        new_parts[i] = _orphan_text(parts[i], _LATE if late else _EARLIER)
+    for i, why in orphans.items():
+        new_parts[i] = _orphan_text(parts[i], why)
     # Every part an orphan leaves no result; otherwise look at the parts
     # that were not replaced.
     return _served_copy(item, row, new_parts, len(orphans) == len(parts) or not any(

@@ -8,7 +8,10 @@ property is that both give the same rows, Row for Row and dict for dict, on
 windows of calls, results, reused and missing ids, several results to a row,
 non-dict parts, every role, and outputs of every shape. One rule was added
 since (pairs9, ``_reference_other_kind``): only message rows hold calls and
-results; a lead-in's or a warning's tool parts are served as text.
+results; a lead-in's or a warning's tool parts are served as text. And one
+reason (req10): a result whose newest call with its id sat in such a row
+earlier in the window says so, not that its call is in an earlier context
+window (nor, when an older call with the id had a result, that it is late).
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from ledger.core.rows import Row
 from ledger.core.windows import PROVIDER_KINDS, provider_rows
 
 
-def _reference_text(part: dict[str, Any], *, late: bool = False) -> dict[str, Any]:
-    where = ("it came after its call was settled" if late
+def _reference_text(part: dict[str, Any], *, late: bool | str = False) -> dict[str, Any]:
+    where = (late if isinstance(late, str) else "it came after its call was settled" if late
              else "its call is in an earlier context window")
     error = " (error)" if part.get("error") else ""
     label = f"[result of tool call {part.get('id')}{error}; {where}]"
@@ -41,7 +44,7 @@ def _reference_text(part: dict[str, Any], *, late: bool = False) -> dict[str, An
 
 
 def _reference_served(item: Any, row: dict[str, Any], parts: list[Any],
-                      orphans: dict[int, bool]) -> Any:
+                      orphans: dict[int, bool | str]) -> Any:
     new_parts = [_reference_text(p, late=orphans[i]) if i in orphans else p
                  for i, p in enumerate(parts)]
     row = {**row, "parts": new_parts}
@@ -84,6 +87,7 @@ def _reference(rows: list[Any]) -> list[Any]:
     out: list[Any] = []
     waiting: dict[str, int] = {}
     answered: set[str] = set()
+    stray: dict[str, str] = {}  # req10: call id -> the other kind its newest call sat in
     for item in rows:
         row = item if isinstance(item, dict) else item.data
         kind = row.get("kind", "message")
@@ -91,6 +95,10 @@ def _reference(rows: list[Any]) -> list[Any]:
             continue
         if kind != "message":
             out.append(_reference_other_kind(item, row, kind))
+            for p in row.get("parts") if isinstance(row.get("parts"), list) else []:
+                if isinstance(p, dict) and p.get("type") == "tool_call":
+                    stray[str(p.get("id"))] = kind
+                    answered.discard(str(p.get("id")))
             continue
         parts = row.get("parts")
         if not parts:
@@ -102,7 +110,7 @@ def _reference(rows: list[Any]) -> list[Any]:
         if not isinstance(parts, list):
             out.append(item)
             continue
-        orphans: dict[int, bool] | None = None
+        orphans: dict[int, bool | str] | None = None
         added: list[str] | None = None
         i = -1
         for p in parts:
@@ -115,10 +123,12 @@ def _reference(rows: list[Any]) -> list[Any]:
                 if waiting.get(pid):
                     waiting[pid] -= 1
                     answered.add(pid)
+                    stray.pop(pid, None)
                 else:
                     if orphans is None:
                         orphans = {}
-                    orphans[i] = pid in answered
+                    orphans[i] = (pid in answered if pid in answered or pid not in stray
+                                  else f"its call sat in a {stray[pid]} row, not a message row")
             elif t == "tool_call":
                 if added is None:
                     added = []
@@ -180,6 +190,28 @@ def test_the_same_rows_as_the_definition_it_replaced(rows: list[dict[str, Any]])
     _same(provider_rows(rows), _reference(rows))
 
 
+# Few ids and only tool parts: calls in lead-ins and warnings meet results
+# naming them (the reason a result gives for its call's place, req10).
+TOOL_ROW = st.builds(
+    lambda kind, role, parts: {"seq": 1, "kind": kind, "role": role, "parts": parts},
+    st.sampled_from(["message", "message", "lead_in", "warning"]),
+    st.sampled_from(["tool", "assistant", "user"]),
+    st.lists(st.one_of(
+        st.builds(lambda i: {"type": "tool_call", "id": i, "name": "f", "input": {}},
+                  st.sampled_from(["a", "b"])),
+        st.builds(lambda i: {"type": "tool_result", "id": i, "output": "o"},
+                  st.sampled_from(["a", "b"]))), min_size=1, max_size=3),
+)
+
+
+@given(st.lists(TOOL_ROW, max_size=10))
+def test_the_same_rows_as_the_definition_where_calls_sit_in_other_kinds(
+        rows: list[dict[str, Any]]) -> None:
+    for i, row in enumerate(rows):
+        row["seq"] = i + 1
+    _same(provider_rows([dict(r) for r in rows]), _reference(rows))
+
+
 def test_an_orphan_result_is_served_as_user_text_and_the_row_kept_is_untouched() -> None:
     # The bench window's shape: a tool row of one result whose call is in an
     # earlier window, then a call and its result, then the same id again.
@@ -237,3 +269,46 @@ def test_tool_parts_in_a_lead_in_or_warning_are_text_and_pair_with_nothing() -> 
     assert got[3].data is rows[3]  # the message's result answers the message's call
     assert got[4].data is rows[4]
     assert rows[2]["parts"][0]["type"] == "tool_result" and rows[1]["_c"]  # stored rows untouched
+
+
+def test_a_result_whose_call_sat_in_a_lead_in_or_warning_says_so() -> None:
+    """The call is in this window, in a row that is not a message: the
+    result is an orphan (text), and its text says where the call is, not
+    that it is in an earlier context window; ids no such row holds keep
+    that reason. The newest call with the id decides: a result after its
+    message call's own is late, after a warning's call again it says so."""
+    rows = [
+        {"seq": 1, "kind": "warning", "role": "assistant", "parts": [
+            {"type": "tool_call", "id": "w", "name": "g", "input": {}}]},
+        {"seq": 2, "kind": "lead_in", "role": "system", "parts": [
+            {"type": "text", "text": "window 2"},
+            {"type": "tool_call", "id": "l", "name": "g", "input": {}}]},
+        {"seq": 3, "kind": "message", "role": "tool", "parts": [
+            {"type": "tool_result", "id": "w", "output": "one"}]},
+        {"seq": 4, "kind": "message", "role": "tool", "parts": [
+            {"type": "tool_result", "id": "l", "output": "two", "error": True},
+            {"type": "tool_result", "id": "gone", "output": "three"}]},
+        {"seq": 5, "kind": "message", "role": "assistant", "parts": [
+            {"type": "tool_call", "id": "w", "name": "g", "input": {}}]},
+        {"seq": 6, "kind": "message", "role": "tool", "parts": [
+            {"type": "tool_result", "id": "w", "output": "four"}]},
+        {"seq": 7, "kind": "message", "role": "tool", "parts": [
+            {"type": "tool_result", "id": "w", "output": "five"}]},
+        {"seq": 8, "kind": "warning", "role": "assistant", "parts": [
+            {"type": "tool_call", "id": "w", "name": "g", "input": {}}]},
+        {"seq": 9, "kind": "message", "role": "tool", "parts": [
+            {"type": "text", "text": "six:"}, {"type": "tool_result", "id": "w", "output": "6"}]},
+    ]
+    got = provider_rows([dict(r) for r in rows])
+    texts = [[p.get("text") for p in r["parts"]] for r in got]
+    assert texts[2] == [
+        "[result of tool call w; its call sat in a warning row, not a message row]\none"]
+    assert texts[3] == [
+        "[result of tool call l (error); its call sat in a lead_in row, not a message row]"
+        "\ntwo",
+        "[result of tool call gone; its call is in an earlier context window]\nthree"]
+    assert got[3]["role"] == "user" and got[2]["role"] == "user"
+    assert got[5] == rows[5]  # the message's call answered: a result, as stored
+    assert texts[6] == ["[result of tool call w; it came after its call was settled]\nfive"]
+    assert texts[8] == [
+        "six:", "[result of tool call w; its call sat in a warning row, not a message row]\n6"]

@@ -102,7 +102,8 @@ def test_a_call_in_a_warning_row_is_text_and_its_result_an_orphan(tmp_path: Path
     assert view[1]["parts"] == [
         {"type": "text", "text": "note"},
         {"type": "text", "text": f'[tool call w1 to bash; {IN_WARNING}]\n{{"cmd":"ls"}}'}]
-    assert view[2]["role"] == "user" and view[2]["parts"][0]["type"] == "text"
+    assert view[2]["role"] == "user" and view[2]["parts"] == [{"type": "text", "text": (
+        "[result of tool call w1; its call sat in a warning row, not a message row]\nout")}]
     assert conv.open_calls() == []  # the warning's call is no call: nothing waits for it
     req = conv.request()
     assert_paired(req.messages)
