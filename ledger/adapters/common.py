@@ -22,6 +22,10 @@ adapter maps anything to an API shape, :func:`conversation` turns the rows into
   in the middle of a conversation. A result whose call is not before it becomes
   user text (:func:`orphan_result_parts`), so nothing silently disappears.
 - A ``tool_call`` part outside an assistant row becomes user-visible text.
+- Only message rows hold calls and results (``ledger.core.toolpairs``, the
+  rule every layer pairs by): a lead-in's or a warning's ``tool_call`` and
+  ``tool_result`` parts are sent as text in their own row's turn, answering
+  and awaiting nothing, as the provider view serves them.
 
 Each adapter documents what it does with reasoning, media and parts it cannot carry.
 """
@@ -35,6 +39,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
+
+from ledger.core.toolpairs import holds_tool_parts
 
 VISIBLE_KINDS = frozenset({"message", "lead_in", "warning"})
 KNOWN_PART_TYPES = frozenset({"text", "reasoning", "tool_call", "tool_result", "media"})
@@ -193,12 +199,23 @@ def _stray_call_text(part: Mapping[str, Any]) -> Part:
     }
 
 
+def _as_text(part: Part) -> list[Part]:
+    """A tool part of a row that holds no calls or results (a lead-in's, a
+    warning's: ``holds_tool_parts``) as the text that is sent instead."""
+    kind = part.get("type")
+    if kind == "tool_call":
+        return [_stray_call_text(part)]
+    return orphan_result_parts(part) if kind == "tool_result" else [part]
+
+
 def _segments(rows: Iterable[Row], keep: Callable[[Part], bool]) -> list[Turn]:
     out: list[Turn] = []
     for row in visible_rows(rows):
         role = row.get("role")
         parts = [dict(p) for p in row.get("parts") or [] if isinstance(p, Mapping)]
         parts = [p for p in parts if p.get("type") in ("tool_call", "tool_result") or keep(p)]
+        if not holds_tool_parts(row):
+            parts = [q for p in parts for q in _as_text(p)]
         results = [p for p in parts if p.get("type") == "tool_result"]
         rest = [p for p in parts if p.get("type") != "tool_result"]
         if role == "assistant":

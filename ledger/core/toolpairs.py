@@ -3,7 +3,9 @@ use (``History.rollover``'s split check, the rollover engine's carry and
 admission, ``Conversation``'s and the Agents SDK session's open calls, the
 row engines' ``check``; the file engine's check streams the same rule in
 ``ledger.storage.files.pairs``, and the provider view counts open calls per
-id in ``ledger.core.windows``).
+id in ``ledger.core.windows``). Which rows hold calls and results at all is
+:func:`holds_tool_parts` (the provider adapters ask it too; the view's and
+the file check's hot loops test the same ``kind`` inline).
 
 Pure: rows in (canonical dicts or ``Row`` objects), pairs out.
 
@@ -12,7 +14,8 @@ Rules
 - Only ``message`` rows hold calls and results (a missing ``kind`` is a
   message); parts of type ``tool_call`` and ``tool_result`` are read by ``id``.
   Such a part in a lead-in or a warning pairs with nothing: the provider
-  view serves it as text, and the file engine's check skips it too.
+  view and the adapters (``ledger.adapters.common``) send it as text, and
+  the file engine's check skips it too.
 - **A call id is scoped to its step.** A result answers the newest call
   before it with the same id that has no result yet. So a provider that
   reuses ``call_0`` in every step pairs each result with its own step's call,
@@ -33,7 +36,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Call", "Pairing", "SplitCheck", "pair", "split_check"]
+__all__ = ["Call", "Pairing", "SplitCheck", "holds_tool_parts", "pair", "split_check"]
+
+
+def holds_tool_parts(row: Mapping[str, Any]) -> bool:
+    """Whether the ``tool_call`` and ``tool_result`` parts of ``row`` (a
+    canonical row) are calls and results (module rules): only a message's
+    are, a row without ``kind`` being a message. Another kind's (a lead-in's,
+    a warning's) pair with nothing and are sent as text."""
+    return row.get("kind", "message") == "message"
 
 
 @dataclass
@@ -87,7 +98,7 @@ def pair(rows: Iterable[Any], *, step_break: int | None = None) -> Pairing:
         row = _data(item)
         if i == step_break:
             run, run_step = None, None
-        if row.get("kind", "message") != "message":
+        if not holds_tool_parts(row):
             continue
         parts = row.get("parts")
         parts = parts if isinstance(parts, list) else []
