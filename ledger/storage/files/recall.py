@@ -56,11 +56,11 @@ import sqlite3
 import stat as stat_mod
 import threading
 from array import array
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from itertools import chain, islice
+from itertools import chain, islice, repeat
 from typing import Any
 from urllib.parse import quote
 
@@ -80,6 +80,8 @@ from ledger.storage.files.recall_tail import FOLD_BYTES, Tail, TailDoc
 VERSION = "5"
 _MASK = (1 << 64) - 1
 CHUNK_POSTINGS = 200_000  # postings per committed chunk of a long build
+BATCH_ROWS = 256  # rows whose terms a build looks up together (``_Writer.docs``), at most
+BATCH_POSTINGS = 16_384  # and their postings, at most
 TERMS_KEPT = 32_768  # terms a fold's ids and frequencies are kept for, at most (``_fold``)
 PAGE_SIZE = 4096  # of a new database (SQLite's default; tests use small pages)
 SUFFIXES = ("", "-wal", "-shm", "-journal")  # the database and SQLite's own files
@@ -284,13 +286,13 @@ class _Writer:
         # The postings by term id, each term's in the order its rows came
         # (``flush`` writes them a term at a time: each b-tree page visited
         # once, without sorting every posting's tuple), and how many.
-        self.post_rows: dict[int, list[tuple[int, int, int, int]]] = {}
+        self.post_rows: defaultdict[int, list[tuple[int, int, int, int]]] = defaultdict(list)
         self.postings = 0
         self.new_calls: list[str] = []
-        self.looked: set[str] = set()  # terms looked up already (``preload``)
 
     def preload(self, terms: Iterable[str]) -> None:
-        """Look up the ids of many terms at once (a fold knows them all)."""
+        """Look up the ids and frequencies of the terms not known yet, 500
+        a statement, each row verified."""
         wanted = sorted(set(terms) - self.tids.keys())
         for i in range(0, len(wanted), 500):
             part = wanted[i:i + 500]
@@ -300,56 +302,49 @@ class _Writer:
                 if h != _h(term, tid, n) or type(tid) is not int or type(n) is not int:
                     raise Damaged("a term fails its checksum")
                 self.tids[term] = [tid, n]
-            self.looked.update(part)
-
-    def _tid_of(self, term: str) -> int:
-        got = self.tids.get(term)
-        if got is None:
-            row = None if self.fresh or term in self.looked else self.db.execute(
-                "SELECT tid, n, h FROM df WHERE term = ?", (term,)).fetchone()
-            if row is None:
-                got = [self.next_tid, 0]
-                self.next_tid += 1
-            else:
-                if row[2] != _h(term, row[0], row[1]) or type(row[0]) is not int \
-                        or type(row[1]) is not int:
-                    raise Damaged("a term fails its checksum")
-                got = [row[0], row[1]]
-            self.tids[term] = got
-        got[1] += 1
-        self.touched.add(term)
-        return got[0]
 
     def boundary(self, seq: int) -> None:
         self.db.execute("INSERT OR REPLACE INTO wins VALUES (?, ?)", (seq, _h(seq)))
 
-    def doc(self, seq: int, window: int, tfs: Counter[str], length: int, size: int,
-            number: int, offset: int) -> None:
-        pairs = array("I")
-        known, touched, post = self.tids, self.touched, self.post_rows
-        self.postings += len(tfs)
-        impacts: dict[int, int] = {}  # by frequency: the row's length is the same for all
-        for t, n in tfs.items():
-            got = known.get(t)
-            if got is None:
-                tid = self._tid_of(t)
-            else:  # _tid_of's path for a term seen already, inline
-                got[1] += 1
-                touched.add(t)
-                tid = got[0]
-            imp = impacts.get(n)
-            if imp is None:
-                imp = impacts[n] = -round(ranking.impact(n, length) * 1000)
-            row = post.get(tid)
-            if row is None:
-                post[tid] = [(tid, imp, -seq, n)]
-            else:
-                row.append((tid, imp, -seq, n))
-            pairs.append(tid)
-            pairs.append(n if n <= 0xFFFFFFFF else 0xFFFFFFFF)
-        blob = pairs.tobytes()
-        self.doc_rows.append((seq, window, length, size, blob, number, offset,
-                              _doc_h(seq, window, length, size, blob, number, offset)))
+    def docs(self, batch: list[tuple[int, int, Counter[str], int, int, int, int]]) -> None:
+        """Documents (seq, window, term frequencies, length in terms, line
+        size, segment, offset), in seq order: their terms looked up at once
+        (none in a new index), each new term given the next id in the order
+        the rows name it (as one row at a time would give them, so a folded
+        index holds what a build from the log holds), every term's document
+        frequency counted, and the postings and entries buffered."""
+        tids = self.tids
+        # Each term with the number of these rows naming it, in the order
+        # the rows name them (a Counter counts and keeps that order in C).
+        named = Counter(chain.from_iterable(d[2] for d in batch))
+        if not self.fresh:
+            self.preload(named)
+        ids: dict[str, int] = {}
+        next_tid = self.next_tid
+        for t, k in named.items():
+            got = tids.get(t)
+            if got is None:  # not in the index (looked up above): a new term
+                got = tids[t] = [next_tid, 0]
+                next_tid += 1
+            got[1] += k
+            ids[t] = got[0]
+        self.next_tid = next_tid
+        self.touched.update(named)
+        post, entries, impact = self.post_rows, self.doc_rows, ranking.impact
+        for seq, window, tfs, length, size, number, offset in batch:
+            t_ids = list(map(ids.__getitem__, tfs))
+            counts = list(tfs.values())
+            imp = {n: -round(impact(n, length) * 1000) for n in set(counts)}
+            rows_of = zip(t_ids, map(imp.__getitem__, counts), repeat(-seq), counts,
+                          strict=False)  # as long as t_ids: ``repeat`` has no end
+            for tid, row in zip(t_ids, rows_of, strict=True):
+                post[tid].append(row)
+            if counts and max(counts) > 0xFFFFFFFF:  # a pair's count is 32 bits
+                counts = [min(n, 0xFFFFFFFF) for n in counts]
+            blob = array("I", chain.from_iterable(zip(t_ids, counts, strict=True))).tobytes()
+            entries.append((seq, window, length, size, blob, number, offset,
+                            _doc_h(seq, window, length, size, blob, number, offset)))
+            self.postings += len(t_ids)
 
     def full(self) -> bool:
         return self.postings > CHUNK_POSTINGS
@@ -781,14 +776,11 @@ class RecallIndex:
             writer = _Writer(db, base.next_tid)
             if kept is not None and kept[0] == version:
                 writer.tids = kept[1]
-            writer.preload(t for d in tail.docs.values() for t in d.tfs)
             writer.new_calls.extend(tail.new_calls)
-            for seq in sorted([*tail.order, *tail.wins]):
-                d = tail.docs.get(seq)
-                if d is None:
-                    writer.boundary(seq)
-                else:
-                    writer.doc(seq, d.window, d.tfs, d.length, d.size, d.segment, d.offset)
+            for seq in tail.wins:
+                writer.boundary(seq)
+            writer.docs([(d.seq, d.window, d.tfs, d.length, d.size, d.segment, d.offset)
+                         for d in map(tail.docs.__getitem__, tail.order)])
             writer.flush()
             self._save_segs(db, st, {n: (at, h) for n, (at, h, _s) in tail.seg_ends.items()})
             mark = replace(mark, next_tid=writer.next_tid)
@@ -964,12 +956,23 @@ class RecallIndex:
             calls.add(call)
         writer = _Writer(db, mark.next_tid)
         prog = _Progress.of(mark)
+        batch: list[tuple[int, int, Counter[str], int, int, int, int]] = []
+        postings = 0
         for seq, number, offset, size, indexed in self._rows(st, start, prog, calls,
                                                              writer.new_calls):
             if indexed is None:
                 writer.boundary(seq)
                 continue
-            writer.doc(seq, prog.window, indexed[0], indexed[1], size, number, offset)
+            # Rows are written a batch at a time (their terms looked up in
+            # one statement per 500), so ``prog`` is just past the batch's
+            # last row whenever a chunk commits.
+            batch.append((seq, prog.window, indexed[0], indexed[1], size, number, offset))
+            postings += len(indexed[0])
+            if len(batch) < BATCH_ROWS and postings < BATCH_POSTINGS:
+                continue
+            writer.docs(batch)
+            batch.clear()
+            postings = 0
             if writer.full():
                 # Commit a consistent prefix (a long build survives a crash and
                 # its WAL stays small), then go on if no other reader did.
@@ -981,6 +984,7 @@ class RecallIndex:
                 db.execute("BEGIN IMMEDIATE")
                 if self._mark(db) != saved:
                     raise _Raced()
+        writer.docs(batch)
         writer.flush()
         self._save_segs(db, st, prog.seg_ends)
         return prog.mark(st.epoch, layout, mark.floor, writer.next_tid)

@@ -238,3 +238,44 @@ def test_folds_by_two_handles_and_after_a_rebuild_keep_every_count(
         add(h)
         assert answers(one) == fresh_answers(root, tmp_path / f"floor{k}"), k
         verified(root)
+
+
+def tables(wsdir: Path) -> dict[str, list[Any]]:
+    """What the index's database holds of the rows: every table but its
+    mark and its segments' ends (which say where and how far it read)."""
+    db = sqlite3.connect(wsdir / ffmt.RECALL_NAME)
+    try:
+        return {t: sorted(db.execute(f"SELECT * FROM {t}").fetchall())
+                for t in ("docs", "post", "df", "echo", "wins")}
+    finally:
+        db.close()
+
+
+def test_folds_and_catch_ups_write_what_a_build_from_the_log_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Term ids (given in the order the rows name the terms), document
+    frequencies, postings, entries, windows and echo entries: the tail
+    folded, and rows caught up in SQLite a few at a time (more than the tail
+    takes, chunks committed between), leave the database what an index
+    built whole from the log holds, table by table."""
+    monkeypatch.setattr(recall_tail, "FOLD_ROWS", 3)
+    root = tmp_path / "root"
+    h = history(root)
+    h.append_many([msg("Can you help me plan a trip?"), msg("Sure: three days.", "assistant")])
+    tool = h.session_history()
+    answers(tool)
+    folded = in_sqlite = 0
+    for i, add in enumerate(batches() * 4):
+        add(h)
+        with monkeypatch.context() as m:
+            if i % 4 == 3:  # all of it in SQLite: 2 rows a batch, chunks of 8 postings
+                m.setattr(recall, "FOLD_BYTES", 0)
+                m.setattr(recall, "BATCH_ROWS", 2)
+                m.setattr(recall, "CHUNK_POSTINGS", 8)
+                in_sqlite += 1
+            answers(tool)
+        if indexed_upto(root) == h.next_seq - 1:
+            fresh_answers(root, tmp_path / f"fresh{i}")
+            assert tables(root / "w") == tables(tmp_path / f"fresh{i}" / "w"), i
+            folded += i % 4 != 3
+    assert folded >= 4 and in_sqlite >= 10
