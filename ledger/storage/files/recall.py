@@ -704,18 +704,32 @@ class RecallIndex:
         self._forget()
         with _writing(db):
             mark = self._mark(db)  # another reader may have done it meanwhile
-            start = self._resume(st, layout, mark)
-            if start is None:
-                for table in TABLES:
-                    db.execute(f"DELETE FROM {table}")
-                if st.floor is not None:  # nothing before the floor, not even statistics
-                    start = (st.floor.segment, st.floor.offset)
+            found = self._resume(st, layout, mark)
+            moved = self._moved(st, layout, mark, found)
+            if moved is not None:
+                # A merge moved the rows: the mark is saved where its row is
+                # now, and the rows after it are read into the tail as after
+                # any batch (folded with it, not written a row at a time here).
+                _save(db, moved)
+            else:
+                if found is None:
+                    for table in TABLES:
+                        db.execute(f"DELETE FROM {table}")
+                    if st.floor is not None:  # nothing before the floor, not even statistics
+                        start = (st.floor.segment, st.floor.offset)
+                    else:
+                        start = (st.segments[0] if st.segments else 0, 0)
+                    mark = Mark(st.epoch, layout, 0, 0, *start, -1, "", 0, 0, 0,
+                                _floor_seq(st))
                 else:
-                    start = (st.segments[0] if st.segments else 0, 0)
-                mark = Mark(st.epoch, layout, 0, 0, *start, -1, "", 0, 0, 0, _floor_seq(st))
-            mark = self._index_from(db, st, layout, mark, start)
-            _save(db, mark)
-        return mark
+                    start = found[:2]
+                mark = self._index_from(db, st, layout, mark, start)
+                _save(db, mark)
+        if moved is None:
+            return mark
+        got = self._extend(db, st, layout, moved, None)
+        # Else (it cannot go on from the mark just saved): in SQLite.
+        return got if got is not None else self._refresh(st, layout)
 
     def _extend(
         self, db: sqlite3.Connection, st: Any, layout: str, base: Mark, tail: Tail | None,
@@ -871,15 +885,26 @@ class RecallIndex:
             os.close(fd)
         return "?"
 
-    def _resume(self, st: Any, layout: str, mark: Mark) -> tuple[int, int] | None:
-        """Where to go on indexing, or None for a rebuild."""
+    def _moved(self, st: Any, layout: str, mark: Mark,
+               start: tuple[int, int, int] | None) -> Mark | None:
+        """``mark`` where ``_resume`` found its row after a merge (``start``),
+        when no more than the tail takes follows it; else None."""
+        if start is None or mark.layout == layout:
+            return None
+        moved = replace(mark, layout=layout, segment=start[0], offset=start[1],
+                        last_at=start[2])
+        return moved if self._pending(st, moved) <= FOLD_BYTES else None
+
+    def _resume(self, st: Any, layout: str, mark: Mark) -> tuple[int, int, int] | None:
+        """Where to go on indexing (segment, offset, and the offset of the
+        line of the mark's row there), or None for a rebuild."""
         if mark.epoch != st.epoch or mark.upto <= 0 or mark.floor != _floor_seq(st):
             return None
         if mark.layout == layout and mark.segment in st.segments:
             if self._line_hash(mark) != mark.last_hash or not self._segments_hold(
                     self._open(), st):
                 return None  # the log lost or changed rows the index holds
-            return mark.segment, mark.offset
+            return mark.segment, mark.offset, mark.last_at
         self._open().execute("DELETE FROM segs")  # a merge: segments renumbered
         # A merge moved rows (same epoch, same rows), or the receipt is not
         # verified (a crash): find the last row by seq, having counted the
@@ -894,7 +919,7 @@ class RecallIndex:
                     if xxhash.xxh3_64_hexdigest(line.data) != mark.last_hash \
                             or count != mark.lines:
                         return None
-                    return number, line.offset + len(line.data) + 1
+                    return number, line.offset + len(line.data) + 1, line.offset
                 if seq is not None and seq > mark.upto:
                     return None
         return None
