@@ -141,30 +141,6 @@ def verified_bodies(lines: list[bytes]) -> list[bytes] | None:
     return bodies if _framed(lines, map(xxhash.xxh3_64_intdigest, bodies)) else None
 
 
-_LAST_KEY = itemgetter(0)
-_CHECKSUM_ONLY = {CHECKSUM_KEY}
-
-
-def drop_checksums(rows: list[Any]) -> bool:
-    """Remove from each of ``rows``, decoded from whole stored lines (the
-    framing read as JSON: no body cut out and joined), its checksum key,
-    the last key of the line: then each is the row of the line's body, as
-    :func:`decode_line` gives it, save a body's own top-level ``_c`` (store-
-    assigned: refused on append, stripped from every output), which the
-    body's decode keeps and this one reads as the checksum. False, with
-    ``rows`` partly changed, when a row is no object or its last key is not
-    ``_c`` (a body that holds ``_c`` before other keys): decode line by line.
-
-    ``dict.popitem`` takes the last entry without leaving a deleted slot,
-    so a copy of the row stays the fast clone of a clean dict (``dict.pop``
-    leaves one: every later ``dict(row)`` of the view's served copies then
-    rebuilt the dict key by key, bench/RESULTS.md, issue 31, tenth round)."""
-    try:
-        return set(map(_LAST_KEY, map(dict.popitem, rows))) <= _CHECKSUM_ONLY
-    except (TypeError, KeyError):
-        return False
-
-
 def decode_line(line: bytes) -> dict[str, Any] | None:
     """Decode a verified line (no newline) into its row dict without ``_c``;
     None when the line fails verification, nests deeper than MAX_DEPTH or

@@ -3,14 +3,11 @@ view's window read and row lookups decode.
 
 Each line is what :func:`ledger.core.format.rows.decode_line` makes of it (a row
 dict, or nothing for a line that fails verification, nests deeper than
-``MAX_DEPTH``, is no JSON object or has no integer seq), without a top-level
-``_c`` (a line's checksum key; a body's own is store-assigned, refused on
-append and stripped from every output). Whole chunks take a fast path --
-every checksum verified in one pass, every line decoded where it was read by
-one ``decode_lines`` call that also proves no line nests deeper than the
-limit (``ledger.core.nesting.shallow_lines``) -- and a chunk where any of that
-fails is read line by line through ``decode_line`` itself, so both give the
-same rows.
+``MAX_DEPTH``, is no JSON object or has no integer seq). Whole chunks take a
+fast path -- every checksum verified in one pass, every body decoded by
+one ``decode_lines`` call that also proves no body nests deeper than the
+limit (``ledger.core.nesting.shallow_lines``) -- and a chunk where any of that fails is read line by
+line through ``decode_line`` itself, so both give the same rows.
 """
 
 from __future__ import annotations
@@ -31,50 +28,9 @@ _decode_lines = msgspec.json.Decoder().decode_lines
 _DICT = {dict}
 
 
-#: Bytes a line on average from which a chunk is decoded where it was read
-#: (``_decoded_whole``) rather than from its bodies joined (``_decoded_bodies``):
-#: the whole line's decode costs a fixed ~900 instructions a row more (its
-#: ``_c`` decoded, then taken), the join a copy of every byte into cold memory
-#: (bench/RESULTS.md, issue 31, tenth round: view5).
-LONG_LINE = 1024
-
-
-def _chunk_dicts(buf: bytes, begin: int, end: int, lines: list[bytes]) -> list[Any] | None:
-    """What :func:`_line_dict` gives for each of ``lines`` (``buf[begin:end]``),
-    or None when the chunk must go line by line."""
-    if end - begin >= LONG_LINE * len(lines):
-        return _decoded_whole(buf, begin, end, lines)
-    return _decoded_bodies(lines)
-
-
-def _decoded_whole(buf: bytes, begin: int, end: int, lines: list[bytes]) -> list[Any] | None:
-    """The lines decoded where they were read, framing and all
-    (``fmt.drop_checksums`` then takes each row's ``_c``): no body is cut
-    out and joined, so the read buffer is the chunk's only transient of its
-    size. The checksums are verified first, each body made and hashed in
-    turn."""
-    if not fmt.all_verified(lines):
-        return None
-    data = buf if begin == 0 and end == len(buf) else memoryview(buf)[begin:end]
-    try:
-        # None: a line may nest deeper than the limit (or the caller's stack
-        # is too deep to tell): decided line by line, as decode_line does
-        # (the framing adds no level).
-        rows = fmt.shallow_lines(_decode_lines, data, buf)
-        if rows is None:
-            if any(map(fmt.too_deep, lines)):
-                return None
-            rows = fmt.with_headroom(_decode_lines, data)
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    if len(rows) != len(lines) or not fmt.drop_checksums(rows):
-        return None
-    return rows
-
-
-def _decoded_bodies(lines: list[bytes]) -> list[Any] | None:
-    """The lines' verified bodies joined and decoded; a body's own top-level
-    ``_c`` taken, as ``_decoded_whole`` does."""
+def _chunk_dicts(lines: list[bytes]) -> list[Any] | None:
+    """What decode_line gives for each of ``lines``, or None when the chunk
+    must go line by line."""
     bodies = fmt.verified_bodies(lines)
     if bodies is None:
         return None
@@ -92,26 +48,7 @@ def _decoded_bodies(lines: list[bytes]) -> list[Any] | None:
             rows = fmt.with_headroom(_decode_lines, joined)
     except (msgspec.DecodeError, RecursionError):
         return None
-    if len(rows) != len(lines):
-        return None
-    try:  # a membership test a row in C (a pop a row costs twice as much)
-        held = any(map(dict.__contains__, rows, repeat(fmt.CHECKSUM_KEY)))
-    except TypeError:  # a line that is no object: the rows one by one
-        held = True
-    if held:
-        for row in rows:
-            if type(row) is dict:
-                row.pop(fmt.CHECKSUM_KEY, None)
-    return rows
-
-
-def _line_dict(line: bytes) -> Any:
-    """``fmt.decode_line`` of one line, without a top-level ``_c`` its body
-    may hold (what the whole chunk's decode gives: ``fmt.drop_checksums``)."""
-    row = fmt.decode_line(line)
-    if row is not None:
-        row.pop(fmt.CHECKSUM_KEY, None)
-    return row
+    return rows if len(rows) == len(lines) else None
 
 
 def _all_rows(dicts: list[Any]) -> bool:
@@ -158,9 +95,9 @@ def segment_rows(path: str, number: int, start: int = 0, *,
                 skip_first = False
                 begin = buf.find(b"\n", 0, end) + 1
             lines, starts = _lines(buf, begin, end)
-            dicts = _chunk_dicts(buf, begin, end, lines) if lines else []
+            dicts = _chunk_dicts(lines) if lines else []
             if dicts is None:
-                dicts = [_line_dict(line) for line in lines]
+                dicts = [fmt.decode_line(line) for line in lines]
             offsets = map(add, starts, repeat(base))
             if _all_rows(dicts):
                 yield from list(map(Row, lines, repeat(number), offsets, dicts))

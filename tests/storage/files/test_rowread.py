@@ -1,10 +1,8 @@
 """The provider view's window read (``ledger.storage.files.rowread``): a chunk
 of lines takes a fast path (checksums of the whole chunk at once, one
 ``decode_lines`` that is also the depth test) and must give exactly the rows
-``decode_line`` gives line by line (without a top-level ``_c``, the line's
-checksum key, which a hostile body may hold too), on framed, damaged,
-too-deep and non-row lines, read from any depth of the caller's stack, keys
-in their stored order.
+``decode_line`` gives line by line, on framed, damaged, too-deep and
+non-row lines, read from any depth of the caller's stack.
 """
 
 from __future__ import annotations
@@ -57,59 +55,38 @@ def _line(kind: str, n: int) -> bytes:
         return bytes(line)
     if kind == "unframed":
         return b'{"seq": 3}'
-    if kind == "checksum_first":  # hostile: the body holds the store-assigned key
-        return fmt.frame(b'{"_c":"x","seq":%d,"kind":"message"}' % n)[:-1]
-    if kind == "checksum_last":  # the same, as the body's last key
-        return fmt.frame(b'{"seq":%d,"kind":"message","_c":[1]}' % n)[:-1]
-    if kind == "checksum_nested":  # a nested _c is the row's own
-        return fmt.encode_line({"seq": n, "meta": {"_c": "m"}, "parts": [{"_c": 1}]})[:-1]
     raise AssertionError(kind)
 
 
 _KINDS = ["row", "row", "row", "deep", "limit", "near", "brackets", "no_seq", "empty_object",
-          "damaged", "unframed", "checksum_first", "checksum_last", "checksum_nested"]
+          "damaged", "unframed"]
 
 
-Read = list[tuple[int, list[tuple[str, Any]]]]
-
-
-def _expected(lines: list[bytes]) -> Read:
+def _expected(lines: list[bytes]) -> list[tuple[int, dict[str, Any]]]:
     out = []
     off = 0
     for line in lines:
         data = fmt.decode_line(line)
         if type(data) is dict and isinstance(data.get("seq"), int):
-            data.pop("_c", None)
-            out.append((off, list(data.items())))
+            out.append((off, data))
         off += len(line) + 1
     return out
 
 
-def _rows(path: Path) -> Read:
-    return [(r.offset, list(r.data.items())) for r in rowread.segment_rows(str(path), 1)]
-
-
-def _read(path: Path, frames: int) -> Read:
-    def down(k: int) -> Read:
+def _read(path: Path, frames: int) -> list[tuple[int, dict[str, Any]]]:
+    def down(k: int) -> list[tuple[int, dict[str, Any]]]:
         if k > 0:
             return down(k - 1)
-        return _rows(path)
+        return [(r.offset, r.data) for r in rowread.segment_rows(str(path), 1)]
 
     return down(frames)
 
 
-# A chunk's lines are decoded where they were read (long lines) or from their
-# bodies joined (short ones): both ways, whatever the lines' length.
-WAYS = {"whole": 0, "bodies": 1 << 40}
-
-
-@pytest.mark.parametrize("way", list(WAYS))
 @pytest.mark.parametrize("capped", [True, False], ids=["decode-capped", "bracket-count"])
 @given(kinds=st.lists(st.sampled_from(_KINDS), min_size=1, max_size=8),
        frames=st.sampled_from([0, 200, 600, 850]))
 def test_the_fast_path_reads_what_decode_line_reads(
-    tmp_path_factory: pytest.TempPathFactory, way: str, capped: bool, kinds: list[str],
-    frames: int,
+    tmp_path_factory: pytest.TempPathFactory, capped: bool, kinds: list[str], frames: int,
 ) -> None:
     lines = [_line(k, n) for n, k in enumerate(kinds, 1)]
     path = tmp_path_factory.mktemp("seg") / "seg"
@@ -117,16 +94,13 @@ def test_the_fast_path_reads_what_decode_line_reads(
     saved = nesting.DEPTH_CAPPED
     nesting.DEPTH_CAPPED = capped and saved
     try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(rowread, "LONG_LINE", WAYS[way])
-            got = _read(path, frames)
+        got = _read(path, frames)
     finally:
         nesting.DEPTH_CAPPED = saved
     assert got == _expected(lines)
 
 
-@pytest.mark.parametrize("way", list(WAYS))
-def test_a_chunk_of_rows_takes_the_fast_path(tmp_path: Path, way: str,
+def test_a_chunk_of_rows_takes_the_fast_path(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     # The case the view is fast for: every line a verified row, read in one
     # decode (not line by line, which would hide a broken fast path).
@@ -137,29 +111,10 @@ def test_a_chunk_of_rows_takes_the_fast_path(tmp_path: Path, way: str,
     def no_slow_path(line: bytes) -> None:
         raise AssertionError("read line by line")
 
-    monkeypatch.setattr(rowread, "LONG_LINE", WAYS[way])
     monkeypatch.setattr(fmt, "decode_line", no_slow_path)
-    got = _rows(path)
+    got = [(r.offset, r.data) for r in rowread.segment_rows(str(path), 1)]
     monkeypatch.undo()
     assert got == _expected(lines)
-
-
-@pytest.mark.parametrize("way", list(WAYS))
-@pytest.mark.parametrize("hostile", ["checksum_first", "checksum_last"])
-def test_a_body_holding_the_checksum_key_reads_as_the_row_without_it(
-        tmp_path: Path, hostile: str, way: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A body may hold its own top-level _c (refused on append, so hostile
-    # bytes with a matching checksum). The chunk's decode reads the line
-    # whole, where the framing's _c meets the body's: neither stays, and the
-    # other rows of the chunk and every other key are as stored, in order.
-    monkeypatch.setattr(rowread, "LONG_LINE", WAYS[way])
-    lines = [_line("row", 1), _line(hostile, 2), _line("checksum_nested", 3), _line("row", 4)]
-    path = tmp_path / "seg"
-    path.write_bytes(b"".join(line + b"\n" for line in lines))
-    got = _rows(path)
-    assert got == _expected(lines)
-    assert [dict(kv) for _, kv in got][1] == {"seq": 2, "kind": "message"}
-    assert [dict(kv) for _, kv in got][2]["meta"] == {"_c": "m"}
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="measured on CPython 3.10 and 3.11, "
