@@ -36,6 +36,7 @@ encodes only what is new. Pure: no I/O.
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -99,7 +100,7 @@ def _strip_period(text: str) -> str:
     return text[:-1] if text.endswith(".") else text
 
 
-class _Walk(Generic[_M]):
+class _Walk(ABC, Generic[_M]):
     """The rules' walk of a message (the module docstring's **Messages**), the
     one copy of them: ``MESSAGE_TOKENS`` per message, ``NAME_TOKENS`` for a
     top-level ``name`` beside a ``role``, ``type`` values skipped, media nodes
@@ -116,9 +117,9 @@ class _Walk(Generic[_M]):
     _per_message: _M
     _per_name: _M
 
+    @abstractmethod
     def _media(self, node: Mapping[str, Any]) -> _M:
         """A media node's measure (``node["type"]`` in ``_MEDIA_TYPES``)."""
-        raise NotImplementedError
 
     def _message(self, message: Mapping[str, Any]) -> _M:
         total = self._per_message
