@@ -6,7 +6,10 @@ adapter maps anything to an API shape, :func:`conversation` turns the rows into
 
 - Rows the model must never see are dropped: ``reset`` rows, empty assistant
   records (rejected requests; their original sits in ``meta.quarantine``), any row
-  with ``meta.quarantine``, and rows of kinds this build does not know.
+  with ``meta.quarantine``, and rows of kinds this build does not know (a
+  ``kind`` that is no string among them, also an unhashable one). A row that is
+  no object or whose ``parts`` is no list is refused: :class:`InvalidRow`
+  naming its index (:func:`row_shape_error`).
   ``lead_in`` and ``warning`` rows are sent as ordinary messages in their own role:
   the runtime wrote their text for the model. ``truncation`` rows are transcript
   markers, never sent (as in ``History.provider_view``).
@@ -40,6 +43,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from ledger.core.errors import InvalidRow
 from ledger.core.toolpairs import holds_tool_parts
 
 VISIBLE_KINDS = frozenset({"message", "lead_in", "warning"})
@@ -69,12 +73,27 @@ def is_rejected(row: Row) -> bool:
             and not row.get("parts") and not row.get("partial", False))
 
 
+def is_visible(row: Row) -> bool:
+    """Whether an API request may contain ``row`` (see the module docstring).
+    A ``kind`` that is no string is a kind this build does not know, also
+    when it cannot be hashed (a list, an object): not sent."""
+    try:  # no test of the kind's type: only an unhashable one raises here
+        known = row.get("kind", "message") in VISIBLE_KINDS
+    except TypeError:
+        return False
+    return known and not is_rejected(row)
+
+
 def visible_rows(rows: Iterable[Row]) -> Iterator[Row]:
     """The rows an API request may contain, in order (see the module docstring)."""
-    for row in rows:
-        if row.get("kind", "message") not in VISIBLE_KINDS or is_rejected(row):
+    for row in rows:  # is_visible inline: a call less per row
+        try:
+            if row.get("kind", "message") not in VISIBLE_KINDS:
+                continue
+        except TypeError:  # an unhashable kind: unknown, not sent
             continue
-        yield row
+        if not is_rejected(row):
+            yield row
 
 
 def json_text(value: Any) -> str:
@@ -208,9 +227,27 @@ def _as_text(part: Part) -> list[Part]:
     return orphan_result_parts(part) if kind == "tool_result" else [part]
 
 
+def row_shape_error(row: Any) -> str | None:
+    """What makes ``row`` no row at all, else None: not an object, or
+    ``parts`` (when present) not a list. Every layer that renders or counts
+    rows refuses such a row with :class:`~ledger.core.errors.InvalidRow`
+    naming it; anything inside a well-shaped row is rendered as the adapters
+    document (an unknown kind is not sent, an unknown part type dropped)."""
+    if type(row) is not dict and not isinstance(row, Mapping):
+        return f"a row must be an object, not {type(row).__name__}"
+    parts = row.get("parts")
+    if parts is not None and type(parts) is not list:
+        return f"'parts' must be a list, not {type(parts).__name__}"
+    return None
+
+
 def _segments(rows: Iterable[Row], keep: Callable[[Part], bool]) -> list[Turn]:
     out: list[Turn] = []
-    for row in visible_rows(rows):
+    for index, row in enumerate(rows):
+        if (error := row_shape_error(row)) is not None:
+            raise InvalidRow(f"row {index}: {error}", index)
+        if not is_visible(row):
+            continue
         role = row.get("role")
         parts = [dict(p) for p in row.get("parts") or [] if isinstance(p, Mapping)]
         parts = [p for p in parts if p.get("type") in ("tool_call", "tool_result") or keep(p)]

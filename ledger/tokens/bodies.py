@@ -12,6 +12,15 @@ the adapters send (``ledger.adapters.openai_chat`` / ``openai_responses``):
   of ``type`` keys are structure, not text, and are not counted. The cookbook
   has no rule of its own for tool calls; counting each of their strings like a
   message value is its rule applied as written, and never short of it.
+- **A ``type`` that is no string**, also one that cannot be hashed
+  (``{"type": []}``, ``{"type": {...}}``: in a part kept from an import, a
+  role, a tool output), is a type the rules do not know, like an unknown
+  string: the node is walked like any node (never media) and the value is
+  skipped like every ``type`` value. No error: counting measures a body, it
+  does not judge it (a provider refuses such a body; the store refuses a row
+  whose part has no string ``type``, ``ledger.core.rows``). Only an
+  unhashable value makes the media test raise, so the walk catches that
+  ``TypeError`` rather than testing each node's type.
 - **Reply priming**: ``REPLY_TOKENS`` (3) per request.
 - **Function schemas** (:data:`FUNCTION_RULES`, the cookbook's constants per
   encoding): per function ``func_init`` + ``name:description`` (one trailing
@@ -136,7 +145,11 @@ class _Walk(ABC, Generic[_M]):
         if isinstance(node, str):
             return self._leaf(node)
         if type(node) is dict or isinstance(node, Mapping):  # a dict without the ABC check
-            if node.get("type") in _MEDIA_TYPES:
+            try:  # no isinstance per node: only an unhashable ``type`` raises here
+                media = node.get("type") in _MEDIA_TYPES
+            except TypeError:  # a list or an object: an unknown type (module doc)
+                media = False
+            if media:
                 return self._media(node)
             total = self._zero
             for key, value in node.items():

@@ -1,5 +1,12 @@
 """Token costs of rows: the accountant, the canonical and rendered row shapes,
 and the per-row token cache.
+
+A row's ``kind`` or a part's ``type`` that is no string, also one that cannot
+be hashed (a list, an object), is a kind or a type this build does not know:
+such a row is not counted (never sent), such a part is charged as JSON, its
+``type`` value included, like a part of an unknown type. Counting measures
+rows, it does not judge them: the store refuses such a row when it is
+appended (``ledger.core.rows``).
 """
 
 from __future__ import annotations
@@ -101,12 +108,14 @@ class CanonicalShape:
     key = "canonical-1"
 
     def measure(self, row: Mapping[str, Any], acct: Accountant) -> Count:
-        kind = row.get("kind", "message")
-        if kind not in VISIBLE_KINDS:
+        try:  # only an unhashable kind raises: a kind this build does not know
+            if row.get("kind", "message") not in VISIBLE_KINDS:
+                return ZERO
+        except TypeError:
             return ZERO
         parts = row.get("parts", [])
         if not isinstance(parts, list):
-            raise InvalidRow(f"row seq={row.get('seq')}: parts must be a list")
+            raise InvalidRow(f"'parts' must be a list, not {type(parts).__name__}")
         total = Count(MESSAGE_FRAMING, False)
         for part in parts:
             total += self._part(part, acct)
@@ -116,7 +125,10 @@ class CanonicalShape:
         if not isinstance(part, Mapping):
             return Count(PART_FRAMING_OTHER, False) + acct.json(part)
         kind = part.get("type")
-        framing = Count(PART_FRAMING.get(kind, PART_FRAMING_OTHER), False)  # type: ignore[arg-type]
+        try:  # only an unhashable type raises: an unknown part, charged as JSON below
+            framing = Count(PART_FRAMING.get(kind, PART_FRAMING_OTHER), False)  # type: ignore[arg-type]
+        except TypeError:
+            framing = Count(PART_FRAMING_OTHER, False)
         if kind in ("text", "reasoning") and isinstance(part.get("text"), str):
             return framing + acct.text(part["text"])
         if kind == "tool_call":

@@ -14,6 +14,15 @@ allowance instead of being counted as text. A tool call is rendered with its
 result and a result with its call, the way the adapter pairs them; both are
 charged where they stand, so a pair is counted about twice its framing:
 conservative, never short. Anthropic publishes no tokenizer: an estimate.
+
+Hostile rows: a part ``type`` or a row ``kind`` that is no string, also one
+that cannot be hashed (``[]``, ``{}``), is a type or kind this build does not
+know, treated exactly as an unknown string is (the adapters drop such a part
+and do not send such a row; the cuts of :func:`_blocks` never separate at
+it): counting measures rows, it does not judge them (the store refuses such
+a row when it is appended). A row that is no object, or whose ``parts`` is no
+list, is no row at all: :class:`InvalidRow` naming its index among the rows
+given (``ledger.adapters.common.row_shape_error``).
 """
 
 from __future__ import annotations
@@ -27,7 +36,8 @@ import msgspec
 import xxhash
 
 from ledger.adapters import ADAPTERS
-from ledger.adapters.common import VISIBLE_KINDS, is_rejected
+from ledger.adapters.common import is_visible, row_shape_error
+from ledger.core.errors import InvalidRow
 from ledger.tokens.bodies import REPLY_TOKENS, BodyCounter, ByteBound
 from ledger.tokens.counting import (
     CANONICAL,
@@ -64,8 +74,6 @@ _RECENT = 16
 _BLOCKS = 8192
 
 
-def _visible(row: Mapping[str, Any]) -> bool:
-    return row.get("kind", "message") in VISIBLE_KINDS and not is_rejected(row)
 
 
 def _parts(row: Mapping[str, Any]) -> list[Any]:
@@ -102,22 +110,41 @@ def _start_role(row: Mapping[str, Any], kinds: set[Any]) -> str | None:
     return None
 
 
+_NO_TYPE = object()
+"""What a part's ``type`` that cannot be hashed (a list, an object) stands as
+among a row's part types: no type this module knows (module doc)."""
+
+
+def _kinds(parts: list[Any]) -> set[Any]:
+    """The part types of a row as :func:`_blocks` reads them, an unhashable
+    ``type`` standing as :data:`_NO_TYPE` (the slow path, taken only then)."""
+    kinds: set[Any] = set()
+    for part in parts:
+        kind = part.get("type") if _is_map(part) else None
+        kinds.add(kind if kind is None or isinstance(kind, str) else _NO_TYPE)
+    return kinds
+
+
 # Turn roles a cut may separate: never equal roles (the adapters merge them),
 # never tool -> user (Chat Completions merges a tool result's media message
 # with the next user message).
 _CUTS = frozenset({("assistant", "user"), ("user", "assistant"), ("tool", "assistant")})
 
 
-def _blocks(rows: list[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+def _blocks(rows: list[Mapping[str, Any]], first: int = 0) -> list[list[Mapping[str, Any]]]:
     """``rows`` cut where the adapters render each side on its own: between
     two visible rows whose turns surely differ in role (:data:`_CUTS`), when
     no result from there on names a call made before it. The rendered body is
     then the concatenation of the blocks' renderings (no merge, no pairing
     crosses a cut), so each block's count is cached and a grown request
     renders only its last block (tests/tokens/test_bodies.py checks the sum
-    against the whole body over random histories)."""
+    against the whole body over random histories). A row that is no row
+    (``row_shape_error``) raises :class:`InvalidRow` naming its index less
+    ``first`` (the caller's index: ``rows[:first]`` is the system message)."""
     later_results: dict[str, int] = {}
-    for row in rows:
+    for index, row in enumerate(rows):
+        if (error := row_shape_error(row)) is not None:
+            raise InvalidRow(f"row {index - first}: {error}", index - first)
         for part in _parts(row):
             if _is_map(part) and part.get("type") == "tool_result":
                 key = str(part.get("id"))
@@ -127,8 +154,11 @@ def _blocks(rows: list[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
     end: str | None = None
     for row in rows:
         parts = _parts(row)
-        visible = _visible(row)
-        kinds = {p.get("type") if _is_map(p) else None for p in parts}
+        visible = is_visible(row)
+        try:  # no test per part: only an unhashable ``type`` raises here
+            kinds = {p.get("type") if _is_map(p) else None for p in parts}
+        except TypeError:
+            kinds = _kinds(parts)
         if visible and end is not None and not answered_later and (
                 end, _start_role(row, kinds)) in _CUTS:
             blocks.append([])
@@ -220,6 +250,8 @@ class BodyShape:
         self._lock = threading.Lock()
 
     def measure(self, row: Mapping[str, Any], acct: Accountant) -> Count:
+        if (error := row_shape_error(row)) is not None:
+            raise InvalidRow(error)  # counter.raw_rows names the row
         body = ADAPTERS[self.api].to_request([row])
         counter = BodyCounter(acct.text, encoding="", media_profile=acct.media_profile)
         return counter.messages(body[self._items])
@@ -270,7 +302,7 @@ class BodyShape:
         bodies = counter.body_counter()
         system_count = Count(0, True)
         total = Count(0, True)
-        for index, block in enumerate(_blocks([*head, *rows])):
+        for index, block in enumerate(_blocks([*head, *rows], len(head))):
             first, counted = self._block(counter, bodies, block)
             if index == 0 and head:
                 system_count = first
@@ -330,7 +362,8 @@ class BodyShape:
         bound = ByteBound(counter.chunk_chars)
         total = REPLY_TOKENS + self._tools(counter, tools, advertised)
         render = ADAPTERS[self.api].to_request
-        for block in _blocks([*self._head(system, memory), *rows]):
+        head = self._head(system, memory)
+        for block in _blocks([*head, *rows], len(head)):
             found = bound.messages(render(block)[self._items])
             if found is None:
                 return None
@@ -373,6 +406,8 @@ class AdapterShape:
         self.key = f"adapter-{api}-1"
 
     def measure(self, row: Mapping[str, Any], acct: Accountant) -> Count:
+        if (error := row_shape_error(row)) is not None:
+            raise InvalidRow(error)  # counter.raw_rows names the row
         parts = row.get("parts")
         media: list[dict[str, Any]] = []
         if isinstance(parts, list):
