@@ -28,7 +28,9 @@ adapter maps anything to an API shape, :func:`conversation` turns the rows into
 - Only message rows hold calls and results (``ledger.core.toolpairs``, the
   rule every layer pairs by): a lead-in's or a warning's ``tool_call`` and
   ``tool_result`` parts are sent as text in their own row's turn, answering
-  and awaiting nothing, as the provider view serves them.
+  and awaiting nothing, in the provider view's words for them
+  (``ledger.core.windows.other_kind_text``), so raw rows and their view send
+  such a row alike.
 
 Each adapter documents what it does with reasoning, media and parts it cannot carry.
 """
@@ -45,6 +47,7 @@ from typing import Any, TypeGuard
 
 from ledger.core.errors import InvalidRow
 from ledger.core.toolpairs import holds_tool_parts
+from ledger.core.windows import other_kind_text
 
 VISIBLE_KINDS = frozenset({"message", "lead_in", "warning"})
 KNOWN_PART_TYPES = frozenset({"text", "reasoning", "tool_call", "tool_result", "media"})
@@ -218,13 +221,14 @@ def _stray_call_text(part: Mapping[str, Any]) -> Part:
     }
 
 
-def _as_text(part: Part) -> list[Part]:
-    """A tool part of a row that holds no calls or results (a lead-in's, a
-    warning's: ``holds_tool_parts``) as the text that is sent instead."""
-    kind = part.get("type")
-    if kind == "tool_call":
-        return [_stray_call_text(part)]
-    return orphan_result_parts(part) if kind == "tool_result" else [part]
+def _as_text(part: Part, kind: str) -> Part:
+    """A part of a row of ``kind`` that holds no calls or results (a
+    lead-in's, a warning's: ``holds_tool_parts``) as it is sent: a tool part
+    as the provider view's text for it (``ledger.core.windows.other_kind_text``,
+    the one wording), any other part as it is."""
+    if part.get("type") in ("tool_call", "tool_result"):
+        return other_kind_text(part, kind)
+    return part
 
 
 def row_shape_error(row: Any) -> str | None:
@@ -252,7 +256,7 @@ def _segments(rows: Iterable[Row], keep: Callable[[Part], bool]) -> list[Turn]:
         parts = [dict(p) for p in row.get("parts") or [] if isinstance(p, Mapping)]
         parts = [p for p in parts if p.get("type") in ("tool_call", "tool_result") or keep(p)]
         if not holds_tool_parts(row):
-            parts = [q for p in parts for q in _as_text(p)]
+            parts = [_as_text(p, str(row.get("kind"))) for p in parts]
         results = [p for p in parts if p.get("type") == "tool_result"]
         rest = [p for p in parts if p.get("type") != "tool_result"]
         if role == "assistant":

@@ -267,17 +267,19 @@ def _other_kind(item: Any, row: dict[str, Any], kind: str, gone: dict[str, str])
         if t == "tool_result" or t == "tool_call":
             if new is None:
                 new = list(parts)
-            why = _in_kind(kind)
-            if t == "tool_result":
-                new[i] = _orphan_text(p, why)
-            else:
-                new[i] = call_text(p, why)
+            new[i] = other_kind_text(p, kind)
+            if t == "tool_call":
                 gone[str(p.get("id"))] = f"its call sat in a {kind} row, not a message row"
     return item if new is None else _served_copy(item, row, new, True)
 
 
-def _in_kind(kind: str) -> str:
-    return f"it sat in a {kind} row, not a message row"
+def other_kind_text(part: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The text part a ``tool_call`` or ``tool_result`` part of a row of
+    ``kind`` that is not a message (a lead-in, a warning) is sent as: the
+    one wording of the provider view and of the adapters given raw rows
+    (``ledger.adapters.common``), so both send such a row alike."""
+    why = f"it sat in a {kind} row, not a message row"
+    return call_text(part, why) if part.get("type") == "tool_call" else _orphan_text(part, why)
 
 
 def call_text(part: dict[str, Any], why: str) -> dict[str, Any]:

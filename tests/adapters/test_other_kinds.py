@@ -14,6 +14,7 @@ from ledger.adapters.common import MISSING_RESULT
 from ledger.adapters.validate import problems
 from ledger.core.windows import provider_rows
 from tests.rollover.test_conversation import calls, result, user
+from tests.rollover.test_other_kinds import IN_WARNING
 
 APIS = ("openai-chat", "openai-responses", "anthropic")
 
@@ -102,14 +103,14 @@ def test_a_warnings_result_answers_no_call() -> None:
         ("user", "list the files"),
         ("assistant", ["c1"]),
         ("tool", ("c1", MISSING_RESULT)),  # the call is open: no result was recorded
-        ("user", "[result of tool call c1]\na.txt b.txt"),  # the warning's, as text
+        ("user", f"[result of tool call c1; {IN_WARNING}]\na.txt b.txt"),  # the warning's
     ]
 
 
 def test_a_warnings_call_awaits_no_result() -> None:
     assert _chat(A_WARNINGS_CALL) == [
         ("user", "hello"),
-        ("assistant", ["note", '[tool call bash w1] {"cmd":"ls"}']),
+        ("assistant", ["note", f'[tool call w1 to bash; {IN_WARNING}]\n{{"cmd":"ls"}}']),
         ("user", "[result of tool call w1]\nout"),  # no call to answer: text
     ]
 
@@ -119,5 +120,21 @@ def test_a_result_in_a_message_answers_the_call_a_warnings_result_named() -> Non
         ("user", "go"),
         ("assistant", ["a"]),
         ("tool", ("a", "ok")),  # the message's result, not the warning's
-        ("user", ["[result of tool call a]\nnot this", "[tool call bash w] {}"]),
+        ("user", [f"[result of tool call a; {IN_WARNING}]\nnot this",
+                  f"[tool call w to bash; {IN_WARNING}]\n{{}}"]),
     ]
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("rows", [A_WARNINGS_RESULT, A_WARNINGS_CALL, BOTH_IN_A_WARNING,
+                                  A_LEAD_INS_CALL])
+def test_a_warnings_and_a_lead_ins_tool_parts_read_the_same_raw_and_viewed(
+        api: str, rows: list[dict[str, Any]]) -> None:
+    """One wording (``ledger.core.windows.other_kind_text``): the adapters
+    given the raw rows send a lead-in's or warning's tool parts in the
+    provider view's words, and so render those rows exactly as the view's."""
+    others = [r for r in rows if r.get("kind") in ("warning", "lead_in")]
+    viewed = [r for r in provider_rows(rows) if r.get("kind") in ("warning", "lead_in")]
+    assert to_request(api, others, model="m") == to_request(api, viewed, model="m")
+    texts = [p["text"] for r in viewed for p in r["parts"]]
+    assert any(f"sat in a {others[0]['kind']} row, not a message row" in t for t in texts)

@@ -312,3 +312,22 @@ def test_a_result_whose_call_sat_in_a_lead_in_or_warning_says_so() -> None:
     assert texts[6] == ["[result of tool call w; it came after its call was settled]\nfive"]
     assert texts[8] == [
         "six:", "[result of tool call w; its call sat in a warning row, not a message row]\n6"]
+
+
+def test_the_view_serves_other_kinds_tool_parts_in_the_one_wording() -> None:
+    """``other_kind_text`` is the one wording of a lead-in's or warning's
+    tool parts: the view serves exactly it (and the adapters send it for
+    raw rows, tests/adapters/test_other_kinds.py)."""
+    from ledger.core.windows import other_kind_text
+
+    call = {"type": "tool_call", "id": "c", "name": "bash", "input": {"cmd": "ls"}}
+    res = {"type": "tool_result", "id": "r", "output": [{"type": "text", "text": "a"}],
+           "error": True}
+    for kind in ("lead_in", "warning"):
+        row = {"kind": kind, "role": "assistant", "parts": [call, res]}
+        assert provider_rows([row])[0]["parts"] == [other_kind_text(call, kind),
+                                                     other_kind_text(res, kind)]
+    assert other_kind_text(call, "warning")["text"] == (
+        '[tool call c to bash; it sat in a warning row, not a message row]\n{"cmd":"ls"}')
+    assert other_kind_text(res, "lead_in")["text"] == (
+        "[result of tool call r (error); it sat in a lead_in row, not a message row]\na")
