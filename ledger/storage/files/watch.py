@@ -22,12 +22,24 @@ such segments are stated on every scan).
 What it does not report: a segment linked from another directory after
 the table's last pass and then changed through that other name, changes
 made on another machine (a network file system), and writes through an
-``mmap`` of the other name. The rotating stat sees those within
-``segments / ROTATE`` scans; a tracked writer anywhere changes the
-receipt, and a receipt the table's stamps do not confirm sends the caller
-to a full pass (``reads.WorkspaceBase.state``); every read verifies each
-line's checksum. Like a same-size rewrite inside one timestamp tick
-(DESIGN 6), such an edit can go unseen for a while: docs/explanation/storage.md says so.
+``mmap`` of the other name. What of those is seen, and when:
+
+- A change to a segment the table lists (written, truncated, replaced
+  under its name, removed): the rotating stat sees it within
+  ``segments / ROTATE`` scans, since it stats listed segments in turn.
+- A segment file the table does not list -- one another machine adds
+  outside the protocol, without a receipt naming it -- is never stated by
+  the rotation, which stats only listed numbers: no scan from events sees
+  it. Only a full pass lists it: when the receipt disagrees with the
+  table's stamps (a tracked writer anywhere, on any machine, changes the
+  receipt, and ``reads.WorkspaceBase.state`` then calls ``forget()``), on
+  a queue overflow, a replaced directory or a fork, or while the directory
+  holds fewer than ``WATCH_MIN_SEGMENTS`` segments (every scan is a full
+  pass). Until then the table lists the directory without it.
+
+Every read verifies each line's checksum. Like a same-size rewrite inside
+one timestamp tick (DESIGN 6), such an edit can go unseen for a while:
+docs/explanation/storage.md says so.
 
 The table is a cache: no inotify (another OS, no instance left), a queue
 overflow (the kernel's, or a table's own list past ``EVENTS_MAX`` while no
