@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                    f"(default {TOLERANCE:g}, i.e. {TOLERANCE * 100:.0f}%%)")
     args = p.parse_args(argv)
     if args.compare:
-        table, flagged = compare(*args.compare, tolerance=args.tolerance)
+        before, after = args.compare
+        table, flagged = compare(before, after, tolerance=args.tolerance)
         print(table)
         if flagged:
             print(f"\n{len(flagged)} number(s) more than {args.tolerance:.0%} worse: "

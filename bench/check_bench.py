@@ -30,6 +30,7 @@ from typing import Any
 
 import msgspec
 
+from bench.workspace import workspace_dir
 from ledger.storage.files import segments as segs
 from ledger.storage.files.scan import CheckRow
 from ledger.transcript.history import History
@@ -42,7 +43,7 @@ _decode = msgspec.json.Decoder(CheckRow).decode
 def decode_floor(history: History) -> int:
     """Decode every line of every segment into CheckRow; returns the row count."""
     rows = 0
-    path = history.engine.path  # type: ignore[attr-defined]  # a file root
+    path = workspace_dir(history)
     for number in segs.list_segments(path):
         fd = os.open(segs.segment_path(path, number), os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -79,7 +80,7 @@ def run(root_or_history: str | os.PathLike[str] | History, *, workspace: str = "
     peak traced memory."""
     h = root_or_history if isinstance(root_or_history, History) else (
         Store(root_or_history).history(workspace))
-    path = h.engine.path  # type: ignore[attr-defined]  # a file root
+    path = workspace_dir(h)
     size = sum(os.path.getsize(segs.segment_path(path, n)) for n in segs.list_segments(path))
     report = check(h)
     rows = decode_floor(h)

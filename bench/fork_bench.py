@@ -47,7 +47,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
@@ -55,8 +55,13 @@ from bench.corpus import STORED_OVERHEAD, Corpus, load_corpus
 from bench.measure import interleave, ratio
 from bench.output import emit, machine, progress
 from bench.postgres_bench import history_batches
+from bench.sqlrow import one
 from ledger.storage.files.bulk import bulk_load
+from ledger.transcript.history import History
 from ledger.transcript.store import Store
+
+if TYPE_CHECKING:
+    from agents import TResponseInputItem
 
 MIB = 1 << 20
 WS = "bench"
@@ -150,7 +155,7 @@ class World:
         self.pg_root = server.replace("/postgres?", f"/{db}?", 1)
         t0 = time.monotonic()
         self.pg = Store(self.pg_root).history(WS)
-        self.pg.engine.load_rows(self.files.rows())  # type: ignore[attr-defined]
+        self.pg.engine.load_rows(self.files.rows())
         log(f"{size_mib} MiB: PostgreSQL loaded in {time.monotonic() - t0:.1f}s")
         t0 = time.monotonic()
         self.sdk_path = os.path.join(tmp, f"sdk-{size_mib}.db")
@@ -162,7 +167,9 @@ class World:
             items.append({"role": "user", "content": "a turn"})
         self.users = sum(i["role"] == "user" for i in items)
         for i in range(0, len(items), 5000):
-            asyncio.run(self.sdk.add_items(items[i:i + 5000]))
+            # The SDK's item type is a union of TypedDicts; these are its plain
+            # role + content messages (``_item``).
+            asyncio.run(self.sdk.add_items(cast("list[TResponseInputItem]", items[i:i + 5000])))
         log(f"{size_mib} MiB: AdvancedSQLiteSession built in {time.monotonic() - t0:.1f}s "
             f"({len(items)} items, {self.users} user turns)")
 
@@ -178,6 +185,8 @@ class World:
     def pg_size(self) -> int:
         import psycopg
 
+        if self.server is None:
+            raise RuntimeError("no PostgreSQL server: no database size")
         with psycopg.connect(self.server, autocommit=True) as conn:
             conn.execute("CHECKPOINT")
             row = conn.execute("SELECT pg_database_size(%s)", (self.db,)).fetchone()
@@ -277,7 +286,7 @@ def run(sizes: list[int], rounds: int, log: Any, layout: str = "grown",
                 turn.update(pg_source=lambda w=w: w.turn(w.pg),
                             pg_fork=lambda w=w, f=w.forks["pg"][-1]: w.turn(f))
             turns = interleave(turn, min_runs=30, max_runs=30, budget_s=120)
-            t = {k: round(s.p50 * 1e3, 3) for k, s in turns.items()}
+            t = {k: round(s.of_runs(50) * 1e3, 3) for k, s in turns.items()}
             out["turn_ms"][size] = t
             fk = out["fork"][size]
             r = {"files_turn_fork_over_source": ratio(t["files_fork"], t["files_source"])}
@@ -308,9 +317,10 @@ def _citus_bytes(root: str) -> int:
     with psycopg.connect(root, autocommit=True) as conn:
         got = 0
         for table in CITUS_TABLES:
-            if conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0]:
-                got += int(conn.execute("SELECT citus_total_relation_size(%s)",
-                                        (table,)).fetchone()[0])
+            exists = "SELECT to_regclass(%s) IS NOT NULL"
+            if one(conn.execute(exists, (table,)).fetchone(), exists)[0]:
+                size = "SELECT citus_total_relation_size(%s)"
+                got += int(one(conn.execute(size, (table,)).fetchone(), size)[0])
         return got
 
 
@@ -340,7 +350,7 @@ def run_citus(dsn: str, sizes: list[int], rounds: int, log: Any) -> dict[str, An
             bulk_load(files, [*batches, *tail], SEGMENT, durability="off", internal=True)
             t0 = time.monotonic()
             source = Store(root).history(WS)
-            source.engine.load_rows(files.rows())  # type: ignore[attr-defined]
+            source.engine.load_rows(files.rows())
             log(f"{size} MiB: Citus loaded in {time.monotonic() - t0:.1f}s")
             w = World.__new__(World)  # only its turn (the corpus and a counter)
             w.corpus, w.k = corpus, 0
@@ -358,11 +368,18 @@ def run_citus(dsn: str, sizes: list[int], rounds: int, log: Any) -> dict[str, An
                 "ms_median": round(sorted(r["ms"] for r in got)[len(got) // 2], 2),
                 "added_bytes_median": int(sorted(r["added_bytes"] for r in got)[len(got) // 2]),
                 "rounds": got}
+            # Functions, not lambdas binding by defaults (python/mypy#15459).
+            def source_turn(w: World = w, h: History = source) -> Any:
+                return w.turn(h)
+
+            def fork_turn(w: World = w, f: History = forks[-1]) -> Any:
+                return w.turn(f)
+
             turns = interleave({
-                "citus_source": lambda w=w, h=source: w.turn(h),
-                "citus_fork": lambda w=w, f=forks[-1]: w.turn(f),
+                "citus_source": source_turn,
+                "citus_fork": fork_turn,
             }, min_runs=30, max_runs=30, budget_s=120)
-            t = {k: round(v.p50 * 1e3, 3) for k, v in turns.items()}
+            t = {k: round(v.of_runs(50) * 1e3, 3) for k, v in turns.items()}
             out["turn_ms"][size] = t
             out["ratios"][size] = {"citus_turn_fork_over_source":
                                    ratio(t["citus_fork"], t["citus_source"])}

@@ -55,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 PHASES = ("noop", "turns", "appends0", "appends", "check", "search", "conversation", "view")
 VIEW_WINDOW_BYTES = 1 << 20  # the files bench's window (bench.series.Config.window_bytes)
@@ -113,7 +114,7 @@ def build(root: str, mib: float, for_phase: str = "") -> None:
             h.append_many(rows[i : i + 2])
 
 
-def _real_window() -> list[dict[str, object]]:
+def _real_window() -> list[dict[str, Any]]:
     """The files bench's window rows (``Corpus.window_of_bytes``, its seed),
     from the real transcripts beside the repository that holds this file
     (``bench`` is not in the trees' copies: its ``ledger`` stays the tree's)."""
@@ -160,7 +161,7 @@ def phase(name: str, root: str) -> None:
         for _ in range(VIEWS):
             Store(root).history(WS).provider_view()
     elif name == "conversation":
-        from ledger import Conversation
+        from ledger.rollover.conversation import Conversation
 
         conv = Conversation.open(Store(root), "conv", model="gpt-4o", context_limit=4000,
                                  system="agent")

@@ -110,12 +110,12 @@ def build_peer(name: str, directory: str, turns: int, loop: asyncio.AbstractEven
         from langchain_community.chat_message_histories import FileChatMessageHistory
         from langchain_core.messages import messages_to_dict
 
-        history = FileChatMessageHistory(os.path.join(directory, "lc.json"))
+        file_history = FileChatMessageHistory(os.path.join(directory, "lc.json"))
         # Its add_messages adds one message at a time, each rewriting the whole
         # file; write the file it would end with in one go instead.
         everything = [m for k in range(turns) for m in turn_messages(k)]
-        history.file_path.write_text(json.dumps(messages_to_dict(everything)))
-        return history
+        file_history.file_path.write_text(json.dumps(messages_to_dict(everything)))
+        return file_history
     for chunk in _chunks(turns, turn_messages):
         history.add_messages(chunk)
     return history
@@ -178,8 +178,15 @@ def run(quick: bool, log: Callable[[str], None] = lambda m: None,
             for mib in sizes:
                 session, history = built[mib]
                 k += 1
-                dt_a, n_a = _timed(lambda s=session, k=k: agents_turn(s, loop, k))
-                dt_l, n_l = _timed(lambda h=history, k=k: langchain_turn(h, k))
+                # Functions, not lambdas binding by defaults (python/mypy#15459).
+                def agents(s: Any = session, k: int = k) -> int:
+                    return agents_turn(s, loop, k)
+
+                def langchain(h: Any = history, k: int = k) -> int:
+                    return langchain_turn(h, k)
+
+                dt_a, n_a = _timed(agents)
+                dt_l, n_l = _timed(langchain)
                 if rep >= 2:  # two warm-up turns
                     samples["ledger agents"].setdefault(mib, []).append(dt_a)
                     samples["ledger langchain"].setdefault(mib, []).append(dt_l)
@@ -203,12 +210,15 @@ def run(quick: bool, log: Callable[[str], None] = lambda m: None,
                 peer = build_peer(name, directory, turns_for(mib), loop)
                 log(f"built {name} {mib} MiB in {time.perf_counter() - t0:.1f}s")
                 limit = PEER_LIMIT if "limit=" in name else None
+                turn: Callable[[int], int]
                 if name.startswith("sdk"):
-                    def turn(k: int, p: Any = peer, lim: int | None = limit) -> int:
+                    def sdk_turn(k: int, p: Any = peer, lim: int | None = limit) -> int:
                         return agents_turn(p, loop, k, lim)
+                    turn = sdk_turn
                 else:
-                    def turn(k: int, p: Any = peer) -> int:
+                    def chat_turn(k: int, p: Any = peer) -> int:
                         return langchain_turn(p, k)
+                    turn = chat_turn
                 gc.collect()
                 turn(k := k + 1)  # warm-up
                 times: list[float] = []
@@ -216,7 +226,10 @@ def run(quick: bool, log: Callable[[str], None] = lambda m: None,
                 while len(times) < 3 or (len(times) < peer_repeats
                                          and time.perf_counter() - started < peer_budget):
                     k += 1
-                    dt, n = _timed(lambda k=k: turn(k))
+                    def one(k: int = k, turn: Callable[[int], int] = turn) -> int:
+                        return turn(k)  # a function, not a lambda: python/mypy#15459
+
+                    dt, n = _timed(one)
                     times.append(dt)
                 out["median_ms"].setdefault(name, {})[str(mib)] = statistics.median(times) * 1e3
                 out["repeats"].setdefault(name, {})[str(mib)] = len(times)

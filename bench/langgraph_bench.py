@@ -86,8 +86,11 @@ import sys
 import tempfile
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
+
+from bench.sqlrow import one
 
 WINDOW = 30
 SIZES = (100, 1000, 10000)
@@ -179,9 +182,10 @@ def _dir_bytes(path: str) -> int:
 # --- contenders ---------------------------------------------------------------------
 
 
-class Contender:
+class Contender(ABC):
     name = ""
 
+    @abstractmethod
     def saver(self) -> Any: ...
 
     def reference(self, size: int) -> Any | None:
@@ -189,8 +193,10 @@ class Contender:
         None (the peers: their bytes would count it)."""
         return None
 
+    @abstractmethod
     def bytes(self) -> int: ...
 
+    @abstractmethod
     def close(self) -> None: ...
 
 
@@ -216,6 +222,9 @@ class Ledger(Contender):
 
     def bytes(self) -> int:
         return _dir_bytes(self.root)
+
+    def close(self) -> None:
+        """Nothing open between calls: the store's files stay under ``tmp``."""
 
 
 class Sqlite(Contender):
@@ -266,7 +275,7 @@ class Postgres(Contender):
             "SELECT sum(pg_total_relation_size(t::regclass))::bigint AS n "
             "FROM unnest(%s::text[]) t",
             (list(self.TABLES),)).fetchone()
-        return int(row["n"])
+        return int(one(row, "pg_total_relation_size of the saver's tables")["n"])
 
     def close(self) -> None:
         for table in self.TABLES[:3]:
@@ -301,7 +310,8 @@ def _side_by_side(app: Any, timer: Timed, cfg: dict[str, Any], first: int, n: in
     ref_app = build_graph(ref_saver)
     ref_cfg = {"configurable": {"thread_id": "reference"}}
     _measure(ref_app, ref_timer, ref_cfg, 0, REF_STEPS - n)
-    ours, ref = [], []
+    ours: list[tuple[float, float, float, float]] = []
+    ref: list[tuple[float, float, float, float]] = []
     for i in range(n):
         pair = [(ours, app, timer, cfg, first + i),
                 (ref, ref_app, ref_timer, ref_cfg, REF_STEPS - n + i)]

@@ -41,6 +41,15 @@ class Sample:
     def p50(self) -> float | None:
         return self.pct(50)
 
+    def of_runs(self, q: float) -> float:
+        """``pct(q)`` of a sample that has runs (every sample of
+        :func:`interleave`, which runs each contender ``min_runs >= 1`` times):
+        the number, not None."""
+        found = self.pct(q)
+        if found is None:
+            raise ValueError("no runs were measured: no percentile")
+        return found
+
     @property
     def p99(self) -> float | None:
         return self.pct(99) if self.n >= P99_MIN_RUNS else None

@@ -46,7 +46,7 @@ import re
 import shutil
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -263,7 +263,7 @@ def rm3(c: Ctx, q: str, cfg: Lexical, fb_docs: int, fb_terms: int, lam: float) -
     hits = [int(i) for i in np.argsort(-first)[:fb_docs] if first[i] > 0]
     if not hits:
         return first
-    rel: Counter[str] = Counter()
+    rel: defaultdict[str, float] = defaultdict(float)
     for i in hits:
         oc = c.ix.own_counts[i]
         ln = sum(oc.values()) or 1

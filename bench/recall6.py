@@ -212,29 +212,38 @@ def variants(qs: QuestionSet, ix: Index, mini: Cached, wl: Cached | None,
     if wl is not None:
         out.append(("engine + wordllama 64 d, lexical weight 0.95 (round 3)",
                     lambda: with_weight(engine(qs, tmp, wl), wl, 0.95)))
+    # Below, functions binding the loop's values by defaults, not lambdas
+    # doing so: mypy cannot type those (python/mypy#15459).
     for w in engine_weights:
-        out.append((f"**engine + {label}, lexical weight {w}**",
-                    lambda w=w: with_weight(mini_engine(), se, w)))
+        def weighted(w: float = w) -> Ranker:
+            return with_weight(mini_engine(), se, w)
+        out.append((f"**engine + {label}, lexical weight {w}**", weighted))
     out.append((f"{label} vectors alone (pure)",
                 lambda: recall_v2.semantic(ix, mv(), qe, None, 0.0)))
     for a in FUSION:
-        out.append((f"pure: lexical + {label}, score fusion, lexical weight {a}",
-                    lambda a=a: recall_v2.semantic(ix, mv(), qe, SHIPPED, a)))
+        def fused(a: float = a) -> Ranker:
+            return recall_v2.semantic(ix, mv(), qe, SHIPPED, a)
+        out.append((f"pure: lexical + {label}, score fusion, lexical weight {a}", fused))
     for w in RRF:
-        out.append((f"pure: lexical + {label}, RRF, lexical weight {w}",
-                    lambda w=w: rrf(ix, mv(), qe, w)))
+        def ranks(w: float = w) -> Ranker:
+            return rrf(ix, mv(), qe, w)
+        out.append((f"pure: lexical + {label}, RRF, lexical weight {w}", ranks))
     for beta in NEIGHBOURS:
         for a in (0.9, 0.8):
+            def neighboured(a: float = a, beta: float = beta) -> Ranker:
+                return recall_v2.semantic(
+                    ix, recall_v2.with_neighbours(ix, mv(), beta), qe, SHIPPED, a)
             out.append((f"pure: lexical + {label} with neighbour vectors (beta {beta}), score "
-                        f"fusion, lexical weight {a}",
-                        lambda a=a, beta=beta: recall_v2.semantic(
-                            ix, recall_v2.with_neighbours(ix, mv(), beta), qe, SHIPPED, a)))
+                        f"fusion, lexical weight {a}", neighboured))
     for a in (0.9, 0.8, 0.7):
-        out.append((f"pure: lexical + {label}, z-scored cosine, lexical weight {a}",
-                    lambda a=a: zfused(ix, mv(), qe, a)))
+        def zscored(a: float = a) -> Ranker:
+            return zfused(ix, mv(), qe, a)
+        out.append((f"pure: lexical + {label}, z-scored cosine, lexical weight {a}", zscored))
     for lo, hi in GATES:
+        def gate(lo: float = lo, hi: float = hi) -> Ranker:
+            return gated(ix, mv(), qe, lo, hi)
         out.append((f"pure: lexical + {label}, weight by the best row's query coverage "
-                    f"{lo}-{hi}", lambda lo=lo, hi=hi: gated(ix, mv(), qe, lo, hi)))
+                    f"{lo}-{hi}", gate))
     return out
 
 

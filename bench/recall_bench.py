@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from rank_bm25 import BM25Okapi
+from rank_bm25 import BM25Okapi  # type: ignore[import-untyped]  # ships no types
 
 from bench.recall_data import QuestionSet, agent_set, longmemeval
 from ledger.core import ranking

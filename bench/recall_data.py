@@ -224,9 +224,9 @@ def agent_set(questions: int = 240, windows: int = 60, turns_per_window: int = 2
             window = seq
             seq += 1
         if i in plants:
-            role, text, k, _q = plants[i]
-            if k is not None:
-                answer_seq[k] = seq
+            role, text, fact, _q = plants[i]
+            if fact is not None:
+                answer_seq[fact] = seq
         else:
             role, text = roles[i % 3], filler[rnd.randrange(len(filler))][:3000]
         turns.append(Turn(seq, window, role, text))

@@ -227,11 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         # Append alone vs append + index catch-up, on the biggest history.
         h, tool = hist[big], tools[big]
         corpus = load_corpus()
-        k = {"i": 0}
+        made = {"i": 0}
 
         def batch() -> list[dict[str, Any]]:
-            k["i"] += 1
-            return corpus.rows[(k["i"] * 2) % 1000: (k["i"] * 2) % 1000 + 2]
+            made["i"] += 1
+            return corpus.rows[(made["i"] * 2) % 1000: (made["i"] * 2) % 1000 + 2]
 
         def plain() -> None:
             h.append_many(batch())

@@ -36,7 +36,10 @@ from typing import Any
 from bench.corpus import load_corpus
 from bench.measure import interleave, ratio
 from bench.recall_latency import RANKED, build, log_bytes, pct, queries
+from bench.sqlrow import one
 from ledger import Store
+from ledger.storage.seqpages import SeqReader
+from ledger.transcript.history import History
 
 RECALL_TABLES = ("tl_recall_state", "tl_recall_terms", "tl_recall_docs", "tl_recall_post",
                  "tl_recall_echo")
@@ -47,11 +50,13 @@ def pg_sizes(root: str) -> dict[str, int]:
 
     with psycopg.connect(root, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
-        index = sum(conn.execute("SELECT pg_total_relation_size(%s)", (t,)).fetchone()[0]
-                    for t in RECALL_TABLES)
-        rows = conn.execute("SELECT pg_total_relation_size('tl_rows')").fetchone()[0]
-        raw = conn.execute("SELECT coalesce(sum(octet_length(raw) + 1), 0) FROM tl_rows "
-                           "WHERE workspace = 'w'").fetchone()[0]
+        size = "SELECT pg_total_relation_size(%s)"
+        index = sum(one(conn.execute(size, (t,)).fetchone(), size)[0] for t in RECALL_TABLES)
+        table = "SELECT pg_total_relation_size('tl_rows')"
+        rows = one(conn.execute(table).fetchone(), table)[0]
+        total = ("SELECT coalesce(sum(octet_length(raw) + 1), 0) FROM tl_rows "
+                 "WHERE workspace = 'w'")
+        raw = one(conn.execute(total).fetchone(), total)[0]
     return {"index_bytes": int(index), "tl_rows_bytes": int(rows), "row_bytes": int(raw)}
 
 
@@ -59,6 +64,14 @@ def ranked(tool: Any, q: str, limit: int = 10) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(tool.call({"action": "search", "query": q,
                                                 **RANKED, "limit": limit}))
     return out
+
+
+def _row_reader(h: History) -> SeqReader:
+    """The page reader of ``h``'s ``session_history`` (a row engine's)."""
+    reader = h.session_history().reader
+    if not isinstance(reader, SeqReader):
+        raise TypeError(f"workspace {h.workspace!r}: not a row engine's reader")
+    return reader
 
 
 def measure_append(root: str, big: int, log: Any) -> dict[str, Any]:
@@ -76,9 +89,9 @@ def measure_append(root: str, big: int, log: Any) -> dict[str, Any]:
     plain = Store(root).history("plain")
     eager = Store(root).history("eager")
     for h in (plain, eager):
-        h.engine.load_rows(kept.rows())  # type: ignore[attr-defined]
-    reader = kept.session_history().reader
-    eager_reader = eager.session_history().reader
+        h.engine.load_rows(kept.rows())
+    reader = _row_reader(kept)
+    eager_reader = _row_reader(eager)
     t0 = time.monotonic()
     eager_reader.prepare_ranked()
     log(f"append: histories ready ({time.monotonic() - t0:.1f}s to index 'eager')")
@@ -92,7 +105,7 @@ def measure_append(root: str, big: int, log: Any) -> dict[str, Any]:
     got = {
         "size_mib": big,
         **{f"{n} p50_ms": round(v * 1e3, 3) for n, v in p50.items()},
-        **{f"{n} p99_ms": round(samples[n].pct(99) * 1e3, 3) for n in samples},
+        **{f"{n} p99_ms": round(samples[n].of_runs(99) * 1e3, 3) for n in samples},
         "kept/no index": ratio(p50["append, index kept current"], p50["append, no index"]),
         "append+catch-up/append": ratio(p50["append + catch-up"],
                                         p50["append, index kept current"]),
@@ -139,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             root = server.replace("/postgres?", f"/{db}?", 1)
             roots[size] = root
             t0 = time.monotonic()
-            Store(root).history("w").engine.load_rows(files.rows())  # type: ignore[attr-defined]
+            Store(root).history("w").engine.load_rows(files.rows())
             loaded = time.monotonic() - t0
             pg = Store(root).history("w")
             tool = pg.session_history()

@@ -173,7 +173,7 @@ def machine() -> dict[str, Any]:
 
 
 def filesystem_of(path: str) -> str | None:
-    best = ("", None)
+    best: tuple[str, str | None] = ("", None)
     try:
         with open("/proc/mounts") as f:
             for line in f:

@@ -30,6 +30,7 @@ from typing import Any
 
 from bench.recall_bench import tool_ranker
 from bench.recall_v2 import build_index, plain_bm25, score, table
+from bench.sqlrow import one
 from ledger.core import semantic
 
 ALPHAS = (0.8, 0.85, 0.9, 0.95)
@@ -186,7 +187,7 @@ def pg_latency(mib: int, dim: int, n: int, out: Callable[[str], None]) -> None:
 
         def count(q: str) -> int:
             with psycopg.connect(root) as conn:
-                return int(conn.execute(q).fetchone()[0])
+                return int(one(conn.execute(q).fetchone(), q)[0])
 
         make().history("w").session_history().call(
             {"action": "search", "query": "warm", "mode": "ranked", "current": True})

@@ -63,6 +63,7 @@ from bench import floors
 from bench.baselines import JsonlAppend, RewriteTranscript, SqliteSession, encode_rows
 from bench.corpus import MISSING_QUERY, REPO, Corpus
 from bench.measure import Sample, interleave, timed
+from bench.workspace import workspace_dir
 from ledger import Store
 from ledger.core.rows import prepare_batch
 from ledger.core.toolpairs import pair
@@ -169,7 +170,7 @@ def check_function(res: Results) -> Callable[[History], Any] | None:
     for name in ("check_history", "check", "run_check", "check_workspace"):
         fn = getattr(mod, name, None)
         if callable(fn):
-            return fn  # type: ignore[no-any-return]
+            return fn
     res.note("recovery.check has no check_history/check function: "
              "the check series is skipped")
     return None
@@ -181,7 +182,7 @@ def retrieval_tool(res: Results) -> Callable[[History], Any] | None:
         res.note("ledger.transcript.retrieval is not importable: "
                  "search and tool-call series are skipped")
         return None
-    return mod.SessionHistory  # type: ignore[no-any-return]
+    return mod.SessionHistory
 
 
 # --- worlds -----------------------------------------------------------------------
@@ -210,17 +211,17 @@ class World:
         self.seed = 0
 
     def segments(self) -> int:
-        return len(segs.list_segments(self.h.engine.path))
+        return len(segs.list_segments(workspace_dir(self.h)))
 
     def ledger_bytes(self) -> int:
         total = 0
-        for n in segs.list_segments(self.h.engine.path):
-            s = segs.stamp(segs.segment_path(self.h.engine.path, n))
+        for n in segs.list_segments(workspace_dir(self.h)):
+            s = segs.stamp(segs.segment_path(workspace_dir(self.h), n))
             total += s.size if s is not None else 0
         return total
 
     def spans(self) -> list[tuple[str, int]]:
-        path = self.h.engine.path
+        path = workspace_dir(self.h)
         return [(segs.segment_path(path, n), 0) for n in segs.list_segments(path)]
 
     def grow_to(self, size: int) -> dict[str, float]:
@@ -269,8 +270,9 @@ class World:
         the span (segment path, offset) of the window's bytes."""
         rows = self.corpus.window_of_bytes(self.cfg.window_bytes, seed=42)
         first = self.h.snapshot().next_seq if self.h.exists() else 1
-        reset = {"kind": "reset", "role": "system", "parts": [], "reset": {"reason": "rollover"}}
-        lead = {"kind": "lead_in", "role": "system",
+        reset: dict[str, Any] = {"kind": "reset", "role": "system", "parts": [],
+                                 "reset": {"reason": "rollover"}}
+        lead: dict[str, Any] = {"kind": "lead_in", "role": "system",
                 "parts": [{"type": "text", "text": LEAD_IN_TEXT.format(window=first, tool="")}],
                 "meta": {"window": first, "session_history": True}}
         batches = [[reset, lead, rows[0]]] + [rows[i : i + 2] for i in range(1, len(rows), 2)]
@@ -278,7 +280,7 @@ class World:
         os.sync()
         st = self.h.snapshot()
         assert st.window is not None and st.window.seq == res.first_seq
-        return segs.segment_path(self.h.engine.path, st.window.segment), st.window.offset
+        return segs.segment_path(workspace_dir(self.h), st.window.segment), st.window.offset
 
     def close(self) -> None:
         if self.sqlite is not None:
@@ -453,7 +455,10 @@ def search_series(w: World, size_mib: int, res: Results, tool_cls: Any) -> None:
             args: dict[str, Any] = {"action": "search", "query": MISSING_QUERY}
             if cursor is not None:
                 args["cursor"] = cursor
-            dt, text = timed(lambda a=args: tool.call(a))
+            def call(a: dict[str, Any] = args) -> Any:  # not a lambda: python/mypy#15459
+                return tool.call(a)
+
+            dt, text = timed(call)
             calls.times.append(dt)
             out = json.loads(text)
             if "error" in out:
@@ -527,7 +532,10 @@ def turn_series(w: World, e: World, size_mib: int, res: Results, counter: Any) -
             if state["k"] == 1:
                 close_open_calls(h)
             h.rollover(window)
-            first[name].times.append(timed(lambda h=h: h.append_many(warm))[0])
+            def append(h: History = h) -> Any:  # not a lambda: python/mypy#15459
+                return h.append_many(warm)
+
+            first[name].times.append(timed(append)[0])
             if counter is not None:
                 # Counted here, untimed, as the turn before a real one counts
                 # it: the timed turn counts only its own new rows. Without
@@ -667,7 +675,7 @@ def count_series(corpus: Corpus, cfg: Config, res: Results) -> dict[str, Any] | 
     if own is not None and hasattr(own, "run"):
         doc = own.run(cfg.quick)
         res.extra["tokens_bench"] = doc
-        return doc  # type: ignore[no-any-return]
+        return doc
     tokens = optional_module("ledger.tokens.counting")
     encodings = optional_module("ledger.tokens.encodings")
     if tokens is None or encodings is None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from bench.corpus import load_corpus
+from bench.workspace import workspace_dir
 from ledger.core.format import rows as fmt
 from ledger.core.rows import prepare_batch
 from ledger.storage.files.bulk import bulk_load
@@ -90,8 +91,9 @@ def test_scan_segment_64k(benchmark: Any, tmp_path: Path) -> None:
     """Index entry of one sealed 64 KiB segment (what sealing costs)."""
     h = Store(tmp_path, durability="off").history("ws")
     bulk_load(h, CORPUS.batches(64 << 10, seed=1), segment_target_bytes=64 << 10)
-    number = list_segments(h.engine.path)[0]
-    st = stamp(segment_path(h.engine.path, number))
+    path = workspace_dir(h)
+    number = list_segments(path)[0]
+    st = stamp(segment_path(path, number))
     assert st is not None
-    info = benchmark(scan_segment, h.engine.path, number, st)
+    info = benchmark(scan_segment, path, number, st)
     assert info.rows > 0
