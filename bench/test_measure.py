@@ -40,3 +40,17 @@ def test_reset_hwm_leaves_out_the_peak_before_it() -> None:
     assert got["before"] >= 60 << 20  # the freed buffer is still in the peak
     assert got["done"] is True
     assert got["after"] < 4 << 20  # and no longer after the reset
+
+
+def test_a_percentile_of_runs_is_a_number_or_an_error() -> None:
+    """``Sample.of_runs``: the percentile the benches print (``pct``), never
+    None in their arithmetic: an empty sample says so instead."""
+    from bench.measure import Sample, interleave
+
+    sample = Sample([0.003, 0.001, 0.002, 0.004])
+    assert sample.of_runs(50) == sample.pct(50) == 0.002
+    assert sample.of_runs(99) == 0.004
+    with pytest.raises(ValueError, match="no runs"):
+        Sample().of_runs(50)
+    ran = interleave({"x": lambda: None}, min_runs=3, max_runs=3, budget_s=1)
+    assert ran["x"].of_runs(50) > 0
