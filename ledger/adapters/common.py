@@ -89,13 +89,8 @@ def is_visible(row: Row) -> bool:
 
 def visible_rows(rows: Iterable[Row]) -> Iterator[Row]:
     """The rows an API request may contain, in order (see the module docstring)."""
-    for row in rows:  # is_visible inline: a call less per row
-        try:
-            if row.get("kind", "message") not in VISIBLE_KINDS:
-                continue
-        except TypeError:  # an unhashable kind: unknown, not sent
-            continue
-        if not is_rejected(row):
+    for row in rows:
+        if is_visible(row):
             yield row
 
 

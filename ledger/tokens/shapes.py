@@ -74,8 +74,6 @@ _RECENT = 16
 _BLOCKS = 8192
 
 
-
-
 def _parts(row: Mapping[str, Any]) -> list[Any]:
     parts = row.get("parts")
     return parts if isinstance(parts, list) else []
