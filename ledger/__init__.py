@@ -44,9 +44,36 @@ from ledger.core.errors import (
 )
 
 if TYPE_CHECKING:  # loaded on first use (below); for type checkers, as if imported here
+    from ledger.admission import (
+        AdmissionRefused,
+        HookContractError,
+        NotSerializable,
+        SnapshotRevoked,
+    )
     from ledger.core.batches import AppendResult
     from ledger.core.forks import Branch, ForkRefused, RewindResult
     from ledger.core.rows import Row
+    from ledger.integrations import MissingExtra
+    from ledger.integrations.langgraph_log import CheckpointConflict
+    from ledger.integrations.openai_agents_branches import BranchError
+    from ledger.notes import NotesError
+    from ledger.policy import PolicyError
+    from ledger.rollover.conversation import Conversation, SendConflict, SendRefused
+    from ledger.rollover.guards import RequestTooLarge
+    from ledger.rollover.rules import (
+        BudgetConfigError,
+        CleanupFailed,
+        DeliveryFailed,
+        PostCommitError,
+        PreparedStateError,
+        RolloverCancelled,
+        RolloverError,
+        StepBudgetExceeded,
+    )
+    from ledger.storage.files.retention import QuarantineError
+    from ledger.storage.postgres.citus import NotDistributed
+    from ledger.tokens.models import ModelConfigError
+    from ledger.tokens.units import InvalidTools
     from ledger.transcript.history import History, OpenToolCalls
     from ledger.transcript.store import Store
 

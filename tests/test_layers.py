@@ -438,3 +438,21 @@ def test_import_star_from_ledger_needs_no_optional_extra(tmp_path: Path) -> None
 def test_the_pre_0_2_paths_are_gone(old: str) -> None:
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module(old)
+
+
+def test_every_name_loaded_on_first_use_is_typed_where_it_is_loaded_from() -> None:
+    """``ledger``'s lazily loaded names are imported for type checkers too, from the
+    module they load from: a name missing from the ``TYPE_CHECKING`` block reads as
+    ``object`` to mypy (``ledger.Conversation(...)`` would not be checked)."""
+    import ledger
+
+    tree = ast.parse((REPO / "ledger" / "__init__.py").read_text(encoding="utf-8"))
+    typed: dict[str, str] = {}
+    for node in tree.body:
+        if (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+                and node.test.id == "TYPE_CHECKING"):
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom) and imp.module
+                typed.update({a.name: imp.module for a in imp.names})
+    loaded = {**ledger._LAZY, **ledger._DEFERRED}
+    assert loaded and typed == loaded
