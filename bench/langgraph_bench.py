@@ -66,7 +66,13 @@ its calls start with the CPU caches as cold as after a long thread's graph
 work (which walks a 20,000-message state between every two saver calls).
 The eviction is outside the timed window. Its ``ratio`` (cold / warm) is
 the part of the 10,000 / 100 ratio that a 100-step thread shows too once
-its caches are cold.
+its caches are cold. ``--cold --long`` adds a third thread grown to 10,000
+steps (``SIZES[-1]``, no eviction: its own graph work leaves its caches
+cold), the three threads' last ``WINDOW`` steps in turn (each order once
+every three steps), and reports ``long / cold`` (both points cold: what is
+left of the 10,000 / 100 ratio once the cache state is the same, the part
+that the saver and the engine can change) beside ``long / warm`` (the
+10,000 / 100 ratio measured in one sitting) and ``cold / warm``.
 
 Run: ``python -m bench.langgraph_bench [--quick] [--json FILE]`` (``--quick``:
 100 and 1,000 steps only). PostgreSQL runs when ``TLEDGER_TEST_PG`` is set
@@ -443,10 +449,11 @@ def run_direct(tmp: str, long_steps: int, log: Callable[[str], None]) -> dict[st
 COLD_EVICT_MIB = 64
 
 
-def run_cold(tmp: str, log: Callable[[str], None]) -> dict[str, Any]:
+def run_cold(tmp: str, log: Callable[[str], None], long_steps: int = 0) -> dict[str, Any]:
     """Saver CPU per step of a ``REF_STEPS``-step thread with warm caches
     against one whose caches are evicted before every saver call (module
-    doc), their last ``WINDOW`` steps alternating."""
+    doc), their last ``WINDOW`` steps alternating; with ``long_steps``, a
+    third thread of that many steps (not evicted) takes its turn too."""
     from ledger import Store
     from ledger.integrations.langgraph import LedgerSaver
 
@@ -456,18 +463,27 @@ def run_cold(tmp: str, log: Callable[[str], None]) -> dict[str, Any]:
     def evict() -> None:
         buf[::64] = zeros  # a write to every cache line of the buffer
 
+    kinds: list[tuple[str, Callable[[], None] | None, int]] = [
+        ("warm", None, REF_STEPS), ("cold", evict, REF_STEPS)]
+    if long_steps:
+        kinds.append(("long", None, long_steps))
     threads = []
-    for name, before in (("warm", None), ("cold", evict)):
+    for name, before, steps in kinds:
         saver = LedgerSaver(store=Store(os.path.join(tmp, f"cold-{name}"), durability="off"))
         timer = Timed(saver, before)
         app = build_graph(saver)
         cfg = {"configurable": {"thread_id": f"cold-{name}"}}
-        _measure(app, timer, cfg, 0, REF_STEPS - WINDOW)
-        threads.append((name, app, timer, cfg))
+        _measure(app, timer, cfg, 0, steps - WINDOW)
+        threads.append((name, app, timer, cfg, steps))
+        if long_steps:
+            log(f"cold: {name} thread grown to {steps - WINDOW} steps")
     samples: dict[str, list[tuple[float, float, float, float]]] = {n: [] for n, *_ in threads}
     for i in range(WINDOW):
-        for name, app, timer, cfg in (threads if i % 2 == 0 else threads[::-1]):
-            samples[name].append(_step(app, timer, cfg, REF_STEPS - WINDOW + i))
+        # Two threads: each order in turn; three: each one first, then in turn.
+        k = i % len(threads)
+        turn = threads[k:] + threads[:k] if len(threads) > 2 or k == 0 else threads[::-1]
+        for name, app, timer, cfg, steps in turn:
+            samples[name].append(_step(app, timer, cfg, steps - WINDOW + i))
     out: dict[str, Any] = {}
     for name, got in samples.items():
         point = _point(REF_STEPS, got, 0, name)
@@ -476,6 +492,10 @@ def run_cold(tmp: str, log: Callable[[str], None]) -> dict[str, Any]:
     out.update({"steps": REF_STEPS, "window": WINDOW, "evict_mib": COLD_EVICT_MIB,
                 "ratio": out["cold_saver_cpu_ms"] / out["warm_saver_cpu_ms"],
                 "load": os.getloadavg()[0]})
+    if long_steps:
+        out.update({"long_steps": long_steps,
+                    "long_over_warm": out["long_saver_cpu_ms"] / out["warm_saver_cpu_ms"],
+                    "long_over_cold": out["long_saver_cpu_ms"] / out["cold_saver_cpu_ms"]})
     log(f"cold: {out}")
     return out
 
@@ -499,7 +519,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cold", action="store_true",
                    help="only our saver at 100 steps, warm caches against caches evicted "
                         "before each saver call")
+    p.add_argument("--long", action="store_true",
+                   help="with --cold: a 10,000-step thread too (long / cold: both points "
+                        "cold)")
     args = p.parse_args(argv)
+    if args.long and not args.cold:
+        p.error("--long goes with --cold")
     sizes = SIZES[:2] if args.quick else SIZES
     only = set(args.only or ("ledger", "sqlite", "postgres"))
     started = time.monotonic()
@@ -514,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.direct or args.cold:
         try:
             results = ({"direct": run_direct(tmp, SIZES[-1], log)} if args.direct
-                       else {"cold": run_cold(tmp, log)})
+                       else {"cold": run_cold(tmp, log, SIZES[-1] if args.long else 0)})
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         print(json.dumps(results, indent=2))

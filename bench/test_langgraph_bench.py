@@ -56,3 +56,40 @@ def test_the_before_hook_runs_once_before_each_saver_call(tmp_path: Path) -> Non
     assert calls[1::2] == [c for c in calls if c != "evict"]
     assert {"get_tuple", "put", "put_writes"} <= set(calls)
     assert timer.cpu > 0
+
+
+def test_cold_long_times_three_threads_in_turn_and_reports_both_points_cold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lb, "WINDOW", 3)
+    monkeypatch.setattr(lb, "REF_STEPS", 5)
+    monkeypatch.setattr(lb, "COLD_EVICT_MIB", 1)
+    order: list[str] = []
+    step = lb._step
+
+    def traced(app: Any, timer: lb.Timed, cfg: dict[str, Any], k: int) -> Any:
+        order.append(cfg["configurable"]["thread_id"])
+        return step(app, timer, cfg, k)
+
+    monkeypatch.setattr(lb, "_step", traced)
+    out = lb.run_cold(str(tmp_path), lambda _msg: None, long_steps=8)
+    timed = order[-9:]  # the grown steps come first, then three rounds of three
+    assert [timed[i:i + 3] for i in (0, 3, 6)] == [
+        ["cold-warm", "cold-cold", "cold-long"],
+        ["cold-cold", "cold-long", "cold-warm"],
+        ["cold-long", "cold-warm", "cold-cold"]]
+    assert out["long_steps"] == 8
+    assert out["long_over_cold"] == out["long_saver_cpu_ms"] / out["cold_saver_cpu_ms"]
+    assert out["long_over_warm"] == out["long_saver_cpu_ms"] / out["warm_saver_cpu_ms"]
+    assert out["ratio"] == out["cold_saver_cpu_ms"] / out["warm_saver_cpu_ms"]
+    from ledger import Store
+    from ledger.integrations.langgraph import LedgerSaver
+
+    state = LedgerSaver(store=Store(str(tmp_path / "cold-long"), durability="off")).get_tuple(
+        {"configurable": {"thread_id": "cold-long"}})
+    assert state is not None and len(state.checkpoint["channel_values"]["messages"]) == 16
+
+
+def test_long_without_cold_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        lb.main(["--long"])
