@@ -12,7 +12,7 @@ Nothing here touches a file: callers feed rows in log order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,9 @@ from ledger.core.rows import Row
 
 UNKNOWN_SEQ = ffmt.FLOOR_UNREADABLE
 PROVIDER_KINDS = frozenset({"message", "lead_in", "warning"})
+# How provider_rows serves a row changed for the model: item, its data, the
+# new parts, whether no result is left (_served_copy, _served_in_place).
+_Serve = Callable[[Any, dict[str, Any], list[Any], bool], Any]
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,7 @@ def _orphan_text(part: dict[str, Any], why: str) -> dict[str, Any]:
     return {"type": "text", "text": f"[result of tool call {part.get('id')}{error}; {why}]\n{text}"}
 
 
-def provider_rows(rows: Iterable[Any]) -> list[Any]:
+def provider_rows(rows: Iterable[Any], *, owned: bool = False) -> list[Any]:
     """Filter the rows after the newest boundary into what the model sees.
 
     ``rows`` are :class:`ledger.core.rows.Row` objects (or dicts). Drops reset rows,
@@ -168,7 +171,15 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
     pairing agree on which calls are open; a result in a message row that
     names such a call says where its call is, not that it is in an earlier
     window.
+
+    ``owned``: the caller hands over ``rows`` -- read afresh for this call,
+    held by no one else, dropped once the view is made (``History.provider_view``)
+    -- so a row served as text is changed in place (:func:`_served_in_place`)
+    instead of copied: the same rows come out, without a copy of each
+    orphan's row dict (one more dict the cyclic collector counts, and a
+    touch of every value of a row decoded a megabyte earlier).
     """
+    serve = _served_in_place if owned else _served_copy
     out: list[Any] = []
     append = out.append
     waiting: dict[str, int] = {}  # call id -> calls with that id that have no result yet
@@ -188,7 +199,7 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
             # A lead-in or a warning (any other kind is not served): its
             # tool parts are text, never a call or a result (module rule).
             if kind in kinds:
-                append(_other_kind(item, row, kind, gone))
+                append(_other_kind(item, row, kind, gone, serve))
             continue
         parts = row.get("parts")
         if not parts:
@@ -209,7 +220,7 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
                     if not _answers(pid, waiting, gone):
                         # An orphan (200 of the bench window's 635 rows):
                         # served as text, its row left with no result.
-                        item = _served_copy(item, row, [_orphan_text(
+                        item = serve(item, row, [_orphan_text(
                             p, gone[pid] if pid in gone else _EARLIER)], True)
                 elif t == "tool_call":
                     pid = str(p.get("id"))
@@ -237,7 +248,7 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
             elif t == "tool_call":
                 calls = True
         if orphans is not None:
-            item = _served_as_text(item, row, parts, orphans)
+            item = _served_as_text(item, row, parts, orphans, serve)
         if calls:
             for p in parts:
                 if isinstance(p, dict) and p.get("type") == "tool_call":
@@ -247,11 +258,13 @@ def provider_rows(rows: Iterable[Any]) -> list[Any]:
     return out
 
 
-def _other_kind(item: Any, row: dict[str, Any], kind: str, gone: dict[str, str]) -> Any:
+def _other_kind(item: Any, row: dict[str, Any], kind: str, gone: dict[str, str],
+                serve: _Serve) -> Any:
     """``item``, a provider-visible row that is not a message (a lead-in, a
     warning), as served: its tool calls and results, which only message rows
     hold (``ledger.core.toolpairs``), as text parts in a copy of it
-    (:func:`call_text`, :func:`_orphan_text`); as it is when it holds none.
+    (:func:`call_text`, :func:`_orphan_text`; ``serve`` makes the copy, or
+    changes a row handed over in place); as it is when it holds none.
     A result naming one of its calls later answers nothing: ``gone`` (call
     id -> why, ``provider_rows``) says its call sat in a row of this kind."""
     parts = row.get("parts")
@@ -270,7 +283,7 @@ def _other_kind(item: Any, row: dict[str, Any], kind: str, gone: dict[str, str])
             new[i] = other_kind_text(p, kind)
             if t == "tool_call":
                 gone[str(p.get("id"))] = f"its call sat in a {kind} row, not a message row"
-    return item if new is None else _served_copy(item, row, new, True)
+    return item if new is None else serve(item, row, new, True)
 
 
 def other_kind_text(part: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -302,16 +315,17 @@ def _answers(pid: str, waiting: dict[str, int], gone: dict[str, str]) -> bool:
 
 
 def _served_as_text(item: Any, row: dict[str, Any], parts: list[Any],
-                    orphans: dict[int, str]) -> Any:
-    """A copy of ``item`` whose orphan results (part index -> why it is one)
-    are text parts (:func:`orphan_result_text`); a tool row left without any
-    result becomes a user row."""
+                    orphans: dict[int, str], serve: _Serve) -> Any:
+    """``item`` served (``serve``: a copy, or in place) with its orphan
+    results (part index -> why it is one) as text parts
+    (:func:`orphan_result_text`); a tool row left without any result becomes
+    a user row."""
     new_parts = list(parts)
     for i, why in orphans.items():
         new_parts[i] = _orphan_text(parts[i], why)
     # Every part an orphan leaves no result; otherwise look at the parts
     # that were not replaced.
-    return _served_copy(item, row, new_parts, len(orphans) == len(parts) or not any(
+    return serve(item, row, new_parts, len(orphans) == len(parts) or not any(
         [isinstance(p, dict) and p.get("type") == "tool_result" for p in new_parts]))
 
 
@@ -333,6 +347,18 @@ def _served_copy(item: Any, row: dict[str, Any], parts: list[Any], no_result: bo
         new["role"] = "user"
     new.pop(_CHECKSUM_KEY, None)
     return new if isinstance(item, dict) else Row(item.line, item.segment, item.offset, new)
+
+
+def _served_in_place(item: Any, row: dict[str, Any], parts: list[Any], no_result: bool
+                      ) -> Any:
+    """:func:`_served_copy` for rows the caller has handed over
+    (``provider_rows(owned=True)``): ``row`` itself takes ``parts`` (and the
+    user role, the checksum dropped) and ``item`` is served, holding it."""
+    row["parts"] = parts
+    if no_result and row.get("role") == "tool":
+        row["role"] = "user"
+    row.pop(_CHECKSUM_KEY, None)
+    return item
 
 
 def window_marker(b: Boundary | None) -> int:

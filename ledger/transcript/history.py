@@ -171,7 +171,7 @@ class History(WorkspaceHandle):
         """``provider_view()`` and the state it was read under
         (``window_state``)."""
         rows, state = self.window_state()
-        return provider_rows(rows), state
+        return provider_rows(rows, owned=True), state
 
     def provider_view(self) -> list[Row]:
         """The rows the model sees: the active window minus reset rows, empty
@@ -179,7 +179,7 @@ class History(WorkspaceHandle):
         A tool result whose call is in an earlier window is served as user
         text (``ledger.core.windows.provider_rows``). Empty for a workspace
         that has no history yet (nothing is created by reading)."""
-        return provider_rows(self.window_rows())
+        return provider_rows(self.window_rows(), owned=True)
 
     def session_history(self) -> SessionHistory:
         """The ``session_history`` retrieval tool bound to this workspace."""

@@ -189,6 +189,29 @@ class WindowContract(ContractBase):
         assert {"call:c1", "result:c1", "call:c2", "result:c2"} <= set(shown)
         assert shown.index("call:c1") < shown.index("result:c1")
 
+    def test_serving_an_orphan_as_text_leaves_the_stored_row_as_it_was(
+        self, make_store: MakeStore, ws: str
+    ) -> None:
+        # The view changes the rows it serves as text in place (they were read
+        # for that view alone): nothing stored, and no later read, may see it.
+        h = make_store().history(ws)
+        h.append_many([msg("q"), call_row("old")])
+        h.clear_soft()
+        h.append_many([result_row("old"), msg("after")])
+        seq = h.next_seq - 2
+        first = view(h)
+        assert first[0]["role"] == "user" and "result of tool call old" in \
+            first[0]["parts"][0]["text"]
+        assert view(h) == first
+        rows, _ = h.provider_state()
+        assert [r.to_dict() for r in rows] == first
+        stored = h.get(seq)
+        assert stored is not None and stored.role == "tool"
+        assert stored.parts[0]["type"] == "tool_result"
+        window = h.window_rows()
+        assert window[0].seq == seq and window[0].data == stored.data
+        assert [r.to_dict() for r in h.rows()][-2] == stored.to_dict()
+
     @pytest.mark.parametrize("tool_available", [True, False])
     def test_lead_in_names_the_window_and_offers_the_tool(
         self, make_store: MakeStore, ws: str, tool_available: bool

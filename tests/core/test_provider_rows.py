@@ -16,6 +16,7 @@ window (nor, when an older call with the id had a result, that it is late).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from hypothesis import given
@@ -188,6 +189,27 @@ def test_the_same_rows_as_the_definition_it_replaced(rows: list[dict[str, Any]])
     as_rows = [Row(b"line %d" % i, 3, 10 * i, row) for i, row in enumerate(rows)]
     _same(provider_rows(as_rows), _reference(as_rows))
     _same(provider_rows(rows), _reference(rows))
+
+
+@given(st.lists(ROW, max_size=12))
+def test_rows_handed_over_are_served_alike_and_changed_only_where_served_as_text(
+        rows: list[dict[str, Any]]) -> None:
+    # owned=True (History.provider_view: rows read for that view alone) serves
+    # the same rows as the copying path, changing in place only the rows it
+    # serves as text: each such row is the one handed over, no copy.
+    for i, row in enumerate(rows):
+        row["seq"] = i + 1
+    want = _reference([Row(b"line %d" % i, 3, 10 * i, row) for i, row in enumerate(rows)])
+    handed = [Row(b"line %d" % i, 3, 10 * i, copy.deepcopy(row)) for i, row in enumerate(rows)]
+    got = provider_rows(list(handed), owned=True)
+    _same(got, want)
+    for g in got:
+        assert any(g is h for h in handed)
+    dicts = copy.deepcopy(rows)
+    got_dicts = provider_rows(list(dicts), owned=True)
+    _same(got_dicts, _reference(rows))
+    for g in got_dicts:
+        assert any(g is d for d in dicts)
 
 
 # Few ids and only tool parts: calls in lead-ins and warnings meet results
