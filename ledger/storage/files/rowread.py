@@ -85,9 +85,11 @@ def segment_rows(path: str, number: int, start: int = 0, *,
     """The readable rows of segment ``number`` (at ``path``) from byte
     ``start``; ``skip_first`` leaves out the first line (a window's boundary
     row). A torn last line is no row."""
-    fd = segs.open_regular(path)
+    fd, st = segs.open_regular_stat(path)
     try:
-        for base, buf, end, complete in segs.iter_runs_fd(fd, start):
+        # The size fstat gave ends the read without a read of nothing at the
+        # end of the file (the window is read under the history's lock).
+        for base, buf, end, complete in segs.iter_runs_fd(fd, start, known=st.st_size):
             if not complete:
                 break
             begin = 0

@@ -371,13 +371,20 @@ class Line:
     complete: bool  # False for a last line with no newline (a torn tail)
 
 
-def _runs(fd: int, start: int, chunk: int) -> Iterator[tuple[int, bytes, int, bool]]:
+def _runs(fd: int, start: int, chunk: int, known: int | None = None
+          ) -> Iterator[tuple[int, bytes, int, bool]]:
     """(offset, buffer, end, complete): ``buffer[:end]`` is a run of whole
     lines read from file offset ``offset`` (``complete``), or the last bytes of
     the file, a line without a newline (not ``complete``). The buffer is not
     copied to cut it at ``end``: the next read starts at the cut instead (the
     few bytes after it are read twice), so no chunk is ever joined or copied;
-    a line longer than the chunk is read again with twice the room."""
+    a line longer than the chunk is read again with twice the room.
+
+    ``known``: the file's size as the caller's ``fstat`` saw it. A read that
+    came back short, ending in a newline at or past that size, reached the
+    end of the file: no read of nothing follows it (a syscall and a buffer
+    of the chunk's size, never touched). A short read before it (a file
+    system may return one) reads on, as without ``known``."""
     base = start
     size = chunk
     while True:
@@ -392,20 +399,24 @@ def _runs(fd: int, start: int, chunk: int) -> Iterator[tuple[int, bytes, int, bo
             size *= 2
             continue
         yield base, buf, cut + 1, True
+        n = len(buf)
         del buf  # the chunk goes before the next read (memory: one chunk)
+        if known is not None and cut + 1 == n < size and base + n >= known:
+            return
         base += cut + 1
         size = chunk
 
 
-def iter_runs_fd(fd: int, start: int = 0, chunk: int = READ_CHUNK
-                 ) -> Iterator[tuple[int, bytes, int, bool]]:
+def iter_runs_fd(fd: int, start: int = 0, chunk: int = READ_CHUNK, *,
+                 known: int | None = None) -> Iterator[tuple[int, bytes, int, bool]]:
     """(offset, buffer, end, complete) runs of an open file from byte
     ``start``: ``buffer[:end]`` is whole lines ending in a newline
     (``complete``), or the last bytes of the file without one (a torn tail);
     ``buffer`` may hold more bytes after ``end``, which the next run starts
     with. For a caller that can work on the buffer without cutting it (no
-    copy of the chunk); :func:`iter_chunks_fd` cuts it."""
-    return _runs(fd, start, chunk)
+    copy of the chunk); :func:`iter_chunks_fd` cuts it. ``known``: the size
+    the caller's ``fstat`` of ``fd`` gave (see ``_runs``)."""
+    return _runs(fd, start, chunk, known)
 
 
 def iter_chunks_fd(fd: int, start: int = 0, chunk: int = READ_CHUNK

@@ -7,6 +7,7 @@ non-row lines, read from any depth of the caller's stack.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -199,3 +200,50 @@ def test_rows_from_an_offset_across_chunks_have_their_offsets(tmp_path: Path) ->
         assert r.segment == 4
         assert data[r.offset : r.offset + len(r.line) + 1] == r.line + b"\n"
         assert r.data == fmt.decode_line(r.line)
+
+
+def _segment(tmp_path: Path, rows: int, tail: bytes = b"") -> tuple[str, bytes]:
+    data = b"".join(fmt.encode_line({"seq": n, "kind": "message", "role": "user",
+                                     "parts": [{"type": "text", "text": f"{n} " + "x" * 900}]})
+                    for n in range(1, rows + 1)) + tail
+    path = tmp_path / "seg"
+    path.write_bytes(data)
+    return str(path), data
+
+
+def test_a_window_read_ends_at_the_size_it_saw_without_reading_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One short read reaches the end of the file: no second read of nothing
+    # at its end (a syscall and a buffer of a read chunk, never touched).
+    path, data = _segment(tmp_path, 300)
+    reads: list[tuple[int, int, int]] = []
+    real = os.pread
+
+    def spy(fd: int, n: int, offset: int) -> bytes:
+        got = real(fd, n, offset)
+        reads.append((n, offset, len(got)))
+        return got
+
+    monkeypatch.setattr(os, "pread", spy)
+    got = list(rowread.segment_rows(path, 1, 0))
+    assert [r.seq for r in got] == list(range(1, 301))
+    assert reads == [(rowread.segs.READ_CHUNK, 0, len(data))]
+
+
+def test_a_short_read_before_the_end_reads_on(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # A file system may return fewer bytes than asked before the end: every
+    # row after it is still read, and a torn tail is still no row.
+    path, data = _segment(tmp_path, 300, b'{"seq": 301, "kin')
+    real = os.pread
+
+    def short(fd: int, n: int, offset: int) -> bytes:
+        got = real(fd, n, offset)
+        cut = got.find(b"\n", len(got) // 3) + 1  # ends in a newline, well before the end
+        return got[:cut] if cut else got
+
+    monkeypatch.setattr(os, "pread", short)
+    got = list(rowread.segment_rows(path, 1, 0))
+    assert [r.seq for r in got] == list(range(1, 301))
+    for r in got:
+        assert data[r.offset : r.offset + len(r.line) + 1] == r.line + b"\n"
