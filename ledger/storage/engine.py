@@ -407,11 +407,16 @@ class WorkspaceEngine(Protocol):
 
     def get(self, seq: int) -> Row | None: ...
 
-    def window_rows(self) -> list[Row]: ...
+    def window_rows(self) -> list[Row]:
+        """The active window's rows, made for this call: no other holder of
+        them (no cache), so the caller may change them; ``History``'s
+        provider view serves an orphan result's row as text in place."""
+        ...
 
     def window_state(self) -> tuple[list[Row], Snapshot]:
         """``window_rows`` and the state they were read under, in one read
-        (one lock, or one statement): nothing was written between the two."""
+        (one lock, or one statement): nothing was written between the two.
+        The rows are the caller's, as ``window_rows``'s."""
         ...
 
     def pages(self, use: PageUse[T]) -> T:
