@@ -41,6 +41,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import chain
 from operator import itemgetter
 from typing import TypeVar
 
@@ -167,11 +168,6 @@ def _word_terms(word: str) -> tuple[str, ...]:
 # appears (str) or, for ASCII text, by its bytes; only words shorter than
 # WORD_MAX are kept, and a full cache starts again: at most _WORDS_KEPT keys.
 _WORDS_KEPT = 65536
-_str_words: dict[str, tuple[str, ...]] = {}
-_ascii_words: dict[bytes, tuple[str, ...]] = {}
-# The terms of each piece of non-ASCII text between ASCII separators
-# (``terms``), keyed by its UTF-8 bytes, bounded the same way.
-_pieces: dict[bytes, tuple[str, ...]] = {}
 _Key = TypeVar("_Key", str, bytes)
 _V = TypeVar("_V")
 # ASCII letters and digits kept, every other byte a space: for ASCII text,
@@ -180,13 +176,6 @@ _ASCII_WORDS = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c 
 # The same, but every byte of a multi-byte UTF-8 sequence kept: the pieces
 # ``split`` then gives are ASCII words or runs holding non-ASCII characters.
 _PIECES = bytes(c if c >= 0x80 or chr(c).isalnum() else 0x20 for c in range(256))
-
-
-def _learn(cache: dict[_Key, tuple[str, ...]], key: _Key, word: str) -> tuple[str, ...]:
-    """The terms of ``word`` (``_word_terms``), seen for the first time as
-    ``key``: kept in ``cache`` when the word is shorter than WORD_MAX (a full
-    cache starts again)."""
-    return _keep(cache, key, _word_terms(word))
 
 
 def _keep(cache: dict[_Key, _V], key: _Key, value: _V) -> _V:
@@ -199,51 +188,69 @@ def _keep(cache: dict[_Key, _V], key: _Key, value: _V) -> _V:
     return value
 
 
+class _AsciiWords(dict[bytes, tuple[str, ...]]):
+    """The terms of each ASCII word (its bytes), worked out when first asked
+    for (``cache[word]``: in C for a word held, so a text's words are looked
+    up with ``map``, no Python per word) and kept (``_keep``)."""
+
+    def __missing__(self, word: bytes) -> tuple[str, ...]:
+        return _keep(self, word, _word_terms(word.decode()))
+
+
+class _Pieces(dict[bytes, tuple[str, ...]]):
+    """The terms of each piece of NFKD text between ASCII separators (its
+    UTF-8 bytes): an ASCII word's from ``_ascii_words``, a piece holding
+    non-ASCII characters through the marks and the regular expression, each
+    of its words' terms kept in ``_str_words``; kept like a word."""
+
+    def __missing__(self, piece: bytes) -> tuple[str, ...]:
+        if piece.isascii():
+            return _keep(self, piece, _ascii_words[piece])
+        found: list[str] = []
+        cache_s = _str_words
+        for w in _WORD.findall(_unmarked(piece.decode("utf-8", "surrogatepass"))):
+            known = cache_s.get(w)
+            if known is None:
+                known = _keep(cache_s, w, _word_terms(w))
+            found.extend(known)
+        return _keep(self, piece, tuple(found))
+
+
+_str_words: dict[str, tuple[str, ...]] = {}
+_ascii_words = _AsciiWords()
+_pieces = _Pieces()
+
+
+def _word_keys(text: str) -> tuple[list[bytes], dict[bytes, tuple[str, ...]]]:
+    """``text`` split in C into the keys of a word cache, and that cache:
+    ASCII text (NFKD leaves it as it is) into its words; other text, after
+    NFKD, at its ASCII separators into pieces: ASCII words, and runs holding
+    non-ASCII characters (often a symbol beside a number, ``12→``) that only
+    the marks and the regular expression split (``_Pieces``). Every ASCII
+    separator is a separator of ``_WORD`` and no combining mark is ASCII, so
+    the words are the same."""
+    if text.isascii():
+        return text.encode().translate(_ASCII_WORDS).split(), _ascii_words
+    return unicodedata.normalize("NFKD", text).encode(
+        "utf-8", "surrogatepass").translate(_PIECES).split(), _pieces
+
+
 def terms(text: str) -> list[str]:
     """The indexed terms of ``text``, in order (repeats kept): the terms of
     each of its words (``words``) that is no stop word and shorter than
     WORD_MAX, stemmed. Each distinct word's terms are worked out once and
-    kept (``_word_terms``); ASCII text (NFKD leaves it as it is) is split in
-    C without the regular expression, other text at its ASCII separators
-    first (the regular expression splits only what is left between them)."""
-    out: list[str] = []
-    add = out.extend
-    if text.isascii():
-        cache_b = _ascii_words
-        for b in text.encode().translate(_ASCII_WORDS).split():
-            got = cache_b.get(b)
-            if got is None:
-                got = _learn(cache_b, b, b.decode())
-            add(got)
-        return out
-    # Other text: NFKD, then split at its ASCII separators in C as above;
-    # only the pieces holding non-ASCII characters (often a symbol beside a
-    # number, ``12→``) go through the marks and the regular expression, and
-    # each piece's terms are kept. Every ASCII separator is a separator of
-    # ``_WORD`` and no combining mark is ASCII, so the words are the same.
-    cache_b, cache_s, pieces = _ascii_words, _str_words, _pieces
-    for b in unicodedata.normalize("NFKD", text).encode(
-            "utf-8", "surrogatepass").translate(_PIECES).split():
-        if b.isascii():
-            got = cache_b.get(b)
-            if got is None:
-                got = _learn(cache_b, b, b.decode())
-        else:
-            got = pieces.get(b)
-            if got is None:
-                found: list[str] = []
-                for w in _WORD.findall(_unmarked(b.decode("utf-8", "surrogatepass"))):
-                    known = cache_s.get(w)
-                    found.extend(_learn(cache_s, w, w) if known is None else known)
-                got = _keep(pieces, b, tuple(found))
-        add(got)
-    return out
+    kept (``_word_terms``), and looked up in C (``_word_keys``)."""
+    keys, cache = _word_keys(text)
+    return list(chain.from_iterable(map(cache.__getitem__, keys)))
 
 
 def term_counts(text: str) -> tuple[Counter[str], int]:
-    """A row's term frequencies and its length in terms (what an index stores)."""
-    ts = terms(text)
-    return Counter(ts), len(ts)
+    """A row's term frequencies and its length in terms (what an index
+    stores): ``Counter(terms(text))`` and its length, the terms counted as
+    they are looked up (keys in the order the text first names them)."""
+    keys, cache = _word_keys(text)
+    tfs = Counter(chain.from_iterable(map(cache.__getitem__, keys)))
+    return tfs, sum(tfs.values())
 
 
 def postings_plan(dfs: Mapping[str, int]) -> tuple[list[str], int, int]:

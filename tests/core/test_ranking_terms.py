@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -103,3 +104,15 @@ def test_the_word_caches_are_bounded_and_give_the_same_terms() -> None:
     assert ranking.terms("\u2192" + "x" * 63) == ["x" * 63]
     assert ranking.terms("\u2192" + "x" * 64) == []
     assert ("\u2192" + "x" * 62).encode() not in ranking._pieces  # 65 bytes: not kept
+
+
+@given(st.one_of(TEXT, PIECES, ASCII))
+def test_term_counts_are_the_terms_counted_in_their_order(text: str) -> None:
+    """What an index stores of a row: each term's count, keys in the order
+    the text first names them (a fold gives new terms their ids in that
+    order), and the length in terms."""
+    want = [ranking._stem(w) for w in defined_words(text)
+            if w not in ranking.STOP and len(w) < ranking.WORD_MAX]
+    tfs, length = ranking.term_counts(text)
+    assert list(tfs.items()) == list(Counter(want).items())
+    assert length == len(want)
