@@ -23,7 +23,10 @@ epoch, the position just past the last row indexed and a hash of that row's
 line: a rewrite (reject, truncate, purge, repair) starts a new epoch and a
 rebuild; a log that lost or changed the row the index or its tail ends at (a
 crash at ``durability="off"``) is rebuilt too; a merge only moves rows and
-is found again by seq (the tail is dropped and read again). A missing,
+is found again by seq (the tail is dropped and read again), every line from
+the floor's on counted again so none is lost, but for the segments the merge
+left alone: each ``segs`` entry holds that count up to its line, and a
+segment whose file kept its stamp is not read again. A missing,
 damaged or foreign database is rebuilt from the segments. Every row the tool
 returns is read again from the log.
 
@@ -77,7 +80,7 @@ from ledger.storage.files import segments as segs
 from ledger.storage.files.appended import Appends
 from ledger.storage.files.recall_tail import FOLD_BYTES, Tail, TailDoc
 
-VERSION = "5"
+VERSION = "6"
 _MASK = (1 << 64) - 1
 CHUNK_POSTINGS = 200_000  # postings per committed chunk of a long build
 BATCH_ROWS = 256  # rows whose terms a build looks up together (``_Writer.docs``), at most
@@ -99,7 +102,7 @@ CREATE TABLE IF NOT EXISTS df(term TEXT PRIMARY KEY, tid INTEGER NOT NULL,
 CREATE TABLE IF NOT EXISTS echo(call TEXT PRIMARY KEY, h INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS wins(win INTEGER PRIMARY KEY, h INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS segs(number INTEGER PRIMARY KEY, last_at INTEGER NOT NULL,
-    last_hash TEXT NOT NULL, stamp TEXT NOT NULL, h INTEGER NOT NULL);
+    last_hash TEXT NOT NULL, stamp TEXT NOT NULL, lines TEXT NOT NULL, h INTEGER NOT NULL);
 """
 TABLES = ("meta", "docs", "post", "df", "echo", "wins", "segs")
 # A posting's check, computed by SQLite when it is written and when it is
@@ -128,7 +131,7 @@ _TYPES = {
     "echo": (("call", "text"), ("h", "integer")),
     "wins": (("win", "integer"), ("h", "integer")),
     "segs": (("number", "integer"), ("last_at", "integer"), ("last_hash", "text"),
-             ("stamp", "text"), ("h", "integer")),
+             ("stamp", "text"), ("lines", "text"), ("h", "integer")),
 }
 _MISTYPED = {table: f"SELECT count(*) FROM {table} WHERE " + " OR ".join(
     f"typeof({col}) != '{kind}'" for col, kind in cols) for table, cols in _TYPES.items()}
@@ -257,7 +260,8 @@ class _Progress:
     total: int
     lines: int
     bytes: int = 0
-    seg_ends: dict[int, tuple[int, str]] = field(default_factory=dict)
+    # segment -> the offset and hash of its last row line read, and ``lines`` then
+    seg_ends: dict[int, tuple[int, str, int]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, mark: Mark) -> _Progress:
@@ -766,8 +770,8 @@ class RecallIndex:
                 tail.add(TailDoc(seq, prog.window, indexed[1], size, number, offset,
                                  indexed[0]))
         tail.bytes += prog.bytes
-        for number, (at, h) in prog.seg_ends.items():
-            tail.seg_ends[number] = (at, h, _stamp_text(st, number))
+        for number, (at, h, lines) in prog.seg_ends.items():
+            tail.seg_ends[number] = (at, h, _stamp_text(st, number), lines)
         mark = prog.mark(st.epoch, layout, mark.floor, base.next_tid)
         if tail.full():
             return self._fold(db, st, base, tail, mark)
@@ -796,7 +800,8 @@ class RecallIndex:
             writer.docs([(d.seq, d.window, d.tfs, d.length, d.size, d.segment, d.offset)
                          for d in map(tail.docs.__getitem__, tail.order)])
             writer.flush()
-            self._save_segs(db, st, {n: (at, h) for n, (at, h, _s) in tail.seg_ends.items()})
+            self._save_segs(db, st, {n: (at, h, lines)
+                                     for n, (at, h, _s, lines) in tail.seg_ends.items()})
             mark = replace(mark, next_tid=writer.next_tid)
             _save(db, mark)
         if len(writer.tids) <= TERMS_KEPT:
@@ -838,17 +843,11 @@ class RecallIndex:
         if known is not None and self._segs is not None and self._segs[0] == known[0]:
             ends = list(self._segs[1])  # nobody committed since they were read
         else:
-            ends = []
-            for number, last_at, last_hash, stamp, h in db.execute(
-                    "SELECT * FROM segs").fetchall():
-                if h != _h(number, last_at, last_hash, stamp) or type(last_at) is not int \
-                        or type(last_hash) is not str or type(stamp) is not str:
-                    raise Damaged("a segment entry fails its checksum")
-                ends.append((number, last_at, last_hash, stamp))
+            ends = [(n, at, h, stamp) for n, (at, h, stamp, _lines) in _seg_rows(db).items()]
             if known is not None:
                 self._segs = (known[0], list(ends))
         if tail is not None:
-            ends.extend((n, at, h, stamp) for n, (at, h, stamp) in tail.seg_ends.items())
+            ends.extend((n, at, h, stamp) for n, (at, h, stamp, _l) in tail.seg_ends.items())
         for number, last_at, last_hash, stamp in ends:
             if number not in st.segments:
                 return False
@@ -905,23 +904,84 @@ class RecallIndex:
                     self._open(), st):
                 return None  # the log lost or changed rows the index holds
             return mark.segment, mark.offset, mark.last_at
-        self._open().execute("DELETE FROM segs")  # a merge: segments renumbered
         # A merge moved rows (same epoch, same rows), or the receipt is not
         # verified (a crash): find the last row by seq, having counted the
         # lines from the floor's on again (a lost older line means a rebuild).
-        count = 0
-        for number in st.segments:
-            for line in segs.iter_lines(segs.segment_path(self.wsdir, number)):
+        # The segments the index read whose files are the same since (their
+        # stamps; a merge leaves the segments before the merged ones alone)
+        # are not read again: each segs entry holds the count up to its line.
+        db = self._open()
+        ends = _seg_rows(db)
+        stamps = _stamps(st)
+        kept = self._unchanged(st, ends, stamps)
+        db.execute(f"DELETE FROM segs WHERE number NOT IN ({','.join('?' * len(kept))})", kept)
+        count, numbers, start = 0, st.segments, (0, 0)
+        for number in reversed(kept):
+            at, last_hash, _stamp, lines = ends[number]
+            data = self._line_at(number, at)
+            seq = fmt.seq_prefix(data[:32]) if data is not None else None
+            if data is None or xxhash.xxh3_64_hexdigest(data) != last_hash or seq is None:
+                return None  # a file that kept its stamp but not its line: rebuild
+            if seq > mark.upto:
+                continue
+            if seq == mark.upto:
+                if last_hash != mark.last_hash or int(lines) != mark.lines:
+                    return None
+                return number, at + len(data) + 1, at
+            count = int(lines)
+            numbers = [n for n in st.segments if n >= number]
+            start = (number, at + len(data) + 1)
+            break
+        seen: dict[int, tuple[int, str, int]] = {}  # each segment's last line read, as seg_ends
+        for number in numbers:
+            offset = start[1] if number == start[0] else 0
+            for line in segs.iter_lines(segs.segment_path(self.wsdir, number), offset):
                 seq = fmt.seq_prefix(line.data[:32])
                 if seq is not None and seq >= mark.floor:
                     count = (count + xxhash.xxh3_64_intdigest(line.data)) & _MASK
+                    seen[number] = (line.offset, xxhash.xxh3_64_hexdigest(line.data), count)
                 if seq == mark.upto:
                     if xxhash.xxh3_64_hexdigest(line.data) != mark.last_hash \
                             or count != mark.lines:
                         return None
+                    # What was read, so the next merge reads only what it moves.
+                    self._save_segs(db, st, seen)
                     return number, line.offset + len(line.data) + 1, line.offset
                 if seq is not None and seq > mark.upto:
                     return None
+        return None
+
+    def _unchanged(self, st: Any, ends: dict[int, tuple[int, str, str, str]],
+                   stamps: dict[int, str]) -> list[int]:
+        """The segments from the index's start on, in order, whose segs
+        entries name their files as they are now (the same stamp), up to the
+        first that has none or another file: the lines up to each entry's
+        line are those the index counted then."""
+        first = st.floor.segment if st.floor is not None else (
+            st.segments[0] if st.segments else 0)
+        kept = []
+        for number in st.segments:
+            if number < first:
+                continue
+            got = ends.get(number)
+            if got is None or stamps.get(number) != got[2]:
+                break
+            kept.append(number)
+        return kept
+
+    def _line_at(self, number: int, at: int) -> bytes | None:
+        """The whole line at offset ``at`` of segment ``number`` (None: none)."""
+        try:
+            fd = segs.open_regular(segs.segment_path(self.wsdir, number))
+        except OSError:
+            return None
+        try:
+            for line in segs.iter_lines_fd(fd, at, 16 * 1024):
+                return line.data if line.complete else None
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
         return None
 
     def _lines(self, st: Any, start: tuple[int, int]) -> Iterator[tuple[int, segs.Line]]:
@@ -959,7 +1019,7 @@ class RecallIndex:
                 continue  # unreadable lines are never results (check reports them)
             prog.upto, prog.last_at = seq, line.offset
             prog.last_hash = xxhash.xxh3_64_hexdigest(line.data)
-            prog.seg_ends[number] = (line.offset, prog.last_hash)
+            prog.seg_ends[number] = (line.offset, prog.last_hash, prog.lines)
             if row.get("kind") == "reset" or fmt.readable_row_is_reset(line.data, row):
                 prog.window = seq
                 yield seq, number, line.offset, len(line.data), None
@@ -1015,10 +1075,12 @@ class RecallIndex:
         return prog.mark(st.epoch, layout, mark.floor, writer.next_tid)
 
     @staticmethod
-    def _save_segs(db: sqlite3.Connection, st: Any, seg_ends: dict[int, tuple[int, str]]) -> None:
+    def _save_segs(db: sqlite3.Connection, st: Any,
+                   seg_ends: dict[int, tuple[int, str, int]]) -> None:
         stamps = _stamps(st)
-        rows = [(n, at, h, stamps.get(n, "")) for n, (at, h) in seg_ends.items()]
-        db.executemany("INSERT OR REPLACE INTO segs VALUES (?, ?, ?, ?, ?)",
+        rows = [(n, at, h, stamps.get(n, ""), str(lines))
+                for n, (at, h, lines) in seg_ends.items()]
+        db.executemany("INSERT OR REPLACE INTO segs VALUES (?, ?, ?, ?, ?, ?)",
                        [(*r, _h(*r)) for r in rows])
 
     # -- answering -------------------------------------------------------------
@@ -1220,6 +1282,20 @@ class RecallIndex:
             except OSError:
                 pass
         return {"docs": mark.docs, "upto": mark.upto, "bytes": size}
+
+
+def _seg_rows(db: sqlite3.Connection) -> dict[int, tuple[int, str, str, str]]:
+    """The segs table, each entry verified: segment -> (offset and hash of
+    the last row line read there, its stamp then, ``lines`` up to that line)."""
+    out = {}
+    for number, last_at, last_hash, stamp, lines, h in db.execute(
+            "SELECT * FROM segs").fetchall():
+        if h != _h(number, last_at, last_hash, stamp, lines) or type(number) is not int \
+                or type(last_at) is not int or type(last_hash) is not str \
+                or type(stamp) is not str or type(lines) is not str or not lines.isdigit():
+            raise Damaged("a segment entry fails its checksum")
+        out[number] = (last_at, last_hash, stamp, lines)
+    return out
 
 
 def _all_int(*values: Any) -> bool:

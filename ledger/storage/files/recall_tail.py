@@ -54,7 +54,8 @@ class Tail:
     """The rows after the index's mark (module doc). ``calls`` starts as the
     index's echo entries; ``new_calls`` are the ones the index has yet to
     store. ``seg_ends``: each segment read, the offset and hash of the last
-    row line read there and the segment's stamp then. A term's document
+    row line read there, the segment's stamp then and the mark's ``lines``
+    (the sum of the line hashes read) up to that line. A term's document
     frequency and postings are worked out when a query first asks for the
     term (``postings_of``) and kept until more rows come: reading a row costs
     its terms and no more."""
@@ -65,7 +66,7 @@ class Tail:
     wins: list[int] = field(default_factory=list)  # boundaries (window names), ascending
     total: int = 0
     new_calls: list[str] = field(default_factory=list)
-    seg_ends: dict[int, tuple[int, str, str]] = field(default_factory=dict)
+    seg_ends: dict[int, tuple[int, str, str, int]] = field(default_factory=dict)
     bytes: int = 0
     # term -> (documents looked at, its postings among them in the index's order)
     _postings: dict[str, tuple[int, list[tuple[int, int, int]]]] = field(default_factory=dict)

@@ -324,3 +324,110 @@ def test_after_a_merge_the_rows_past_the_mark_are_read_into_the_tail(
             assert tables(root / "w", where=False) == tables(
                 tmp_path / f"fresh{i}" / "w", where=False), i
     assert merges >= 3 and kept >= 2 and folds >= 3
+
+
+def _resume_reads(monkeypatch: pytest.MonkeyPatch) -> dict[int, int]:
+    """Lines of each segment the index reads while it finds its row again
+    after a merge (``RecallIndex._resume``), counted through the real reads."""
+    from ledger.storage.files import segments
+
+    read: dict[int, int] = {}
+    inside = [False]
+    real_lines, real_resume = segments.iter_lines, recall.RecallIndex._resume
+
+    def iter_lines(path: str, *args: Any, **kw: Any) -> Any:
+        for line in real_lines(path, *args, **kw):
+            if inside[0]:
+                number = ffmt.segment_number(os.path.basename(path))
+                read[number] = read.get(number, 0) + 1
+            yield line
+
+    def resume(self: Any, *args: Any) -> Any:
+        inside[0] = True
+        try:
+            return real_resume(self, *args)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(segments, "iter_lines", iter_lines)
+    monkeypatch.setattr(recall.RecallIndex, "_resume", resume)
+    return read
+
+
+def test_after_a_merge_the_segments_it_left_alone_are_not_read_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index finds its row again after a merge without reading the
+    segments the merge did not touch (their files the same, each segs entry
+    holding the count of lines up to its line): only the merged segments and
+    those after them are read, and every answer is a fresh index's."""
+    from ledger.storage.files.ports import unwrap
+
+    monkeypatch.setattr(recall_tail, "FOLD_ROWS", 7)
+    read = _resume_reads(monkeypatch)
+    root = tmp_path / "root"
+    h = Store(str(root), durability="off", segment_bytes=150).history("w")
+    h.append(msg("Can you help me plan a trip?"))
+    tool = h.session_history()
+    answers(tool)
+    words = ["bluebird deploy", "heron cache", "otter", "kubectl svc", "trip pasta"]
+
+    def stamps() -> dict[int, Any]:
+        st = unwrap(h).state()
+        return dict(st.sealed)
+
+    before, layout = stamps(), unwrap(h).state().receipt.layout
+    merges = skipped = 0
+    for i in range(64):
+        h.append(msg(f"turn {i}: {words[i % 5]} {words[(i * 3) % 5]} " + "~" * 100))
+        read.clear()
+        got = answers(tool)
+        assert got == fresh_answers(root, tmp_path / f"fresh{i}"), i
+        verified(root)
+        now_layout, now = unwrap(h).state().receipt.layout, stamps()
+        if now_layout != layout:
+            merges += 1
+            left_alone = {n for n, s in now.items() if before.get(n) == s}
+            assert not left_alone & set(read), (i, sorted(left_alone), read)
+            moved = set(now) - left_alone
+            assert set(read) <= moved | {max(now) + 1}, (i, read)
+            skipped += len(left_alone) >= 2
+            layout = now_layout
+        before = stamps()
+    assert merges >= 3 and skipped >= 2
+
+
+def test_a_line_lost_from_a_merged_segment_still_rebuilds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The segments a merge left alone are not read again, but the lines of
+    the others are counted as before: one lost from a merged segment (its file
+    changed, the log's layout with it) makes the index rebuild, and it answers
+    as a fresh index over what the log holds now."""
+    from ledger.storage.files.ports import unwrap
+
+    monkeypatch.setattr(recall_tail, "FOLD_ROWS", 3)
+    read = _resume_reads(monkeypatch)
+    root = tmp_path / "root"
+    h = Store(str(root), durability="off", segment_bytes=150).history("w")
+    tool = h.session_history()
+    layout = None
+    for i in range(40):
+        h.append(msg(f"turn {i}: heron {i} otter " + "~" * 100))
+        answers(tool)
+        now = unwrap(h).state().receipt.layout
+        if layout is not None and now != layout and i > 20:
+            break
+        layout = now
+    else:
+        pytest.fail("no merge")
+    sealed = [n for n, _s in unwrap(h).state().sealed]
+    merged = max(sealed)  # the segment the last merge wrote
+    h.append(msg("the last turn: a pelican"))
+    path = root / "w" / ffmt.segment_name(merged)
+    data = path.read_bytes().splitlines(keepends=True)
+    assert len(data) >= 2
+    path.write_bytes(b"".join(data[:1] + data[2:]))  # a line lost from the middle
+    read.clear()
+    got = answers(tool)
+    assert got == fresh_answers(root, tmp_path / "fresh")
+    assert read and min(read) >= merged  # found by counting: the segments before not read
+    verified(root)
