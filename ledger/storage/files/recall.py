@@ -1374,9 +1374,11 @@ def inspect(wsdir: str, st: Any, read_row: Any) -> list[tuple[str, str]]:
     """Read-only findings about the index against the log state ``st``:
     (code, message) pairs. ``read_row(seq)`` returns the log's row or None.
     ``recall_index_unsafe``: a link or not a regular file at one of its paths
-    (never opened); ``recall_index_damaged``: it fails ``verify``; else the
-    mark is compared with the log, and up to SAMPLE indexed rows (spread over
-    the seqs) with what the log says of them now."""
+    (never opened); ``recall_index_stale``: its mark names another version
+    (an older build's index, its tables not this one's; the next ranked
+    search rebuilds it); ``recall_index_damaged``: it fails ``verify``; else
+    the mark is compared with the log, and up to SAMPLE indexed rows (spread
+    over the seqs) with what the log says of them now."""
     why = unsafe(wsdir)
     if why is not None:
         return [("recall_index_unsafe", refusal(wsdir, why))]
@@ -1388,6 +1390,10 @@ def inspect(wsdir: str, st: Any, read_row: Any) -> list[tuple[str, str]]:
     except sqlite3.Error as exc:
         return [("recall_index_damaged", f"the recall index cannot be opened: {exc}")]
     try:
+        version = _version_of(db)
+        if version is not None and version != VERSION:
+            return [("recall_index_stale", f"the recall index has format {version}, this "
+                     f"build writes {VERSION}")]
         verify(db)
         index = RecallIndex(wsdir)
         mark = read_mark(db)
@@ -1416,6 +1422,18 @@ def inspect(wsdir: str, st: Any, read_row: Any) -> list[tuple[str, str]]:
     finally:
         db.close()
     return []
+
+
+def _version_of(db: sqlite3.Connection) -> str | None:
+    """The version the index's mark names, when its meta entry reads and
+    passes its checksum (else None: ``verify`` says what is wrong)."""
+    try:
+        got = db.execute("SELECT v, h FROM meta WHERE k = 'version'").fetchone()
+    except sqlite3.DatabaseError:
+        return None
+    if got is None or type(got[0]) is not str or got[1] != _h("version", got[0]):
+        return None
+    return str(got[0])
 
 
 def rebuild(wsdir: str, st: Any) -> Mark:

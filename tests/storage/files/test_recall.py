@@ -157,6 +157,32 @@ def test_check_reports_and_repair_rebuilds_the_index(tmp_path: Path) -> None:
     assert ranked(h.session_history(), "degree graduate commute") == before
 
 
+def test_an_index_of_an_older_version_is_reported_stale_and_rebuilt(tmp_path: Path) -> None:
+    """An index an older build wrote (version 5: its segs entries without the
+    line count) is reported stale by check, not damaged, and the next ranked
+    search rebuilds it: it answers as a fresh index."""
+    import sqlite3
+
+    from recovery.check import check
+
+    h = seeded(tmp_path)
+    tool = h.session_history()
+    before = ranked(tool, "degree graduate commute")
+    tool.reader._recall.close()
+    db = sqlite3.connect(tmp_path / "w" / ffmt.RECALL_NAME)
+    db.execute("ALTER TABLE segs DROP COLUMN lines")
+    db.execute("UPDATE meta SET v = '5', h = ? WHERE k = 'version'",
+               (files_recall._h("version", "5"),))
+    db.commit()
+    db.close()
+    found = [f for f in check(h).findings if "recall" in f.code]
+    assert [(f.code, f.message) for f in found] == [
+        ("recall_index_stale", "the recall index has format 5, this build writes "
+         f"{files_recall.VERSION}")]
+    assert ranked(h.session_history(), "degree graduate commute") == before
+    assert not [f for f in check(h).findings if "recall" in f.code]
+
+
 def test_a_current_index_over_long_lines_is_reported_clean_and_kept(tmp_path: Path) -> None:
     # check compares 64 random indexed rows with the log. A row bisection could not
     # reach within one call's scan (after a line longer than its probe) was taken for
