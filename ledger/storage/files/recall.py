@@ -932,20 +932,21 @@ class RecallIndex:
             numbers = [n for n in st.segments if n >= number]
             start = (number, at + len(data) + 1)
             break
-        seen: dict[int, tuple[int, str, int]] = {}  # each segment's last line read, as seg_ends
+        seen: dict[int, tuple[int, bytes, int]] = {}  # each segment's last line counted
         for number in numbers:
             offset = start[1] if number == start[0] else 0
             for line in segs.iter_lines(segs.segment_path(self.wsdir, number), offset):
                 seq = fmt.seq_prefix(line.data[:32])
                 if seq is not None and seq >= mark.floor:
                     count = (count + xxhash.xxh3_64_intdigest(line.data)) & _MASK
-                    seen[number] = (line.offset, xxhash.xxh3_64_hexdigest(line.data), count)
+                    seen[number] = (line.offset, line.data, count)
                 if seq == mark.upto:
                     if xxhash.xxh3_64_hexdigest(line.data) != mark.last_hash \
                             or count != mark.lines:
                         return None
                     # What was read, so the next merge reads only what it moves.
-                    self._save_segs(db, st, seen)
+                    self._save_segs(db, st, {n: (at, xxhash.xxh3_64_hexdigest(data), lines)
+                                             for n, (at, data, lines) in seen.items()})
                     return number, line.offset + len(line.data) + 1, line.offset
                 if seq is not None and seq > mark.upto:
                     return None
