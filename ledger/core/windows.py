@@ -159,7 +159,8 @@ def provider_rows(rows: Iterable[Any], *, owned: bool = False) -> list[Any]:
     """Filter the rows after the newest boundary into what the model sees.
 
     ``rows`` are :class:`ledger.core.rows.Row` objects (or dicts). Drops reset rows,
-    empty assistant records (rejected requests), unknown and internal kinds.
+    empty assistant records (rejected requests), unknown and internal kinds
+    (a kind that is no string too).
     Tool calls and results are never split: a tool result whose call is not in
     the window (a manual clear or an older writer put the boundary between
     them) would be rejected by every provider, so it is served as user text
@@ -196,9 +197,10 @@ def provider_rows(rows: Iterable[Any], *, owned: bool = False) -> list[Any]:
         row = item if isinstance(item, dict) else item.data
         kind = row.get("kind", "message")
         if kind != "message":
-            # A lead-in or a warning (any other kind is not served): its
-            # tool parts are text, never a call or a result (module rule).
-            if kind in kinds:
+            # A lead-in or a warning (any other kind is not served, nor is
+            # a kind that is no string: hostile bytes): its tool parts are
+            # text, never a call or a result (module rule).
+            if isinstance(kind, str) and kind in kinds:
                 append(_other_kind(item, row, kind, gone, serve))
             continue
         parts = row.get("parts")

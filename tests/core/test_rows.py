@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger.core.errors import InvalidRow
+from ledger.core.format import rows as fmt
 from ledger.core.rows import _check_json_domain
 
 
@@ -73,3 +74,14 @@ def test_fast_check_agrees_with_the_round_trip(value: object) -> None:
 def test_values_outside_the_domain_are_refused(bad: object) -> None:
     with pytest.raises(InvalidRow, match="row 3"):
         _check_json_domain({"role": "user", "meta": {"x": [bad]}}, 3)
+
+
+@pytest.mark.parametrize("kind", [b"[]", b'{"k":1}', b'["message"]', b"7", b"true"])
+def test_a_damaged_line_whose_kind_is_no_string_may_hide_a_reset(kind: bytes) -> None:
+    """A line that failed its checksum but still parses, with a ``kind`` that
+    is no known kind (no string at all, hashable or not): it may have been a
+    reset, so the floor fails closed (an unhashable kind once raised a plain
+    TypeError here)."""
+    data = b'{"seq":3,"kind":' + kind + b',"role":"user","parts":[]}'
+    assert fmt.damage_may_hide_reset(data)
+    assert not fmt.damage_may_hide_reset(b'{"seq":3,"kind":"message","role":"user","parts":[]}')

@@ -265,7 +265,8 @@ def damage_may_hide_reset(data: bytes) -> bool:
     row = decode_unframed(data)
     if row is not None:
         kind = row.get("kind")
-        return "reset" in row or (kind is not None and kind not in _NOT_RESET_KINDS)
+        return "reset" in row or (kind is not None and (
+            not isinstance(kind, str) or kind not in _NOT_RESET_KINDS))
     return _NOT_RESET_KIND_RE.search(data) is None or _RESET_KEY_RE.search(data) is not None
 
 

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from ledger import InvalidRow, LedgerError, Store
-from tests.helpers import msg, tree
+from ledger.cli import main
+from ledger.core.format import rows as fmt
+from tests.helpers import msg, segment_files, tree
 
 BAD_ROWS: dict[str, Any] = {
     "not-an-object": ["hello"],
@@ -105,3 +107,25 @@ def test_bad_input_does_not_mutate_the_callers_rows(store_root: Path) -> None:
     snapshot = repr(row)
     h.append(row)
     assert repr(row) == snapshot
+
+
+@pytest.mark.parametrize("kind", [b"[]", b'{"k":1}', b'["warning"]', b"7"])
+def test_a_stored_row_whose_kind_is_no_string_is_not_served(
+        store_root: Path, kind: bytes, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hostile bytes behind the store's back: a framed, checksum-valid line
+    whose ``kind`` is no string (an unhashable one once raised a plain
+    TypeError from the view). It is no kind the view serves: the view, the
+    window's tokens and the CLI's context and stat carry on without it."""
+    h = Store(store_root, durability="off").history("ws")
+    h.append_many([msg("hello"), msg("hi", role="assistant")])
+    body = (b'{"seq":3,"id":"odd","kind":' + kind + b',"role":"user","parts":[{"type":'
+            b'"text","text":"forged"}],"partial":false,"meta":{},"ts":1,'
+            b'"batch":{"id":"odd","n":1,"i":0}}')
+    with open(segment_files(store_root / "ws")[-1], "ab") as f:
+        f.write(fmt.frame(body))
+    view = Store(store_root).history("ws").provider_view()
+    assert [r.seq for r in view] == [1, 2]
+    for args in (["context", "ws"], ["stat", "ws"]):
+        capsys.readouterr()
+        assert main(["--root", str(store_root), *args]) == 0, capsys.readouterr().err
+        assert "forged" not in capsys.readouterr().out
