@@ -47,9 +47,9 @@ from typing import Any, TypeGuard
 
 from ledger.core.errors import InvalidRow
 from ledger.core.toolpairs import holds_tool_parts
-from ledger.core.windows import other_kind_text
+from ledger.core.windows import PROVIDER_KINDS, other_kind_text
 
-VISIBLE_KINDS = frozenset({"message", "lead_in", "warning"})
+VISIBLE_KINDS = PROVIDER_KINDS  # the kinds the provider view serves: one set for both
 KNOWN_PART_TYPES = frozenset({"text", "reasoning", "tool_call", "tool_result", "media"})
 MISSING_RESULT = "[no result was recorded for this tool call]"
 
