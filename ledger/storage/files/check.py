@@ -36,7 +36,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ledger.core.checks import DAMAGE, NOTICE, CheckReport, Finding, Progress
-from ledger.core.errors import FormatError, LedgerError, Unavailable, WorkspaceNotFound
+from ledger.core.errors import (
+    FormatError,
+    LedgerError,
+    Unavailable,
+    UnsafePath,
+    WorkspaceNotFound,
+)
 from ledger.core.format import files as ffmt
 from ledger.core.searchable import hidden, row_text
 from ledger.core.windows import Boundary
@@ -133,11 +139,7 @@ def _check(history: FileHistory, progress: Progress | None,
         [(n, segs.segment_path(path, n)) for n in numbers if n not in odd],
         expected=stamps, progress=byte_progress(progress, total), pairs=pairs,
     )
-    for n, what in odd.items():
-        findings.append(Finding(DAMAGE, "not_a_file",
-                                f"{segs.segment_path(path, n)} is {what}, not a regular file",
-                                f"move {ffmt.segment_name(n)} away (or restore the file), then "
-                                f"tledger repair {ws}", ffmt.segment_name(n)))
+    findings.extend(_odd_findings(path, ws, odd))
     if format_odd:
         findings.append(Finding(DAMAGE, "not_a_file",
                                 f"{os.path.join(path, ffmt.FORMAT_NAME)} is {format_odd}, not a "
@@ -204,6 +206,15 @@ def _check(history: FileHistory, progress: Progress | None,
         try:
             findings.extend(_recall_findings(history))
             findings.extend(vector_findings(history))
+        except UnsafePath as exc:
+            # A segment made a link or special file after the scan above
+            # (the index's read of the log refuses it as every read does).
+            later = odd_segments(path, segs.list_segments(path))
+            findings.extend(_odd_findings(path, ws, {n: w for n, w in later.items()
+                                                     if n not in odd}))
+            if not later.keys() - odd.keys():  # moved away again meanwhile
+                findings.append(Finding(DAMAGE, "not_a_file", str(exc),
+                                        f"tledger check {ws} again"))
         except LedgerError:
             pass  # a log whose state cannot be read: its damage is reported above
     return FileReport(ws, findings, len(scan.segments), scan.rows, scan.bytes, status, scan)
@@ -246,6 +257,15 @@ def open_call_findings(waiting: dict[str, list[int]], boundary: int) -> Iterator
         yield Finding(NOTICE, "open_tool_call",
                       f"{len(open_) - MAX_FINDINGS_PER_CODE} more open tool calls not listed",
                       "the next user message settles them")
+
+
+def _odd_findings(path: str, ws: str, odd: dict[int, str]) -> Iterator[Finding]:
+    """Damage for each segment that is not a regular file (``odd_segments``)."""
+    for n, what in odd.items():
+        yield Finding(DAMAGE, "not_a_file",
+                      f"{segs.segment_path(path, n)} is {what}, not a regular file",
+                      f"move {ffmt.segment_name(n)} away (or restore the file), then "
+                      f"tledger repair {ws}", ffmt.segment_name(n))
 
 
 def odd_segments(path: str, numbers: list[int]) -> dict[int, str]:

@@ -870,19 +870,9 @@ class RecallIndex:
         return self._read_line_hash(mark)
 
     def _read_line_hash(self, mark: Mark) -> str:
-        try:
-            fd = os.open(segs.segment_path(self.wsdir, mark.segment),
-                         os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except OSError:
-            return "?"
-        try:
-            for line in segs.iter_lines_fd(fd, mark.last_at, 16 * 1024):
-                return xxhash.xxh3_64_hexdigest(line.data) if line.complete else "?"
-        except OSError:
-            return "?"
-        finally:
-            os.close(fd)
-        return "?"
+        """The hash of :meth:`_line_at`'s line ("?": none there)."""
+        data = self._line_at(mark.segment, mark.last_at)
+        return "?" if data is None else xxhash.xxh3_64_hexdigest(data)
 
     def _moved(self, st: Any, layout: str, mark: Mark,
                start: tuple[int, int, int] | None) -> Mark | None:
@@ -971,7 +961,12 @@ class RecallIndex:
         return kept
 
     def _line_at(self, number: int, at: int) -> bytes | None:
-        """The whole line at offset ``at`` of segment ``number`` (None: none)."""
+        """The whole line at offset ``at`` of segment ``number`` (None: none,
+        the segment gone or unreadable: the index no longer holds, rebuilt).
+        A segment that is a symlink or no regular file raises ``UnsafePath``
+        as every read of the log does (``segs.open_regular``: nothing is
+        followed, a FIFO never waited on), not a rebuild: a rebuild would
+        meet it too, after throwing the index's work away."""
         try:
             fd = segs.open_regular(segs.segment_path(self.wsdir, number))
         except OSError:
