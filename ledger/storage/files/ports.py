@@ -44,6 +44,11 @@ class FileHistory(Protocol):
         """The validated state now (under the lock)."""
         ...
 
+    def read_state(self) -> State:
+        """``state()`` for a reader under the shared lock (the state this
+        process's last append published, while nothing changed since)."""
+        ...
+
     def snapshot(self) -> State: ...
 
     def settle_interrupted(self) -> None:

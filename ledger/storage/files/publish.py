@@ -138,3 +138,4 @@ class Publishing(WorkspaceBase):
     def forget_derived(self) -> None:
         """Drop the states derived from the segments (after they changed)."""
         self._derived = {}
+        self.own = None

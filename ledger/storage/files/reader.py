@@ -297,7 +297,7 @@ class FileReader:
         return locked(self.ws.path, self.ws.workspace, self.ws.store.lock_timeout, shared=True)
 
     def state(self) -> State:
-        st = self.ws.state()
+        st = self.ws.read_state()
         try:
             self.ws.refuse_damaged_floor(st)
         except HistoryDamaged as exc:

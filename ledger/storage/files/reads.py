@@ -36,20 +36,40 @@ from ledger.storage.files.appended import Appends
 from ledger.storage.files.index import BoundaryIndex, SegmentInfo
 from ledger.storage.files.lock import locked
 from ledger.storage.files.marker import recover_if_marked
-from ledger.storage.files.receipt import WriterReceipt, read_receipt
+from ledger.storage.files.receipt import WriterReceipt, read_receipt, receipt_is
 from ledger.storage.files.rowread import segment_rows
 from ledger.storage.files.state import (
     State,
-    boundary_from_receipt,
     covers,
     empty_state,
     missing_floor,
     recorded_floor,
+    verified_state,
 )
 from ledger.storage.files.watch import Scan, SegmentTable
 
 F = TypeVar("F", bound=Callable[..., Any])
 EMPTY_SCAN = Scan(True, False, False, [], [], [], None)
+
+
+class OwnWrite:
+    """What one append of this process published (``WorkspaceBase.read_state``):
+    the receipt's bytes and fields, the segments listed, the stamps it expects
+    (every segment's, then ZERO_STAMP for the number after the active one),
+    and the state, made on first use."""
+
+    __slots__ = ("data", "expect", "numbers", "receipt", "sealed", "state")
+
+    def __init__(
+        self, data: bytes, receipt: ffmt.Receipt, numbers: list[int],
+        sealed: list[tuple[int, ffmt.Stamp]], active: tuple[int, ffmt.Stamp],
+    ) -> None:
+        self.data = data
+        self.receipt = receipt
+        self.numbers = numbers
+        self.sealed = sealed
+        self.expect = [*sealed, active, (active[0] + 1, ffmt.ZERO_STAMP)]
+        self.state: State | None = None
 
 
 def _reading(what: str) -> Callable[[F], F]:
@@ -91,6 +111,8 @@ class WorkspaceBase:
         # What this process's appends wrote to the active segment (``appended``),
         # which the recall index's catch-up takes instead of reading it back.
         self.appended = Appends()
+        # What this process's last append published (``read_state``).
+        self.own: OwnWrite | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.workspace!r})"
@@ -166,6 +188,50 @@ class WorkspaceBase:
                 f"{ffmt.FORMAT_TEXT!r}; use a build that knows that format"
             )
 
+    def read_state(self) -> State:
+        """``state()`` for a reader under the shared lock. Right after this
+        process's own append, the state that append published, when nothing
+        shows a change since (``_unchanged``); otherwise ``state()``."""
+        own = self.own
+        if own is not None and not self.table.watching:
+            st = self._unchanged(own)
+            if st is not None:
+                return st
+            self.own = None
+        return self.state()
+
+    def _unchanged(self, own: OwnWrite) -> State | None:
+        """The state ``own`` published, if the log is still as it left it:
+
+        - the receipt holds the very bytes it wrote. Every tracked writer
+          (another process or ``Store``: an append, reset, merge, rewrite,
+          purge, repair, re-baseline) publishes a pending receipt first and
+          then a stable one with a higher next seq, a new epoch or a new
+          layout, so after any of them, finished or killed, the bytes differ;
+        - every segment it listed has the stamp it recorded (identity, size,
+          mtime, ctime): an untracked edit of any of them, or a segment gone;
+        - no segment after its active one exists (an untracked new segment).
+
+        What ``state()`` checks besides: a segment file added *below* the
+        active one by an untracked writer (the listing). Such a file is seen
+        by the next full pass, by any writer's arrival and by other
+        processes; here the log is served as the receipt names it until
+        then (module doc of ``watch.py``: the rotating table has the same
+        reach for files it does not list). None: use ``state()``."""
+        if not receipt_is(self.receipt_path, own.data):
+            return None
+        numbers = own.numbers
+        try:
+            found = segs.stamps(self.path, [*numbers, numbers[-1] + 1])
+        except HistoryDamaged:
+            return None  # an entry that is no regular file: state() says so
+        if found != own.expect:
+            return None
+        st = own.state
+        if st is None:
+            st = own.state = verified_state(own.receipt, numbers, own.expect[-2][1], own.sealed)
+        return st
+
     def state(
         self, receipt_file: WriterReceipt | None = None, scan: Scan | None = None
     ) -> State:
@@ -191,22 +257,7 @@ class WorkspaceBase:
                 and receipt.sealed_count == count
                 and receipt.sealed_digest == sealed_dg
             ):
-                return State(
-                    receipt=receipt,
-                    segments=numbers,
-                    active_stamp=active_stamp,
-                    sealed=sealed,
-                    verified=True,
-                    next_seq=receipt.next_seq,
-                    epoch=receipt.epoch,
-                    window=boundary_from_receipt(
-                        receipt.window, receipt.window_segment, receipt.window_offset, "?"
-                    ),
-                    floor=boundary_from_receipt(
-                        receipt.floor_seq, receipt.floor_segment, receipt.floor_offset, "manual",
-                        receipt.floor_after,
-                    ),
-                )
+                return verified_state(receipt, numbers, active_stamp, sealed)
             if scan.fresh:
                 break
             # The table's stamps do not confirm the receipt: only a full pass

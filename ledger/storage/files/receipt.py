@@ -48,6 +48,22 @@ def read_receipt(wsdir: str) -> ffmt.Receipt | None:
     return ffmt.unpack_receipt(data)
 
 
+def receipt_is(path: str, data: bytes) -> bool:
+    """Whether the receipt at ``path`` holds exactly ``data`` (the bytes a
+    writer of this process published): no decoding, the same defensive open
+    as ``read_receipt``; a longer file, a FIFO or a directory is not."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError:
+        return False
+    try:
+        return os.pread(fd, ffmt.RECEIPT_SIZE + 1, 0) == data
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 class WriterReceipt:
     """RECEIPT held open by a writer for one append (under the exclusive
     lock): read on arrival, then the pending and the stable copy written
@@ -90,13 +106,14 @@ class WriterReceipt:
             return None
         return ffmt.unpack_receipt(data)
 
-    def write(self, receipt: ffmt.Receipt, state: int | None = None) -> None:
+    def write(self, receipt: ffmt.Receipt, state: int | None = None) -> bytes:
+        """Write ``receipt`` (in ``state``); returns the bytes written."""
         if self.fd < 0:
-            write_receipt(self.wsdir, receipt, state)
-            return
+            return write_receipt(self.wsdir, receipt, state)
         data = ffmt.pack_receipt(receipt, state)
         if os.pwrite(self.fd, data, 0) != len(data):
             raise OSError(f"short write of {os.path.join(self.wsdir, ffmt.RECEIPT_NAME)}")
+        return data
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -115,9 +132,10 @@ def receipt_status(wsdir: str) -> str:
     return "stable" if r.stable else "pending"
 
 
-def write_receipt(wsdir: str, receipt: ffmt.Receipt, state: int | None = None) -> None:
+def write_receipt(wsdir: str, receipt: ffmt.Receipt, state: int | None = None) -> bytes:
     """Overwrite the receipt in place (see the module doc for why no fsync);
     with ``state``, ``receipt`` in that state (a writer's pending copy).
+    Returns the bytes written.
 
     Whatever sits at the path and is not a regular file (a symlink, a FIFO, a
     directory) is removed first, so nothing is followed or blocked on; a file
@@ -153,6 +171,7 @@ def write_receipt(wsdir: str, receipt: ffmt.Receipt, state: int | None = None) -
     finally:
         if fd >= 0:
             os.close(fd)
+    return data
 
 
 def _remove_odd(path: str) -> None:

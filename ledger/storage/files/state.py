@@ -53,6 +53,29 @@ def empty_state() -> State:
                  next_seq=1, epoch=0, window=None, floor=None)
 
 
+def verified_state(
+    receipt: ffmt.Receipt, numbers: list[int], active_stamp: ffmt.Stamp | None,
+    sealed: list[tuple[int, ffmt.Stamp]],
+) -> State:
+    """The state a stable receipt names, once the stamps confirmed it."""
+    return State(
+        receipt=receipt,
+        segments=numbers,
+        active_stamp=active_stamp,
+        sealed=sealed,
+        verified=True,
+        next_seq=receipt.next_seq,
+        epoch=receipt.epoch,
+        window=boundary_from_receipt(
+            receipt.window, receipt.window_segment, receipt.window_offset, "?"
+        ),
+        floor=boundary_from_receipt(
+            receipt.floor_seq, receipt.floor_segment, receipt.floor_offset, "manual",
+            receipt.floor_after,
+        ),
+    )
+
+
 @functools.lru_cache(maxsize=256)
 def boundary_from_receipt(
     seq: int, segment: int, offset: int, reason: str, after: int = 0
