@@ -52,24 +52,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 EMPTY_SCAN = Scan(True, False, False, [], [], [], None)
 
 
-class OwnWrite:
-    """What one append of this process published (``WorkspaceBase.read_state``):
-    the receipt's bytes and fields, the segments listed, the stamps it expects
-    (every segment's, then ZERO_STAMP for the number after the active one),
-    and the state, made on first use."""
-
-    __slots__ = ("data", "expect", "numbers", "receipt", "sealed", "state")
-
-    def __init__(
-        self, data: bytes, receipt: ffmt.Receipt, numbers: list[int],
-        sealed: list[tuple[int, ffmt.Stamp]], active: tuple[int, ffmt.Stamp],
-    ) -> None:
-        self.data = data
-        self.receipt = receipt
-        self.numbers = numbers
-        self.sealed = sealed
-        self.expect = [*sealed, active, (active[0] + 1, ffmt.ZERO_STAMP)]
-        self.state: State | None = None
+# What one append of this process published (``WorkspaceBase.read_state``):
+# the receipt's bytes and fields, the segments listed, the sealed segments,
+# the active segment and its stamp. (A tuple: every append makes one.)
+OwnWrite = tuple[bytes, ffmt.Receipt, list[int], list[tuple[int, ffmt.Stamp]], int, ffmt.Stamp]
 
 
 def _reading(what: str) -> Callable[[F], F]:
@@ -111,8 +97,11 @@ class WorkspaceBase:
         # What this process's appends wrote to the active segment (``appended``),
         # which the recall index's catch-up takes instead of reading it back.
         self.appended = Appends()
-        # What this process's last append published (``read_state``).
+        # What this process's last append published (``read_state``), and
+        # for it the stamps expected and the state, made on first use.
         self.own: OwnWrite | None = None
+        self._own_made: tuple[OwnWrite, list[tuple[int, ffmt.Stamp]], list[int], State] | None \
+            = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.workspace!r})"
@@ -218,19 +207,19 @@ class WorkspaceBase:
         processes; here the log is served as the receipt names it until
         then (module doc of ``watch.py``: the rotating table has the same
         reach for files it does not list). None: use ``state()``."""
-        if not receipt_is(self.receipt_path, own.data):
+        made = self._own_made
+        if made is None or made[0] is not own:
+            _data, receipt, numbers, sealed, active, stamp = own
+            expect = [*sealed, (active, stamp), (active + 1, ffmt.ZERO_STAMP)]
+            made = self._own_made = (own, expect, [n for n, _s in expect],
+                                     verified_state(receipt, numbers, stamp, sealed))
+        if not receipt_is(self.receipt_path, own[0]):
             return None
-        numbers = own.numbers
         try:
-            found = segs.stamps(self.path, [*numbers, numbers[-1] + 1])
+            found = segs.stamps(self.path, made[2])
         except HistoryDamaged:
             return None  # an entry that is no regular file: state() says so
-        if found != own.expect:
-            return None
-        st = own.state
-        if st is None:
-            st = own.state = verified_state(own.receipt, numbers, own.expect[-2][1], own.sealed)
-        return st
+        return made[3] if found == made[1] else None
 
     def state(
         self, receipt_file: WriterReceipt | None = None, scan: Scan | None = None

@@ -51,7 +51,6 @@ from ledger.storage.files.merge import settle as settle_merge
 from ledger.storage.files.origin import origin_hint
 from ledger.storage.files.publish import Publishing
 from ledger.storage.files.reader import FileReader
-from ledger.storage.files.reads import OwnWrite
 from ledger.storage.files.receipt import WriterReceipt
 from ledger.storage.files.retention import Quarantine, clean_quarantine
 from ledger.storage.files.stat import stat_report
@@ -267,8 +266,8 @@ class FileWorkspace(Publishing):
             # Accepted write, unpublished receipt: the pending receipt
             # expires cursors and the next writer re-baselines (DESIGN 6).
             return AppendResult(seqs, epoch, window_marker(window), bid), None
-        numbers = [*st.segments, target] if new_file else st.segments
-        self.own = OwnWrite(data, receipt, numbers, sealed, (target, new_stamp))
+        self.own = (data, receipt, [*st.segments, target] if new_file else st.segments,
+                    sealed, target, new_stamp)
         return AppendResult(seqs, epoch, window_marker(window), bid), sealed
 
     def _restore_receipt(self, st: State, rf: WriterReceipt) -> None:
