@@ -287,6 +287,7 @@ class FileReader:
             # row served is read again from the log).
             sync = "OFF" if self.ws.store.durability == "off" else "NORMAL"
             self._recall = RecallIndex(self.ws.path, sync)
+            self._recall.moves = self.ws.index.merge_record
         return self._recall
 
     def exists(self) -> bool:

@@ -60,7 +60,7 @@ import stat as stat_mod
 import threading
 from array import array
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import chain, islice, repeat
@@ -511,6 +511,9 @@ class RecallIndex:
         # The terms (id, document frequency) the last fold on this
         # connection wrote, and SQLite's data_version then (``_fold``).
         self._terms: tuple[int, dict[str, list[int]]] | None = None
+        # The INDEX record of the merge that made a receipt layout under an
+        # epoch (the file reader sets it): the tail is moved with its rows.
+        self.moves: Callable[[int, int], ffmt.MergeRecord | None] | None = None
 
     # -- the database --------------------------------------------------------
 
@@ -685,6 +688,7 @@ class RecallIndex:
         base = self._mark_now(db)
         tail = self._held(base)
         mark = self._tail_mark if tail is not None else base
+        held = (tail, base, mark) if tail is not None else None  # kept across a merge
         seen = self._seen
         if seen is not None and seen.holds(st, layout, mark):
             # The stamps say what changed since the log was last found to
@@ -731,9 +735,70 @@ class RecallIndex:
                 _save(db, mark)
         if moved is None:
             return mark
-        got = self._extend(db, st, layout, moved, None)
+        got = None
+        kept = self._replaced(st, layout, held) if held is not None and held[1] == mark \
+            else None
+        if kept is not None:
+            # The tail's rows where the merge put them: not read nor counted again.
+            self._tail_mark = kept[1]
+            got = self._extend(db, st, layout, moved, kept[0])
+        if got is None:
+            got = self._extend(db, st, layout, moved, None)
         # Else (it cannot go on from the mark just saved): in SQLite.
         return got if got is not None else self._refresh(st, layout)
+
+    def _replaced(self, st: Any, layout: str, held: tuple[Tail, Mark, Mark]
+                  ) -> tuple[Tail, Mark] | None:
+        """The tail ``held`` (the tail, the index's mark it extended, its own
+        mark) with every place in it moved where the merges since its layout
+        put its rows (their INDEX records: a merge moves whole segments, each
+        source to ``into`` at a base offset, without changing a byte). Each
+        segment's last line the tail read is checked at its new place (its
+        hash); ``_extend`` checks the tail's own last line. None when a
+        record is missing, a layout is not a receipt's, or a line is not
+        where the record says: then the rows are read again."""
+        tail, _base, mark = held
+        moves = self.moves
+        if moves is None or not (mark.layout.isdigit() and layout.isdigit()):
+            return None
+        steps: list[tuple[int, dict[int, int]]] = []
+        for n in range(int(mark.layout) + 1, int(layout) + 1):
+            rec = moves(st.epoch, n)
+            if rec is None or rec.epoch != st.epoch:
+                return None
+            steps.append((rec.into, dict(rec.sources)))
+        if not steps:
+            return None
+
+        def place(number: int, offset: int) -> tuple[int, int]:
+            for into, base in steps:
+                b = base.get(number)
+                if b is not None:
+                    number, offset = into, offset + b
+            return number, offset
+
+        docs: dict[int, TailDoc] = {}
+        for seq, d in tail.docs.items():
+            number, offset = place(d.segment, d.offset)
+            docs[seq] = d if number == d.segment else TailDoc(
+                d.seq, d.window, d.length, d.size, number, offset, d.tfs)
+        ends: dict[int, tuple[int, str, str, int]] = {}
+        for number, (at, h, _stamp, lines) in tail.seg_ends.items():
+            into, at = place(number, at)
+            if into not in ends or ends[into][0] < at:
+                ends[into] = (at, h, _stamp_text(st, into), lines)
+        for number, (at, h, _stamp, _lines) in ends.items():
+            if number not in st.segments or self._line_hash(
+                    Mark(0, "", 0, 0, number, 0, at, "", 0, 0)) != h:
+                return None
+        number, offset = place(mark.segment, mark.offset)
+        last = place(mark.segment, mark.last_at) if mark.last_at >= 0 else (number, -1)
+        if last[0] != number:
+            return None
+        moved = Tail(tail.calls, docs, list(tail.order), list(tail.wins), tail.total,
+                     list(tail.new_calls), ends, tail.bytes)
+        return moved, replace(mark, layout=layout, segment=number, offset=offset,
+                              last_at=last[1])
 
     def _extend(
         self, db: sqlite3.Connection, st: Any, layout: str, base: Mark, tail: Tail | None,

@@ -431,3 +431,53 @@ def test_a_line_lost_from_a_merged_segment_still_rebuilds(
     assert got == fresh_answers(root, tmp_path / "fresh")
     assert read and min(read) >= merged  # found by counting: the segments before not read
     verified(root)
+
+
+def test_the_tail_is_kept_across_a_merge(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A merge moves the tail's rows without changing a byte: the tail is
+    moved with them (the merge's INDEX record), not read nor counted again.
+    After each one-row append exactly that row's terms are counted, also
+    after the appends that merged; every answer is a fresh index's, and the
+    folds write what a build writes (the rows' new places included)."""
+    from ledger.core import searchable
+    from ledger.storage.files.ports import unwrap
+
+    monkeypatch.setattr(recall_tail, "FOLD_ROWS", 12)
+    counted: list[int] = []
+    real = searchable.indexed_terms
+
+    def counting(row: dict[str, Any], *args: Any, **kw: Any) -> Any:
+        counted.append(int(row.get("seq", 0)))
+        return real(row, *args, **kw)
+
+    monkeypatch.setattr(recall, "indexed_terms", counting)
+    root = tmp_path / "root"
+    h = Store(str(root), durability="off", segment_bytes=150).history("w")
+    h.append(msg("Can you help me plan a trip?"))
+    tool = h.session_history()
+    answers(tool)
+    words = ["bluebird deploy", "heron cache", "otter", "kubectl svc", "trip pasta"]
+    layout = unwrap(h).state().receipt.layout
+    kept = folds = 0
+    for i in range(64):
+        h.append(msg(f"turn {i}: {words[i % 5]} {words[(i * 3) % 5]} " + "~" * 100))
+        upto = indexed_upto(root)
+        counted.clear()
+        got = answers(tool)
+        assert counted == [h.next_seq - 1], (i, counted)  # the new row alone
+        assert got == fresh_answers(root, tmp_path / f"fresh{i}"), i
+        now = unwrap(h).state().receipt.layout
+        if now != layout:
+            kept += indexed_upto(root) < h.next_seq - 2  # a tail of two rows or more moved
+            layout = now
+        if indexed_upto(root) > upto:
+            folds += 1
+            assert tables(root / "w", where=False) == tables(
+                tmp_path / f"fresh{i}" / "w", where=False), i
+            # The rows folded now, moved or not, are entered where they are.
+            mine, fresh = (
+                [d for d in tables(w)["docs"] if d[0] > upto]
+                for w in (root / "w", tmp_path / f"fresh{i}" / "w"))
+            assert mine == fresh, i
+    assert kept >= 3 and folds >= 3
