@@ -197,28 +197,26 @@ class WorkspaceBase:
           purge, repair, re-baseline) publishes a pending receipt first and
           then a stable one with a higher next seq, a new epoch or a new
           layout, so after any of them, finished or killed, the bytes differ;
-        - every segment it listed has the stamp it recorded (identity, size,
-          mtime, ctime): an untracked edit of any of them, or a segment gone;
-        - no segment after its active one exists (an untracked new segment).
+        - the directory lists the segments it listed, no more, no fewer (an
+          untracked segment added or removed anywhere);
+        - each has the stamp it recorded (identity, size, mtime, ctime): an
+          untracked edit of any of them.
 
-        What ``state()`` checks besides: a segment file added *below* the
-        active one by an untracked writer (the listing). Such a file is seen
-        by the next full pass, by any writer's arrival and by other
-        processes; here the log is served as the receipt names it until
-        then (module doc of ``watch.py``: the rotating table has the same
-        reach for files it does not list). None: use ``state()``."""
+        So what ``state()`` checks, without decoding the receipt or deriving
+        anything. None: use ``state()``."""
         made = self._own_made
         if made is None or made[0] is not own:
             _data, receipt, numbers, sealed, active, stamp = own
-            expect = [*sealed, (active, stamp), (active + 1, ffmt.ZERO_STAMP)]
-            made = self._own_made = (own, expect, [n for n, _s in expect],
+            made = self._own_made = (own, [*sealed, (active, stamp)], numbers,
                                      verified_state(receipt, numbers, stamp, sealed))
         if not receipt_is(self.receipt_path, own[0]):
             return None
         try:
+            if segs.segments_in(self.path, os.listdir(self.path)) != made[2]:
+                return None
             found = segs.stamps(self.path, made[2])
-        except HistoryDamaged:
-            return None  # an entry that is no regular file: state() says so
+        except (OSError, HistoryDamaged):
+            return None  # state() says what it is
         return made[3] if found == made[1] else None
 
     def state(
