@@ -249,24 +249,45 @@ def _self_test() -> bool:
 DEPTH_CAPPED = _self_test()
 
 
+# Below this many bytes a chunk's brackets are counted (``bytes.translate``,
+# ~1 us plus ~1.2 us a KiB) rather than the decode run at the bottom of a
+# descent (~15-18 us a chunk whatever its size, the encoder's ~700 levels):
+# a small turn's window is one such chunk (bench/RESULTS.md, issue 31,
+# twelfth round, tidy3).
+_COUNT_BELOW = 8192
+
+
 def shallow_lines(fn: Callable[[Any], T], data: Any, raw: bytes) -> T | None:
     """``fn(data)`` (a msgspec ``decode_lines``) when no line of ``raw`` (the
     same lines, as bytes) can nest deeper than MAX_DEPTH; None when one may,
     or the decode ran out of recursion: the caller then goes line by line,
     where ``too_deep`` decides each line. msgspec's DecodeError propagates.
 
-    Where :data:`DEPTH_CAPPED`, the decode itself is the test (see above);
-    elsewhere no line may hold more opening brackets than MAX_DEPTH."""
+    Where :data:`DEPTH_CAPPED`, the decode itself is the test (see above),
+    except for a chunk shorter than ``_COUNT_BELOW`` bytes (``raw`` no
+    shorter than ``data``: a caller that passes less takes the descent) whose lines each
+    hold at most MAX_DEPTH opening brackets (a line nests at most as deep as
+    it has opening brackets: the same cap, decided by counting); elsewhere
+    no line may hold more opening brackets than MAX_DEPTH."""
+    counted = False
     if DEPTH_CAPPED:
-        try:
-            out = _capped(fn, data)
-        except RecursionError:
-            return None
-        if out is not None:
-            return out
-    if max(map(len, raw.translate(None, _OPENING_OR_NL).split(b"\n"))) > MAX_DEPTH:
+        if len(data) <= len(raw) < _COUNT_BELOW:  # raw holds data's lines (or more)
+            counted = _brackets_within(raw)
+        if not counted:
+            try:
+                out = _capped(fn, data)
+            except RecursionError:
+                return None
+            if out is not None:
+                return out
+    if not counted and not _brackets_within(raw):
         return None
     try:
         return with_headroom(fn, data)
     except RecursionError:
         return None
+
+
+def _brackets_within(raw: bytes) -> bool:
+    """Whether no line of ``raw`` holds more than MAX_DEPTH opening brackets."""
+    return max(map(len, raw.translate(None, _OPENING_OR_NL).split(b"\n"))) <= MAX_DEPTH

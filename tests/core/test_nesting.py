@@ -263,3 +263,32 @@ def test_the_depth_cap_leaves_no_cycle_behind() -> None:
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("pad", [0, 16 << 10])  # a small chunk (counted), a large one
+def test_shallow_lines_holds_the_cap_on_small_and_large_chunks(pad: int) -> None:
+    # A small chunk (a turn's window) is decided by counting each line's
+    # opening brackets, a large one by the capped decode: either way a line
+    # past MAX_DEPTH is never decoded (None: the caller goes line by line),
+    # a line below it is, and a line of many brackets but little depth
+    # (a list of 300 objects) still decodes in one call.
+    decode = msgspec.json.Decoder().decode_lines
+
+    def chunk(depth: int) -> bytes:
+        line = b"[" * (depth - 1) + b"{}" + b"]" * (depth - 1)
+        filler = b'{"seq":1,"text":"' + b"x" * pad + b'"}'
+        return filler + b"\n" + line
+
+    assert nesting.shallow_lines(decode, chunk(MAX_DEPTH + 1), chunk(MAX_DEPTH + 1)) is None
+    # (The capped decode leaves lines 249-256 deep to the caller's line by
+    # line read; counting decodes them in the chunk.)
+    for depth in (MAX_DEPTH - 16, MAX_DEPTH) if pad == 0 else (MAX_DEPTH - 16,):
+        got = nesting.shallow_lines(decode, chunk(depth), chunk(depth))
+        assert got is not None and got[0]["seq"] == 1
+    wide = b"[" + b",".join([b'{"a":[1]}'] * 300) + b"]"
+    data = chunk(2) + b"\n" + wide
+    got = nesting.shallow_lines(decode, data, data)
+    assert got is not None and len(got[2]) == 300
+    # From a deep call stack too (the decode's own recursion, given headroom).
+    assert _at_depth(sys.getrecursionlimit() - 120,
+                     lambda: nesting.shallow_lines(decode, data, data)) == got
