@@ -23,13 +23,16 @@ adapter maps anything to an API shape, :func:`conversation` turns the rows into
   order, taken from wherever it was stored later. A call with no stored result gets
   :data:`MISSING_RESULT` (an error result), since no API accepts an unanswered call
   in the middle of a conversation. A result whose call is not before it becomes
-  user text (:func:`orphan_result_parts`), so nothing silently disappears.
+  user text in the provider view's words and with the view's reason
+  (``ledger.core.windows.orphan_result_parts``: ``[result of tool call ID;
+  WHY]``, media parts kept as media), so nothing silently disappears and the
+  model reads the same whether the rows came raw or through the view.
 - A ``tool_call`` part outside an assistant row becomes user-visible text.
 - Only message rows hold calls and results (``ledger.core.toolpairs``, the
   rule every layer pairs by): a lead-in's or a warning's ``tool_call`` and
   ``tool_result`` parts are sent as text in their own row's turn, answering
   and awaiting nothing, in the provider view's words for them
-  (``ledger.core.windows.other_kind_text``), so raw rows and their view send
+  (``ledger.core.windows.other_kind_parts``), so raw rows and their view send
   such a row alike.
 
 Each adapter documents what it does with reasoning, media and parts it cannot carry.
@@ -43,11 +46,19 @@ import mimetypes
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any
 
 from ledger.core.errors import InvalidRow
 from ledger.core.toolpairs import holds_tool_parts
-from ledger.core.windows import PROVIDER_KINDS, other_kind_text
+from ledger.core.windows import (
+    EARLIER,
+    LATE,
+    PROVIDER_KINDS,
+    call_sat_in,
+    orphan_result_parts,
+    other_kind_parts,
+)
+from ledger.core.windows import is_parts_output as is_parts_output  # the adapters' name for it
 
 VISIBLE_KINDS = PROVIDER_KINDS  # the kinds the provider view serves: one set for both
 KNOWN_PART_TYPES = frozenset({"text", "reasoning", "tool_call", "tool_result", "media"})
@@ -105,23 +116,6 @@ def parse_arguments(text: str) -> Any:
         return json.loads(text)
     except (TypeError, ValueError):
         return text
-
-
-def is_parts_output(output: Any) -> TypeGuard[list[Mapping[str, Any]]]:
-    """Whether a tool output is a list of canonical text/media parts (else it is JSON)."""
-    return (
-        isinstance(output, list)
-        and bool(output)
-        and all(
-            isinstance(p, Mapping)
-            and (
-                (p.get("type") == "text" and isinstance(p.get("text"), str))
-                or (p.get("type") == "media" and isinstance(p.get("mime"), str)
-                    and (isinstance(p.get("data"), str) or isinstance(p.get("url"), str)))
-            )
-            for p in output
-        )
-    )
 
 
 def output_text(output: Any) -> str:
@@ -195,15 +189,6 @@ def raw_of(api: str, part: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def orphan_result_parts(part: Mapping[str, Any]) -> list[Part]:
-    """User-visible parts for a tool result whose call is not before it."""
-    label = f"[result of tool call {part.get('id')}{' (error)' if part.get('error') else ''}]"
-    output = part.get("output")
-    if is_parts_output(output):
-        return [{"type": "text", "text": label}, *[dict(p) for p in output]]
-    return [{"type": "text", "text": f"{label}\n{output_text(output)}"}]
-
-
 def carried_media(part: Mapping[str, Any]) -> bool:
     """A media part with something to send (``data`` or ``url``)."""
     return isinstance(part.get("data"), str) or isinstance(part.get("url"), str)
@@ -216,14 +201,51 @@ def _stray_call_text(part: Mapping[str, Any]) -> Part:
     }
 
 
-def _as_text(part: Part, kind: str) -> Part:
+def _as_text(part: Part, kind: str) -> list[Part]:
     """A part of a row of ``kind`` that holds no calls or results (a
     lead-in's, a warning's: ``holds_tool_parts``) as it is sent: a tool part
-    as the provider view's text for it (``ledger.core.windows.other_kind_text``,
+    as the provider view's parts for it (``ledger.core.windows.other_kind_parts``,
     the one wording), any other part as it is."""
     if part.get("type") in ("tool_call", "tool_result"):
-        return other_kind_text(part, kind)
-    return part
+        return other_kind_parts(part, kind)
+    return [part]
+
+
+class _Why:
+    """Why each result that answers no call is sent as text, in the provider
+    view's words (``ledger.core.windows.provider_rows``): its call had its
+    result already (``LATE``), sat in a lead-in or warning
+    (``call_sat_in``), or none comes before it (``EARLIER``: the rows are
+    a window, its call in an earlier one). Counted as the rows come, the
+    way the adapters pair, which differs from the view in two places that
+    stay: an assistant row's calls count before its own results (the view
+    counts a row's results first), and a call in a user row is text here
+    (``_stray_call_text``) where the view lets it wait for a result."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[object, int] = {}
+        self.gone: dict[object, str] = {}
+        self.of: dict[int, str] = {}  # id() of a result part -> why, if it is an orphan
+
+    def calls(self, parts: list[Part]) -> None:
+        for p in parts:
+            if p.get("type") == "tool_call":
+                pid = p.get("id")
+                self.waiting[pid] = self.waiting.get(pid, 0) + 1
+
+    def results(self, parts: list[Part]) -> None:
+        for p in parts:
+            pid = p.get("id")
+            if self.waiting.get(pid):
+                self.waiting[pid] -= 1
+                self.gone[pid] = LATE
+            else:
+                self.of[id(p)] = self.gone.get(pid, EARLIER)
+
+    def other_kind(self, parts: list[Part], kind: str) -> None:
+        for p in parts:
+            if p.get("type") == "tool_call":
+                self.gone[p.get("id")] = call_sat_in(kind)
 
 
 def row_shape_error(row: Any) -> str | None:
@@ -240,7 +262,7 @@ def row_shape_error(row: Any) -> str | None:
     return None
 
 
-def _segments(rows: Iterable[Row], keep: Callable[[Part], bool]) -> list[Turn]:
+def _segments(rows: Iterable[Row], keep: Callable[[Part], bool], why: _Why) -> list[Turn]:
     out: list[Turn] = []
     for index, row in enumerate(rows):
         if (error := row_shape_error(row)) is not None:
@@ -251,14 +273,18 @@ def _segments(rows: Iterable[Row], keep: Callable[[Part], bool]) -> list[Turn]:
         parts = [dict(p) for p in row.get("parts") or [] if isinstance(p, Mapping)]
         parts = [p for p in parts if p.get("type") in ("tool_call", "tool_result") or keep(p)]
         if not holds_tool_parts(row):
-            parts = [_as_text(p, str(row.get("kind"))) for p in parts]
+            why.other_kind(parts, str(row.get("kind")))
+            parts = [q for p in parts for q in _as_text(p, str(row.get("kind")))]
         results = [p for p in parts if p.get("type") == "tool_result"]
         rest = [p for p in parts if p.get("type") != "tool_result"]
         if role == "assistant":
+            why.calls(rest)
+            why.results(results)
             out.append(Turn("assistant", rest))
             if results:
                 out.append(Turn("tool", results))
             continue
+        why.results(results)
         rest = [_stray_call_text(p) if p.get("type") == "tool_call" else p for p in rest]
         if results:
             out.append(Turn("tool", results))
@@ -279,13 +305,16 @@ def _merge(turns: Iterable[Turn]) -> list[Turn]:
     return out
 
 
-def _pair(turns: list[Turn]) -> list[Turn]:
+def _pair(turns: list[Turn], why: dict[int, str]) -> list[Turn]:
     claimed: set[int] = set()
     out: list[Turn] = []
     for index, turn in enumerate(turns):
         if turn.role == "tool":
             leftover = [p for p in turn.parts if id(p) not in claimed]
-            orphans = [q for p in leftover for q in orphan_result_parts(p)]
+            # A result that answers no call: user text, in the provider
+            # view's words (``ledger.core.windows.orphan_result_parts``).
+            orphans = [q for p in leftover
+                       for q in orphan_result_parts(p, why.get(id(p), EARLIER))]
             if orphans:
                 out.append(Turn("user", orphans))
             continue
@@ -323,9 +352,10 @@ def conversation(rows: Iterable[Row], keep: Callable[[Part], bool] | None = None
     ``keep`` says which parts other than calls and results the API can carry; the
     others are dropped *before* turns are formed, so that what the API cannot see
     never separates two turns it would otherwise merge."""
-    turns = _merge(_segments(rows, keep or (lambda _part: True)))
+    why = _Why()
+    turns = _merge(_segments(rows, keep or (lambda _part: True), why))
     while True:
-        paired = _merge(_pair(turns))
+        paired = _merge(_pair(turns, why.of))
         if [(t.role, t.parts) for t in paired] == [(t.role, t.parts) for t in turns]:
             return paired
         turns = paired

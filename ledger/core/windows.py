@@ -12,9 +12,9 @@ Nothing here touches a file: callers feed rows in log order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
@@ -131,17 +131,26 @@ def batch_boundaries(rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
 
 _LATE = "it came after its call was settled"
 _EARLIER = "its call is in an earlier context window"
+LATE = _LATE  # why a result is text: its call had its result already
+EARLIER = _EARLIER  # ... or no call with its id comes before it in the window
 
 
-def orphan_result_text(part: dict[str, Any], *, late: bool = False) -> dict[str, Any]:
-    """A text part standing for a tool result whose call is not in the window
-    (it sits in an earlier window), or, with ``late``, whose call already has a
-    result (it was settled, e.g. when the user went on, before this one came):
-    what the model gets instead of a result no provider would accept."""
-    return _orphan_text(part, _LATE if late else _EARLIER)
+def call_sat_in(kind: str) -> str:
+    """Why a result is text: its call sat in a row of ``kind`` (a lead-in, a
+    warning), which holds no calls (``ledger.core.toolpairs``)."""
+    return f"its call sat in a {kind} row, not a message row"
 
 
-def _orphan_text(part: dict[str, Any], why: str) -> dict[str, Any]:
+def orphan_result_parts(part: Mapping[str, Any], why: str) -> list[dict[str, Any]]:
+    """The parts a tool result served as text stands as (``why`` it is not
+    served as a result): ``[result of tool call ID (error); WHY]`` and its
+    output, in one text part; an output of text and media parts
+    (:func:`is_parts_output`) with a media part is the label, then those
+    parts, so an image reaches the model as an image, not as its base64 in
+    text. The one wording of the provider view and of the adapters given
+    raw rows (``ledger.adapters.common``): the model reads the same whatever
+    path served the row. (The tests run first are the cheap ones: a string,
+    a list of text parts; ``provider_rows`` calls this for every orphan.)"""
     output = part.get("output")
     if isinstance(output, str):
         text = output
@@ -149,10 +158,38 @@ def _orphan_text(part: dict[str, Any], why: str) -> dict[str, Any]:
         isinstance(p, dict) and isinstance(p.get("text"), str) for p in output
     ):
         text = "\n".join(p["text"] for p in output)
+    elif _has_media(output):
+        return [{"type": "text", "text": _label(part, why)}, *[dict(p) for p in output]]
     else:
         text = fmt.encode_json(output).decode("utf-8")
     error = " (error)" if part.get("error") else ""
-    return {"type": "text", "text": f"[result of tool call {part.get('id')}{error}; {why}]\n{text}"}
+    return [{"type": "text",
+             "text": f"[result of tool call {part.get('id')}{error}; {why}]\n{text}"}]
+
+
+def _has_media(output: Any) -> TypeGuard[list[Mapping[str, Any]]]:
+    return is_parts_output(output) and any(p.get("type") == "media" for p in output)
+
+
+def is_parts_output(output: Any) -> TypeGuard[list[Mapping[str, Any]]]:
+    """Whether a tool output is a list of canonical text/media parts (else it is JSON)."""
+    return (
+        isinstance(output, list)
+        and bool(output)
+        and all(
+            isinstance(p, Mapping)
+            and (
+                (p.get("type") == "text" and isinstance(p.get("text"), str))
+                or (p.get("type") == "media" and isinstance(p.get("mime"), str)
+                    and (isinstance(p.get("data"), str) or isinstance(p.get("url"), str)))
+            )
+            for p in output
+        )
+    )
+
+
+def _label(part: Mapping[str, Any], why: str) -> str:
+    return f"[result of tool call {part.get('id')}{' (error)' if part.get('error') else ''}; {why}]"
 
 
 def provider_rows(rows: Iterable[Any], *, owned: bool = False) -> list[Any]:
@@ -164,7 +201,7 @@ def provider_rows(rows: Iterable[Any], *, owned: bool = False) -> list[Any]:
     Tool calls and results are never split: a tool result whose call is not in
     the window (a manual clear or an older writer put the boundary between
     them) would be rejected by every provider, so it is served as user text
-    (:func:`orphan_result_text`) in a copy of its row -- never dropped.
+    (:func:`orphan_result_parts`) in a copy of its row -- never dropped.
     Only message rows hold calls and results, here as in
     :func:`ledger.core.toolpairs.pair`: a tool part in a lead-in or a warning
     (a caller's, an older build's or hostile bytes) is served as text in a
@@ -222,8 +259,8 @@ def provider_rows(rows: Iterable[Any], *, owned: bool = False) -> list[Any]:
                     if not _answers(pid, waiting, gone):
                         # An orphan (200 of the bench window's 635 rows):
                         # served as text, its row left with no result.
-                        item = serve(item, row, [_orphan_text(
-                            p, gone[pid] if pid in gone else _EARLIER)], True)
+                        item = serve(item, row, orphan_result_parts(
+                            p, gone[pid] if pid in gone else _EARLIER), True)
                 elif t == "tool_call":
                     pid = str(p.get("id"))
                     waiting[pid] = waiting.get(pid, 0) + 1
@@ -265,7 +302,7 @@ def _other_kind(item: Any, row: dict[str, Any], kind: str, gone: dict[str, str],
     """``item``, a provider-visible row that is not a message (a lead-in, a
     warning), as served: its tool calls and results, which only message rows
     hold (``ledger.core.toolpairs``), as text parts in a copy of it
-    (:func:`call_text`, :func:`_orphan_text`; ``serve`` makes the copy, or
+    (:func:`call_text`, :func:`orphan_result_parts`; ``serve`` makes the copy, or
     changes a row handed over in place); as it is when it holds none.
     A result naming one of its calls later answers nothing: ``gone`` (call
     id -> why, ``provider_rows``) says its call sat in a row of this kind."""
@@ -276,28 +313,31 @@ def _other_kind(item: Any, row: dict[str, Any], kind: str, gone: dict[str, str],
     i = -1
     for p in parts:
         i += 1
-        if not isinstance(p, dict):
-            continue
-        t = p.get("type")
+        t = p.get("type") if isinstance(p, dict) else None
         if t == "tool_result" or t == "tool_call":
             if new is None:
-                new = list(parts)
-            new[i] = other_kind_text(p, kind)
+                new = [[q] for q in parts[:i]]
+            new.append(other_kind_parts(p, kind))
             if t == "tool_call":
-                gone[str(p.get("id"))] = f"its call sat in a {kind} row, not a message row"
-    return item if new is None else serve(item, row, new, True)
+                gone[str(p.get("id"))] = call_sat_in(kind)
+        elif new is not None:
+            new.append([p])
+    return item if new is None else serve(item, row, [q for ps in new for q in ps], True)
 
 
-def other_kind_text(part: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The text part a ``tool_call`` or ``tool_result`` part of a row of
-    ``kind`` that is not a message (a lead-in, a warning) is sent as: the
+def other_kind_parts(part: Mapping[str, Any], kind: str) -> list[dict[str, Any]]:
+    """The parts a ``tool_call`` or ``tool_result`` part of a row of ``kind``
+    that is not a message (a lead-in, a warning) is sent as (text; a
+    result's media parts after its label, :func:`orphan_result_parts`): the
     one wording of the provider view and of the adapters given raw rows
     (``ledger.adapters.common``), so both send such a row alike."""
     why = f"it sat in a {kind} row, not a message row"
-    return call_text(part, why) if part.get("type") == "tool_call" else _orphan_text(part, why)
+    if part.get("type") == "tool_call":
+        return [call_text(part, why)]
+    return orphan_result_parts(part, why)
 
 
-def call_text(part: dict[str, Any], why: str) -> dict[str, Any]:
+def call_text(part: Mapping[str, Any], why: str) -> dict[str, Any]:
     """A text part standing for a tool call that is not served as a call
     (``why``): its id, name and input as JSON."""
     return {"type": "text", "text": f"[tool call {part.get('id')} to {part.get('name')}; "
@@ -320,11 +360,14 @@ def _served_as_text(item: Any, row: dict[str, Any], parts: list[Any],
                     orphans: dict[int, str], serve: _Serve) -> Any:
     """``item`` served (``serve``: a copy, or in place) with its orphan
     results (part index -> why it is one) as text parts
-    (:func:`orphan_result_text`); a tool row left without any result becomes
+    (:func:`orphan_result_parts`); a tool row left without any result becomes
     a user row."""
-    new_parts = list(parts)
-    for i, why in orphans.items():
-        new_parts[i] = _orphan_text(parts[i], why)
+    new_parts: list[Any] = []
+    for i, p in enumerate(parts):
+        if i in orphans:
+            new_parts.extend(orphan_result_parts(p, orphans[i]))
+        else:
+            new_parts.append(p)
     # Every part an orphan leaves no result; otherwise look at the parts
     # that were not replaced.
     return serve(item, row, new_parts, len(orphans) == len(parts) or not any(

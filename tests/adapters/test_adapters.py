@@ -111,6 +111,7 @@ def test_the_typed_check_can_fail() -> None:
 # --- golden shapes ---------------------------------------------------------------
 
 PNG = "iVBORw0KGgo="
+STRAY = "[result of tool call zz; its call is in an earlier context window]\nstray"
 GOLDEN_ROWS: list[dict[str, Any]] = [
     {"seq": 1, "kind": "message", "role": "user", "parts": [{"type": "text", "text": "old"}]},
     {"seq": 2, "kind": "reset", "role": "system", "parts": [], "reset": {"reason": "rollover"}},
@@ -171,7 +172,7 @@ GOLDEN = {
             {"id": "c4", "type": "function", "function": {"name": "hang",
                                                           "arguments": '{"s":1}'}}]},
         {"role": "tool", "tool_call_id": "c4", "content": MISSING_RESULT},
-        {"role": "user", "content": "[result of tool call zz]\nstray"},
+        {"role": "user", "content": STRAY},
     ]},
     "openai-responses": {"model": "gpt-4o", "input": [
         {"type": "message", "role": "system",
@@ -194,7 +195,7 @@ GOLDEN = {
         {"type": "function_call", "call_id": "c4", "name": "hang", "arguments": '{"s":1}'},
         {"type": "function_call_output", "call_id": "c4", "output": MISSING_RESULT},
         {"type": "message", "role": "user",
-         "content": [{"type": "input_text", "text": "[result of tool call zz]\nstray"}]},
+         "content": [{"type": "input_text", "text": STRAY}]},
     ]},
     "anthropic": {"model": "claude-sonnet-4-5", "max_tokens": 4096,
                   "system": [{"type": "text", "text": "A new context window starts here."}],
@@ -226,7 +227,7 @@ GOLDEN = {
         {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "c4", "content": MISSING_RESULT,
              "is_error": True},
-            {"type": "text", "text": "[result of tool call zz]\nstray"}]},
+            {"type": "text", "text": STRAY}]},
     ]},
 }
 

@@ -111,7 +111,9 @@ def test_a_warnings_call_awaits_no_result() -> None:
     assert _chat(A_WARNINGS_CALL) == [
         ("user", "hello"),
         ("assistant", ["note", f'[tool call w1 to bash; {IN_WARNING}]\n{{"cmd":"ls"}}']),
-        ("user", "[result of tool call w1]\nout"),  # no call to answer: text
+        # no call to answer: text, in the provider view's words
+        ("user", "[result of tool call w1; its call sat in a warning row, not a message row]"
+                 "\nout"),
     ]
 
 
@@ -130,7 +132,7 @@ def test_a_result_in_a_message_answers_the_call_a_warnings_result_named() -> Non
                                   A_LEAD_INS_CALL])
 def test_a_warnings_and_a_lead_ins_tool_parts_read_the_same_raw_and_viewed(
         api: str, rows: list[dict[str, Any]]) -> None:
-    """One wording (``ledger.core.windows.other_kind_text``): the adapters
+    """One wording (``ledger.core.windows.other_kind_parts``): the adapters
     given the raw rows send a lead-in's or warning's tool parts in the
     provider view's words, and so render those rows exactly as the view's."""
     others = [r for r in rows if r.get("kind") in ("warning", "lead_in")]

@@ -44,10 +44,30 @@ def _reference_text(part: dict[str, Any], *, late: bool | str = False) -> dict[s
     return {"type": "text", "text": f"{label}\n{text}"}
 
 
+def _media_parts(output: Any) -> bool:
+    """An output of text and media parts holding a media part (tidy3: kept
+    as parts after the label, as the adapters always kept them)."""
+    def ok(p: Any) -> bool:
+        return isinstance(p, dict) and (
+            (p.get("type") == "text" and isinstance(p.get("text"), str))
+            or (p.get("type") == "media" and isinstance(p.get("mime"), str)
+                and (isinstance(p.get("data"), str) or isinstance(p.get("url"), str))))
+    return (isinstance(output, list) and bool(output) and all(map(ok, output))
+            and any(p["type"] == "media" for p in output))
+
+
+def _reference_parts(part: dict[str, Any], *, late: bool | str = False) -> list[Any]:
+    text = _reference_text(part, late=late)
+    if _media_parts(part.get("output")):
+        return [{"type": "text", "text": text["text"].split("\n", 1)[0]},
+                *[dict(p) for p in part["output"]]]
+    return [text]
+
+
 def _reference_served(item: Any, row: dict[str, Any], parts: list[Any],
                       orphans: dict[int, bool | str]) -> Any:
-    new_parts = [_reference_text(p, late=orphans[i]) if i in orphans else p
-                 for i, p in enumerate(parts)]
+    new_parts = [q for i, p in enumerate(parts)
+                 for q in (_reference_parts(p, late=orphans[i]) if i in orphans else [p])]
     row = {**row, "parts": new_parts}
     if row.get("role") == "tool" and not any(
         [isinstance(p, dict) and p.get("type") == "tool_result" for p in new_parts]
@@ -68,10 +88,8 @@ def _reference_other_kind(item: Any, row: dict[str, Any], kind: str) -> Any:
     new_parts: list[Any] = []
     for p in parts:
         if isinstance(p, dict) and p.get("type") == "tool_result":
-            text = _reference_text(p)["text"].split("\n", 1)[1]
-            error = " (error)" if p.get("error") else ""
-            label = f"[result of tool call {p.get('id')}{error}; {why}]"
-            p = {"type": "text", "text": f"{label}\n{text}"}
+            new_parts.extend(_reference_parts(p, late=why))
+            continue
         elif isinstance(p, dict) and p.get("type") == "tool_call":
             inp = fmt.encode_json(p.get("input")).decode("utf-8")
             label = f"[tool call {p.get('id')} to {p.get('name')}; {why}]"
@@ -337,19 +355,19 @@ def test_a_result_whose_call_sat_in_a_lead_in_or_warning_says_so() -> None:
 
 
 def test_the_view_serves_other_kinds_tool_parts_in_the_one_wording() -> None:
-    """``other_kind_text`` is the one wording of a lead-in's or warning's
+    """``other_kind_parts`` is the one wording of a lead-in's or warning's
     tool parts: the view serves exactly it (and the adapters send it for
     raw rows, tests/adapters/test_other_kinds.py)."""
-    from ledger.core.windows import other_kind_text
+    from ledger.core.windows import other_kind_parts
 
     call = {"type": "tool_call", "id": "c", "name": "bash", "input": {"cmd": "ls"}}
     res = {"type": "tool_result", "id": "r", "output": [{"type": "text", "text": "a"}],
            "error": True}
     for kind in ("lead_in", "warning"):
         row = {"kind": kind, "role": "assistant", "parts": [call, res]}
-        assert provider_rows([row])[0]["parts"] == [other_kind_text(call, kind),
-                                                     other_kind_text(res, kind)]
-    assert other_kind_text(call, "warning")["text"] == (
-        '[tool call c to bash; it sat in a warning row, not a message row]\n{"cmd":"ls"}')
-    assert other_kind_text(res, "lead_in")["text"] == (
-        "[result of tool call r (error); it sat in a lead_in row, not a message row]\na")
+        assert provider_rows([row])[0]["parts"] == [*other_kind_parts(call, kind),
+                                                     *other_kind_parts(res, kind)]
+    assert [p["text"] for p in other_kind_parts(call, "warning")] == [
+        '[tool call c to bash; it sat in a warning row, not a message row]\n{"cmd":"ls"}']
+    assert [p["text"] for p in other_kind_parts(res, "lead_in")] == [
+        "[result of tool call r (error); it sat in a lead_in row, not a message row]\na"]
