@@ -108,6 +108,26 @@ _SUFFIX_NL = itemgetter(slice(-LINE_SUFFIX - 1, None))  # ,"_c":"<16 hex>"}\n
 _SUFFIX_NL_FORMAT = _SUFFIX_FORMAT + b"\n"
 
 
+def one_per_line(lines: list[bytes]) -> bytes:
+    """``lines`` (bodies, or lines with their newline) for one ``decode_lines``
+    call into 1-tuples (``Decoder(tuple[...])``), each line inside an array of
+    its own: ``[A]`` newline ``[B]``. ``decode_lines`` reads a newline as
+    whitespace, so bare lines let a value begin on one line and end on the
+    next (a row and the start of another on one line, the end on the next:
+    as many values as lines, though no line decodes alone, nested as deep as
+    the lines' brackets together). Wrapped, a value that runs on past its
+    line's ``]`` is met by the next line's ``[`` where only ``,`` or a closing
+    bracket may stand (strings cannot hold a newline): a DecodeError. So
+    each 1-tuple holds exactly what its line decodes to alone. (One copy of
+    the chunk: the first and last line take their outer bracket first.)"""
+    if not lines:
+        return b""
+    parts = lines[:]
+    parts[0] = b"[" + parts[0]
+    parts[-1] += b"]"
+    return b"]\n[".join(parts)
+
+
 def lines_of(buf: bytes, end: int) -> list[bytes]:
     """The lines of ``buf[:end]`` (which ends in a newline), each with its
     newline; ``buf`` may go on after ``end`` with the start of a line (no

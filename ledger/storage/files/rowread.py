@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from itertools import repeat
-from operator import add
+from operator import add, itemgetter
 from typing import Any
 
 import msgspec
@@ -24,7 +24,10 @@ from ledger.core.format import rows as fmt
 from ledger.core.rows import Row
 from ledger.storage.files import segments as segs
 
-_decode_lines = msgspec.json.Decoder().decode_lines
+# Each line inside an array of its own (``fmt.one_per_line``): no value runs on
+# into the next line.
+_decode_lines = msgspec.json.Decoder(tuple[Any]).decode_lines
+_FIRST = itemgetter(0)
 _DICT = {dict}
 
 
@@ -34,7 +37,7 @@ def _chunk_dicts(lines: list[bytes]) -> list[Any] | None:
     bodies = fmt.verified_bodies(lines)
     if bodies is None:
         return None
-    joined = b"\n".join(bodies)
+    joined = fmt.one_per_line(bodies)
     # Freed before the decode, whose rows then take memory still in the
     # caches (2-3% of the chunk's CPU time, bench/RESULTS.md, issue 31).
     del bodies
@@ -43,12 +46,13 @@ def _chunk_dicts(lines: list[bytes]) -> list[Any] | None:
         # is too deep to tell): decided body by body, as decode_line does.
         rows = fmt.shallow_lines(_decode_lines, joined, joined)
         if rows is None:
-            if any(map(fmt.too_deep, joined.split(b"\n"))):
+            # (each piece one body in its array: one level more than the body)
+            if any(map(fmt.too_deep, joined.split(b"\n"), repeat(fmt.MAX_DEPTH + 1))):
                 return None
             rows = fmt.with_headroom(_decode_lines, joined)
     except (msgspec.DecodeError, RecursionError):
         return None
-    return rows if len(rows) == len(lines) else None
+    return list(map(_FIRST, rows)) if len(rows) == len(lines) else None
 
 
 def _all_rows(dicts: list[Any]) -> bool:

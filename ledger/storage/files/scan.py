@@ -11,6 +11,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import filterfalse
+from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -212,8 +213,11 @@ def may_hide_reset(data: bytes) -> bool:
     return data.count(b'"kind"') > 1 or b"\\u006" in data
 
 
-_decode_lines = msgspec.json.Decoder(CheckRow).decode_lines
-_decode_pair_lines = msgspec.json.Decoder(PairCheckRow).decode_lines
+# Each line inside an array of its own (``fmt.one_per_line``): no value runs on
+# into the next line.
+_decode_lines = msgspec.json.Decoder(tuple[CheckRow]).decode_lines
+_decode_pair_lines = msgspec.json.Decoder(tuple[PairCheckRow]).decode_lines
+_FIRST = itemgetter(0)
 # Read and verified a chunk at a time: 1 MiB stays in the CPU caches across
 # the chunk's passes (split, checksums, decode, UTF-8); 4 MiB
 # chunks made check about 10% slower (bench/RESULTS.md, issue 31).
@@ -442,24 +446,24 @@ class _Scanner:
 
     def _fast(self, base: int, buf: bytes, end: int) -> None:
         """Whole lines ``buf[:end]`` read from ``base`` (the bytes after
-        ``end`` are the start of the next run: split off, and only ever make
-        the depth and ASCII tests below look closer, never pass)."""
+        ``end`` are the start of the next run: split off)."""
         # Each line with its newline (cut by memchr); a row that leaves the
         # inlined cases below goes on without it, as the slow path's do.
         lines = fmt.lines_of(buf, end)
         try:
             if not fmt.all_verified_lines(lines):
                 raise _Slow
-            data = buf if end == len(buf) else memoryview(buf)[:end]
+            data = fmt.one_per_line(lines)
             # None: a line may nest deeper than the limit (or the caller's
             # stack is too deep to tell): decided line by line.
-            rows = fmt.shallow_lines(self.decode_lines, data, buf)
+            rows = fmt.shallow_lines(self.decode_lines, data, data)
             if rows is None:
                 if any(map(_too_deep, lines)):
                     raise _Slow
                 rows = with_headroom(self.decode_lines, data)
             if len(rows) != len(lines):
                 raise _Slow
+            rows = list(map(_FIRST, rows))
             # UTF-8 of the lines with a byte past ASCII (msgspec does not
             # read the strings it skips), picked out in C line by line (no
             # pass over the whole chunk first: most chunks hold such a line).
