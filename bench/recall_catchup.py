@@ -12,7 +12,9 @@ nothing to catch up: the lock, the log's state and the checks that the
 index still matches the log, which every ranked search pays whether or not
 rows came) and ``search`` (a ranked search of the up-to-date history: an
 index and, where the tree has one, its tail). Every batch is caught up by a
-timed ``catch-up``.
+timed ``catch-up``. ``merges``: the rounds whose append merged segments
+(automatic merges, from about round 359 at 16 MiB) and the catch-up right
+after each (wall and CPU ms), which finds the index's place again.
 
 Wall and CPU time of this process (SQLite runs in it) per operation: p50,
 p90, mean and max, and ``(append + catch-up) / append`` (the issue's
@@ -84,13 +86,28 @@ def main(argv: list[str] | None = None) -> int:
             "nothing new": catch_up, "search": search}
         wall: dict[str, list[float]] = {n: [] for n in ops}
         cpu: dict[str, list[float]] = {n: [] for n in ops}
-        for _ in range(args.rounds):
+        merged: list[dict[str, float]] = []  # the catch-ups right after a merge
+        wsdir = h.engine.path
+
+        def segments() -> int:  # the directory alone: no state of the store touched
+            return sum(name.startswith("seg-") for name in os.listdir(wsdir))
+
+        count = segments()
+        for r in range(args.rounds):
             for name, op in ops.items():
                 w, c = timed(op)
                 wall[name].append(w)
                 cpu[name].append(c)
+                if name == "append":
+                    now = segments()
+                    if now < count:
+                        merged.append({"round": r})
+                    count = now
+                elif name == "catch-up" and merged and len(merged[-1]) == 1:
+                    merged[-1].update(wall_ms=round(w * 1e3, 2), cpu_ms=round(c * 1e3, 2))
         out: dict[str, Any] = {"mib": args.mib, "rounds": args.rounds,
-                               "load": [round(x, 2) for x in os.getloadavg()]}
+                               "load": [round(x, 2) for x in os.getloadavg()],
+                               "merges": merged}
         for name in ops:
             out[name] = {"wall": summary(wall[name]), "cpu": summary(cpu[name])}
         for kind in ("wall", "cpu"):

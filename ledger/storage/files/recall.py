@@ -26,7 +26,11 @@ crash at ``durability="off"``) is rebuilt too; a merge only moves rows and
 is found again by seq (the tail is dropped and read again), every line from
 the floor's on counted again so none is lost, but for the segments the merge
 left alone: each ``segs`` entry holds that count up to its line, and a
-segment whose file kept its stamp is not read again. A missing,
+segment whose file kept its stamp is not read again. The index's entries
+are moved with their rows in the transaction that saves the mark at the
+merged layout (``_replace_docs``, through the merges' INDEX records, checked
+against the log), so a search reads each row at its place as a fresh
+index's does, not by seq within its read budget. A missing,
 damaged or foreign database is rebuilt from the segments. Every row the tool
 returns is read again from the log.
 
@@ -76,6 +80,7 @@ from ledger.core.errors import Unavailable
 from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.searchable import hidden, indexed_terms, row_text
+from ledger.storage.files import recall_places as places
 from ledger.storage.files import segments as segs
 from ledger.storage.files.appended import Appends
 from ledger.storage.files.recall_tail import FOLD_BYTES, Tail, TailDoc
@@ -712,7 +717,10 @@ class RecallIndex:
         self._forget()
         with _writing(db):
             mark = self._mark(db)  # another reader may have done it meanwhile
+            ends = _seg_rows(db) if mark.layout != layout else {}  # before _resume's own
             found = self._resume(st, layout, mark)
+            if found is not None and mark.layout != layout:
+                self._replace_docs(db, st, mark.layout, layout, ends)
             moved = self._moved(st, layout, mark, found)
             if moved is not None:
                 # A merge moved the rows: the mark is saved where its row is
@@ -723,6 +731,7 @@ class RecallIndex:
                 if found is None:
                     for table in TABLES:
                         db.execute(f"DELETE FROM {table}")
+                    _save_placed(db, layout)
                     if st.floor is not None:  # nothing before the floor, not even statistics
                         start = (st.floor.segment, st.floor.offset)
                     else:
@@ -758,24 +767,12 @@ class RecallIndex:
         record is missing, a layout is not a receipt's, or a line is not
         where the record says: then the rows are read again."""
         tail, _base, mark = held
-        moves = self.moves
-        if moves is None or not (mark.layout.isdigit() and layout.isdigit()):
-            return None
-        steps: list[tuple[int, dict[int, int]]] = []
-        for n in range(int(mark.layout) + 1, int(layout) + 1):
-            rec = moves(st.epoch, n)
-            if rec is None or rec.epoch != st.epoch:
-                return None
-            steps.append((rec.into, dict(rec.sources)))
-        if not steps:
+        steps = places.steps(self.moves, st.epoch, mark.layout, layout)
+        if steps is None:
             return None
 
         def place(number: int, offset: int) -> tuple[int, int]:
-            for into, base in steps:
-                b = base.get(number)
-                if b is not None:
-                    number, offset = into, offset + b
-            return number, offset
+            return places.place(steps, number, offset)
 
         docs: dict[int, TailDoc] = {}
         for seq, d in tail.docs.items():
@@ -799,6 +796,58 @@ class RecallIndex:
                      list(tail.new_calls), ends, tail.bytes)
         return moved, replace(mark, layout=layout, segment=number, offset=offset,
                               last_at=last[1])
+
+    def _replace_docs(self, db: sqlite3.Connection, st: Any, old: str, new: str,
+                      ends: dict[int, tuple[int, str, str, str]]) -> None:
+        """Move the index's entries to where the merges from layout ``old``
+        to ``new`` put their rows, in the caller's transaction (the one that
+        saves the mark at ``new``), so a search reads each row at its place
+        as a fresh index would, not by seq within its read budget. Done when
+        every entry is placed for ``old`` (the ``placed`` meta entry), every
+        record is there (``recall_places.steps``) and each segment the moved
+        entries name ends, at its new place, with the line the index read
+        last there (``ends``: the segs entries of ``old``, by hash). Else
+        the places are left as they are and ``placed`` says none is known
+        for sure: rows are found by seq, as before, until a rebuild. Each
+        entry's checksum is verified before it is made again."""
+        steps = places.steps(self.moves, st.epoch, old, new) if _placed(db) == old else None
+        rows: list[tuple[Any, ...]] = []
+        if steps is not None:
+            # A merge takes the trailing run of sealed segments: the entries
+            # it moves are the last but for the active segment's, and an
+            # entry's segment never decreases with its seq (rows are entered
+            # in log order, moved in order): read back from the last entry
+            # to the first before the merged segments, not the whole table.
+            moving = places.sources(steps)
+            lowest = min(moving)
+            for row in db.execute("SELECT * FROM docs ORDER BY seq DESC"):
+                if row[5] in moving:
+                    rows.append(row)
+                elif type(row[5]) is int and row[5] < lowest:
+                    break
+            for number in {row[5] for row in rows}:
+                got = ends.get(number)
+                if got is None:
+                    steps = None
+                    break
+                into, at = places.place(steps, number, got[0])
+                if into not in st.segments or self._line_hash(
+                        Mark(0, "", 0, 0, into, 0, at, "", 0, 0)) != got[1]:
+                    steps = None
+                    break
+        if steps is None:
+            _save_placed(db, "")
+            return
+        update = []
+        for seq, win, length, size, blob, seg, off, h in rows:
+            if not _all_int(seq, win, length, size, seg, off, h) or type(blob) is not bytes \
+                    or h != _doc_h(seq, win, length, size, blob, seg, off):
+                raise Damaged(f"the entry of row {seq} fails its checksum")
+            number, offset = places.place(steps, seg, off)
+            update.append((number, offset, _doc_h(seq, win, length, size, blob, number, offset),
+                           seq))
+        db.executemany("UPDATE docs SET seg = ?, off = ?, h = ? WHERE seq = ?", update)
+        _save_placed(db, new)
 
     def _extend(
         self, db: sqlite3.Connection, st: Any, layout: str, base: Mark, tail: Tail | None,
@@ -1401,6 +1450,23 @@ def _save(db: sqlite3.Connection, mark: Mark) -> None:
     ]
     db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?, ?)",
                    [(k, v, _h(k, v)) for k, v in pairs])
+
+
+def _placed(db: sqlite3.Connection) -> str:
+    """The layout every docs entry's place is exact for ("": none known, an
+    index built before places were moved with merges, or one whose move
+    could not be verified: its places are hints, rows found by seq)."""
+    got = db.execute("SELECT v, h FROM meta WHERE k = 'placed'").fetchone()
+    if got is None:
+        return ""
+    if type(got[0]) is not str or got[1] != _h("placed", got[0]):
+        raise Damaged("its places' layout fails its checksum")
+    return got[0]
+
+
+def _save_placed(db: sqlite3.Connection, layout: str) -> None:
+    db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?, ?)",
+               ("placed", layout, _h("placed", layout)))
 
 
 def _stamp_text(st: Any, number: int) -> str:
