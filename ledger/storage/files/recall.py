@@ -81,6 +81,7 @@ from ledger.core.format import files as ffmt
 from ledger.core.format import rows as fmt
 from ledger.core.searchable import hidden, indexed_terms, row_text
 from ledger.storage.files import recall_places as places
+from ledger.storage.files import recall_verified
 from ledger.storage.files import segments as segs
 from ledger.storage.files.appended import Appends
 from ledger.storage.files.recall_tail import FOLD_BYTES, Tail, TailDoc
@@ -92,7 +93,8 @@ BATCH_ROWS = 256  # rows whose terms a build looks up together (``_Writer.docs``
 BATCH_POSTINGS = 16_384  # and their postings, at most
 TERMS_KEPT = 32_768  # terms a fold's ids and frequencies are kept for, at most (``_fold``)
 PAGE_SIZE = 4096  # of a new database (SQLite's default; tests use small pages)
-SUFFIXES = ("", "-wal", "-shm", "-journal")  # the database and SQLite's own files
+# The database, SQLite's own files and the record of its last whole verify
+SUFFIXES = ("", "-wal", "-shm", "-journal", recall_verified.SUFFIX)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL, h INTEGER NOT NULL)
     WITHOUT ROWID;
@@ -472,6 +474,10 @@ def verify(db: sqlite3.Connection) -> None:
                       f"{pairs // 8} pairs for {postings} postings)")
 
 
+def _data_version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA data_version").fetchone()[0])
+
+
 def read_mark(db: sqlite3.Connection) -> Mark:
     """The mark the index saved (``_EMPTY``: none, or another version's)."""
     got: dict[str, str] = {}
@@ -499,6 +505,11 @@ class RecallIndex:
         self.synchronous = synchronous
         self._db: sqlite3.Connection | None = None
         self._ident: tuple[int, int] = (0, 0)
+        # The data_version of this connection at which the index was known
+        # verified (whole, by its record, or made here), and its
+        # total_changes when it was last recorded (``_settle``).
+        self._trusted: int | None = None
+        self._changes = 0
         self.sizes: dict[int, int] = {}  # the last candidates' line sizes (bytes)
         # The unindexed tail (recall_tail), the index's mark it extends and
         # the mark of both; one search or refresh at a time works on them.
@@ -556,8 +567,11 @@ class RecallIndex:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute(f"PRAGMA synchronous={self.synchronous}")
                 if not fresh and _schema_of(db):
-                    verify(db)
+                    self._verified(db, path)
                 db.executescript(_SCHEMA)
+                if self._trusted is None:  # made here: recorded once written
+                    self._trusted = _data_version(db)
+                    self._changes = -1
             except BaseException:
                 db.close()
                 raise
@@ -565,7 +579,65 @@ class RecallIndex:
             self._ident = (before.st_dev, before.st_ino)
         return self._db
 
+    def _verified(self, db: sqlite3.Connection, path: str) -> None:
+        """The index verified at open (``Damaged`` if not): its schema, and
+        either its record (``recall_verified``: no byte of it changed since
+        a connection that knew it verified recorded it), valid before and
+        after this connection's snapshot began, or the whole ``verify``,
+        then recorded."""
+        before = recall_verified.valid(path)
+        with _reading(db):
+            if _schema_of(db) != _expected_schema():
+                raise Damaged("its tables are not the recall index's")
+            if before and recall_verified.valid(path):
+                read_mark(db)
+                self._trusted = _data_version(db)
+                self._changes = db.total_changes
+                return
+            verify(db)
+            version = _data_version(db)
+        self._trusted = version
+        self._changes = db.total_changes
+        self._record(db, version)
+
+    def _record(self, db: sqlite3.Connection, version: int) -> None:
+        """Record the index verified when no other connection committed
+        since ``version`` (this one's writes on a verified index are
+        verified too): the ``-wal`` checkpointed first (so a process that
+        ends, deleting it, leaves the database file as recorded), the files'
+        stamps taken under SQLite's write lock. Another writer busy: not
+        recorded (a later open verifies whole)."""
+        try:
+            busy, log, done = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            db.execute("PRAGMA busy_timeout=0")
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            finally:
+                db.execute("PRAGMA busy_timeout=30000")
+            try:
+                if _data_version(db) == version:
+                    recall_verified.write(index_path(self.wsdir),
+                                          alone=busy == 0 and log == done)
+            finally:
+                db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # busy, locked or unreadable: not recorded (a query finds damage)
+
+    def _settle(self) -> None:
+        """After a refresh that wrote: the index recorded verified again
+        when this connection's were the only writes since it knew it
+        verified (SQLite's data_version unchanged)."""
+        db = self._db
+        if db is None or self._trusted is None or db.total_changes == self._changes:
+            return
+        self._changes = db.total_changes
+        if _data_version(db) == self._trusted:
+            self._record(db, self._trusted)
+        else:
+            self._trusted = None  # another connection wrote: a later open verifies
+
     def close(self) -> None:
+        self._trusted = None
         self._tail = None
         self._terms = None
         self._known = None
@@ -628,6 +700,7 @@ class RecallIndex:
             mark = self._refresh_tried(st, layout, steps)
         finally:
             self._hashes = None
+        self._settle()
         self._seen = None if st.active_stamp is None or not st.verified else _Seen(
             mark, st.epoch, layout, _floor_seq(st), st.sealed, st.active, st.active_stamp)
         return mark
