@@ -10,8 +10,13 @@ build``: the real transcripts, durability ``off``) and its index (one ranked
 search), and keeps them: an index of 1 GiB takes many minutes to build, so
 ``measure`` runs against the same files as often as needed, from any tree.
 
+``pieces`` times each part of ``recall.verify`` on each size's index (the
+schema, ``quick_check``, the type checks, the postings' checks in SQL, the
+rows' checksums in Python, the counts), in this process, once.
+
 ``measure --trees A,B`` runs, for each size and each round, one new Python
-process per tree (``PYTHONPATH`` = the tree, alternating A B, B A, ...), each:
+process per tree (``PYTHONPATH`` and the working directory = the tree,
+alternating A B, B A, ...), each:
 ``Store`` opened, the first ranked search timed (open + whatever the tree
 verifies + the search), then a warm ranked search (another query), then the
 whole-index ``verify`` alone on a read-only connection of its own (skip with
@@ -92,7 +97,7 @@ def index_bytes(root: str) -> int:
 def child(tree: str, root: str, q1: str, q2: str, verify: bool) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=tree)
     got = subprocess.run([sys.executable, "-c", CHILD, root, q1, q2, "1" if verify else "0"],
-                         env=env, capture_output=True, text=True, check=True)
+                         env=env, cwd=tree, capture_output=True, text=True, check=True)
     return dict(json.loads(got.stdout.strip().splitlines()[-1]))
 
 
@@ -127,11 +132,64 @@ def do_measure(base: str, sizes: list[int], trees: list[str], rounds: int,
     return out
 
 
+def pieces_of(path: str) -> dict[str, float]:
+    """The parts of ``recall.verify`` on the index at ``path``, timed one by
+    one (the same statements)."""
+    import sqlite3
+    import time
+
+    from ledger.storage.files import recall
+
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    rec: dict[str, float] = {}
+
+    def timed(name: str, fn: Any) -> None:
+        t0 = time.perf_counter()
+        fn()
+        rec[name] = round(time.perf_counter() - t0, 3)
+
+    def docs() -> None:
+        for seq, win, length, size, tids, seg, off, _h in db.execute("SELECT * FROM docs"):
+            recall._doc_h(seq, win, length, size, tids, seg, off)
+
+    def others() -> None:
+        for term, tid, n, _h in db.execute("SELECT * FROM df"):
+            recall._h(term, tid, n)
+        for table in ("echo", "wins", "segs"):
+            for row in db.execute(f"SELECT * FROM {table}"):
+                recall._h(*row[:-1])
+
+    timed("schema", lambda: recall._schema_of(db))
+    timed("mark", lambda: recall.read_mark(db))
+    timed("quick_check", lambda: db.execute("PRAGMA quick_check").fetchall())
+    timed("types", lambda: [db.execute(q).fetchone() for q in recall._MISTYPED.values()])
+    timed("postings (SQL)", lambda: db.execute(
+        f"SELECT count(*) FROM post WHERE h IS NOT {recall._POST_CHECK}").fetchone())
+    timed("docs rows (Python)", docs)
+    timed("df, echo, wins, segs rows (Python)", others)
+    timed("counts (SQL)", lambda: db.execute(
+        "SELECT count(*) FROM df LEFT JOIN (SELECT tid, count(*) AS c FROM post "
+        "GROUP BY tid) p USING (tid) WHERE df.n IS NOT coalesce(p.c, 0)").fetchone())
+    timed("verify (whole)", lambda: recall.verify(db))
+    db.close()
+    return rec
+
+
+def do_pieces(base: str, sizes: list[int]) -> dict[str, Any]:
+    out: dict[str, Any] = {"load_at_start": [round(x, 2) for x in os.getloadavg()]}
+    for size in sizes:
+        rec = pieces_of(os.path.join(history_root(base, size), "w", "RECALL.sqlite"))
+        out[str(size)] = rec
+        print(f"{size} MiB: {json.dumps(rec)}", file=sys.stderr, flush=True)
+    out["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from bench.output import emit
 
     p = argparse.ArgumentParser(prog="python -m bench.recall_open")
-    p.add_argument("what", choices=("build", "measure"))
+    p.add_argument("what", choices=("build", "pieces", "measure"))
     p.add_argument("--dir", required=True)
     p.add_argument("--sizes", default="16,256,1024")
     p.add_argument("--trees", default=".", help="comma-separated source trees (measure)")
@@ -142,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(x) for x in args.sizes.split(",")]
     if args.what == "build":
         do_build(args.dir, sizes)
+        return 0
+    if args.what == "pieces":
+        emit(do_pieces(args.dir, sizes), args.json, indent=1)
         return 0
     trees = [os.path.abspath(t) for t in args.trees.split(",")]
     emit(do_measure(args.dir, sizes, trees, args.rounds, not args.no_verify), args.json,

@@ -47,10 +47,14 @@ anything but a regular file (``unsafe``: ranked search is unavailable and
 row of every table carries a checksum (``h``: xxh3 of its values, or for a
 posting an arithmetic check SQLite computes) and values of fixed SQLite types
 (``_TYPES``: a checksum can be made over values of another type), verified
-with SQLite's ``quick_check``, the schema and the statistics whenever a
-connection opens the file, and again on the rows a query reads; any failure,
-or any SQLite error that is not a lock, discards the file and builds it
-again from the log
+whole (``verify``: SQLite's ``quick_check``, the schema, every row and the
+statistics) once per state of the files: a connection opening a file that
+``recall_verified`` records verified, not written since by anything, checks
+its schema and mark only; else it verifies whole and records it. A
+connection's own writes on an index it knows verified are recorded again
+(``_settle``); another connection's commit never is. The rows a query reads
+are verified again; any failure, or any SQLite error that is not a lock,
+discards the file and builds it again from the log
 (``history_unavailable`` with the reason when that fails too), so a damaged
 index never answers differently from a fresh one.
 """
@@ -1281,8 +1285,9 @@ class RecallIndex:
         order, in one read transaction of the database (``_Raced`` when the
         database no longer holds the mark the tail extends). The terms,
         windows and postings read are verified again (``Damaged``; the rows'
-        entries, hashing whose pairs cost a few ms a query, were verified at
-        open); ``sizes`` gets each candidate's line size."""
+        entries, hashing whose pairs cost a few ms a query, were verified whole
+        in this state of the file, at this open or at the one its record
+        names); ``sizes`` gets each candidate's line size."""
         db = self._open()
         tail = self._tail if self._tail is not None and self._tail_mark == mark else None
         with _reading(db):
