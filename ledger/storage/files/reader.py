@@ -236,7 +236,16 @@ class FileReader:
         except (Damaged, *DAMAGE_ERRORS):
             raise Unavailable("the recall index changed while the semantic channel read "
                               "it; retry") from None
-        return vs.similar(vectors.query_vector(embedder, text), after, high, window)
+        found = vs.similar(vectors.query_vector(embedder, text), after, high, window)
+        # Read where the index has each row now (and its size), as the
+        # lexical candidates are: a vector's place is where the row was when
+        # embedded, before any merge since.
+        try:
+            at = recall.places_of(mark, [c[0] for c in found if c[0] not in recall.sizes])
+        except (Damaged, *DAMAGE_ERRORS):
+            raise Unavailable("the recall index changed while the semantic channel read "
+                              "it; retry") from None
+        return [(seq, win, cos, at.get(seq, hint)) for seq, win, cos, hint in found]
 
     def _texts(self, st: State, docs: Sequence[vectors.Doc]) -> dict[int, str]:
         """The searched text of each row, read where the index saw its line

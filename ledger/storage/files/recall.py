@@ -22,17 +22,21 @@ a long build keeps its progress). What it has seen is named by the log's
 epoch, the position just past the last row indexed and a hash of that row's
 line: a rewrite (reject, truncate, purge, repair) starts a new epoch and a
 rebuild; a log that lost or changed the row the index or its tail ends at (a
-crash at ``durability="off"``) is rebuilt too; a merge only moves rows and
-is found again by seq (the tail is dropped and read again), every line from
-the floor's on counted again so none is lost, but for the segments the merge
-left alone: each ``segs`` entry holds that count up to its line, and a
-segment whose file kept its stamp is not read again. The index's entries
-are moved with their rows in the transaction that saves the mark at the
-merged layout (``_replace_docs``, through the merges' INDEX records, checked
-against the log), so a search reads each row at its place as a fresh
-index's does, not by seq within its read budget. A missing,
-damaged or foreign database is rebuilt from the segments. Every row the tool
-returns is read again from the log.
+crash at ``durability="off"``) is rebuilt too; a merge only moves rows: the
+mark is found again by seq and the unindexed tail is kept, its places moved
+through the merges' INDEX records (``_replaced``: each moved segment's last
+line checked at its new place; a record missing or a line not there reads
+its rows again), every line from the floor's on counted again so none is
+lost, but for the segments the merge left alone: each ``segs`` entry holds
+that count up to its line, and a segment whose file kept its stamp is not
+read again. The index's entries are moved with their rows in the
+transaction that saves the mark at the merged layout (``_replace_docs``,
+through the same records, checked against the log), so a search reads each
+row at its place as a fresh index's does, not by seq within its read
+budget; the semantic channel's candidates are read at the entries' places
+too (``places_of``: a vector keeps the place its row had when embedded). A
+missing, damaged or foreign database is rebuilt from the segments. Every row
+the tool returns is read again from the log.
 
 The privacy floor hides statistics too: the index holds only the rows after
 the floor (it starts at the floor's line), so document counts, lengths and
@@ -1433,6 +1437,47 @@ class RecallIndex:
                     if n:
                         tfs[named] = n
             by[seq] = ranking.Doc(seq, win, length, tfs)
+
+    def places_of(self, mark: Mark, seqs: list[int]) -> dict[int, tuple[int, int]]:
+        """Where the index with its tail as ``mark`` (from ``refresh``) has
+        the lines of ``seqs`` now: (segment, offset) of each row it holds,
+        its line's size put in ``sizes``, so the semantic channel's
+        candidates are read at their places as the lexical ones are (the
+        entries move with the rows after a merge, ``_replace_docs``; a
+        vector keeps the place where its row was when embedded, and without
+        a size ``FileReader.locate_at`` finds a row by seq). Types checked as
+        ``_entries`` does (``Damaged``). Empty when the database no longer
+        holds ``mark`` (another process folded or rebuilt it since): the
+        vectors' own places are used. A place is only where a row is read
+        first: a line there of another seq is never served, the row is then
+        found by seq."""
+        if not seqs:
+            return {}
+        with self._guard:
+            db = self._open()
+            tail = self._tail if self._tail is not None and self._tail_mark == mark else None
+            out: dict[int, tuple[int, int]] = {}
+            got: dict[int, int] = {}
+            if tail is not None:
+                for seq in seqs:
+                    d = tail.docs.get(seq)
+                    if d is not None:
+                        out[seq] = (d.segment, d.offset)
+                        got[seq] = d.size
+            rest = [s for s in seqs if s not in out]
+            with _reading(db):
+                if self._mark(db) != (self._tail_base if tail is not None else mark):
+                    return {}
+                for seq, seg, off, size in db.execute(
+                    f"SELECT seq, seg, off, size FROM docs WHERE seq IN "
+                    f"({','.join('?' * len(rest))})", rest,
+                ) if rest else ():
+                    if not _all_int(seq, seg, off, size):
+                        raise Damaged(f"the entry of row {seq} is malformed")
+                    out[seq] = (seg, off)
+                    got[seq] = size
+            self.sizes.update(got)
+            return out
 
     def docs_after(self, upto: int) -> list[tuple[int, int, tuple[int, int]]]:
         """The rows the index and its tail hold with seq above ``upto``, in
