@@ -641,8 +641,8 @@ class RecallIndex:
         self._changes = db.total_changes
         if _data_version(db) == self._trusted:
             self._record(db, self._trusted)
-        else:
-            self._trusted = None  # another connection wrote: a later open verifies
+        else:  # another connection wrote first: not recorded (``_retrust`` after its record)
+            self._trusted = None
 
     def close(self) -> None:
         self._trusted = None
@@ -677,7 +677,22 @@ class RecallIndex:
             return self._known[1]
         mark = read_mark(db)
         self._known = (version, mark)
+        if self._trusted != version:
+            self._retrust(db)
         return mark
+
+    def _retrust(self, db: sqlite3.Connection) -> None:
+        """After another connection's commit: this connection knows the
+        index verified again when the record holds before and after its
+        ``data_version`` is read (the files unchanged in between: the state
+        that version names is the one recorded), so its own next writes are
+        recorded too (two long-lived processes folding in turn)."""
+        path = index_path(self.wsdir)
+        if recall_verified.valid(path):
+            version = _data_version(db)
+            if recall_verified.valid(path):
+                self._trusted = version
+                self._changes = db.total_changes
 
     def _forget(self) -> None:
         self._known = None

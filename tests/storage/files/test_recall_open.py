@@ -243,3 +243,30 @@ def test_a_record_that_is_not_a_regular_file_is_refused(tmp_path: Path, kind: st
     assert all(json.loads(o)["error"]["code"] == "history_unavailable" for o in out)
     if kind == "symlink":
         assert outside.read_text() == "keep"
+
+
+def test_two_connections_folding_in_turn_keep_the_index_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verifies: list[int]) -> None:
+    """Two long-lived tools (two connections, as two processes) fold in
+    turn: each finds the other's fold recorded before its own, so its own
+    is recorded too, and a new process opens the index without the whole
+    verify."""
+    monkeypatch.setattr(recall_tail, "FOLD_ROWS", 1)
+    h = seeded(tmp_path)
+    answers(h)
+    args = {"action": "search", "query": "heron", "mode": "ranked", "current": True}
+    one, two = h.session_history(), h.session_history()
+    one.call(args)
+    two.call(args)
+    assert one.reader._recall is not None and two.reader._recall is not None
+    assert one.reader._recall is not two.reader._recall  # two connections
+    for i in range(3):
+        for tool in (one, two):
+            h.append_many([msg(f"heron number {i} of {id(tool) % 7}")])
+            tool.call(args)
+    docs = {one.reader._recall.stats()["docs"], two.reader._recall.stats()["docs"]}
+    assert docs == {14}  # every row folded by one or the other
+    one.reader._recall.close()
+    two.reader._recall.close()
+    assert verifies == [0]
+    assert in_new_process(tmp_path) == (0, fresh_answers(h, tmp_path))
