@@ -881,8 +881,7 @@ class RecallIndex:
             if into not in ends or ends[into][0] < at:
                 ends[into] = (at, h, _stamp_text(st, into), lines)
         for number, (at, h, _stamp, _lines) in ends.items():
-            if number not in st.segments or self._line_hash(
-                    Mark(0, "", 0, 0, number, 0, at, "", 0, 0)) != h:
+            if number not in st.segments or self._hash_at(number, at) != h:
                 return None
         number, offset = place(mark.segment, mark.offset)
         last = place(mark.segment, mark.last_at) if mark.last_at >= 0 else (number, -1)
@@ -927,8 +926,7 @@ class RecallIndex:
                     steps = None
                     break
                 into, at = places.place(steps, number, got[0])
-                if into not in st.segments or self._line_hash(
-                        Mark(0, "", 0, 0, into, 0, at, "", 0, 0)) != got[1]:
+                if into not in st.segments or self._hash_at(into, at) != got[1]:
                     steps = None
                     break
         if steps is None:
@@ -1063,25 +1061,30 @@ class RecallIndex:
                 return False
             if stamps.get(number) == stamp:
                 continue  # the same file, untouched since it was read (a sealed segment)
-            if self._line_hash(Mark(0, "", 0, 0, number, 0, last_at, "", 0, 0)) != last_hash:
+            if self._hash_at(number, last_at) != last_hash:
                 return False
         return True
 
     def _line_hash(self, mark: Mark) -> str:
         """The hash of the line the mark says it ended at, read from the log."""
-        if mark.last_at < 0:
+        return self._hash_at(mark.segment, mark.last_at)
+
+    def _hash_at(self, number: int, at: int) -> str:
+        """The hash of the line at offset ``at`` of segment ``number`` ("":
+        no line, ``at`` < 0), once a refresh (``_hashes``)."""
+        if at < 0:
             return ""
         memo = self._hashes
         if memo is not None:
-            got = memo.get((mark.segment, mark.last_at))
+            got = memo.get((number, at))
             if got is None:
-                got = memo[(mark.segment, mark.last_at)] = self._read_line_hash(mark)
+                got = memo[(number, at)] = self._read_line_hash(number, at)
             return got
-        return self._read_line_hash(mark)
+        return self._read_line_hash(number, at)
 
-    def _read_line_hash(self, mark: Mark) -> str:
+    def _read_line_hash(self, number: int, at: int) -> str:
         """The hash of :meth:`_line_at`'s line ("?": none there)."""
-        data = self._line_at(mark.segment, mark.last_at)
+        data = self._line_at(number, at)
         return "?" if data is None else xxhash.xxh3_64_hexdigest(data)
 
     def _moved(self, st: Any, layout: str, mark: Mark,

@@ -50,9 +50,9 @@ def segment_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         opened.append(1)
         return lines(self, st, start)
 
-    def counted_hash(self: Any, mark: Any) -> str:
+    def counted_hash(self: Any, number: int, at: int) -> str:
         opened.append(1)
-        return one(self, mark)
+        return one(self, number, at)
 
     monkeypatch.setattr(recall.RecallIndex, "_lines", counted_lines)
     monkeypatch.setattr(recall.RecallIndex, "_read_line_hash", counted_hash)
