@@ -68,6 +68,24 @@ def _stamp(path: str) -> tuple[str, int]:
             st.st_ctime_ns)
 
 
+def _open_record(path: str, flags: int) -> int | None:
+    """The record beside the database ``path``, opened with ``flags`` and
+    never through a link nor blocking on a FIFO; None when it cannot be, or
+    is not a regular file of its own (then it is neither read nor written)."""
+    try:
+        fd = os.open(path + SUFFIX, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        st = None
+    if st is None or not stat_mod.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        return None
+    return fd
+
+
 def _line(boot: str, db: str, wal: str, alone: bool) -> bytes:
     body = f"{_MAGIC} {boot} {db} {wal} {int(alone)}"
     return f"{body} {xxhash.xxh3_64_hexdigest(body.encode())}\n".encode("ascii")
@@ -78,14 +96,10 @@ def valid(path: str) -> bool:
     boot = boot_id()
     if boot is None:
         return False
-    try:
-        fd = os.open(path + SUFFIX, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    fd = _open_record(path, os.O_RDONLY)
+    if fd is None:
         return False
     try:
-        st = os.fstat(fd)
-        if not stat_mod.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            return False
         data = os.read(fd, 1024)
     except OSError:
         return False
@@ -124,15 +138,10 @@ def write(path: str, alone: bool) -> bool:
     boot = boot_id()
     if boot is None:
         return False
-    try:
-        fd = os.open(path + SUFFIX, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | os.O_CLOEXEC, 0o600)
-    except OSError:
+    fd = _open_record(path, os.O_RDWR | os.O_CREAT)
+    if fd is None:
         return False
     try:
-        st = os.fstat(fd)
-        if not stat_mod.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            return False
         for _ in range(TRIES):
             os.ftruncate(fd, 0)
             os.pwrite(fd, b"-", 0)
