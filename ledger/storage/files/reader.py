@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     from ledger.storage.files.ports import FileHistory
 
 _CHUNK = 256 * 1024
+# What a semantic search says when the index changed under its reads
+# (a read of it failed its checks meanwhile): the call may be retried.
+_CHANGED_UNDER_VECTORS = "the recall index changed while the semantic channel read it; retry"
 
 
 @dataclass
@@ -234,8 +237,7 @@ class FileReader:
         except OSError as exc:
             raise Unavailable(f"the semantic channel's vectors cannot be kept: {exc}") from None
         except (Damaged, *DAMAGE_ERRORS):
-            raise Unavailable("the recall index changed while the semantic channel read "
-                              "it; retry") from None
+            raise Unavailable(_CHANGED_UNDER_VECTORS) from None
         found = vs.similar(vectors.query_vector(embedder, text), after, high, window)
         # Read where the index has each row now (and its size), as the
         # lexical candidates are: a vector's place is where the row was when
@@ -243,8 +245,7 @@ class FileReader:
         try:
             at = recall.places_of(mark, [c[0] for c in found if c[0] not in recall.sizes])
         except (Damaged, *DAMAGE_ERRORS):
-            raise Unavailable("the recall index changed while the semantic channel read "
-                              "it; retry") from None
+            raise Unavailable(_CHANGED_UNDER_VECTORS) from None
         return [(seq, win, cos, at.get(seq, hint)) for seq, win, cos, hint in found]
 
     def _texts(self, st: State, docs: Sequence[vectors.Doc]) -> dict[int, str]:
