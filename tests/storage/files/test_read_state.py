@@ -16,7 +16,6 @@ append's state without the checks fails each of these tests.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from ledger.core.format import rows as fmt
 from ledger.storage.files import reads
 from ledger.storage.files import segments as segs
 from tests.helpers import PYTHON, msg, subprocess_env
+from tests.helpers.recall import rebuilt
 from tests.storage.files.test_recall_tail import answer, answers, history
 
 TICK = 0.05  # a timestamp tick: an edit later than this has new times
@@ -99,14 +99,8 @@ def fresh_state(root: Path) -> Any:
 
 def fresh_answers(root: Path, scratch: Path) -> list[dict[str, Any]]:
     """What a new store with no index answers (the workspace copied without it)."""
-    shutil.copytree(root / "w", scratch / "w",
-                    ignore=shutil.ignore_patterns(ffmt.RECALL_NAME + "*"))
-    tool = history(scratch).session_history()
-    try:
+    with rebuilt(root, scratch, history) as tool:
         return answers(tool)
-    finally:
-        if tool.reader._recall is not None:
-            tool.reader._recall.close()
 
 
 def same_as_fresh(root: Path, tool: Any, scratch: Path, *, moved: bool = False) -> None:

@@ -18,7 +18,6 @@ within the call's read budget (which ended a page after a few rows).
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -33,6 +32,7 @@ from ledger.storage.files import workspace as wsmod
 from ledger.storage.files.index import append_entry
 from ledger.storage.files.ports import unwrap
 from tests.helpers import PYTHON, msg, subprocess_env
+from tests.helpers.recall import rebuilt
 from tests.storage.files.test_recall_tail import tables
 
 SEGMENT = 1 << 16
@@ -100,14 +100,8 @@ def page(tool: Any, query: str = "bluebird deploy") -> dict[str, Any]:
 
 def fresh(root: Path, scratch: Path) -> dict[str, Any]:
     """The page of an index built whole from the log now."""
-    shutil.rmtree(scratch, ignore_errors=True)
-    shutil.copytree(root / "w", scratch / "w",
-                    ignore=shutil.ignore_patterns(ffmt.RECALL_NAME + "*"))
-    tool = store(scratch).session_history()
-    try:
+    with rebuilt(root, scratch, store) as tool:
         return page(tool)
-    finally:
-        tool.reader._recall.close()
 
 
 def placed(root: Path) -> str | None:

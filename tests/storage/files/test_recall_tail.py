@@ -28,6 +28,7 @@ from ledger import Store
 from ledger.core.format import files as ffmt
 from ledger.storage.files import recall, recall_tail
 from tests.helpers import msg
+from tests.helpers.recall import rebuilt
 
 QUERIES = ("bluebird deploy", "heron cache otter", '"bluebird launch" fine', "kubectl svc",
            "trip pasta", "session history deploy")
@@ -51,14 +52,8 @@ def answers(tool: Any) -> list[dict[str, Any]]:
 def fresh_answers(root: Path, scratch: Path) -> list[dict[str, Any]]:
     """What an index built whole from the log answers: the workspace copied
     without its index, searched by a new store."""
-    shutil.rmtree(scratch, ignore_errors=True)
-    shutil.copytree(root / "w", scratch / "w",
-                    ignore=shutil.ignore_patterns(ffmt.RECALL_NAME + "*"))
-    tool = history(scratch).session_history()
-    try:
+    with rebuilt(root, scratch, history) as tool:
         return answers(tool)
-    finally:
-        tool.reader._recall.close()
 
 
 def indexed_upto(root: Path) -> int:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from ledger import Store
 from ledger.core.format import files as ffmt
 from ledger.storage.files import workspace as wsmod
 from tests.helpers import msg
+from tests.helpers.recall import rebuilt
 from tests.storage.files.test_recall_places import (
     SEGMENT,
     _drop_merge_records,
@@ -95,14 +95,8 @@ def page(tool: Any) -> list[tuple[int, str]]:
 
 def fresh(root: Path, scratch: Path) -> list[tuple[int, str]]:
     """The page of a store whose index and vectors are built whole from the log now."""
-    shutil.rmtree(scratch, ignore_errors=True)
-    shutil.copytree(root / "w", scratch / "w", ignore=shutil.ignore_patterns(
-        ffmt.RECALL_NAME + "*", ffmt.VECTORS_NAME + "*"))
-    tool = store(scratch).session_history()
-    try:
+    with rebuilt(root, scratch, store, ffmt.VECTORS_NAME + "*") as tool:
         return page(tool)
-    finally:
-        tool.reader._recall.close()
 
 
 def test_rows_the_vectors_alone_find_fill_a_page(tmp_path: Path) -> None:
