@@ -129,10 +129,8 @@ def batch_boundaries(rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
     return out
 
 
-_LATE = "it came after its call was settled"
-_EARLIER = "its call is in an earlier context window"
-LATE = _LATE  # why a result is text: its call had its result already
-EARLIER = _EARLIER  # ... or no call with its id comes before it in the window
+LATE = "it came after its call was settled"  # why a result is text: its call had its result
+EARLIER = "its call is in an earlier context window"  # ... or none with its id comes before it
 
 
 def call_sat_in(kind: str) -> str:
@@ -226,7 +224,7 @@ def provider_rows(rows: Iterable[Any], *, owned: bool = False) -> list[Any]:
     append = out.append
     waiting: dict[str, int] = {}  # call id -> calls with that id that have no result yet
     # Call id -> why a result naming it is an orphan when no call with it
-    # waits: its newest call has a result already (_LATE) or sat in a
+    # waits: its newest call has a result already (LATE) or sat in a
     # lead-in or warning; an id not here: its call is in an earlier window.
     # (A dict where a set of answered ids was, so an orphan's reason is one
     # lookup: a longer test there pushed the single-part branch's jump past
@@ -264,7 +262,7 @@ def provider_rows(rows: Iterable[Any], *, owned: bool = False) -> list[Any]:
                         # An orphan (200 of the bench window's 635 rows):
                         # served as text, its row left with no result.
                         item = serve(item, row, orphan_result_parts(
-                            p, gone[pid] if pid in gone else _EARLIER), True)
+                            p, gone[pid] if pid in gone else EARLIER), True)
                 elif t == "tool_call":
                     pid = str(p.get("id"))
                     waiting[pid] = waiting.get(pid, 0) + 1
@@ -287,7 +285,7 @@ def provider_rows(rows: Iterable[Any], *, owned: bool = False) -> list[Any]:
                 if not _answers(pid, waiting, gone):
                     if orphans is None:
                         orphans = {}
-                    orphans[i] = gone[pid] if pid in gone else _EARLIER
+                    orphans[i] = gone[pid] if pid in gone else EARLIER
             elif t == "tool_call":
                 calls = True
         if orphans is not None:
@@ -355,7 +353,7 @@ def _answers(pid: str, waiting: dict[str, int], gone: dict[str, str]) -> bool:
     (``gone``, ``provider_rows``). False: the result is an orphan."""
     if waiting.get(pid):
         waiting[pid] -= 1
-        gone[pid] = _LATE
+        gone[pid] = LATE
         return True
     return False
 
