@@ -25,10 +25,11 @@ from typing import Any
 import pytest
 import xxhash
 
-from ledger import Store
 from ledger.core.format import files as ffmt
 from ledger.storage.files import recall, recall_tail, recall_verified
 from tests.helpers import msg
+from tests.storage.files.test_recall_hardening import answers as ranked_answers
+from tests.storage.files.test_recall_hardening import history
 
 QUERIES = ("bluebird deploy", "heron cache", "otter", "deploy rollback cache")
 ROOT = Path(__file__).resolve().parents[3]
@@ -52,10 +53,6 @@ print(json.dumps({"verifies": calls[0], "answers": out}))
 """
 
 
-def history(root: Path) -> Any:
-    return Store(str(root), durability="off").history("w")
-
-
 def seeded(root: Path) -> Any:
     h = history(root)
     h.append_many([msg("bluebird deploy rollback"), msg("cache warm", "assistant")])
@@ -68,14 +65,7 @@ def seeded(root: Path) -> Any:
 
 
 def answers(h: Any) -> list[str]:
-    tool = h.session_history()
-    try:
-        return [tool.call({"action": "search", "query": q, "mode": "ranked", "current": True,
-                           "limit": 25})
-                for q in QUERIES]
-    finally:
-        if tool.reader._recall is not None:
-            tool.reader._recall.close()
+    return ranked_answers(h, QUERIES)
 
 
 def in_new_process(root: Path) -> tuple[int, list[str]]:
