@@ -1,9 +1,9 @@
 """The tests' helpers: this module holds the ones shared across the suite
 (rows, file trees, child-process environments, fault injection, log checks);
 the modules beside it hold the specialised ones (``recovery``, ``rollover``,
-``citus``, ``engine_contract``, ``crashfs``, ``cli_zoo``, ``cli_proc``) and the scripts
-tests run (``writer_proc``, ``agents_script``, ``pg_cluster``,
-``citus_cluster``). Imported as ``tests.helpers``; nothing here is a test.
+``citus``, ``engine_contract``, ``crashfs``, ``cli_zoo``, ``cli_proc``,
+``recall``) and the scripts tests run (``writer_proc``, ``agents_script``,
+``pg_cluster``, ``citus_cluster``). Imported as ``tests.helpers``; nothing here is a test.
 """
 
 from __future__ import annotations
